@@ -1,0 +1,239 @@
+//! Table tests of loading and resolution, and property tests over expansion
+//! and validation.
+
+use super::*;
+use crate::host::FixedHost;
+use proptest::prelude::*;
+
+fn host() -> FixedHost {
+    let mut host = FixedHost { home: Some("/home/u".into()), uid: 1000, ..FixedHost::default() };
+    host.vars.insert("XDG_RUNTIME_DIR".into(), "/run/user/1000".into());
+    host.vars.insert("API_TOKEN".into(), "s3cret".into());
+    host
+}
+
+fn parse(text: &str) -> Result<Config> {
+    Config::parse(text, Path::new("/home/u/.config/lazaret/config.toml"), &host())
+}
+
+fn resolve(text: &str, profile: &str) -> Result<ResolvedProfile> {
+    parse(text)?.resolve(profile, Path::new("/home/u/project"), &host())
+}
+
+fn message(error: &Error) -> String {
+    error.to_string()
+}
+
+const GOOD: &str = r#"
+data_root = "~/lazaret-data"
+
+[network]
+allow_egress = ["10.0.0.0/8"]
+
+[escalation]
+enabled = true
+socket_dir = "/run/user/1000/lazaret"
+auto_approve = ["cargo check"]
+
+[profiles.claude]
+image = "localhost/agent:1.0"
+persistent_dirs = ["/usr", "/home/agent/{profile_name}"]
+allow_egress = ["10.0.0.0/8", "github.com"]
+env = { TOKEN = "env:API_TOKEN", CACHE = "{profile_dir}/cache" }
+volumes = [
+  { host = "{profile_dir}/npm", container = "/home/agent/.npm", mode = "rw,z" },
+  { host = "~/shared", container = "/shared" },
+]
+"#;
+
+#[test]
+fn good_configuration_resolves_with_tokens_expanded() {
+    let resolved = resolve(GOOD, "claude").expect("resolves");
+    assert_eq!(resolved.data_root, Path::new("/home/u/lazaret-data"));
+    assert_eq!(resolved.profile_dir, Path::new("/home/u/lazaret-data/claude"));
+    assert_eq!(resolved.persistent_dirs, vec![PathBuf::from("/usr"), PathBuf::from("/home/agent/claude")]);
+    assert_eq!(resolved.allow_egress.iter().map(ToString::to_string).collect::<Vec<_>>(), ["10.0.0.0/8", "github.com"]);
+    assert_eq!(resolved.env["TOKEN"].value, "s3cret");
+    assert_eq!(resolved.env["TOKEN"].from_host.as_deref(), Some("API_TOKEN"));
+    assert_eq!(resolved.env["CACHE"].value, "/home/u/lazaret-data/claude/cache");
+    assert_eq!(resolved.volumes[0].podman_argument(), "/home/u/lazaret-data/claude/npm:/home/agent/.npm:rw,z");
+    assert_eq!(resolved.volumes[1].podman_argument(), "/home/u/shared:/shared:ro");
+    assert_eq!(
+        resolved.domain.control_socket.parent(),
+        Some(Path::new("/run/user/1000/lazaret").join(&resolved.domain.domain_hash).as_path())
+    );
+}
+
+#[test]
+fn no_file_means_the_built_in_default_profile() {
+    let config = Config::load(None, &host()).expect("built-in");
+    assert!(matches!(config.source, ConfigSource::BuiltIn { .. }));
+    let resolved = config.resolve(DEFAULT_PROFILE, Path::new("/home/u/project"), &host()).expect("resolves");
+    assert_eq!(resolved.image, DEFAULT_IMAGE);
+    assert_eq!(resolved.data_root, Path::new("/home/u/.local/share/lazaret"));
+    assert!(resolved.volumes.is_empty() && resolved.env.is_empty() && resolved.allow_egress.is_empty());
+}
+
+#[test]
+fn explicit_missing_file_is_an_error() {
+    let error = Config::load(Some(Path::new("/nonexistent/lazaret.toml")), &host()).expect_err("missing");
+    assert!(message(&error).contains("/nonexistent/lazaret.toml"), "{error}");
+}
+
+/// Each bad input: the message names the value and the line:column, and the
+/// exit status tells a security abort from an invalid configuration.
+#[test]
+fn bad_inputs_are_named_with_their_location() {
+    let cases: &[(&str, &str, &str, u8)] = &[
+        ("[profiles.ab]\nimage = \"i:1\"\nbogus = 1\n", "bogus", ":3:1", 78),
+        ("[profiles.ab]\n", "image", ":1:1", 78),
+        ("[escalation]\nenabled = true\n", "socket_dir", ":1:1", 78),
+        ("[profiles.\"Bad.Name\"]\nimage = \"i:1\"\n", "Bad.Name", ":1:11", 78),
+        ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x/{nope}\", container = \"/c\" }]\n", "{nope}", ":3:21", 78),
+        ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x/../etc\", container = \"/c\" }]\n", "/x/../etc", ":3:21", 77),
+        ("[profiles.ab]\nimage = \"i:1\"\nenv = { A = \"env:NOT_SET_ANYWHERE\" }\n", "NOT_SET_ANYWHERE", ":3:13", 78),
+        ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x\", container = \"relative/c\" }]\n", "relative/c", ":3:39", 78),
+        ("[network]\nallow_egress = [\"10.0.0.0/33\"]\n", "10.0.0.0/33", ":2:17", 78),
+        ("[profiles.ab]\nimage = \"i:1\"\nallow_egress = [\"300.0.0.0/8\"]\n", "300.0.0.0/8", ":3:17", 78),
+        ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x\", container = \"/workspace\" }]\n", "/workspace", ":3:39", 78),
+        (
+            "[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x\", container = \"/workspace/.git/hooks\" }]\n",
+            "/workspace/.git/hooks",
+            ":3:39",
+            78,
+        ),
+        ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x\", container = \"/run\" }]\n", "/run/lazaret", ":3:39", 78),
+        ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x\", container = \"/c\", mode = \"rw,exec\" }]\n", "exec", ":3:52", 78),
+        ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x\", container = \"/c\", mode = \"ro,rw\" }]\n", "ro,rw", ":3:52", 78),
+        ("[profiles.ab]\nimage = \"i:1\"\npersistent_dirs = [\"/proc/x\"]\n", "/proc/x", ":3:20", 78),
+        ("[profiles.ab]\nimage = \"i:1\"\nenv = { LAZARET_X = \"1\" }\n", "LAZARET_X", ":3:9", 78),
+        ("[profiles.domains]\nimage = \"i:1\"\n", "domains", ":1:11", 78),
+        ("data_root = \"/data/../etc\"\n", "/data/../etc", ":1:13", 77),
+        (
+            "[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/home/u/project/.git\", container = \"/c\" }]\n",
+            "/home/u/project/.git",
+            ":3:21",
+            77,
+        ),
+        ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/run/user/1000\", container = \"/c\" }]\n", "/run/user/1000", ":3:21", 77),
+        ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"~\", container = \"/c\", mode = \"rw\" }]\n", "/home/u", ":3:21", 77),
+        ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"~root/x\", container = \"/c\" }]\n", "~root/x", ":3:21", 78),
+    ];
+    for (text, named, at, status) in cases {
+        let error = resolve(text, "ab").expect_err(text);
+        let shown = message(&error);
+        assert!(shown.contains(named), "message should name `{named}`: {shown}");
+        assert!(shown.contains(&format!("config.toml{at}")), "message should point at {at}: {shown}");
+        assert_eq!(error.exit_status(), *status, "{shown}");
+    }
+}
+
+#[test]
+fn all_problems_are_reported_at_once() {
+    let text = "[profiles.ab]\nimage = \"i:1\"\nallow_egress = [\"x/1\", \"1.1.1.1/40\"]\n";
+    let Err(Error::Config(diagnostics)) = parse(text) else { panic!("expected diagnostics") };
+    assert_eq!(diagnostics.len(), 2);
+}
+
+#[test]
+fn unpinned_images_warn() {
+    for (image, warns) in [("img", true), ("img:latest", true), ("img:1", false)] {
+        let config = parse(&format!("[profiles.ab]\nimage = \"{image}\"\n")).expect("parses");
+        assert_eq!(!config.warnings.is_empty(), warns, "{image}");
+        if warns {
+            assert!(config.warnings[0].to_string().contains(image));
+        }
+    }
+}
+
+#[test]
+fn read_only_home_volume_is_allowed_but_sockets_never() {
+    let ok = "[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"~\", container = \"/h\", mode = \"ro\" }]\n";
+    assert!(resolve(ok, "ab").is_ok());
+    let sockets =
+        "[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/run/user/1000/lazaret/x\", container = \"/h\", mode = \"ro\" }]\n";
+    assert!(resolve(sockets, "ab").expect_err("socket dir").is_security());
+}
+
+#[test]
+fn profile_names() {
+    for name in ["ab", "claude", "a_b-c9", &"a".repeat(32)] {
+        assert!(is_valid_profile_name(name), "{name}");
+    }
+    for name in ["a", "Ab", "a.b", "a/b", "a b", "a$b", &"a".repeat(33), "ä1"] {
+        assert!(!is_valid_profile_name(name), "{name}");
+    }
+}
+
+fn token_values() -> TokenValues {
+    TokenValues {
+        profile_name: "ab".into(),
+        profile_dir: "/d/ab".into(),
+        domain_hash: "0123456789ab".into(),
+        domain_dir: "/d/domains/0123456789ab".into(),
+        workspace_dir: "/w/p".into(),
+    }
+}
+
+fn path_text() -> impl Strategy<Value = String> {
+    let token = prop::sample::select(vec!["{profile_name}", "{profile_dir}", "{domain_hash}", "{domain_dir}", "{workspace_dir}"]);
+    let segment =
+        prop_oneof!["[a-z0-9._~-]{1,6}".prop_map(|s| s), Just("..".to_owned()), Just(".".to_owned()), token.prop_map(str::to_owned),];
+    (prop::bool::ANY, prop::collection::vec(segment, 0..6), prop::bool::ANY).prop_map(|(tilde, segments, absolute)| {
+        let body = segments.join("/");
+        if tilde {
+            format!("~/{body}")
+        } else if absolute {
+            format!("/{body}")
+        } else {
+            body
+        }
+    })
+}
+
+proptest! {
+    /// Expanding the output of an expansion changes nothing.
+    #[test]
+    fn expansion_is_idempotent_on_its_output(text in path_text()) {
+        let home = Path::new("/home/u");
+        if let Ok(once) = expand::expand(&text, &token_values(), Some(home)) {
+            prop_assert_eq!(expand::expand(&once, &token_values(), Some(home)), Ok(once.clone()));
+        }
+    }
+
+    /// No accepted configuration ever yields a resolved path with a `..`
+    /// segment, and every accepted host path is absolute.
+    #[test]
+    fn accepted_configurations_never_resolve_to_parent_segments(
+        host_path in path_text(),
+        container in path_text(),
+        persistent in path_text(),
+        data_root in path_text(),
+    ) {
+        let text = format!(
+            "data_root = {data_root:?}\n[profiles.ab]\nimage = \"i:1\"\npersistent_dirs = [{persistent:?}]\nvolumes = [{{ host = {host_path:?}, container = {container:?} }}]\n"
+        );
+        if let Ok(resolved) = resolve(&text, "ab") {
+            let mut all: Vec<&Path> = vec![&resolved.data_root, &resolved.profile_dir, &resolved.domain.domain_dir];
+            all.extend(resolved.persistent_dirs.iter().map(PathBuf::as_path));
+            for volume in &resolved.volumes {
+                all.push(&volume.host);
+                all.push(&volume.container);
+            }
+            for path in all {
+                prop_assert!(path.is_absolute(), "{}", path.display());
+                prop_assert!(!paths::has_parent_segment(&path.to_string_lossy()), "{}", path.display());
+            }
+            for volume in &resolved.volumes {
+                for reserved in RESERVED_CONTAINER_PATHS {
+                    prop_assert!(!paths::overlaps(&volume.container, Path::new(reserved)));
+                }
+            }
+        } else if host_path.split('/').any(|s| s == "..") && !data_root.contains("..") {
+            // A `..` written in a host path is always refused as a security abort
+            // (unless an earlier field already failed).
+            let error = resolve(&text, "ab").expect_err("refused");
+            prop_assert!(error.to_string().contains(".."), "{}", error);
+        }
+    }
+}

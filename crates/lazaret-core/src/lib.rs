@@ -1,0 +1,19 @@
+//! `lazaret-core`: the parts of Lazaret that need no container runtime and no
+//! async runtime: the configuration model and its validation, token and tilde
+//! expansion, the Domain Anchor and the names it derives, and exit statuses.
+//!
+//! Everything here is deterministic given a [`host::HostEnvironment`]; the
+//! binaries supply the real one, tests supply fakes.
+
+pub mod config;
+pub mod domain;
+pub mod egress;
+pub mod error;
+pub mod exit_status;
+pub mod expand;
+pub mod host;
+pub mod image_reference;
+pub mod location;
+pub mod paths;
+
+pub use error::{Error, Result};

@@ -1,0 +1,100 @@
+//! The command-line surface of `lazaret` (clap definitions only; the
+//! handlers live in `commands`).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Run an AI coding agent in a gVisor sandbox under rootless podman.
+///
+/// Each (profile, workspace) pair is a domain with its own sandbox, git
+/// branch `lazaret/agent-<profile>`, state and sockets. Without a config file
+/// the built-in `default` profile is used (build its image once with
+/// `lazaret image build`).
+#[derive(Debug, Parser)]
+#[command(name = "lazaret", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// Configuration file [default: $XDG_CONFIG_HOME/lazaret/config.toml].
+    /// Never read from the workspace.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// More log output on stderr (-v info, -vv debug); LAZARET_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the Domain Anchor hash and every resource name of a domain.
+    Domain {
+        #[command(flatten)]
+        target: DomainTarget,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check or show the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Check that podman, runsc, runc, fuse-overlayfs, git and the rootless
+    /// prerequisites are in place; each failed check says how to fix it.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manage the offline image of the built-in profile.
+    #[command(subcommand)]
+    Image(ImageCommand),
+}
+
+/// Which domain: a profile and a workspace.
+#[derive(Debug, Args, Clone)]
+pub struct DomainTarget {
+    /// Agent profile (a `[profiles.<name>]` of the configuration).
+    #[arg(long, short, default_value = lazaret_core::config::DEFAULT_PROFILE, value_name = "NAME")]
+    pub profile: String,
+    /// The project directory the agent works on [default: current directory].
+    #[arg(long, short, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the configuration and resolve every profile against the
+    /// workspace; print every problem with file, line and column.
+    Check {
+        /// The workspace used to resolve `{workspace_dir}` and friends
+        /// [default: current directory].
+        #[arg(long, short, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+    },
+    /// Show one profile fully resolved (tokens expanded, paths canonical).
+    /// Values pulled from host variables (`env:VAR`) are redacted.
+    Show {
+        #[command(flatten)]
+        target: DomainTarget,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the path of the configuration file Lazaret reads.
+    Path,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Build the default profile's image offline from this host's Debian
+    /// packages (a shell, coreutils, git and friends). Cached: a rebuild
+    /// happens only when those files change, or with --force.
+    Build {
+        /// Rebuild even if an up-to-date image exists.
+        #[arg(long)]
+        force: bool,
+        /// Image name to create.
+        #[arg(long, default_value = lazaret_core::config::DEFAULT_IMAGE, value_name = "REFERENCE")]
+        tag: String,
+    },
+}

@@ -1,0 +1,108 @@
+//! `lazaret config check|show|path`.
+
+use std::path::Path;
+
+use anyhow::Result;
+use lazaret_core::config::{default_config_path, Config, ConfigSource, ResolvedProfile};
+use lazaret_core::host::RealHost;
+use lazaret_core::Error;
+
+use crate::cli::DomainTarget;
+use crate::workspace::{load_config, resolve_target, workspace_path};
+
+pub fn path(config_path: Option<&Path>) -> Result<u8> {
+    let path = match config_path {
+        Some(path) => path.to_path_buf(),
+        None => default_config_path(&RealHost)?,
+    };
+    println!("{}", path.display());
+    Ok(0)
+}
+
+/// Loads the file, then resolves every profile against the workspace so that
+/// problems only visible after expansion (`env:` pulls, `..`, reserved
+/// container paths) are reported too. All problems are printed at once.
+pub fn check(config_path: Option<&Path>, workspace: Option<&Path>) -> Result<u8> {
+    let config = load_config(config_path)?;
+    let workspace = workspace_path(workspace)?;
+    let mut diagnostics = Vec::new();
+    for name in config.profiles.keys() {
+        if let Err(error) = config.resolve(name, &workspace, &RealHost) {
+            match error {
+                Error::Config(found) => diagnostics.extend(found),
+                other => return Err(other.into()),
+            }
+        }
+    }
+    if !diagnostics.is_empty() {
+        return Err(Error::Config(diagnostics).into());
+    }
+    let source = describe_source(&config);
+    println!("ok: {source}: {} profile(s): {}", config.profiles.len(), config.profiles.keys().cloned().collect::<Vec<_>>().join(", "));
+    Ok(0)
+}
+
+pub fn show(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> Result<u8> {
+    let config = load_config(config_path)?;
+    let mut resolved = resolve_target(&config, target)?;
+    redact_host_values(&mut resolved);
+    if json {
+        let mut value = serde_json::to_value(&resolved)?;
+        if let Some(object) = value.as_object_mut() {
+            object.insert("config_source".into(), serde_json::Value::String(describe_source(&config)));
+            object.insert("socket_root".into(), serde_json::Value::String(config.socket_root.display().to_string()));
+            object.insert(
+                "auto_approve".into(),
+                serde_json::Value::Array(config.auto_approve.iter().map(|entry| entry.value.clone().into()).collect()),
+            );
+        }
+        super::print_json(&value)?;
+        return Ok(0);
+    }
+    println!("# {}", describe_source(&config));
+    println!("profile          {}", resolved.profile);
+    println!("image            {}", resolved.image);
+    println!("workspace        {}", resolved.workspace.display());
+    println!("domain_hash      {}", resolved.domain.domain_hash);
+    println!("data_root        {}", resolved.data_root.display());
+    println!("profile_dir      {}", resolved.profile_dir.display());
+    println!("domain_dir       {}", resolved.domain.domain_dir.display());
+    println!("socket_dir       {}", resolved.domain.socket_dir.display());
+    println!("escalation       {}", if resolved.escalation_enabled { "enabled" } else { "disabled" });
+    for entry in &config.auto_approve {
+        println!("auto_approve     {}", entry.value);
+    }
+    for dir in &resolved.persistent_dirs {
+        println!("persistent_dir   {}", dir.display());
+    }
+    if resolved.allow_egress.is_empty() {
+        println!("allow_egress     (none: no network egress)");
+    }
+    for rule in &resolved.allow_egress {
+        println!("allow_egress     {rule}");
+    }
+    for (key, value) in &resolved.env {
+        println!("env              {key}={}", value.value);
+    }
+    for volume in &resolved.volumes {
+        let missing = if volume.host_exists { "" } else { "  (host path does not exist yet)" };
+        println!("volume           {}{missing}", volume.podman_argument());
+    }
+    Ok(0)
+}
+
+fn describe_source(config: &Config) -> String {
+    match &config.source {
+        ConfigSource::File(path) => format!("configuration {}", path.display()),
+        ConfigSource::BuiltIn { looked_at } => format!("built-in defaults (no file at {})", looked_at.display()),
+    }
+}
+
+/// Values pulled from host variables never reach the terminal.
+fn redact_host_values(resolved: &mut ResolvedProfile) {
+    for value in resolved.env.values_mut() {
+        if let Some(variable) = &value.from_host {
+            value.value = format!("<redacted: from host ${variable}>");
+        }
+    }
+}

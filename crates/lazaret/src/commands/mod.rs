@@ -1,0 +1,29 @@
+//! Command handlers. Each returns the process exit status on success;
+//! errors are mapped to statuses in `main`.
+
+mod config;
+mod doctor;
+mod domain;
+mod image;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Command, ConfigCommand, ImageCommand};
+
+pub fn dispatch(cli: Cli) -> Result<u8> {
+    let config_path = cli.config.as_deref();
+    match cli.command {
+        Command::Domain { target, json } => domain::run(config_path, &target, json),
+        Command::Config(ConfigCommand::Check { workspace }) => config::check(config_path, workspace.as_deref()),
+        Command::Config(ConfigCommand::Show { target, json }) => config::show(config_path, &target, json),
+        Command::Config(ConfigCommand::Path) => config::path(config_path),
+        Command::Doctor { json } => doctor::run(json),
+        Command::Image(ImageCommand::Build { force, tag }) => image::build(&tag, force),
+    }
+}
+
+/// Prints `value` as pretty JSON on stdout.
+pub fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}

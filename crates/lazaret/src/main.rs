@@ -1,0 +1,56 @@
+//! `lazaret`: the host CLI. Parses the command line, installs the tracing
+//! subscriber, dispatches to `commands`, and maps errors to exit statuses.
+
+mod cli;
+mod commands;
+mod helper_binaries;
+mod podman;
+mod workspace;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use lazaret_core::exit_status;
+
+fn main() -> ExitCode {
+    let arguments = cli::Cli::parse();
+    install_tracing(arguments.verbose);
+    match commands::dispatch(arguments) {
+        Ok(status) => ExitCode::from(status),
+        Err(error) => {
+            let status = exit_status_of(&error);
+            eprintln!("lazaret: error: {}", render(&error));
+            if status == exit_status::SECURITY_ABORT {
+                eprintln!("lazaret: aborted for safety before anything was created (exit status {status})");
+            }
+            ExitCode::from(status)
+        }
+    }
+}
+
+fn render(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        text.push_str(&format!("\n  caused by: {cause}"));
+    }
+    text
+}
+
+fn exit_status_of(error: &anyhow::Error) -> u8 {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<lazaret_core::Error>())
+        .map(lazaret_core::Error::exit_status)
+        .unwrap_or(exit_status::FAILURE)
+}
+
+fn install_tracing(verbose: u8) {
+    let default_level = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("LAZARET_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}

@@ -1,0 +1,193 @@
+//! End-to-end tests of the foundation: the real `lazaret` binary on real
+//! configuration files, real podman running the default image under runsc,
+//! and the static helper binaries as `file` sees them.
+
+mod support;
+
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+use support::*;
+
+fn sha256_prefix(text: &str) -> String {
+    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>()[..12].to_owned()
+}
+
+#[test]
+fn domain_hash_is_sha256_of_profile_and_canonical_workspace_even_through_a_symlink() {
+    let env = TestEnv::new();
+    let real = env.workspace("real-project");
+    let link = env.path().join("link-to-project");
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    let canonical = std::fs::canonicalize(&real).expect("canonical");
+    let expected = sha256_prefix(&format!("claude:{}", canonical.display()));
+    for workspace in [&real, &link] {
+        let output = run(env.lazaret().args(["domain", "--profile", "claude", "--workspace"]).arg(workspace).arg("--json"));
+        assert!(output.status.success(), "{}", stderr(&output));
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+        assert_eq!(json["domain_hash"], expected.as_str());
+        assert_eq!(json["container_name"], format!("lazaret-claude-{expected}").as_str());
+        assert_eq!(json["sidecar_name"], format!("lazaret-net-{expected}").as_str());
+        assert_eq!(json["lockfile"], format!("/tmp/lazaret_coord_{expected}.lock").as_str());
+        let socket_dir = env.path().join("run/lazaret").join(&expected);
+        assert_eq!(json["control_socket"], socket_dir.join("control.sock").to_str().expect("utf8"));
+        assert_eq!(json["escalation_socket"], socket_dir.join("escalate.sock").to_str().expect("utf8"));
+        assert_eq!(json["domain_dir"], env.path().join("data/lazaret/domains").join(&expected).to_str().expect("utf8"));
+    }
+}
+
+#[test]
+fn bad_configurations_name_the_value_and_its_location_and_create_nothing() {
+    let cases: &[(&str, &str, &str, i32)] = &[
+        ("unknown key", "[profiles.ab]\nimage = \"i:1\"\nbogus = 1\n", "config.toml:3:1", 78),
+        ("bad profile name", "[profiles.\"Bad.Name\"]\nimage = \"i:1\"\n", "Bad.Name", 78),
+        ("unknown token", "[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x/{nope}\", container = \"/c\" }]\n", "{nope}", 78),
+        (
+            "dot-dot",
+            "[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"{profile_dir}/../../etc\", container = \"/c\" }]\n",
+            "{profile_dir}/../../etc",
+            77,
+        ),
+        ("unset env", "[profiles.ab]\nimage = \"i:1\"\nenv = { T = \"env:LAZARET_TEST_SURELY_UNSET\" }\n", "LAZARET_TEST_SURELY_UNSET", 78),
+        (
+            "relative container path",
+            "[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/opt\", container = \"rel/c\" }]\n",
+            "rel/c",
+            78,
+        ),
+        ("invalid CIDR", "[network]\nallow_egress = [\"10.0.0.0/33\"]\n", "10.0.0.0/33", 78),
+        (
+            "volume over /workspace",
+            "[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/opt\", container = \"/workspace\" }]\n",
+            "/workspace",
+            78,
+        ),
+    ];
+    for (what, text, named, status) in cases {
+        let env = TestEnv::new();
+        env.write_config(text);
+        let workspace = env.workspace("ws");
+        let before = list_tree(env.path());
+        for arguments in [vec!["config", "check"], vec!["config", "show", "--profile", "ab"]] {
+            let output = run(env.lazaret().args(&arguments).arg("--workspace").arg(&workspace));
+            let message = stderr(&output);
+            assert_eq!(output.status.code(), Some(*status), "{what}: {arguments:?}: {message}");
+            assert!(message.contains(named), "{what}: message should name `{named}`: {message}");
+            if *named != "config.toml:3:1" {
+                assert!(message.contains("config.toml:"), "{what}: message should give file:line:column: {message}");
+            }
+        }
+        assert_eq!(list_tree(env.path()), before, "{what}: nothing may be created");
+    }
+}
+
+fn list_tree(root: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir").flatten() {
+            found.push(entry.path().display().to_string());
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(entry.path());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn config_show_expands_tokens_and_redacts_host_values() {
+    let env = TestEnv::new();
+    env.write_config(
+        "[profiles.claude]\nimage = \"localhost/agent:1\"\nenv = { SECRET = \"env:LAZARET_TEST_SECRET\", CACHE = \"{profile_dir}/c\" }\nvolumes = [{ host = \"{profile_dir}/npm\", container = \"/home/a/.npm\", mode = \"rw\" }]\n",
+    );
+    let workspace = env.workspace("ws");
+    let output = run(env
+        .lazaret()
+        .args(["config", "show", "--profile", "claude", "--json", "--workspace"])
+        .arg(&workspace)
+        .env("LAZARET_TEST_SECRET", "hunter2"));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(!text.contains("hunter2"), "host-pulled values must be redacted: {text}");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let profile_dir = env.path().join("data/lazaret/claude");
+    assert_eq!(json["env"]["CACHE"]["value"], format!("{}/c", profile_dir.display()).as_str());
+    assert_eq!(json["env"]["SECRET"]["from_host"], "LAZARET_TEST_SECRET");
+    assert_eq!(json["volumes"][0]["host"], format!("{}/npm", profile_dir.display()).as_str());
+    assert_eq!(json["volumes"][0]["mode"][0], "rw");
+}
+
+#[test]
+fn no_configuration_file_gives_the_built_in_default_profile() {
+    let env = TestEnv::new();
+    let workspace = env.workspace("ws");
+    let output = run(env.lazaret().args(["config", "show", "--json", "--workspace"]).arg(&workspace));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(json["profile"], "default");
+    assert_eq!(json["image"], DEFAULT_IMAGE);
+    let check = run(env.lazaret().args(["config", "check", "--workspace"]).arg(&workspace));
+    assert!(check.status.success(), "{}", stderr(&check));
+}
+
+#[test]
+fn static_helpers_are_statically_linked_according_to_file() {
+    for name in ["lazaret-escalate", "lazaret-sidecar"] {
+        let path = static_helper(name);
+        assert!(
+            path.is_file(),
+            "{} missing: tests/run builds it (cargo build --profile static --target x86_64-unknown-linux-musl)",
+            path.display()
+        );
+        let output = Command::new("file").arg("-b").arg(&path).output().expect("file");
+        let description = stdout(&output);
+        assert!(description.contains("statically linked") || description.contains("static-pie linked"), "{name}: file says {description}");
+        assert!(!description.contains("dynamically linked") && !description.contains("interpreter"), "{name}: {description}");
+        let version = Command::new(&path).arg("--version").output().expect("run helper");
+        assert!(stdout(&version).starts_with(name), "{name} --version: {}", stdout(&version));
+    }
+}
+
+#[test]
+fn doctor_reports_every_check_and_passes_the_runtime() {
+    let env = TestEnv::new();
+    let output = run(env.lazaret().args(["doctor", "--json"]).env("LAZARET_HELPER_DIR", static_helper("").parent().expect("dir")));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let checks = json["checks"].as_array().expect("checks");
+    let status_of = |name: &str| checks.iter().find(|c| c["name"] == name).map(|c| c["status"].as_str().unwrap_or("").to_owned());
+    for name in ["podman", "runsc", "runc", "fuse-overlayfs", "git", "lazaret-escalate", "lazaret-sidecar"] {
+        assert_eq!(status_of(name).as_deref(), Some("pass"), "{name}: {json}");
+    }
+    for check in checks {
+        if check["status"] != "pass" {
+            assert!(check["fix"].is_string(), "a non-passing check needs a fix: {check}");
+        }
+    }
+    assert!(output.status.success(), "{json}");
+}
+
+#[test]
+fn default_image_runs_under_gvisor() {
+    ensure_default_image();
+    let output = podman_runsc(&[DEFAULT_IMAGE, "sh", "-c", "dmesg; echo ---; cat /proc/version; echo ---; git --version"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    let mut parts = text.split("---\n");
+    let dmesg = parts.next().unwrap_or_default();
+    let version = parts.next().unwrap_or_default();
+    assert!(dmesg.contains("Starting gVisor"), "the guest kernel log should be gVisor's: {dmesg}");
+    let host_version = std::fs::read_to_string("/proc/version").expect("host /proc/version");
+    assert_ne!(version.trim(), host_version.trim(), "the sandbox must not see the host kernel");
+    assert!(text.contains("git version"), "the default image carries git: {text}");
+}
+
+#[test]
+fn image_build_is_cached() {
+    ensure_default_image();
+    let env = TestEnv::new();
+    let output = run(env.lazaret().args(["image", "build"]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stderr(&output).contains("up to date"), "second build should be a cache hit: {}", stderr(&output));
+}
