@@ -29,6 +29,37 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a command (default: the image's shell) in the domain's sandbox.
+    ///
+    /// Starts the domain's Session Coordinator and sandbox if they are not
+    /// running, or joins them. With a terminal the session is interactive;
+    /// without one (scripts, pipes) stdin, stdout and stderr pass through.
+    /// The inner command's exit status becomes lazaret's. When the last
+    /// session of a domain ends, its sandbox is removed.
+    Run {
+        #[command(flatten)]
+        target: DomainTarget,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Show a domain's coordinator, container and live sessions.
+    Status {
+        #[command(flatten)]
+        target: DomainTarget,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a domain's completed sessions (from its state store).
+    Sessions {
+        #[command(flatten)]
+        target: DomainTarget,
+        /// At most this many, the most recent.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the Domain Anchor hash and every resource name of a domain.
     Domain {
         #[command(flatten)]
@@ -49,6 +80,12 @@ pub enum Command {
     /// Manage the offline image of the built-in profile.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Internal: run as a domain's Session Coordinator (started by `run`).
+    #[command(hide = true)]
+    Coordinator {
+        #[command(flatten)]
+        target: DomainTarget,
+    },
 }
 
 /// Which domain: a profile and a workspace.

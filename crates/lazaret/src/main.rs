@@ -3,8 +3,15 @@
 
 mod cli;
 mod commands;
+mod coordinator;
+mod domain_lock;
 mod helper_binaries;
+mod hold_to_bind;
 mod podman;
+mod private_dirs;
+mod process;
+mod rpc;
+mod session;
 mod workspace;
 
 use std::process::ExitCode;
@@ -14,7 +21,8 @@ use lazaret_core::exit_status;
 
 fn main() -> ExitCode {
     let arguments = cli::Cli::parse();
-    install_tracing(arguments.verbose);
+    let is_coordinator = matches!(arguments.command, cli::Command::Coordinator { .. });
+    install_tracing(if is_coordinator { arguments.verbose.max(1) } else { arguments.verbose });
     match commands::dispatch(arguments) {
         Ok(status) => ExitCode::from(status),
         Err(error) => {
@@ -52,5 +60,6 @@ fn install_tracing(verbose: u8) {
     };
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("LAZARET_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(ansi).init();
 }

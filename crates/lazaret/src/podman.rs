@@ -22,24 +22,12 @@ impl Podman {
     pub fn command(&self) -> Command {
         let mut command = Command::new(&self.program);
         command.env_clear();
-        for name in [
-            "PATH",
-            "HOME",
-            "USER",
-            "LOGNAME",
-            "XDG_RUNTIME_DIR",
-            "XDG_CONFIG_HOME",
-            "XDG_DATA_HOME",
-            "CONTAINERS_CONF",
-            "CONTAINERS_STORAGE_CONF",
-            "TMPDIR",
-            "LANG",
-        ] {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
-            }
-        }
+        command.envs(environment());
         command
+    }
+
+    pub fn program(&self) -> &str {
+        &self.program
     }
 
     /// The value of `label` on a local image, `None` if the image or label is absent.
@@ -62,4 +50,48 @@ impl Podman {
             .status()
             .is_ok_and(|status| status.success())
     }
+}
+
+/// The only host variables podman gets (D10): what podman itself needs.
+pub fn environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    [
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "XDG_RUNTIME_DIR",
+        "XDG_CONFIG_HOME",
+        "CONTAINERS_CONF",
+        "CONTAINERS_STORAGE_CONF",
+        "TMPDIR",
+        "LANG",
+    ]
+    .into_iter()
+    .filter_map(|name| std::env::var_os(name).map(|value| (std::ffi::OsString::from(name), value)))
+    .collect()
+}
+
+/// `--ulimit` values at or below this host's hard limits: podman's defaults
+/// exceed them on these machines and every start would fail (ENVIRONMENT.md).
+pub fn ulimit_arguments() -> Vec<String> {
+    use nix::sys::resource::{getrlimit, Resource};
+    let mut arguments = Vec::new();
+    for (name, resource, preferred) in [("nofile", Resource::RLIMIT_NOFILE, 65_536u64), ("nproc", Resource::RLIMIT_NPROC, 16_384u64)] {
+        let hard = getrlimit(resource).map(|(_, hard)| hard).unwrap_or(1024);
+        let value = preferred.min(hard);
+        arguments.push(format!("--ulimit={name}={value}:{value}"));
+    }
+    arguments
+}
+
+/// Flags that put a container under gVisor on these machines: the runsc
+/// runtime without cgroups (rootless) and without netstack (D5), no host
+/// proxy variables (D10).
+pub fn runsc_arguments() -> Vec<String> {
+    let mut arguments: Vec<String> =
+        ["--runtime=runsc", "--runtime-flag=ignore-cgroups", "--network=none", "--runtime-flag=network=none", "--http-proxy=false"]
+            .map(str::to_owned)
+            .to_vec();
+    arguments.extend(ulimit_arguments());
+    arguments
 }

@@ -21,13 +21,16 @@ use sha2::{Digest, Sha256};
 use crate::podman::Podman;
 
 /// Bump when the recipe (packages, generated files, image settings) changes.
-const RECIPE_VERSION: &str = "2";
+const RECIPE_VERSION: &str = "3";
 const CONTENT_LABEL: &str = "io.lazaret.content";
 
 /// Packages the image cannot do without.
-const REQUIRED_PACKAGES: [&str; 4] = ["bash", "dash", "coreutils", "git"];
+/// `bsdutils` brings `script`, which gives sessions a terminal inside the
+/// sandbox (see `session_terminal`).
+const REQUIRED_PACKAGES: [&str; 5] = ["bash", "dash", "coreutils", "git", "bsdutils"];
 /// Packages taken when installed on the host.
-const OPTIONAL_PACKAGES: [&str; 17] = [
+const OPTIONAL_PACKAGES: [&str; 18] = [
+    "busybox",
     "grep",
     "sed",
     "findutils",
@@ -203,6 +206,13 @@ fn add_generated_files(entries: &mut BTreeMap<PathBuf, Entry>) {
     generated("etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o644);
     generated("etc/os-release", "NAME=\"Lazaret default sandbox\"\nID=lazaret\n", 0o644);
     generated("etc/profile", "export PATH=/run/lazaret/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\nPS1='[lazaret] \\w\\$ '\n", 0o644);
+    // Debian's runsc (2022-12) answers coreutils 9.1's statx() with EINVAL,
+    // so `ls -l` and `stat` fail there; busybox's versions use lstat().
+    if entries.contains_key(Path::new("usr/bin/busybox")) {
+        for applet in ["ls", "stat"] {
+            entries.insert(PathBuf::from(format!("usr/local/bin/{applet}")), Entry::Symlink { target: PathBuf::from("/usr/bin/busybox") });
+        }
+    }
     for (dir, mode) in [("tmp", 0o1777), ("root", 0o700), ("workspace", 0o755), ("home", 0o755), ("run", 0o755), ("var/tmp", 0o1777)] {
         entries.insert(PathBuf::from(dir), Entry::Directory { mode });
     }

@@ -4,7 +4,9 @@
 mod config;
 mod doctor;
 mod domain;
-mod image;
+pub mod image;
+mod run;
+mod status;
 
 use anyhow::Result;
 
@@ -19,6 +21,14 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Config(ConfigCommand::Path) => config::path(config_path),
         Command::Doctor { json } => doctor::run(json),
         Command::Image(ImageCommand::Build { force, tag }) => image::build(&tag, force),
+        Command::Run { target, command } => run::run(config_path, &target, command),
+        Command::Status { target, json } => status::status(config_path, &target, json),
+        Command::Sessions { target, limit, json } => status::sessions(config_path, &target, limit, json),
+        Command::Coordinator { target } => {
+            let config = crate::workspace::load_config(config_path)?;
+            let resolved = crate::workspace::resolve_target(&config, &target)?;
+            crate::coordinator::run(resolved)
+        }
     }
 }
 

@@ -1,0 +1,177 @@
+//! `lazaret-protocol`: the JSON-RPC 2.0 API between the Session Coordinator
+//! and its clients (the `lazaret` CLI, editor extensions), defined once as a
+//! jsonrpsee `#[rpc]` trait, and the wire types it carries.
+//!
+//! Wire conventions: method names are `<resource>/<method>`, fields are
+//! camelCase, messages are framed LSP-style (`Content-Length: N\r\n\r\n`),
+//! see `docs/rpc.md`. Nothing else in Lazaret knows these names.
+
+use jsonrpsee::core::{RpcResult, SubscriptionResult};
+use jsonrpsee::proc_macros::rpc;
+use serde::{Deserialize, Serialize};
+
+/// Version of this API; bumped on incompatible changes.
+pub const API_VERSION: u32 = 1;
+
+/// Application error codes (JSON-RPC reserves -32768..-32000).
+pub mod error_code {
+    /// The domain is tearing down; start a new session (the CLI retries).
+    pub const SHUTTING_DOWN: i32 = 1001;
+    /// The sandbox container could not be started; `message` says why.
+    pub const SANDBOX_FAILED: i32 = 1002;
+    /// The session id is unknown or belongs to another connection.
+    pub const UNKNOWN_SESSION: i32 = 1003;
+    /// The request was well-formed but its values are not acceptable.
+    pub const INVALID_VALUE: i32 = 1004;
+    /// The state store failed.
+    pub const STORE_FAILED: i32 = 1005;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterParams {
+    /// Random 128-bit hex id chosen by the client (`LAZARET_SESSION_ID`).
+    pub session_id: String,
+    pub pid: u32,
+    /// What the session runs inside the sandbox (for display and the store).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// `cli` or an editor name.
+    #[serde(default = "default_client")]
+    pub client: String,
+}
+
+fn default_client() -> String {
+    "cli".to_owned()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterResult {
+    pub domain_hash: String,
+    pub container_name: String,
+    /// The sandbox's default command (the image's CMD), for sessions that
+    /// name none.
+    pub default_command: Vec<String>,
+    /// Live sessions after this registration.
+    pub session_count: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnregisterParams {
+    pub session_id: String,
+    /// The inner command's exit status, when it ended normally.
+    #[serde(default)]
+    pub exit_status: Option<i32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ContainerState {
+    Starting,
+    Running,
+    Failed,
+    Stopping,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveSession {
+    pub session_id: String,
+    pub pid: u32,
+    pub client: String,
+    pub command: Vec<String>,
+    pub started_at_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainStatus {
+    pub api_version: u32,
+    pub domain_hash: String,
+    pub profile: String,
+    pub workspace: String,
+    pub image: String,
+    pub container_name: String,
+    pub container_state: ContainerState,
+    /// Why the container failed, when `containerState` is `failed`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub container_error: Option<String>,
+    pub coordinator_pid: u32,
+    pub started_at_ms: u64,
+    pub sessions: Vec<LiveSession>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompletedSession {
+    pub session_id: String,
+    pub pid: u32,
+    pub command: Vec<String>,
+    pub started_at_ms: u64,
+    pub ended_at_ms: u64,
+    pub exit_status: Option<i32>,
+    /// `exited` or `disconnected`.
+    pub end_reason: String,
+}
+
+/// Notifications of `events/subscribe`, delivered as `events/event`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "kind")]
+pub enum Event {
+    SessionRegistered { session_id: String, pid: u32, session_count: usize },
+    SessionEnded { session_id: String, exit_status: Option<i32>, end_reason: String, session_count: usize },
+    ContainerState { state: ContainerState, message: Option<String> },
+    ShuttingDown { reason: String },
+}
+
+/// The coordinator's API. `lazaret` implements `LazaretApiServer`; see
+/// `docs/rpc.md` for transcripts.
+#[rpc(server)]
+pub trait LazaretApi {
+    /// Registers a client session; resolves once the sandbox is running.
+    /// The session counts as live until `session/unregister` or until its
+    /// connection closes (reference-counted teardown).
+    #[method(name = "session/register", with_extensions)]
+    async fn session_register(
+        &self,
+        session_id: String,
+        pid: u32,
+        command: Option<Vec<String>>,
+        client: Option<String>,
+    ) -> RpcResult<RegisterResult>;
+
+    /// Ends a session of this connection and records it.
+    #[method(name = "session/unregister", with_extensions)]
+    async fn session_unregister(&self, session_id: String, exit_status: Option<i32>) -> RpcResult<bool>;
+
+    /// Completed sessions from the state store, oldest first.
+    #[method(name = "session/list")]
+    async fn session_list(&self, limit: Option<usize>) -> RpcResult<Vec<CompletedSession>>;
+
+    /// The domain: profile, workspace, container state, live sessions.
+    #[method(name = "domain/status")]
+    async fn domain_status(&self) -> RpcResult<DomainStatus>;
+
+    /// Domain events as `events/event` notifications.
+    #[subscription(name = "events/subscribe" => "events/event", unsubscribe = "events/unsubscribe", item = Event)]
+    async fn events_subscribe(&self) -> SubscriptionResult;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_names_are_camel_case() {
+        let event = Event::SessionEnded { session_id: "s".into(), exit_status: Some(1), end_reason: "exited".into(), session_count: 0 };
+        let json = serde_json::to_value(&event).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({"kind": "sessionEnded", "sessionId": "s", "exitStatus": 1, "endReason": "exited", "sessionCount": 0})
+        );
+        let state = serde_json::to_value(ContainerState::Running).expect("json");
+        assert_eq!(state, "running");
+    }
+}

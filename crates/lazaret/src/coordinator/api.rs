@@ -1,0 +1,294 @@
+//! The coordinator's in-memory state and its implementation of the
+//! `LazaretApi` JSON-RPC trait. Sessions are keyed by id and owned by the
+//! control connection that registered them, so a vanished client (even one
+//! killed with SIGKILL) is unregistered when its connection closes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jsonrpsee::core::{async_trait, RpcResult, SubscriptionResult};
+use jsonrpsee::types::ErrorObjectOwned;
+use jsonrpsee::{ConnectionId, Extensions, PendingSubscriptionSink, SubscriptionMessage};
+use lazaret_core::config::ResolvedProfile;
+use lazaret_protocol::{
+    error_code, CompletedSession, ContainerState, DomainStatus, Event, LazaretApiServer, LiveSession, RegisterResult, API_VERSION,
+};
+use lazaret_store::{SessionRecord, Store};
+use tokio::sync::{broadcast, watch, Notify};
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_millis() as u64).unwrap_or(0)
+}
+
+fn rpc_error(code: i32, message: impl Into<String>) -> ErrorObjectOwned {
+    ErrorObjectOwned::owned(code, message.into(), None::<()>)
+}
+
+struct Session {
+    connection: ConnectionId,
+    live: LiveSession,
+}
+
+#[derive(Default)]
+struct Sessions {
+    by_id: HashMap<String, Session>,
+    shutting_down: bool,
+    ever_registered: bool,
+}
+
+/// Shared by the RPC handlers and the coordinator's main loop.
+pub struct Domain {
+    pub resolved: ResolvedProfile,
+    pub store: Arc<Store>,
+    pub started_at_ms: u64,
+    sessions: Mutex<Sessions>,
+    container: watch::Sender<(ContainerState, Option<String>)>,
+    default_command: Mutex<Vec<String>>,
+    events: broadcast::Sender<Event>,
+    /// Signalled whenever the live session count drops to zero.
+    pub idle: Notify,
+}
+
+impl Domain {
+    pub fn new(resolved: ResolvedProfile, store: Arc<Store>) -> Domain {
+        Domain {
+            resolved,
+            store,
+            started_at_ms: now_ms(),
+            sessions: Mutex::default(),
+            container: watch::channel((ContainerState::Starting, None)).0,
+            default_command: Mutex::new(Vec::new()),
+            events: broadcast::channel(256).0,
+            idle: Notify::new(),
+        }
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
+        // A panic while holding this lock cannot leave the map half-updated
+        // (every update is a single insert or remove), so keep going.
+        self.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn emit(&self, event: Event) {
+        let _ = self.events.send(event);
+    }
+
+    pub fn set_container_state(&self, state: ContainerState, message: Option<String>) {
+        self.container.send_replace((state, message.clone()));
+        self.emit(Event::ContainerState { state, message });
+    }
+
+    pub fn set_default_command(&self, command: Vec<String>) {
+        *self.default_command.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = command;
+    }
+
+    pub fn live_count(&self) -> usize {
+        self.sessions().by_id.len()
+    }
+
+    pub fn ever_registered(&self) -> bool {
+        self.sessions().ever_registered
+    }
+
+    /// Marks the domain as shutting down if no session is live; returns
+    /// whether it did. New registrations are refused from then on.
+    pub fn begin_shutdown_if_idle(&self, force: bool) -> bool {
+        let mut sessions = self.sessions();
+        if !force && !sessions.by_id.is_empty() {
+            return false;
+        }
+        sessions.shutting_down = true;
+        true
+    }
+
+    /// Ends every session of a closed connection.
+    pub async fn connection_closed(&self, connection: ConnectionId) {
+        let ended: Vec<LiveSession> = {
+            let mut sessions = self.sessions();
+            let ids: Vec<String> = sessions.by_id.iter().filter(|(_, s)| s.connection == connection).map(|(id, _)| id.clone()).collect();
+            ids.into_iter().filter_map(|id| sessions.by_id.remove(&id)).map(|session| session.live).collect()
+        };
+        for live in ended {
+            self.finish(live, None, "disconnected").await;
+        }
+    }
+
+    /// Records an ended session, announces it, and wakes the main loop when
+    /// it was the last one.
+    async fn finish(&self, live: LiveSession, exit_status: Option<i32>, end_reason: &str) {
+        let record = SessionRecord {
+            session_id: live.session_id.clone(),
+            pid: live.pid,
+            command: live.command.clone(),
+            started_at_ms: live.started_at_ms,
+            ended_at_ms: now_ms(),
+            exit_status,
+            end_reason: end_reason.to_owned(),
+        };
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.record_session(&record)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::error!(%error, "cannot record a completed session"),
+            Err(error) => tracing::error!(%error, "session recording task failed"),
+        }
+        let session_count = self.live_count();
+        tracing::info!(session = %live.session_id, end_reason, session_count, "session ended");
+        self.emit(Event::SessionEnded { session_id: live.session_id, exit_status, end_reason: end_reason.to_owned(), session_count });
+        if session_count == 0 {
+            self.idle.notify_one();
+        }
+    }
+}
+
+/// The RPC face of a [`Domain`].
+#[derive(Clone)]
+pub struct Api(pub Arc<Domain>);
+
+fn connection_of(extensions: &Extensions) -> RpcResult<ConnectionId> {
+    extensions.get::<ConnectionId>().copied().ok_or_else(|| rpc_error(-32603, "no connection id"))
+}
+
+fn valid_session_id(id: &str) -> bool {
+    (16..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+#[async_trait]
+impl LazaretApiServer for Api {
+    async fn session_register(
+        &self,
+        extensions: &Extensions,
+        session_id: String,
+        pid: u32,
+        command: Option<Vec<String>>,
+        client: Option<String>,
+    ) -> RpcResult<RegisterResult> {
+        let connection = connection_of(extensions)?;
+        if !valid_session_id(&session_id) {
+            return Err(rpc_error(error_code::INVALID_VALUE, format!("sessionId `{session_id}` must be 16 to 64 hex digits")));
+        }
+        let domain = &self.0;
+        let session_count = {
+            let mut sessions = domain.sessions();
+            if sessions.shutting_down {
+                return Err(rpc_error(error_code::SHUTTING_DOWN, "the domain is shutting down; start a new session"));
+            }
+            if sessions.by_id.contains_key(&session_id) {
+                return Err(rpc_error(error_code::INVALID_VALUE, format!("session {session_id} is already registered")));
+            }
+            let live = LiveSession {
+                session_id: session_id.clone(),
+                pid,
+                client: client.unwrap_or_else(|| "cli".to_owned()),
+                command: command.unwrap_or_default(),
+                started_at_ms: now_ms(),
+            };
+            sessions.by_id.insert(session_id.clone(), Session { connection, live });
+            sessions.ever_registered = true;
+            sessions.by_id.len()
+        };
+        tracing::info!(session = %session_id, pid, session_count, "session registered");
+        domain.emit(Event::SessionRegistered { session_id: session_id.clone(), pid, session_count });
+
+        // Resolve once the sandbox is up (or has failed).
+        let mut container = domain.container.subscribe();
+        let state = match container.wait_for(|(state, _)| *state != ContainerState::Starting).await {
+            Ok(state) => state.clone(),
+            Err(_) => (ContainerState::Failed, Some("the coordinator is stopping".to_owned())),
+        };
+        if state.0 != ContainerState::Running {
+            let removed = domain.sessions().by_id.remove(&session_id);
+            if let Some(session) = removed {
+                domain.finish(session.live, None, "sandbox-failed").await;
+            }
+            let message = state.1.unwrap_or_else(|| format!("the sandbox is {:?}", state.0));
+            return Err(rpc_error(error_code::SANDBOX_FAILED, message));
+        }
+        let default_command = domain.default_command.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        Ok(RegisterResult {
+            domain_hash: domain.resolved.domain.domain_hash.clone(),
+            container_name: domain.resolved.domain.container_name.clone(),
+            default_command,
+            session_count,
+        })
+    }
+
+    async fn session_unregister(&self, extensions: &Extensions, session_id: String, exit_status: Option<i32>) -> RpcResult<bool> {
+        let connection = connection_of(extensions)?;
+        let removed = {
+            let mut sessions = self.0.sessions();
+            match sessions.by_id.get(&session_id) {
+                Some(session) if session.connection == connection => sessions.by_id.remove(&session_id),
+                _ => None,
+            }
+        };
+        match removed {
+            Some(session) => {
+                self.0.finish(session.live, exit_status, "exited").await;
+                Ok(true)
+            }
+            None => Err(rpc_error(error_code::UNKNOWN_SESSION, format!("no session {session_id} on this connection"))),
+        }
+    }
+
+    async fn session_list(&self, limit: Option<usize>) -> RpcResult<Vec<CompletedSession>> {
+        let store = self.0.store.clone();
+        let limit = limit.unwrap_or(50).min(10_000);
+        let records = tokio::task::spawn_blocking(move || store.sessions(limit))
+            .await
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?;
+        Ok(records
+            .into_iter()
+            .map(|record| CompletedSession {
+                session_id: record.session_id,
+                pid: record.pid,
+                command: record.command,
+                started_at_ms: record.started_at_ms,
+                ended_at_ms: record.ended_at_ms,
+                exit_status: record.exit_status,
+                end_reason: record.end_reason,
+            })
+            .collect())
+    }
+
+    async fn domain_status(&self) -> RpcResult<DomainStatus> {
+        let domain = &self.0;
+        let (container_state, container_error) = domain.container.borrow().clone();
+        let mut sessions: Vec<LiveSession> = domain.sessions().by_id.values().map(|session| session.live.clone()).collect();
+        sessions.sort_by_key(|session| session.started_at_ms);
+        Ok(DomainStatus {
+            api_version: API_VERSION,
+            domain_hash: domain.resolved.domain.domain_hash.clone(),
+            profile: domain.resolved.profile.clone(),
+            workspace: domain.resolved.workspace.display().to_string(),
+            image: domain.resolved.image.clone(),
+            container_name: domain.resolved.domain.container_name.clone(),
+            container_state,
+            container_error,
+            coordinator_pid: std::process::id(),
+            started_at_ms: domain.started_at_ms,
+            sessions,
+        })
+    }
+
+    async fn events_subscribe(&self, pending: PendingSubscriptionSink) -> SubscriptionResult {
+        let mut events = self.0.events.subscribe();
+        let sink = pending.accept().await?;
+        loop {
+            tokio::select! {
+                _ = sink.closed() => return Ok(()),
+                event = events.recv() => match event {
+                    Ok(event) => {
+                        let message = SubscriptionMessage::from(serde_json::value::to_raw_value(&event)?);
+                        if sink.send(message).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(missed)) => tracing::warn!(missed, "an event subscriber lagged"),
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
+    }
+}

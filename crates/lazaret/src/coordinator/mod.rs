@@ -1,0 +1,175 @@
+//! The Session Coordinator: one background process per domain (the
+//! `lazaret` binary re-executed, detached with `setsid`). It owns the
+//! sandbox container, the control socket and the state store, serves the
+//! JSON-RPC API, counts live sessions and tears everything down when the
+//! count reaches zero or on SIGINT/SIGTERM/SIGHUP (NFR-2).
+
+mod api;
+pub mod sandbox;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use lazaret_core::config::ResolvedProfile;
+use lazaret_protocol::{ContainerState, Event, LazaretApiServer};
+use lazaret_store::Store;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::domain_lock::DomainLock;
+use crate::podman::Podman;
+use crate::rpc::server::{self, ConnectionEvent};
+use api::{Api, Domain};
+
+/// How long a new coordinator waits for its first session before giving up
+/// (the CLI that started it may have died).
+const FIRST_SESSION_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long teardown waits for the domain lock before going ahead anyway.
+const TEARDOWN_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// File name of the state store inside the Domain Root.
+pub const STORE_FILE: &str = "state.redb";
+/// File name of the coordinator's log inside the Domain Root.
+pub const LOG_FILE: &str = "coordinator.log";
+
+/// Runs the coordinator of `resolved` until teardown. Blocking.
+pub fn run(resolved: ResolvedProfile) -> Result<u8> {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(serve(resolved))
+}
+
+async fn serve(resolved: ResolvedProfile) -> Result<u8> {
+    let domain_resources = resolved.domain.clone();
+    crate::private_dirs::ensure_private_dir(&domain_resources.domain_dir)?;
+    if let Some(socket_root) = domain_resources.socket_dir.parent() {
+        crate::private_dirs::ensure_private_dir(socket_root)?;
+    }
+    crate::private_dirs::ensure_private_dir(&domain_resources.socket_dir)?;
+
+    let store_path = domain_resources.domain_dir.join(STORE_FILE);
+    let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await.context("store task failed")??;
+    let domain = Arc::new(Domain::new(resolved, Arc::new(store)));
+    let podman = Podman::default();
+
+    // A coordinator killed with SIGKILL leaves its socket file and maybe its
+    // container behind; the CLI that started us found the socket dead.
+    let _ = std::fs::remove_file(&domain_resources.control_socket);
+    if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
+        tracing::warn!(%error, "could not remove a leftover container");
+    }
+
+    let listener = bind_private(&domain_resources.control_socket)?;
+    tracing::info!(socket = %domain_resources.control_socket.display(), "control socket bound");
+
+    let (connection_events, mut connection_events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let methods = Api(domain.clone()).into_rpc();
+    let server_task = tokio::spawn(server::serve(listener, methods.into(), server::Config::default(), connection_events));
+
+    let start_domain = domain.clone();
+    let start_podman = podman.clone();
+    let start_task = tokio::spawn(async move {
+        let default_command = sandbox::default_command(&start_podman, &start_domain.resolved.image).await;
+        start_domain.set_default_command(default_command);
+        match sandbox::start(&start_podman, &start_domain.resolved).await {
+            Ok(()) => {
+                tracing::info!("sandbox running");
+                start_domain.set_container_state(ContainerState::Running, None);
+            }
+            Err(error) => {
+                tracing::error!(%error, "sandbox failed to start");
+                start_domain.set_container_state(ContainerState::Failed, Some(format!("{error:#}")));
+            }
+        }
+    });
+
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let first_session_deadline = tokio::time::sleep(FIRST_SESSION_TIMEOUT);
+    tokio::pin!(first_session_deadline);
+
+    let reason = loop {
+        tokio::select! {
+            Some(event) = connection_events_rx.recv() => {
+                if let ConnectionEvent::Closed { conn_id } = event {
+                    domain.connection_closed(conn_id).await;
+                }
+            }
+            _ = domain.idle.notified() => {
+                if domain.live_count() == 0 && try_begin_idle_shutdown(&domain).await {
+                    break "no sessions left";
+                }
+            }
+            _ = &mut first_session_deadline, if !domain.ever_registered() => {
+                if domain.live_count() == 0 && try_begin_idle_shutdown(&domain).await {
+                    break "no session registered";
+                }
+            }
+            _ = terminate.recv() => break "SIGTERM",
+            _ = interrupt.recv() => break "SIGINT",
+            _ = hangup.recv() => break "SIGHUP",
+        }
+    };
+
+    tracing::info!(reason, "tearing down");
+    domain.begin_shutdown_if_idle(true);
+    domain.emit(Event::ShuttingDown { reason: reason.to_owned() });
+    domain.set_container_state(ContainerState::Stopping, None);
+    // Hold the domain lock while tearing down, so that no new coordinator
+    // starts a container of the same name before ours is gone.
+    let lock = lock_for_teardown(&domain_resources.lockfile).await;
+    let _ = std::fs::remove_file(&domain_resources.control_socket);
+    start_task.abort();
+    if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
+        tracing::error!(%error, "could not remove the sandbox");
+    }
+    let _ = std::fs::remove_file(&domain_resources.escalation_socket);
+    let _ = std::fs::remove_dir(&domain_resources.socket_dir);
+    server_task.abort();
+    if let Some(lock) = lock {
+        lock.unlock();
+    }
+    tracing::info!("teardown complete");
+    Ok(0)
+}
+
+/// Takes the domain lock, then re-checks that no session arrived meanwhile.
+/// A CLI leader holds the lock while it registers, so this cannot race it.
+async fn try_begin_idle_shutdown(domain: &Arc<Domain>) -> bool {
+    let lock = lock_for_teardown(&domain.resolved.domain.lockfile).await;
+    let idle = domain.begin_shutdown_if_idle(false);
+    if let Some(lock) = lock {
+        lock.unlock();
+    }
+    idle
+}
+
+/// The domain lock, waited for up to [`TEARDOWN_LOCK_TIMEOUT`].
+async fn lock_for_teardown(path: &Path) -> Option<DomainLock> {
+    let lock = DomainLock::open(path).ok()?;
+    let deadline = tokio::time::Instant::now() + TEARDOWN_LOCK_TIMEOUT;
+    loop {
+        if lock.try_lock().unwrap_or(false) {
+            return Some(lock);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!("teardown proceeds without the domain lock");
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Binds a Unix socket that only its owner can connect to: created under a
+/// 0077 umask (so it is never briefly world-accessible), then chmod 0600.
+fn bind_private(path: &Path) -> Result<tokio::net::UnixListener> {
+    let previous = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    let bound = tokio::net::UnixListener::bind(path);
+    nix::sys::stat::umask(previous);
+    let listener = bound.with_context(|| format!("cannot bind the control socket {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}

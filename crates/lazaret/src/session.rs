@@ -1,0 +1,246 @@
+//! Running one client session's command inside the sandbox with
+//! `podman exec`.
+//!
+//! Interactive (stdin and stdout are terminals): a host PTY sits between the
+//! user's terminal and `podman exec -i`, so the CLI owns the byte stream (it
+//! can pause output and draw a prompt). Inside the sandbox, `script` gives
+//! the command a terminal of its own, since `podman exec -t` fails under
+//! runsc (conmon passes `--tty`, which runsc lacks). gVisor's line
+//! discipline of this runsc version does not turn ^C into SIGINT, so the CLI
+//! delivers it: a ^C typed by the user becomes `pkill -INT -s <session>`
+//! inside the sandbox. Window size changes are applied with `stty`.
+//!
+//! Non-interactive: `podman exec -i` with stdin, stdout and stderr passed
+//! through.
+
+use std::io::{IsTerminal, Read, Write};
+use std::os::fd::BorrowedFd;
+use std::process::Stdio;
+
+use anyhow::{Context, Result};
+
+use crate::podman::{self, Podman};
+
+/// Exit status reported when the inner command's status is unknown.
+const UNKNOWN_STATUS: i32 = 255;
+
+pub struct SessionCommand<'a> {
+    pub container: &'a str,
+    pub session_id: &'a str,
+    pub argv: &'a [String],
+}
+
+pub fn is_interactive() -> bool {
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+}
+
+/// Single-quotes `word` for a POSIX shell.
+fn shell_quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+fn state_file(session_id: &str) -> String {
+    format!("/tmp/.lazaret-session-{session_id}")
+}
+
+/// The exec prefix shared by both modes.
+fn exec_arguments(session: &SessionCommand<'_>, term: Option<&str>) -> Vec<String> {
+    let mut arguments = vec!["exec".to_owned(), "--interactive".to_owned(), "--workdir=/workspace".to_owned()];
+    arguments.push(format!("--env=LAZARET_SESSION_ID={}", session.session_id));
+    if let Some(term) = term {
+        arguments.push(format!("--env=TERM={term}"));
+    }
+    arguments.push(session.container.to_owned());
+    arguments
+}
+
+/// Runs the session to completion and returns the inner exit status.
+pub async fn run(session: &SessionCommand<'_>) -> Result<i32> {
+    if is_interactive() {
+        let container = session.container.to_owned();
+        let session_id = session.session_id.to_owned();
+        let argv = session.argv.to_vec();
+        tokio::task::spawn_blocking(move || {
+            run_interactive(&SessionCommand { container: &container, session_id: &session_id, argv: &argv })
+        })
+        .await
+        .context("session task failed")?
+    } else {
+        run_piped(session).await
+    }
+}
+
+async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
+    // `sh` records the command's pid so that an interrupt can be delivered
+    // inside the sandbox; `exec` then replaces it with the command.
+    let state = state_file(session.session_id);
+    let mut command = tokio::process::Command::from(Podman::default().command());
+    command
+        .args(exec_arguments(session, None))
+        .args(["sh", "-c", &format!("echo \"$$\" > {state}; exec \"$@\""), "lazaret-session"])
+        .args(session.argv)
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit());
+    let mut child = command.spawn().context("cannot run podman exec")?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let status = tokio::select! {
+        status = child.wait() => status?,
+        _ = terminate.recv() => { let _ = child.kill().await; return Ok(128 + 15); }
+        _ = interrupt.recv() => {
+            // Deliver the interrupt inside the sandbox as well: podman exec
+            // without a terminal does not forward signals.
+            signal_inside(session.container, &format!("kill -INT \"$(cat {state})\""));
+            let _ = child.kill().await;
+            return Ok(128 + 2);
+        }
+    };
+    Ok(status.code().unwrap_or(UNKNOWN_STATUS))
+}
+
+/// Runs `script` inside the sandbox.
+fn run_interactive(session: &SessionCommand<'_>) -> Result<i32> {
+    use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+
+    let (columns, rows) = crossterm::terminal::size().unwrap_or((80, 24));
+    let pair = native_pty_system()
+        .openpty(PtySize { rows, cols: columns, pixel_width: 0, pixel_height: 0 })
+        .map_err(|error| anyhow::anyhow!("cannot open a pseudo-terminal: {error}"))?;
+    if let Some(fd) = pair.master.as_raw_fd() {
+        make_raw(fd)?;
+    }
+
+    let quoted: Vec<String> = session.argv.iter().map(|word| shell_quote(word)).collect();
+    let inner = format!(
+        "printf '%s %s\\n' \"$$\" \"$(tty)\" > {state}; stty rows {rows} cols {columns} 2>/dev/null; exec {command}",
+        state = state_file(session.session_id),
+        command = quoted.join(" "),
+    );
+    let term = std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".to_owned());
+    let podman = Podman::default();
+    let mut builder = CommandBuilder::new(podman.program());
+    builder.env_clear();
+    for (name, value) in podman::environment() {
+        builder.env(name, value);
+    }
+    for argument in exec_arguments(session, Some(&term)) {
+        builder.arg(argument);
+    }
+    for argument in ["script", "--quiet", "--flush", "--return", "--echo", "always", "--command", &inner, "/dev/null"] {
+        builder.arg(argument);
+    }
+    let mut child = pair.slave.spawn_command(builder).map_err(|error| anyhow::anyhow!("cannot run podman exec: {error}"))?;
+    drop(pair.slave);
+
+    let mut reader = pair.master.try_clone_reader().map_err(|error| anyhow::anyhow!("{error}"))?;
+    let mut writer = pair.master.take_writer().map_err(|error| anyhow::anyhow!("{error}"))?;
+    let _raw = RawTerminal::enable()?;
+
+    let output = std::thread::spawn(move || {
+        let mut stdout = std::io::stdout();
+        let mut buffer = [0u8; 8192];
+        while let Ok(count) = reader.read(&mut buffer) {
+            if count == 0 || stdout.write_all(&buffer[..count]).and_then(|()| stdout.flush()).is_err() {
+                break;
+            }
+        }
+    });
+    let container = session.container.to_owned();
+    let state = state_file(session.session_id);
+    // The input thread blocks on our stdin; it ends with the process.
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin();
+        let mut buffer = [0u8; 4096];
+        while let Ok(count) = stdin.read(&mut buffer) {
+            if count == 0 {
+                break;
+            }
+            let bytes = &buffer[..count];
+            if writer.write_all(bytes).and_then(|()| writer.flush()).is_err() {
+                break;
+            }
+            if bytes.contains(&0x03) {
+                let script = format!("read sid tty < {state} && pkill -INT -s \"$sid\"");
+                let container = container.clone();
+                std::thread::spawn(move || signal_inside(&container, &script));
+            }
+        }
+    });
+    let resize_master = pair.master;
+    let resize_container = session.container.to_owned();
+    let resize_state = state_file(session.session_id);
+    let resizer = std::thread::spawn(move || watch_window_size(&*resize_master, &resize_container, &resize_state));
+
+    let status = child.wait().context("waiting for podman exec")?;
+    let _ = output.join();
+    drop(resizer);
+    Ok(i32::try_from(status.exit_code()).unwrap_or(UNKNOWN_STATUS))
+}
+
+/// Runs a short shell snippet inside the sandbox (best effort).
+fn signal_inside(container: &str, script: &str) {
+    let _ = Podman::default()
+        .command()
+        .args(["exec", container, "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Polls the terminal size (SIGWINCH cannot be waited for from a plain
+/// thread without a signal crate) and applies changes to both terminals.
+fn watch_window_size(master: &dyn portable_pty::MasterPty, container: &str, state: &str) {
+    let mut last = crossterm::terminal::size().unwrap_or((80, 24));
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let Ok(current) = crossterm::terminal::size() else { return };
+        if current != last {
+            last = current;
+            let (columns, rows) = current;
+            let _ = master.resize(portable_pty::PtySize { rows, cols: columns, pixel_width: 0, pixel_height: 0 });
+            signal_inside(container, &format!("read sid tty < {state} && stty -F \"$tty\" rows {rows} cols {columns}"));
+        }
+    }
+}
+
+/// Puts the host PTY in raw mode: bytes reach `podman exec` untouched (no
+/// echo, no signals generated on the host side).
+fn make_raw(fd: std::os::fd::RawFd) -> Result<()> {
+    use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
+    // SAFETY: `fd` is the PTY master owned by `pair.master`, which outlives
+    // this call; the borrow does not escape it.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let mut attributes = tcgetattr(borrowed).context("tcgetattr on the pty")?;
+    cfmakeraw(&mut attributes);
+    tcsetattr(borrowed, SetArg::TCSANOW, &attributes).context("tcsetattr on the pty")?;
+    Ok(())
+}
+
+/// The user's terminal in raw mode for the session's lifetime.
+struct RawTerminal;
+
+impl RawTerminal {
+    fn enable() -> Result<RawTerminal> {
+        crossterm::terminal::enable_raw_mode().context("cannot put the terminal in raw mode")?;
+        Ok(RawTerminal)
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        let _ = crossterm::terminal::disable_raw_mode();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_single_quotes() {
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote("a b"), "'a b'");
+    }
+}
