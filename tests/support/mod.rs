@@ -104,3 +104,63 @@ pub fn podman_runsc(arguments: &[&str]) -> Output {
     command.args(arguments);
     command.output().expect("spawn podman")
 }
+
+/// Serializes the tests that start sandboxes: they measure teardown within
+/// seconds, which contention on a 2-core machine would make flaky.
+pub fn sandbox_guard() -> std::sync::MutexGuard<'static, ()> {
+    static GUARD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    GUARD.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `lazaret domain --json` for a profile and workspace.
+pub fn domain_json(env: &TestEnv, profile: &str, workspace: &Path) -> serde_json::Value {
+    let output = run(env.lazaret().args(["domain", "--json", "--profile", profile, "--workspace"]).arg(workspace));
+    assert!(output.status.success(), "lazaret domain: {}", stderr(&output));
+    serde_json::from_slice(&output.stdout).expect("domain json")
+}
+
+/// Names of all containers (any state) labelled with the domain hash.
+pub fn domain_containers(hash: &str) -> Vec<String> {
+    let output = Command::new("podman")
+        .args(["ps", "--all", "--filter", &format!("label=io.lazaret.domain={hash}"), "--format", "{{.Names}}"])
+        .output()
+        .expect("podman ps");
+    stdout(&output).lines().map(str::to_owned).filter(|line| !line.is_empty()).collect()
+}
+
+/// Pids of live coordinator processes for `workspace` (from /proc).
+pub fn coordinator_pids(workspace: &Path) -> Vec<u32> {
+    let needle = workspace.to_string_lossy().into_owned();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let words: Vec<String> = cmdline.split(|b| *b == 0).map(|w| String::from_utf8_lossy(w).into_owned()).collect();
+        let is_zombie = std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|stat| stat.contains(") Z "));
+        if !is_zombie && words.iter().any(|w| w == "coordinator") && words.contains(&needle) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Polls `condition` every 50 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: std::time::Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Everything of a domain is gone: container, control socket, coordinator.
+pub fn domain_is_torn_down(domain: &serde_json::Value, workspace: &Path) -> bool {
+    let hash = domain["domain_hash"].as_str().expect("hash");
+    let socket = Path::new(domain["control_socket"].as_str().expect("socket"));
+    domain_containers(hash).is_empty() && !socket.exists() && coordinator_pids(workspace).is_empty()
+}

@@ -7,8 +7,8 @@
 //! the command a terminal of its own, since `podman exec -t` fails under
 //! runsc (conmon passes `--tty`, which runsc lacks). gVisor's line
 //! discipline of this runsc version does not turn ^C into SIGINT, so the CLI
-//! delivers it: a ^C typed by the user becomes `pkill -INT -s <session>`
-//! inside the sandbox. Window size changes are applied with `stty`.
+//! delivers it: a ^C typed by the user becomes a SIGINT inside the sandbox
+//! (see [`interrupt_script`]). Window size changes are applied with `stty`.
 //!
 //! Non-interactive: `podman exec -i` with stdin, stdout and stderr passed
 //! through.
@@ -161,7 +161,7 @@ fn run_interactive(session: &SessionCommand<'_>) -> Result<i32> {
                 break;
             }
             if bytes.contains(&0x03) {
-                let script = format!("read sid tty < {state} && pkill -INT -s \"$sid\"");
+                let script = interrupt_script(&state);
                 let container = container.clone();
                 std::thread::spawn(move || signal_inside(&container, &script));
             }
@@ -176,6 +176,23 @@ fn run_interactive(session: &SessionCommand<'_>) -> Result<i32> {
     let _ = output.join();
     drop(resizer);
     Ok(i32::try_from(status.exit_code()).unwrap_or(UNKNOWN_STATUS))
+}
+
+/// The shell snippet that delivers a typed ^C inside the sandbox.
+///
+/// This runsc gives processes no controlling terminal (`tty_nr` and
+/// `tpgid` read 0), so neither the line discipline nor we can name the
+/// terminal's foreground group. The approximation: SIGINT to every process
+/// group of the session other than the session leader's (the jobs of an
+/// interactive shell), or to the leader's group when there is no other (a
+/// program run directly).
+fn interrupt_script(state: &str) -> String {
+    format!(
+        "read sid tty < {state} || exit 0; \
+         groups=$(ps -o pgid= -s \"$sid\" | tr -d ' ' | sort -u | grep -vx \"$sid\"); \
+         if [ -n \"$groups\" ]; then for group in $groups; do kill -INT \"-$group\"; done; \
+         else kill -INT \"-$sid\"; fi"
+    )
 }
 
 /// Runs a short shell snippet inside the sandbox (best effort).

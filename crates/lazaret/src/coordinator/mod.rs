@@ -55,11 +55,9 @@ async fn serve(resolved: ResolvedProfile) -> Result<u8> {
     let podman = Podman::default();
 
     // A coordinator killed with SIGKILL leaves its socket file and maybe its
-    // container behind; the CLI that started us found the socket dead.
+    // container behind; the CLI that started us found the socket dead. The
+    // container is replaced by `podman run --replace`.
     let _ = std::fs::remove_file(&domain_resources.control_socket);
-    if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
-        tracing::warn!(%error, "could not remove a leftover container");
-    }
 
     let listener = bind_private(&domain_resources.control_socket)?;
     tracing::info!(socket = %domain_resources.control_socket.display(), "control socket bound");
@@ -71,9 +69,12 @@ async fn serve(resolved: ResolvedProfile) -> Result<u8> {
     let start_domain = domain.clone();
     let start_podman = podman.clone();
     let start_task = tokio::spawn(async move {
-        let default_command = sandbox::default_command(&start_podman, &start_domain.resolved.image).await;
+        let (default_command, started) = tokio::join!(
+            sandbox::default_command(&start_podman, &start_domain.resolved.image),
+            sandbox::start(&start_podman, &start_domain.resolved)
+        );
         start_domain.set_default_command(default_command);
-        match sandbox::start(&start_podman, &start_domain.resolved).await {
+        match started {
             Ok(()) => {
                 tracing::info!("sandbox running");
                 start_domain.set_container_state(ContainerState::Running, None);

@@ -24,6 +24,9 @@ pub fn run_arguments(resolved: &ResolvedProfile) -> Result<RunInvocation> {
     let mut push = |argument: String| arguments.push(OsString::from(argument));
     push("run".into());
     push("--detach".into());
+    // A container of this name can only be a leftover of a coordinator that
+    // was killed: replace it.
+    push("--replace".into());
     push(format!("--name={}", domain.container_name));
     push(format!("--label={DOMAIN_LABEL}={}", domain.domain_hash));
     push(format!("--label=io.lazaret.profile={}", resolved.profile));

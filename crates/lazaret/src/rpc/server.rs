@@ -10,7 +10,7 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use jsonrpsee::core::id_providers::RandomIntegerIdProvider;
+use jsonrpsee::core::id_providers::RandomStringIdProvider;
 use jsonrpsee::core::traits::IdProvider;
 use jsonrpsee::types::error::{reject_too_many_subscriptions, ErrorCode};
 use jsonrpsee::types::{ErrorObject, Id, Notification, Params, Request};
@@ -112,7 +112,7 @@ pub async fn serve_connection(stream: UnixStream, conn_id: ConnectionId, methods
         methods,
         sink: sink.clone(),
         subscriptions: BoundedSubscriptions::new(config.max_subscriptions),
-        id_provider: Arc::new(RandomIntegerIdProvider),
+        id_provider: Arc::new(RandomStringIdProvider::new(16)),
         extensions,
         max_response_size: config.max_response_size,
     });

@@ -1,0 +1,482 @@
+//! End-to-end tests of the sandbox lifecycle: real `lazaret run` processes,
+//! real podman + runsc, the real control socket and state store.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn kill(pid: u32, signal: &str) {
+    let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().expect("kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+#[test]
+fn run_proves_gvisor_is_the_kernel_and_propagates_exit_statuses() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = env.workspace("ws");
+    let output = run(env.lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", "dmesg; cat /proc/version"]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("Starting gVisor"), "dmesg inside should be gVisor's: {text}");
+    let host = std::fs::read_to_string("/proc/version").expect("host version");
+    assert!(!text.contains(host.trim()), "the host kernel must not be visible: {text}");
+    for status in [0, 1, 42] {
+        let output = run(env.lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", &format!("exit {status}")]));
+        assert_eq!(output.status.code(), Some(status), "{}", stderr(&output));
+    }
+    let domain = domain_json(&env, "default", &workspace);
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)), "teardown after the last session");
+}
+
+#[test]
+fn stdin_and_stdout_pass_through_without_a_terminal() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = env.workspace("ws");
+    let mut child = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "sh", "-c", "tr a-z A-Z; echo to-stderr >&2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().expect("stdin").write_all(b"hello sandbox\n").expect("write");
+    let output = child.wait_with_output().expect("wait");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "HELLO SANDBOX\n");
+    assert!(stderr(&output).contains("to-stderr"), "{}", stderr(&output));
+}
+
+#[test]
+fn eight_simultaneous_sessions_share_one_coordinator_and_one_container() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = env.workspace("ws");
+    let domain = domain_json(&env, "default", &workspace);
+    let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let barrier = barrier.clone();
+            let mut command = env.lazaret();
+            command.args(["run", "--workspace"]).arg(&workspace).args(["--", "sleep", "3"]);
+            std::thread::spawn(move || {
+                barrier.wait();
+                command.output().expect("run")
+            })
+        })
+        .collect();
+    // While they run: exactly one coordinator and one container.
+    assert!(wait_until(Duration::from_secs(10), || domain_containers(&hash).len() == 1), "a container appears");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(domain_containers(&hash).len(), 1, "exactly one container");
+    assert_eq!(coordinator_pids(&workspace).len(), 1, "exactly one coordinator");
+    for handle in handles {
+        let output = handle.join().expect("thread");
+        assert!(output.status.success(), "every session succeeds: {}", stderr(&output));
+    }
+    let last_exit = Instant::now();
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)), "full teardown within 5 s of the last exit");
+    eprintln!("teardown took {:?}", last_exit.elapsed());
+    // All eight are in the store.
+    let sessions = run(env.lazaret().args(["sessions", "--json", "--workspace"]).arg(&workspace));
+    let sessions: serde_json::Value = serde_json::from_slice(&sessions.stdout).expect("sessions json");
+    assert_eq!(sessions.as_array().map(Vec::len), Some(8), "{sessions}");
+}
+
+#[test]
+fn two_workspaces_and_two_profiles_are_independent_domains() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    env.write_config(&format!("[profiles.second]\nimage = \"{DEFAULT_IMAGE}\"\n"));
+    let first = env.workspace("one");
+    let second = env.workspace("two");
+    let domains = [("default", &first), ("default", &second), ("second", &first)];
+    let handles: Vec<_> = domains
+        .iter()
+        .map(|(profile, workspace)| {
+            let mut command = env.lazaret();
+            command.args(["run", "--profile", profile, "--workspace"]).arg(workspace).args(["--", "sh", "-c", "hostname; sleep 3"]);
+            std::thread::spawn(move || command.output().expect("run"))
+        })
+        .collect();
+    let hashes: Vec<String> = domains
+        .iter()
+        .map(|(profile, workspace)| domain_json(&env, profile, workspace)["domain_hash"].as_str().expect("hash").to_owned())
+        .collect();
+    assert_eq!(hashes.iter().collect::<std::collections::BTreeSet<_>>().len(), 3, "three distinct domains");
+    assert!(
+        wait_until(Duration::from_secs(10), || hashes.iter().all(|hash| domain_containers(hash).len() == 1)),
+        "three sandboxes side by side"
+    );
+    for handle in handles {
+        let output = handle.join().expect("thread");
+        assert!(output.status.success(), "{}", stderr(&output));
+    }
+    assert!(wait_until(Duration::from_secs(5), || hashes.iter().all(|hash| domain_containers(hash).is_empty())));
+}
+
+#[test]
+fn sigkill_of_one_cli_leaves_the_others_running_then_tears_down() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = env.workspace("ws");
+    let domain = domain_json(&env, "default", &workspace);
+    let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
+    let spawn = |seconds: &str| {
+        env.lazaret()
+            .args(["run", "--workspace"])
+            .arg(&workspace)
+            .args(["--", "sleep", seconds])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let mut victim = spawn("60");
+    assert!(wait_until(Duration::from_secs(10), || domain_containers(&hash).len() == 1));
+    let survivors = [spawn("4"), spawn("4")];
+    std::thread::sleep(Duration::from_millis(1000));
+    kill(victim.id(), "KILL");
+    let _ = victim.wait();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(domain_containers(&hash).len(), 1, "the sandbox stays for the other sessions");
+    let status = run(env.lazaret().args(["status", "--json", "--workspace"]).arg(&workspace));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
+    assert_eq!(status["status"]["sessions"].as_array().map(Vec::len), Some(2), "the killed CLI counts as disconnected: {status}");
+    for survivor in survivors {
+        let output = survivor.wait_with_output().expect("wait");
+        assert!(output.status.success(), "{}", stderr(&output));
+    }
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)), "full teardown after the survivors exit");
+    let sessions = run(env.lazaret().args(["sessions", "--json", "--workspace"]).arg(&workspace));
+    let sessions: serde_json::Value = serde_json::from_slice(&sessions.stdout).expect("json");
+    let reasons: Vec<&str> = sessions.as_array().expect("array").iter().filter_map(|s| s["endReason"].as_str()).collect();
+    assert_eq!(reasons.iter().filter(|r| **r == "disconnected").count(), 1, "{sessions}");
+    assert_eq!(reasons.iter().filter(|r| **r == "exited").count(), 2, "{sessions}");
+}
+
+#[test]
+fn sigkill_of_the_coordinator_is_recovered_by_the_next_run() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = env.workspace("ws");
+    let domain = domain_json(&env, "default", &workspace);
+    let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
+    let mut cli = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || domain_containers(&hash).len() == 1 && coordinator_pids(&workspace).len() == 1));
+    let coordinator = coordinator_pids(&workspace)[0];
+    kill(coordinator, "KILL");
+    kill(cli.id(), "KILL");
+    let _ = cli.wait();
+    assert!(Path::new(domain["control_socket"].as_str().expect("socket")).exists(), "a SIGKILLed coordinator leaves its socket file");
+    let started = Instant::now();
+    let output = run(env.lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", "echo recovered"]));
+    assert!(output.status.success(), "the next run recovers: {}", stderr(&output));
+    assert!(started.elapsed() < Duration::from_secs(10), "recovered within 10 s ({:?})", started.elapsed());
+    assert_eq!(stdout(&output).trim(), "recovered");
+    assert!(!stderr(&output).contains("address in use"), "{}", stderr(&output));
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)), "no container left over");
+}
+
+#[test]
+fn sigterm_and_sigint_clean_up_everything() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = env.workspace("ws");
+    let domain = domain_json(&env, "default", &workspace);
+    let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
+    let start = || {
+        env.lazaret()
+            .args(["run", "--workspace"])
+            .arg(&workspace)
+            .args(["--", "sleep", "60"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn")
+    };
+
+    // SIGTERM to the coordinator: it removes the sandbox; the CLI ends.
+    let mut cli = start();
+    assert!(wait_until(Duration::from_secs(10), || domain_containers(&hash).len() == 1 && coordinator_pids(&workspace).len() == 1));
+    kill(coordinator_pids(&workspace)[0], "TERM");
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)), "SIGTERM to the coordinator cleans up");
+    assert!(wait_until(Duration::from_secs(5), || cli.try_wait().expect("try_wait").is_some()), "the CLI ends with its sandbox");
+
+    // SIGINT and SIGTERM to a non-interactive CLI: it ends, and being the
+    // last session, the domain is torn down.
+    for signal in ["INT", "TERM"] {
+        let mut cli = start();
+        assert!(wait_until(Duration::from_secs(10), || domain_containers(&hash).len() == 1));
+        std::thread::sleep(Duration::from_millis(300));
+        kill(cli.id(), signal);
+        let status = cli.wait().expect("wait");
+        assert!(!status.success(), "SIG{signal}: {status}");
+        assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)), "SIG{signal} to the CLI cleans up");
+    }
+    let socket_dir = Path::new(domain["control_socket"].as_str().expect("socket")).parent().expect("dir").to_path_buf();
+    assert!(!socket_dir.exists(), "the socket directory is removed");
+    let mounts = std::fs::read_to_string("/proc/mounts").expect("mounts");
+    assert!(!mounts.contains(&hash), "nothing of the domain stays mounted");
+}
+
+/// Speaks the documented protocol (Content-Length framing, JSON-RPC 2.0) to
+/// the real control socket, as an editor would.
+#[test]
+fn control_socket_is_private_and_speaks_framed_json_rpc() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = env.workspace("ws");
+    let domain = domain_json(&env, "default", &workspace);
+    let socket = Path::new(domain["control_socket"].as_str().expect("socket")).to_path_buf();
+    let mut cli = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "sleep", "5"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || socket.exists()));
+    let mode = |path: &Path| std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
+    assert_eq!(mode(&socket), 0o600, "control socket mode");
+    assert_eq!(mode(socket.parent().expect("dir")), 0o700, "socket directory mode");
+
+    let stream = UnixStream::connect(&socket).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut writer = stream.try_clone().expect("clone");
+    let mut reader = BufReader::new(stream);
+    let mut send = |body: serde_json::Value| {
+        let body = body.to_string();
+        write!(writer, "Content-Length: {}\r\n\r\n{body}", body.len()).expect("write");
+    };
+    send(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "events/subscribe", "params": []}));
+    let mut subscribed = false;
+    let mut status = serde_json::Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for id in 2.. {
+        send(serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "domain/status", "params": {}}));
+        loop {
+            let message = read_frame(&mut reader);
+            if message["id"] == 1 {
+                subscribed = message["result"].is_number() || message["result"].is_string();
+            } else if message["id"] == id {
+                status = message["result"].clone();
+                break;
+            }
+        }
+        if status["containerState"] == "running" || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(subscribed, "events/subscribe answered with a subscription id");
+    assert_eq!(status["domainHash"], domain["domain_hash"]);
+    assert_eq!(status["containerState"], "running");
+    assert_eq!(status["sessions"].as_array().map(Vec::len), Some(1), "{status}");
+    // The CLI's session ends: the subscription reports it.
+    let _ = cli.wait();
+    let ended = (0..20)
+        .map(|_| read_frame(&mut reader))
+        .find(|message| message["params"]["result"]["kind"] == "sessionEnded")
+        .expect("sessionEnded event");
+    assert_eq!(ended["method"], "events/event");
+    assert_eq!(ended["params"]["result"]["endReason"], "exited");
+    assert_eq!(ended["params"]["result"]["sessionCount"], 0);
+}
+
+fn read_frame(reader: &mut BufReader<UnixStream>) -> serde_json::Value {
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("header");
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some(value) = line.strip_prefix("Content-Length:") {
+            length = value.trim().parse().expect("length");
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).expect("body");
+    serde_json::from_slice(&body).expect("json")
+}
+
+#[test]
+fn a_second_process_opening_the_state_store_gets_a_clear_error() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = env.workspace("ws");
+    let domain = domain_json(&env, "default", &workspace);
+    let store = Path::new(domain["domain_dir"].as_str().expect("dir")).join("state.redb");
+    let mut cli = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "sleep", "4"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || Path::new(domain["control_socket"].as_str().expect("s")).exists()));
+    let error = lazaret_store::Store::open(&store).expect_err("the coordinator holds the store");
+    assert!(matches!(error, lazaret_store::StoreError::AlreadyOpen { .. }), "{error}");
+    assert!(error.to_string().contains("already open"), "{error}");
+    assert!(cli.wait().expect("wait").success());
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)));
+    // After teardown the store is intact and readable.
+    let store = lazaret_store::Store::open(&store).expect("reopen after teardown");
+    assert_eq!(store.sessions(10).expect("sessions").len(), 1);
+}
+
+#[test]
+fn a_lockfile_owned_by_another_user_is_refused() {
+    if nix_uid() != 0 {
+        eprintln!("skipped: needs root to create a file owned by another user");
+        return;
+    }
+    let env = TestEnv::new();
+    let workspace = env.workspace("ws");
+    let domain = domain_json(&env, "default", &workspace);
+    let lockfile = Path::new(domain["lockfile"].as_str().expect("lockfile")).to_path_buf();
+    std::fs::write(&lockfile, b"").expect("create");
+    let chown = Command::new("chown").arg("65534:65534").arg(&lockfile).status().expect("chown");
+    assert!(chown.success());
+    let output = run(env.lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "true"]));
+    let _ = std::fs::remove_file(&lockfile);
+    assert_eq!(output.status.code(), Some(77), "security abort: {}", stderr(&output));
+    assert!(stderr(&output).contains(lockfile.to_str().expect("utf8")), "{}", stderr(&output));
+}
+
+fn nix_uid() -> u32 {
+    let output = Command::new("id").arg("-u").output().expect("id");
+    stdout(&output).trim().parse().expect("uid")
+}
+
+/// The whole flow as an ordinary user with subuid/subgid (set up by
+/// `scripts/setup-rootless-user`, which `tests/run` calls as root).
+#[test]
+fn rootless_run_works_for_an_ordinary_user() {
+    let Ok(user) = std::env::var("LAZARET_TEST_ROOTLESS_USER") else {
+        eprintln!("skipped: LAZARET_TEST_ROOTLESS_USER is not set (tests/run sets it when run as root)");
+        return;
+    };
+    let _guard = sandbox_guard();
+    let passwd = Command::new("getent").args(["passwd", &user]).output().expect("getent");
+    let fields: Vec<String> = stdout(&passwd).trim().split(':').map(str::to_owned).collect();
+    let (uid, home) = (fields[2].clone(), fields[5].clone());
+    // The binary and its helpers, somewhere the user can read.
+    let bin = tempfile::Builder::new().prefix("lzt-rootless").tempdir_in("/tmp").expect("tempdir");
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let lazaret = bin.path().join("lazaret");
+    std::fs::copy(env!("CARGO_BIN_EXE_lazaret"), &lazaret).expect("copy");
+    let workspace = format!("{home}/lzt-workspace");
+    let as_user = |script: &str| {
+        Command::new("runuser")
+            .args(["-u", &user, "--", "env", "-i"])
+            .arg(format!("HOME={home}"))
+            .arg(format!("USER={user}"))
+            .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
+            .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+            .args(["sh", "-c", script])
+            .current_dir(&home)
+            .output()
+            .expect("runuser")
+    };
+    let script = format!(
+        "mkdir -p {workspace} && {lazaret} run --workspace {workspace} -- sh -c 'dmesg | head -n 1; id -u; exit 42'",
+        lazaret = lazaret.display()
+    );
+    let output = as_user(&script);
+    assert_eq!(output.status.code(), Some(42), "rootless run: {}\n{}", stdout(&output), stderr(&output));
+    assert!(stdout(&output).contains("Starting gVisor"), "{}", stdout(&output));
+    // Torn down in the user's own podman.
+    let check = format!("{} domain --json --workspace {workspace}", lazaret.display());
+    let domain: serde_json::Value = serde_json::from_slice(&as_user(&check).stdout).expect("domain json");
+    let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
+    let gone = wait_until(Duration::from_secs(5), || {
+        let listing = as_user(&format!("podman ps --all --filter label=io.lazaret.domain={hash} --format '{{{{.Names}}}}'"));
+        stdout(&listing).trim().is_empty() && !Path::new(domain["control_socket"].as_str().expect("socket")).exists()
+    });
+    assert!(gone, "rootless teardown");
+    assert!(domain["control_socket"].as_str().expect("socket").starts_with(&format!("/run/user/{uid}/lazaret/")));
+}
+
+/// An interactive session in a real terminal (tmux): the command has a TTY
+/// inside the sandbox, Ctrl-C interrupts the inner process (not the CLI),
+/// and the exit status comes back.
+#[test]
+fn interactive_session_has_a_terminal_and_ctrl_c_reaches_the_inner_process() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = env.workspace("ws");
+    let tmux_socket = env.path().join("tmux.sock");
+    let tmux = |arguments: &[&str]| {
+        let output = Command::new("tmux").arg("-S").arg(&tmux_socket).args(arguments).output().expect("tmux");
+        stdout(&output)
+    };
+    let status_file = env.path().join("status");
+    let command = format!(
+        "env XDG_CONFIG_HOME={config} XDG_DATA_HOME={data} XDG_RUNTIME_DIR={runtime} {lazaret} run --workspace {workspace}; echo $? > {status}; sleep 60",
+        config = env.path().join("config").display(),
+        data = env.path().join("data").display(),
+        runtime = env.path().join("run").display(),
+        lazaret = env!("CARGO_BIN_EXE_lazaret"),
+        workspace = workspace.display(),
+        status = status_file.display(),
+    );
+    tmux(&["new-session", "-d", "-s", "lzt", "-x", "100", "-y", "30", &command]);
+    let screen = || tmux(&["capture-pane", "-p", "-t", "lzt"]);
+    assert!(wait_until(Duration::from_secs(15), || screen().contains("[lazaret]")), "a shell prompt: {}", screen());
+    tmux(&["send-keys", "-t", "lzt", "tty; stty size", "Enter"]);
+    assert!(wait_until(Duration::from_secs(5), || screen().contains("/dev/pts/")), "a terminal inside: {}", screen());
+    assert!(wait_until(Duration::from_secs(5), || screen().contains("30 100")), "the window size is passed in: {}", screen());
+    // The inner program traps SIGINT and says so; bash then goes on with the list.
+    tmux(&["send-keys", "-t", "lzt", "sh -c 'trap \"echo got-sigint; exit 3\" INT; sleep 50 & wait'; echo inner-ended-$?", "Enter"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let interrupted_at = Instant::now();
+    tmux(&["send-keys", "-t", "lzt", "C-c"]);
+    assert!(
+        wait_until(Duration::from_secs(5), || screen().contains("got-sigint") && screen().contains("inner-ended-3")),
+        "Ctrl-C delivers SIGINT to the inner process: {}",
+        screen()
+    );
+    eprintln!("Ctrl-C took {:?}", interrupted_at.elapsed());
+    tmux(&["send-keys", "-t", "lzt", "exit 7", "Enter"]);
+    assert!(wait_until(Duration::from_secs(10), || std::fs::read_to_string(&status_file).is_ok_and(|s| s.trim() == "7")), "exit status 7");
+    tmux(&["kill-server"]);
+    let domain = domain_json(&env, "default", &workspace);
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)));
+}
