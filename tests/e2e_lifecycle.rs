@@ -22,7 +22,7 @@ fn run_proves_gvisor_is_the_kernel_and_propagates_exit_statuses() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    let workspace = env.workspace("ws");
+    let workspace = git_repository(&env, "ws");
     let output = run(env.lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", "dmesg; cat /proc/version"]));
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
@@ -42,7 +42,7 @@ fn stdin_and_stdout_pass_through_without_a_terminal() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    let workspace = env.workspace("ws");
+    let workspace = git_repository(&env, "ws");
     let mut child = env
         .lazaret()
         .args(["run", "--workspace"])
@@ -65,7 +65,7 @@ fn eight_simultaneous_sessions_share_one_coordinator_and_one_container() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    let workspace = env.workspace("ws");
+    let workspace = git_repository(&env, "ws");
     let domain = domain_json(&env, "default", &workspace);
     let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
@@ -104,8 +104,8 @@ fn two_workspaces_and_two_profiles_are_independent_domains() {
     ensure_default_image();
     let env = TestEnv::new();
     env.write_config(&format!("[profiles.second]\nimage = \"{DEFAULT_IMAGE}\"\n"));
-    let first = env.workspace("one");
-    let second = env.workspace("two");
+    let first = git_repository(&env, "one");
+    let second = git_repository(&env, "two");
     let domains = [("default", &first), ("default", &second), ("second", &first)];
     let handles: Vec<_> = domains
         .iter()
@@ -136,7 +136,7 @@ fn sigkill_of_one_cli_leaves_the_others_running_then_tears_down() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    let workspace = env.workspace("ws");
+    let workspace = git_repository(&env, "ws");
     let domain = domain_json(&env, "default", &workspace);
     let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
     let spawn = |seconds: &str| {
@@ -177,7 +177,7 @@ fn sigkill_of_the_coordinator_is_recovered_by_the_next_run() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    let workspace = env.workspace("ws");
+    let workspace = git_repository(&env, "ws");
     let domain = domain_json(&env, "default", &workspace);
     let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
     let mut cli = env
@@ -209,7 +209,7 @@ fn sigterm_and_sigint_clean_up_everything() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    let workspace = env.workspace("ws");
+    let workspace = git_repository(&env, "ws");
     let domain = domain_json(&env, "default", &workspace);
     let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
     let start = || {
@@ -254,7 +254,7 @@ fn control_socket_is_private_and_speaks_framed_json_rpc() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    let workspace = env.workspace("ws");
+    let workspace = git_repository(&env, "ws");
     let domain = domain_json(&env, "default", &workspace);
     let socket = Path::new(domain["control_socket"].as_str().expect("socket")).to_path_buf();
     let mut cli = env
@@ -337,7 +337,7 @@ fn a_second_process_opening_the_state_store_gets_a_clear_error() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    let workspace = env.workspace("ws");
+    let workspace = git_repository(&env, "ws");
     let domain = domain_json(&env, "default", &workspace);
     let store = Path::new(domain["domain_dir"].as_str().expect("dir")).join("state.redb");
     let mut cli = env
@@ -367,7 +367,7 @@ fn a_lockfile_owned_by_another_user_is_refused() {
         return;
     }
     let env = TestEnv::new();
-    let workspace = env.workspace("ws");
+    let workspace = git_repository(&env, "ws");
     let domain = domain_json(&env, "default", &workspace);
     let lockfile = Path::new(domain["lockfile"].as_str().expect("lockfile")).to_path_buf();
     std::fs::write(&lockfile, b"").expect("create");
@@ -415,7 +415,8 @@ fn rootless_run_works_for_an_ordinary_user() {
             .expect("runuser")
     };
     let script = format!(
-        "mkdir -p {workspace} && {lazaret} run --workspace {workspace} -- sh -c 'dmesg | head -n 1; id -u; exit 42'",
+        "mkdir -p {workspace} && cd {workspace} && git init -q && git -c user.name=u -c user.email=u@x commit -q --allow-empty -m init && cd && \
+         {lazaret} run --workspace {workspace} -- sh -c 'dmesg | head -n 1; id -u; git log --oneline; exit 42'",
         lazaret = lazaret.display()
     );
     let output = as_user(&script);
@@ -441,7 +442,7 @@ fn interactive_session_has_a_terminal_and_ctrl_c_reaches_the_inner_process() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    let workspace = env.workspace("ws");
+    let workspace = git_repository(&env, "ws");
     let tmux_socket = env.path().join("tmux.sock");
     let tmux = |arguments: &[&str]| {
         let output = Command::new("tmux").arg("-S").arg(&tmux_socket).args(arguments).output().expect("tmux");

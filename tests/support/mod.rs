@@ -164,3 +164,24 @@ pub fn domain_is_torn_down(domain: &serde_json::Value, workspace: &Path) -> bool
     let socket = Path::new(domain["control_socket"].as_str().expect("socket"));
     domain_containers(hash).is_empty() && !socket.exists() && coordinator_pids(workspace).is_empty()
 }
+
+/// Runs git (the host's) and returns stdout; panics on failure.
+pub fn git(repository: &Path, arguments: &[&str]) -> String {
+    let output = Command::new("git").arg("-C").arg(repository).args(arguments).output().expect("git");
+    assert!(output.status.success(), "git {arguments:?}: {}", stderr(&output));
+    stdout(&output)
+}
+
+/// A git repository with one commit, as a user's project would be.
+pub fn git_repository(env: &TestEnv, name: &str) -> PathBuf {
+    let repository = env.workspace(name);
+    git(&repository, &["init", "--quiet", "--initial-branch=main"]);
+    git(&repository, &["config", "user.name", "Host User"]);
+    git(&repository, &["config", "user.email", "host@example.invalid"]);
+    std::fs::write(repository.join("README.md"), "# project\n").expect("write");
+    std::fs::create_dir_all(repository.join("src")).expect("mkdir");
+    std::fs::write(repository.join("src/lib.rs"), "pub fn answer() -> u32 { 42 }\n").expect("write");
+    git(&repository, &["add", "-A"]);
+    git(&repository, &["commit", "--quiet", "-m", "initial"]);
+    repository
+}

@@ -11,9 +11,12 @@ pub mod egress;
 pub mod error;
 pub mod exit_status;
 pub mod expand;
+pub mod git_config_mirror;
 pub mod host;
+pub mod host_code_files;
 pub mod image_reference;
 pub mod location;
 pub mod paths;
+pub mod policy;
 
 pub use error::{Error, Result};

@@ -25,6 +25,8 @@ pub mod error_code {
     pub const INVALID_VALUE: i32 = 1004;
     /// The state store failed.
     pub const STORE_FAILED: i32 = 1005;
+    /// A git operation failed; `message` has git's reason.
+    pub const GIT_FAILED: i32 = 1006;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,14 +118,86 @@ pub struct CompletedSession {
     pub end_reason: String,
 }
 
+/// One changed file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileChange {
+    pub path: String,
+    /// git's status letter: `A`, `M`, `D`, `R`, `T`, or `??` (untracked).
+    pub status: String,
+    /// `None` for binary files.
+    pub additions: Option<u64>,
+    pub deletions: Option<u64>,
+}
+
+/// A changed file that makes hosts run code (DECISIONS D4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PathWarning {
+    pub path: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UncommittedChanges {
+    pub files: Vec<FileChange>,
+    pub patch: String,
+}
+
+/// The agent branch against its base on the host, plus the agent's
+/// uncommitted changes when the sandbox runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BranchDiff {
+    /// `lazaret/agent-<profile>`.
+    pub branch: String,
+    /// The host commit the agent branch started from (merge base with the
+    /// host's `HEAD`); `None` while the branch does not exist on the host.
+    pub base: Option<String>,
+    /// The agent branch's commit on the host.
+    pub head: Option<String>,
+    pub files: Vec<FileChange>,
+    pub patch: String,
+    /// `None` when the sandbox is not running.
+    pub uncommitted: Option<UncommittedChanges>,
+    pub warnings: Vec<PathWarning>,
+}
+
 /// Notifications of `events/subscribe`, delivered as `events/event`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "kind")]
 pub enum Event {
-    SessionRegistered { session_id: String, pid: u32, session_count: usize },
-    SessionEnded { session_id: String, exit_status: Option<i32>, end_reason: String, session_count: usize },
-    ContainerState { state: ContainerState, message: Option<String> },
-    ShuttingDown { reason: String },
+    SessionRegistered {
+        session_id: String,
+        pid: u32,
+        session_count: usize,
+    },
+    SessionEnded {
+        session_id: String,
+        exit_status: Option<i32>,
+        end_reason: String,
+        session_count: usize,
+    },
+    ContainerState {
+        state: ContainerState,
+        message: Option<String>,
+    },
+    ShuttingDown {
+        reason: String,
+    },
+    /// The agent branch reached the host at `commit`.
+    BranchUpdated {
+        branch: String,
+        commit: String,
+        previous: Option<String>,
+    },
+    /// An export from the sandbox was refused (e.g. objects failed fsck);
+    /// the host branch did not move.
+    BranchRejected {
+        branch: String,
+        reason: String,
+    },
 }
 
 /// The coordinator's API. `lazaret` implements `LazaretApiServer`; see
@@ -153,6 +227,11 @@ pub trait LazaretApi {
     /// The domain: profile, workspace, container state, live sessions.
     #[method(name = "domain/status")]
     async fn domain_status(&self) -> RpcResult<DomainStatus>;
+
+    /// The agent branch against its base, plus uncommitted changes.
+    /// `patch: false` leaves the patch texts empty.
+    #[method(name = "branch/diff")]
+    async fn branch_diff(&self, patch: Option<bool>) -> RpcResult<BranchDiff>;
 
     /// Domain events as `events/event` notifications.
     #[subscription(name = "events/subscribe" => "events/event", unsubscribe = "events/unsubscribe", item = Event)]

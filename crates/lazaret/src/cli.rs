@@ -39,6 +39,12 @@ pub enum Command {
     Run {
         #[command(flatten)]
         target: DomainTarget,
+        /// Mount the workspace itself read-write at /workspace. Only for a
+        /// directory that is not a git repository: a repository is never
+        /// mounted (the agent works on its own checkout of
+        /// lazaret/agent-<profile> instead).
+        #[arg(long)]
+        mount_workspace: bool,
         /// The command and its arguments, after `--`.
         #[arg(last = true, value_name = "CMD")]
         command: Vec<String>,
@@ -80,11 +86,26 @@ pub enum Command {
     /// Manage the offline image of the built-in profile.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Show the agent branch (lazaret/agent-<profile>) against the commit it
+    /// started from, plus the agent's uncommitted changes while the sandbox
+    /// runs. Files that make hosts run code (editor tasks, direnv, package
+    /// scripts, nested .git, ...) are listed as warnings first.
+    Diff {
+        #[command(flatten)]
+        target: DomainTarget,
+        /// Only the list of files and their line counts.
+        #[arg(long)]
+        stat: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Internal: run as a domain's Session Coordinator (started by `run`).
     #[command(hide = true)]
     Coordinator {
         #[command(flatten)]
         target: DomainTarget,
+        #[arg(long)]
+        mount_workspace: bool,
     },
 }
 

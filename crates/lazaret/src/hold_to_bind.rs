@@ -34,6 +34,7 @@ pub struct Joined {
 pub struct CoordinatorLaunch<'a> {
     pub config_path: Option<&'a Path>,
     pub resolved: &'a ResolvedProfile,
+    pub mode: crate::coordinator::WorkspaceMode,
 }
 
 pub async fn join(launch: &CoordinatorLaunch<'_>, session_id: &str, command: &[String]) -> Result<Joined> {
@@ -119,6 +120,7 @@ fn spawn_coordinator(launch: &CoordinatorLaunch<'_>) -> Result<Child> {
         .arg(&launch.resolved.profile)
         .arg("--workspace")
         .arg(&launch.resolved.workspace)
+        .args(if launch.mode == crate::coordinator::WorkspaceMode::Direct { &["--mount-workspace"][..] } else { &[][..] })
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use crate::podman::Podman;
 
 /// Bump when the recipe (packages, generated files, image settings) changes.
-const RECIPE_VERSION: &str = "3";
+const RECIPE_VERSION: &str = "4";
 const CONTENT_LABEL: &str = "io.lazaret.content";
 
 /// Packages the image cannot do without.
@@ -204,6 +204,9 @@ fn add_generated_files(entries: &mut BTreeMap<PathBuf, Entry>) {
     generated("etc/passwd", "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", 0o644);
     generated("etc/group", "root:x:0:\nnogroup:x:65534:\n", 0o644);
     generated("etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o644);
+    // The agent commits under its own identity unless the profile sets one;
+    // /workspace is owned by the host user, which maps to root here.
+    generated("etc/gitconfig", "[user]\n\tname = Lazaret agent\n\temail = agent@lazaret.invalid\n[safe]\n\tdirectory = *\n", 0o644);
     generated("etc/os-release", "NAME=\"Lazaret default sandbox\"\nID=lazaret\n", 0o644);
     generated("etc/profile", "export PATH=/run/lazaret/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\nPS1='[lazaret] \\w\\$ '\n", 0o644);
     // Debian's runsc (2022-12) answers coreutils 9.1's statx() with EINVAL,

@@ -2,6 +2,7 @@
 //! errors are mapped to statuses in `main`.
 
 mod config;
+mod diff;
 mod doctor;
 mod domain;
 pub mod image;
@@ -21,13 +22,16 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Config(ConfigCommand::Path) => config::path(config_path),
         Command::Doctor { json } => doctor::run(json),
         Command::Image(ImageCommand::Build { force, tag }) => image::build(&tag, force),
-        Command::Run { target, command } => run::run(config_path, &target, command),
+        Command::Run { target, mount_workspace, command } => run::run(config_path, &target, mount_workspace, command),
+        Command::Diff { target, stat, json } => diff::run(config_path, &target, stat, json),
         Command::Status { target, json } => status::status(config_path, &target, json),
         Command::Sessions { target, limit, json } => status::sessions(config_path, &target, limit, json),
-        Command::Coordinator { target } => {
+        Command::Coordinator { target, mount_workspace } => {
             let config = crate::workspace::load_config(config_path)?;
             let resolved = crate::workspace::resolve_target(&config, &target)?;
-            crate::coordinator::run(resolved)
+            let mode =
+                if mount_workspace { crate::coordinator::WorkspaceMode::Direct } else { crate::coordinator::WorkspaceMode::AgentBranch };
+            crate::coordinator::run(resolved, mode)
         }
     }
 }

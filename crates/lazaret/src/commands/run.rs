@@ -7,20 +7,23 @@ use anyhow::{Context, Result};
 use lazaret_core::config::DEFAULT_IMAGE;
 
 use crate::cli::DomainTarget;
+use crate::coordinator::WorkspaceMode;
+use crate::git_sentry::{agent_branch, HostRepository};
 use crate::hold_to_bind::{self, CoordinatorLaunch};
 use crate::podman::Podman;
 use crate::session::{self, SessionCommand};
 use crate::workspace::{load_config, resolve_target};
 
-pub fn run(config_path: Option<&Path>, target: &DomainTarget, command: Vec<String>) -> Result<u8> {
+pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: bool, command: Vec<String>) -> Result<u8> {
     let config = load_config(config_path)?;
     let resolved = resolve_target(&config, target)?;
+    let mode = workspace_mode(&resolved.workspace, &resolved.profile, mount_workspace)?;
     ensure_image(&resolved.image)?;
     let session_id = new_session_id()?;
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let launch = CoordinatorLaunch { config_path, resolved: &resolved };
+        let launch = CoordinatorLaunch { config_path, resolved: &resolved, mode };
         let joined = hold_to_bind::join(&launch, &session_id, &command).await?;
         let argv = if command.is_empty() { joined.registration.default_command.clone() } else { command };
         let status =
@@ -32,6 +35,40 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, command: Vec<Strin
         }
         Ok(u8::try_from(status.clamp(0, 255)).unwrap_or(255))
     })
+}
+
+/// A git repository gets the agent-branch layout (and a note about
+/// uncommitted host changes, which the agent does not see); anything else
+/// needs the explicit `--mount-workspace`.
+fn workspace_mode(workspace: &Path, profile: &str, mount_workspace: bool) -> Result<WorkspaceMode> {
+    let repository = HostRepository::discover(workspace)?;
+    match (repository, mount_workspace) {
+        (Some(_), true) => anyhow::bail!(
+            "{} is a git repository: Lazaret never mounts a repository into the sandbox (the agent would reach the host's .git). \
+             Drop --mount-workspace: the agent then works on its own checkout of {}",
+            workspace.display(),
+            agent_branch(profile)
+        ),
+        (Some(repository), false) => {
+            let changes = repository.git_text(&["status", "--porcelain", "--untracked-files=normal"]).unwrap_or_default();
+            let count = changes.lines().count();
+            if count > 0 {
+                eprintln!(
+                    "lazaret: note: {count} uncommitted change(s) in {} are not in the agent's checkout; it starts from HEAD ({})",
+                    workspace.display(),
+                    repository.resolve("HEAD").map(|sha| sha[..12.min(sha.len())].to_owned()).unwrap_or_default()
+                );
+            }
+            Ok(WorkspaceMode::AgentBranch)
+        }
+        (None, true) => Ok(WorkspaceMode::Direct),
+        (None, false) => anyhow::bail!(
+            "{} is not a git repository. Lazaret gives the agent its own branch of a repository, so that your files and history \
+             are never at risk. Either make it one (git init && git add -A && git commit -m initial), or pass --mount-workspace \
+             to let the agent read and write this directory as it is.",
+            workspace.display()
+        ),
+    }
 }
 
 /// The built-in profile's image is built on first use; any other image

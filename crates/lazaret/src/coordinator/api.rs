@@ -12,8 +12,12 @@ use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{ConnectionId, Extensions, PendingSubscriptionSink, SubscriptionMessage};
 use lazaret_core::config::ResolvedProfile;
 use lazaret_protocol::{
-    error_code, CompletedSession, ContainerState, DomainStatus, Event, LazaretApiServer, LiveSession, RegisterResult, API_VERSION,
+    error_code, BranchDiff, CompletedSession, ContainerState, DomainStatus, Event, LazaretApiServer, LiveSession, RegisterResult,
+    API_VERSION,
 };
+
+use crate::git_sentry::sync::Export;
+use crate::git_sentry::{self, GitLayout};
 use lazaret_store::{SessionRecord, Store};
 use tokio::sync::{broadcast, watch, Notify};
 
@@ -40,6 +44,8 @@ struct Sessions {
 /// Shared by the RPC handlers and the coordinator's main loop.
 pub struct Domain {
     pub resolved: ResolvedProfile,
+    /// The agent-branch layout, `None` for a directly mounted workspace.
+    pub git: Option<GitLayout>,
     pub store: Arc<Store>,
     pub started_at_ms: u64,
     sessions: Mutex<Sessions>,
@@ -48,12 +54,16 @@ pub struct Domain {
     events: broadcast::Sender<Event>,
     /// Signalled whenever the live session count drops to zero.
     pub idle: Notify,
+    /// One export of the agent branch at a time; holds the fingerprint of
+    /// the branch as last exported (or as seeded).
+    export_lock: tokio::sync::Mutex<Option<git_sentry::sync::BranchFingerprint>>,
 }
 
 impl Domain {
-    pub fn new(resolved: ResolvedProfile, store: Arc<Store>) -> Domain {
+    pub fn new(resolved: ResolvedProfile, store: Arc<Store>, git: Option<GitLayout>) -> Domain {
         Domain {
             resolved,
+            git,
             store,
             started_at_ms: now_ms(),
             sessions: Mutex::default(),
@@ -61,6 +71,7 @@ impl Domain {
             default_command: Mutex::new(Vec::new()),
             events: broadcast::channel(256).0,
             idle: Notify::new(),
+            export_lock: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -81,6 +92,50 @@ impl Domain {
 
     pub fn set_default_command(&self, command: Vec<String>) {
         *self.default_command.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = command;
+    }
+
+    pub fn container_is_running(&self) -> bool {
+        self.container.borrow().0 == ContainerState::Running
+    }
+
+    /// Records the agent branch as it is right after seeding: an unchanged
+    /// branch is not exported.
+    pub async fn mark_branch_seeded(&self) {
+        if let Some(layout) = &self.git {
+            *self.export_lock.lock().await = Some(git_sentry::sync::branch_fingerprint(layout));
+        }
+    }
+
+    /// Exports the agent branch to the host if it changed since the last
+    /// export (one export at a time), and announces the outcome.
+    pub async fn export_agent_branch(&self) {
+        let Some(layout) = &self.git else { return };
+        if !self.container_is_running() {
+            return;
+        }
+        let mut last_exported = self.export_lock.lock().await;
+        let fingerprint = git_sentry::sync::branch_fingerprint(layout);
+        if last_exported.as_ref() == Some(&fingerprint) {
+            return;
+        }
+        let result = git_sentry::sync::export_once(layout, &self.resolved.domain.container_name).await;
+        *last_exported = Some(fingerprint);
+        self.report_export(&layout.branch, result);
+    }
+
+    /// Announces (and logs) the outcome of an export of the agent branch.
+    fn report_export(&self, branch: &str, result: anyhow::Result<Export>) {
+        match result {
+            Ok(Export::Updated { previous, commit }) => {
+                tracing::info!(branch, commit, "agent branch updated on the host");
+                self.emit(Event::BranchUpdated { branch: branch.to_owned(), commit, previous });
+            }
+            Ok(Export::Unchanged | Export::NoBranch) => {}
+            Err(error) => {
+                tracing::warn!(branch, error = %format!("{error:#}"), "export of the agent branch refused");
+                self.emit(Event::BranchRejected { branch: branch.to_owned(), reason: format!("{error:#}") });
+            }
+        }
     }
 
     pub fn live_count(&self) -> usize {
@@ -224,6 +279,8 @@ impl LazaretApiServer for Api {
         };
         match removed {
             Some(session) => {
+                // The session's last commits are on the host before its CLI exits.
+                self.0.export_agent_branch().await;
                 self.0.finish(session.live, exit_status, "exited").await;
                 Ok(true)
             }
@@ -270,6 +327,25 @@ impl LazaretApiServer for Api {
             started_at_ms: domain.started_at_ms,
             sessions,
         })
+    }
+
+    async fn branch_diff(&self, patch: Option<bool>) -> RpcResult<BranchDiff> {
+        let Some(layout) = self.0.git.clone() else {
+            return Err(rpc_error(error_code::INVALID_VALUE, "this domain mounts its workspace directly; there is no agent branch"));
+        };
+        let with_patch = patch.unwrap_or(true);
+        let host = layout.host.clone();
+        let branch = layout.branch.clone();
+        let mut diff = tokio::task::spawn_blocking(move || git_sentry::diff::committed(&host, &branch, with_patch))
+            .await
+            .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::GIT_FAILED, format!("{error:#}")))?;
+        if self.0.container_is_running() {
+            git_sentry::diff::add_uncommitted(&mut diff, &self.0.resolved.domain.container_name, with_patch)
+                .await
+                .map_err(|error| rpc_error(error_code::GIT_FAILED, format!("{error:#}")))?;
+        }
+        Ok(diff)
     }
 
     async fn events_subscribe(&self, pending: PendingSubscriptionSink) -> SubscriptionResult {

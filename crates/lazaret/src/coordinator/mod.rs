@@ -19,6 +19,7 @@ use lazaret_store::Store;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::domain_lock::DomainLock;
+use crate::git_sentry::{self, GitLayout, HostRepository};
 use crate::podman::Podman;
 use crate::rpc::server::{self, ConnectionEvent};
 use api::{Api, Domain};
@@ -34,14 +35,39 @@ pub const STORE_FILE: &str = "state.redb";
 /// File name of the coordinator's log inside the Domain Root.
 pub const LOG_FILE: &str = "coordinator.log";
 
-/// Runs the coordinator of `resolved` until teardown. Blocking.
-pub fn run(resolved: ResolvedProfile) -> Result<u8> {
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the async runtime")?;
-    runtime.block_on(serve(resolved))
+/// What the sandbox sees at `/workspace`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceMode {
+    /// The agent's own checkout of `lazaret/agent-<profile>` (git_sentry).
+    AgentBranch,
+    /// The workspace itself, read-write: only for directories that are not
+    /// git repositories, on the user's explicit request.
+    Direct,
 }
 
-async fn serve(resolved: ResolvedProfile) -> Result<u8> {
+/// Runs the coordinator of `resolved` until teardown. Blocking.
+pub fn run(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<u8> {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(serve(resolved, mode))
+}
+
+/// Prepares `/workspace` for the sandbox: the git layout, or the direct mount.
+fn prepare_workspace(resolved: &ResolvedProfile, mode: WorkspaceMode) -> Result<(Option<GitLayout>, Vec<String>)> {
+    match mode {
+        WorkspaceMode::Direct => Ok((None, vec![format!("--volume={}:/workspace:rw", resolved.workspace.display())])),
+        WorkspaceMode::AgentBranch => {
+            let host = HostRepository::discover(&resolved.workspace)?
+                .with_context(|| format!("{} is not a git repository", resolved.workspace.display()))?;
+            let layout = GitLayout::new(resolved, host);
+            layout.prepare()?;
+            let mounts = layout.podman_arguments();
+            Ok((Some(layout), mounts))
+        }
+    }
+}
+
+async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<u8> {
     let domain_resources = resolved.domain.clone();
     crate::private_dirs::ensure_private_dir(&domain_resources.domain_dir)?;
     if let Some(socket_root) = domain_resources.socket_dir.parent() {
@@ -51,7 +77,10 @@ async fn serve(resolved: ResolvedProfile) -> Result<u8> {
 
     let store_path = domain_resources.domain_dir.join(STORE_FILE);
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await.context("store task failed")??;
-    let domain = Arc::new(Domain::new(resolved, Arc::new(store)));
+    let prepare_resolved = resolved.clone();
+    let (git, workspace_mounts) =
+        tokio::task::spawn_blocking(move || prepare_workspace(&prepare_resolved, mode)).await.context("workspace task failed")??;
+    let domain = Arc::new(Domain::new(resolved, Arc::new(store), git.clone()));
     let podman = Podman::default();
 
     // A coordinator killed with SIGKILL leaves its socket file and maybe its
@@ -69,15 +98,29 @@ async fn serve(resolved: ResolvedProfile) -> Result<u8> {
     let start_domain = domain.clone();
     let start_podman = podman.clone();
     let start_task = tokio::spawn(async move {
+        // (aborted at teardown; the loops it spawns are ended with the runtime)
         let (default_command, started) = tokio::join!(
             sandbox::default_command(&start_podman, &start_domain.resolved.image),
-            sandbox::start(&start_podman, &start_domain.resolved)
+            sandbox::start(&start_podman, &start_domain.resolved, &workspace_mounts)
         );
         start_domain.set_default_command(default_command);
-        match started {
+        let container = start_domain.resolved.domain.container_name.clone();
+        let seeded = match (&started, &start_domain.git) {
+            (Ok(()), Some(layout)) => sandbox::exec_script(&start_podman, &container, &layout.seed_script())
+                .await
+                .map(|_| ())
+                .context("cannot set up the agent's repository inside the sandbox"),
+            _ => Ok(()),
+        };
+        match started.and(seeded) {
             Ok(()) => {
                 tracing::info!("sandbox running");
+                start_domain.mark_branch_seeded().await;
                 start_domain.set_container_state(ContainerState::Running, None);
+                if let Some(layout) = start_domain.git.clone() {
+                    tokio::spawn(git_sentry::sync::mirror_config_loop(layout));
+                    tokio::spawn(export_loop(start_domain.clone()));
+                }
             }
             Err(error) => {
                 tracing::error!(%error, "sandbox failed to start");
@@ -118,12 +161,14 @@ async fn serve(resolved: ResolvedProfile) -> Result<u8> {
     tracing::info!(reason, "tearing down");
     domain.begin_shutdown_if_idle(true);
     domain.emit(Event::ShuttingDown { reason: reason.to_owned() });
-    domain.set_container_state(ContainerState::Stopping, None);
     // Hold the domain lock while tearing down, so that no new coordinator
     // starts a container of the same name before ours is gone.
     let lock = lock_for_teardown(&domain_resources.lockfile).await;
     let _ = std::fs::remove_file(&domain_resources.control_socket);
     start_task.abort();
+    // The agent's last commits reach the host before the sandbox goes.
+    domain.export_agent_branch().await;
+    domain.set_container_state(ContainerState::Stopping, None);
     if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
         tracing::error!(%error, "could not remove the sandbox");
     }
@@ -135,6 +180,14 @@ async fn serve(resolved: ResolvedProfile) -> Result<u8> {
     }
     tracing::info!("teardown complete");
     Ok(0)
+}
+
+/// Exports the agent branch whenever its ref files change.
+async fn export_loop(domain: Arc<Domain>) {
+    loop {
+        tokio::time::sleep(git_sentry::sync::EXPORT_POLL).await;
+        domain.export_agent_branch().await;
+    }
 }
 
 /// Takes the domain lock, then re-checks that no session arrived meanwhile.

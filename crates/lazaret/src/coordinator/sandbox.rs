@@ -18,7 +18,9 @@ pub struct RunInvocation {
     pub environment: Vec<(String, String)>,
 }
 
-pub fn run_arguments(resolved: &ResolvedProfile) -> Result<RunInvocation> {
+/// `workspace_mounts` are the podman arguments that provide `/workspace`
+/// (the agent's checkout, see `git_sentry`, or the workspace itself).
+pub fn run_arguments(resolved: &ResolvedProfile, workspace_mounts: &[String]) -> Result<RunInvocation> {
     let domain = &resolved.domain;
     let mut arguments: Vec<OsString> = Vec::new();
     let mut push = |argument: String| arguments.push(OsString::from(argument));
@@ -37,12 +39,8 @@ pub fn run_arguments(resolved: &ResolvedProfile) -> Result<RunInvocation> {
     push("--init".into());
     push("--security-opt=no-new-privileges".into());
     push("--workdir=/workspace".into());
-    // Until the agent gets its own checkout, the workspace is visible
-    // read-only and its .git is masked (DECISIONS D1: the host's .git is
-    // never mounted into the sandbox).
-    push(format!("--volume={}:/workspace:ro", resolved.workspace.display()));
-    if resolved.workspace.join(".git").exists() {
-        push("--mount=type=tmpfs,destination=/workspace/.git,tmpfs-size=4096,ro=true".into());
+    for mount in workspace_mounts {
+        push(mount.clone());
     }
     for volume in &resolved.volumes {
         if !volume.host_exists {
@@ -66,8 +64,8 @@ pub fn run_arguments(resolved: &ResolvedProfile) -> Result<RunInvocation> {
 }
 
 /// Starts the sandbox; fails with podman's message.
-pub async fn start(podman: &Podman, resolved: &ResolvedProfile) -> Result<()> {
-    let invocation = run_arguments(resolved)?;
+pub async fn start(podman: &Podman, resolved: &ResolvedProfile, workspace_mounts: &[String]) -> Result<()> {
+    let invocation = run_arguments(resolved, workspace_mounts)?;
     let mut command = tokio::process::Command::from(podman.command());
     command.args(&invocation.arguments).envs(invocation.environment).stdin(std::process::Stdio::null());
     let output = command.output().await.context("cannot run podman")?;
@@ -97,4 +95,16 @@ pub async fn default_command(podman: &Podman, image: &str) -> Vec<String> {
         _ => None,
     };
     parsed.filter(|cmd| !cmd.is_empty()).unwrap_or_else(|| vec!["/bin/sh".to_owned()])
+}
+
+/// Runs a shell script inside the sandbox; fails with its output.
+pub async fn exec_script(podman: &Podman, container: &str, script: &str) -> Result<String> {
+    let mut command = tokio::process::Command::from(podman.command());
+    command.args(["exec", container, "sh", "-c", script]).stdin(std::process::Stdio::null());
+    let output = command.output().await.context("cannot run podman exec")?;
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    if !output.status.success() {
+        bail!("{}", text.trim());
+    }
+    Ok(text)
 }

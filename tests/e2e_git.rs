@@ -1,0 +1,301 @@
+//! End-to-end tests of Git Sentry and the agent branch (DECISIONS D1-D4):
+//! real git on real repositories, an agent acting inside a real gVisor
+//! sandbox, and the host checked byte for byte.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const BRANCH: &str = "lazaret/agent-default";
+
+fn run_agent(env: &TestEnv, repository: &Path, script: &str) -> std::process::Output {
+    run(env.lazaret().args(["run", "--workspace"]).arg(repository).args(["--", "sh", "-c", script]))
+}
+
+/// Everything of the host repository that must not change: HEAD, the
+/// index bytes, every ref but the agent branch, and the working tree.
+fn host_snapshot(repository: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut snapshot = BTreeMap::new();
+    let git_dir = repository.join(".git");
+    snapshot.insert("HEAD".to_owned(), std::fs::read(git_dir.join("HEAD")).expect("HEAD"));
+    snapshot.insert("index".to_owned(), std::fs::read(git_dir.join("index")).expect("index"));
+    snapshot.insert("config".to_owned(), std::fs::read(git_dir.join("config")).expect("config"));
+    let refs = git(repository, &["for-each-ref", "--format=%(refname) %(objectname)"]);
+    let refs: Vec<&str> = refs.lines().filter(|line| !line.starts_with(&format!("refs/heads/{BRANCH} "))).collect();
+    snapshot.insert("refs".to_owned(), refs.join("\n").into_bytes());
+    let hooks: Vec<String> =
+        std::fs::read_dir(git_dir.join("hooks")).expect("hooks").flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    snapshot.insert("hooks".to_owned(), hooks.join(",").into_bytes());
+    let mut stack = vec![repository.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir").flatten() {
+            let path = entry.path();
+            if path == git_dir {
+                continue;
+            }
+            if entry.file_type().expect("type").is_dir() {
+                stack.push(path);
+            } else {
+                snapshot.insert(path.display().to_string(), std::fs::read(&path).unwrap_or_default());
+            }
+        }
+    }
+    snapshot
+}
+
+#[test]
+fn git_config_is_read_only_inside_and_follows_the_host_within_a_second() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    git(&repository, &["remote", "add", "origin", "https://alice:s3cr3t-token@example.invalid/project.git"]);
+    let probe = "cd /workspace; \
+        (echo x >> .git/config) 2>&1 | grep -q 'Read-only file system' && echo WRITE=EROFS; \
+        rm .git/config 2>&1 | grep -q 'busy' && echo UNLINK=EBUSY; \
+        mv .git/config .git/moved 2>&1 | grep -q 'busy' && echo RENAME=EBUSY; \
+        mv /workspace/.git /workspace/git-moved 2>&1 | grep -q 'busy' && echo RENAME_GIT_DIR=EBUSY; \
+        grep -c s3cr3t .git/config; true";
+    // The agent keeps the session open while the host changes its config.
+    let script = format!(
+        "{probe}; echo READY; for i in $(seq 100); do if grep -q 'round = 3' .git/config; then echo SEEN3; break; fi; sleep 0.05; done; {probe}; grep round .git/config"
+    );
+    let mut child = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&repository)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut first = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        if line == "READY" {
+            break;
+        }
+        first.push(line);
+    }
+    assert_eq!(first, ["WRITE=EROFS", "UNLINK=EBUSY", "RENAME=EBUSY", "RENAME_GIT_DIR=EBUSY", "0"], "before host changes");
+    // git config replaces .git/config by rename each time.
+    let changed_at = Instant::now();
+    for round in 1..=3 {
+        git(&repository, &["config", "lazaret.round", &round.to_string()]);
+    }
+    let rest: Vec<String> = lines.map(|line| line.expect("line")).collect();
+    let output = child.wait_with_output().expect("wait");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(rest.first().map(String::as_str), Some("SEEN3"), "new values visible inside: {rest:?}");
+    eprintln!("host change visible inside after at most {:?}", changed_at.elapsed());
+    assert_eq!(
+        &rest[1..6],
+        ["WRITE=EROFS", "UNLINK=EBUSY", "RENAME=EBUSY", "RENAME_GIT_DIR=EBUSY", "0"],
+        "after three host rewrites: {rest:?}"
+    );
+    assert!(rest.last().is_some_and(|line| line.contains("round = 3")), "{rest:?}");
+    assert!(git(&repository, &["config", "--get", "remote.origin.url"]).contains("s3cr3t-token"), "the host config itself is untouched");
+}
+
+#[test]
+fn an_agent_commit_is_the_host_ref_within_a_second_and_diffs_exactly() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    let script =
+        "cd /workspace; echo 'pub fn question() {}' >> src/lib.rs; git commit -q -am 'agent: add question'; echo COMMITTED; sleep 3";
+    let mut child = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&repository)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().map(|l| l.expect("line")).as_deref(), Some("COMMITTED"));
+    let committed = Instant::now();
+    let branch_ref = format!("refs/heads/{BRANCH}");
+    let arrived = wait_until(Duration::from_secs(1), || {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repository)
+            .args(["rev-parse", "--verify", "--quiet", &branch_ref])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let latency = committed.elapsed();
+    assert!(arrived, "the agent branch reaches the host within 1 s");
+    eprintln!("commit to host ref: {latency:?}");
+    let _ = child.wait();
+    let diff = git(&repository, &["diff", &format!("HEAD..{BRANCH}")]);
+    assert!(diff.contains("+pub fn question() {}"), "{diff}");
+    assert_eq!(git(&repository, &["diff", "--name-only", &format!("HEAD..{BRANCH}")]).trim(), "src/lib.rs");
+    assert_eq!(git(&repository, &["log", "-1", "--format=%s", BRANCH]).trim(), "agent: add question");
+
+    // lazaret diff says the same, and a second session continues the branch.
+    let json = run(env.lazaret().args(["diff", "--json", "--workspace"]).arg(&repository));
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("diff json");
+    assert_eq!(json["files"][0]["path"], "src/lib.rs");
+    assert_eq!(json["base"], git(&repository, &["rev-parse", "HEAD"]).trim());
+    let output = run_agent(&env, &repository, "cd /workspace; git log --format=%s -1");
+    assert_eq!(stdout(&output).trim(), "agent: add question", "the next session continues the agent branch");
+}
+
+#[test]
+fn the_host_repository_is_byte_identical_whatever_the_agent_does() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    git(&repository, &["branch", "feature"]);
+    git(&repository, &["tag", "v1"]);
+    std::fs::write(repository.join("uncommitted.txt"), "host work in progress\n").expect("write");
+    let before = host_snapshot(&repository);
+    let script = "cd /workspace; set -x; \
+        echo one > one.txt; git add one.txt; git commit -qm one; \
+        git checkout -q -b other; echo two > two.txt; git add two.txt; git commit -qm two; \
+        git checkout -q lazaret/agent-default; git reset -q --hard HEAD~1; \
+        git update-ref -d refs/lazaret/host-head; git tag evil; git update-ref refs/heads/main HEAD; \
+        git replace -f $(git rev-parse HEAD) $(git rev-parse HEAD~0); \
+        echo 'ref: refs/heads/other' > .git/HEAD; \
+        rm -rf /workspace/.git/* /workspace/.git/.[!.]* 2>/dev/null; rm -rf /workspace/.git; \
+        echo garbage > /workspace/.git/packed-refs; true";
+    let output = run_agent(&env, &repository, script);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let after = host_snapshot(&repository);
+    for (key, value) in &before {
+        assert_eq!(after.get(key), Some(value), "host {key} changed");
+    }
+    assert_eq!(before.len(), after.len(), "no file appeared or vanished on the host");
+    let fsck =
+        std::process::Command::new("git").arg("-C").arg(&repository).args(["fsck", "--strict", "--no-progress"]).output().expect("fsck");
+    assert!(fsck.status.success(), "git fsck: {}", stderr(&fsck));
+    let tags = git(&repository, &["tag", "--list"]);
+    assert_eq!(tags.trim(), "v1", "no tag from the sandbox");
+    assert!(git(&repository, &["for-each-ref", "refs/replace"]).trim().is_empty(), "no replace ref from the sandbox");
+}
+
+/// Every way we know of for git metadata to make the host run code, each
+/// with a marker payload; none may fire when the host uses git afterwards.
+#[test]
+fn git_metadata_written_by_the_agent_never_runs_on_the_host() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    let markers = tempfile::Builder::new().prefix("lzt-markers").tempdir_in("/tmp").expect("tempdir");
+    let marker = markers.path().display().to_string();
+    // Inside the sandbox the marker directory does not exist, so the payload
+    // fails quietly there and succeeds only if it runs on the host.
+    let payload = |name: &str| format!("#!/bin/sh\\ntouch {marker}/{name} 2>/dev/null\\nexit 0\\n");
+    let script = format!(
+        "cd /workspace; \
+         for hook in pre-commit post-commit post-checkout reference-transaction fsmonitor-watchman pre-push post-merge; do printf '{hooks}' > .git/hooks/$hook; chmod +x .git/hooks/$hook; done; \
+         mkdir -p .git/modules/sub && printf '[core]\\n\\tfsmonitor = {marker}/fsmonitor.sh\\n\\thooksPath = /tmp\\n' > .git/modules/sub/config; \
+         printf '{fsmonitor}' > /workspace/fsmonitor.sh; chmod +x /workspace/fsmonitor.sh; \
+         echo 'ok' > file.txt; git add file.txt; git commit -qm 'with hooks'; \
+         git replace -f $(git rev-parse HEAD) $(git rev-parse HEAD~1); \
+         mkdir -p nested && cd nested && git init -q && echo n > n && git add n && git commit -qm nested && printf '[core]\\n\\tfsmonitor = \"touch {marker}/nested\"\\n' >> .git/config; cd ..; \
+         git add nested 2>/dev/null; git commit -qm 'nested repo' || true; \
+         printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ./sub\\n' > .gitmodules; \
+         printf 'export X=$(touch {marker}/envrc)\\n' > .envrc; \
+         git add .gitmodules .envrc; git commit -qm 'gitmodules and envrc'; true",
+        hooks = payload("hook"),
+        fsmonitor = payload("fsmonitor"),
+    );
+    let output = run_agent(&env, &repository, &script);
+    assert!(output.status.success(), "{}", stderr(&output));
+    // A tree with a .git entry, crafted with plumbing: the host must refuse it.
+    let crafted = "cd /workspace; blob=$(echo '[core] fsmonitor=x' | git hash-object -w --stdin); \
+        inner=$(printf '100644 blob %s\\tconfig\\n' $blob | git mktree); \
+        tree=$(printf '040000 tree %s\\t.git\\n' $inner | git mktree); \
+        commit=$(echo crafted | git commit-tree $tree -p HEAD); git update-ref refs/heads/lazaret/agent-default $commit; echo $commit; \
+        sleep 1; printf '/tmp/evil-common\\n' > .git/commondir";
+    let before_crafted = git(&repository, &["rev-parse", BRANCH]).trim().to_owned();
+    let crafted_output = run_agent(&env, &repository, crafted);
+    let crafted_commit = stdout(&crafted_output).trim().to_owned();
+    assert_eq!(crafted_commit.len(), 40, "{}", stderr(&crafted_output));
+    let host_branch = git(&repository, &["rev-parse", BRANCH]).trim().to_owned();
+    assert_eq!(host_branch, before_crafted, "a commit with a .git tree entry is refused by the host's fsck");
+    // A .gitmodules whose update runs a command is refused the same way.
+    let update_command = format!(
+        "cd /workspace; rm -f .git/commondir; printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ./sub\\n\\tupdate = !touch {marker}/submodule-update\\n' > .gitmodules; \
+         git add .gitmodules; git commit -qm 'update command'; git log -1 --format=%H"
+    );
+    let update_output = run_agent(&env, &repository, &update_command);
+    assert!(update_output.status.success(), "the sandbox recovers from the planted commondir: {}", stderr(&update_output));
+    assert_eq!(git(&repository, &["rev-parse", BRANCH]).trim(), before_crafted, "{}", stdout(&update_output));
+
+    for arguments in [vec!["status"], vec!["log", "--all", "--oneline"], vec!["diff", "HEAD", BRANCH], vec!["show", BRANCH]] {
+        git(&repository, &arguments);
+    }
+    let diff = run(env.lazaret().args(["diff", "--workspace"]).arg(&repository));
+    assert!(diff.status.success(), "{}", stderr(&diff));
+    let text = stdout(&diff);
+    assert!(
+        text.contains("WARNING") && text.contains(".envrc") && text.contains(".gitmodules"),
+        "D4 warnings: {text}\nagent session: {}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    let fired: Vec<String> =
+        std::fs::read_dir(markers.path()).expect("markers").flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(fired.is_empty(), "payloads ran on the host: {fired:?}");
+    assert!(!git(&repository, &["log", "--format=%s", BRANCH]).contains("crafted"));
+    assert!(
+        std::fs::read_dir(repository.join(".git/hooks"))
+            .expect("hooks")
+            .flatten()
+            .all(|e| e.file_name().to_string_lossy().ends_with(".sample")),
+        "no hook reached the host"
+    );
+}
+
+#[test]
+fn a_directory_that_is_not_a_repository_needs_an_explicit_choice() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let plain = env.workspace("plain");
+    std::fs::write(plain.join("notes.txt"), "hello\n").expect("write");
+    let refused = run(env.lazaret().args(["run", "--workspace"]).arg(&plain).args(["--", "true"]));
+    assert_eq!(refused.status.code(), Some(1));
+    let message = stderr(&refused);
+    assert!(message.contains("not a git repository") && message.contains("--mount-workspace") && message.contains("git init"), "{message}");
+    let output = run(env.lazaret().args(["run", "--mount-workspace", "--workspace"]).arg(&plain).args([
+        "--",
+        "sh",
+        "-c",
+        "cat /workspace/notes.txt; echo agent > /workspace/new.txt",
+    ]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "hello\n");
+    assert_eq!(std::fs::read_to_string(plain.join("new.txt")).expect("written through"), "agent\n");
+    // A repository is never mounted, even when asked.
+    let repository = git_repository(&env, "project");
+    let refused = run(env.lazaret().args(["run", "--mount-workspace", "--workspace"]).arg(&repository).args(["--", "true"]));
+    assert!(!refused.status.success() && stderr(&refused).contains("never mounts a repository"), "{}", stderr(&refused));
+}
+
+#[test]
+fn host_uncommitted_changes_are_announced_and_not_given_to_the_agent() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    std::fs::write(repository.join("README.md"), "# host edit in progress\n").expect("write");
+    let output = run_agent(&env, &repository, "cat /workspace/README.md");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "# project\n", "the agent starts from HEAD");
+    assert!(stderr(&output).contains("1 uncommitted change"), "{}", stderr(&output));
+}
