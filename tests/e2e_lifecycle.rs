@@ -401,6 +401,8 @@ fn rootless_run_works_for_an_ordinary_user() {
     std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let lazaret = bin.path().join("lazaret");
     std::fs::copy(env!("CARGO_BIN_EXE_lazaret"), &lazaret).expect("copy");
+    // Installed layout: the static helpers next to `lazaret`.
+    std::fs::copy(static_helper("lazaret-escalate"), bin.path().join("lazaret-escalate")).expect("copy helper");
     let workspace = format!("{home}/lzt-workspace");
     let as_user = |script: &str| {
         Command::new("runuser")
@@ -416,12 +418,15 @@ fn rootless_run_works_for_an_ordinary_user() {
     };
     let script = format!(
         "mkdir -p {workspace} && cd {workspace} && git init -q && git -c user.name=u -c user.email=u@x commit -q --allow-empty -m init && cd && \
-         {lazaret} run --workspace {workspace} -- sh -c 'dmesg | head -n 1; id -u; git log --oneline; exit 42'",
+         mkdir -p $HOME/.config/lazaret && printf '[escalation]\\nenabled = true\\nsocket_dir = \"/run/user/{uid}/lazaret\"\\nauto_approve = [\"touch\"]\\napproval_timeout_seconds = 5\\n' > $HOME/.config/lazaret/config.toml && \
+         {lazaret} run --workspace {workspace} -- sh -c 'dmesg | head -n 1; id -u; git log --oneline; lazaret-escalate -- touch escalated-rootless || echo escalation-failed; exit 42'",
         lazaret = lazaret.display()
     );
     let output = as_user(&script);
     assert_eq!(output.status.code(), Some(42), "rootless run: {}\n{}", stdout(&output), stderr(&output));
     assert!(stdout(&output).contains("Starting gVisor"), "{}", stdout(&output));
+    assert!(!stdout(&output).contains("escalation-failed"), "host escalation works rootless: {}", stderr(&output));
+    assert!(Path::new(&workspace).join("escalated-rootless").exists(), "the escalated command ran on the host as the user");
     // Torn down in the user's own podman.
     let check = format!("{} domain --json --workspace {workspace}", lazaret.display());
     let domain: serde_json::Value = serde_json::from_slice(&as_user(&check).stdout).expect("domain json");

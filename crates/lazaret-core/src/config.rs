@@ -68,6 +68,8 @@ struct RawEscalation {
     socket_dir: Spanned<String>,
     #[serde(default)]
     auto_approve: Vec<Spanned<String>>,
+    approval_timeout_seconds: Option<Spanned<u64>>,
+    command_timeout_seconds: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -121,8 +123,24 @@ pub struct Config {
     pub allow_egress: Vec<EgressRule>,
     pub escalation_enabled: bool,
     pub auto_approve: Vec<Located<String>>,
+    /// `auto_approve`, parsed and validated by the policy engine.
+    pub auto_approve_rules: Vec<crate::policy::AutoApproveRule>,
+    pub escalation_timeouts: EscalationTimeouts,
     pub profiles: BTreeMap<String, ProfileConfig>,
     pub warnings: Vec<Diagnostic>,
+}
+
+/// How long a request waits for a human, and how long a host command may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct EscalationTimeouts {
+    pub approval_seconds: u64,
+    pub command_seconds: u64,
+}
+
+impl Default for EscalationTimeouts {
+    fn default() -> EscalationTimeouts {
+        EscalationTimeouts { approval_seconds: 300, command_seconds: 600 }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -161,6 +179,9 @@ pub struct ResolvedProfile {
     pub env: BTreeMap<String, ResolvedEnv>,
     pub volumes: Vec<ResolvedVolume>,
     pub escalation_enabled: bool,
+    #[serde(skip)]
+    pub auto_approve_rules: Vec<crate::policy::AutoApproveRule>,
+    pub escalation_timeouts: EscalationTimeouts,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -265,6 +286,36 @@ impl Config {
                 );
             }
         }
+        let mut escalation_timeouts = EscalationTimeouts::default();
+        if let Some(escalation) = &raw.escalation {
+            for (field, value, target) in [
+                ("escalation.approval_timeout_seconds", &escalation.approval_timeout_seconds, &mut escalation_timeouts.approval_seconds),
+                ("escalation.command_timeout_seconds", &escalation.command_timeout_seconds, &mut escalation_timeouts.command_seconds),
+            ] {
+                if let Some(value) = value {
+                    if !(1..=86_400).contains(value.get_ref()) {
+                        checker.error(
+                            field,
+                            format!("`{}` is out of range (1 to 86400 seconds)", value.get_ref()),
+                            Some(checker.locate(value.span())),
+                        );
+                    }
+                    *target = *value.get_ref();
+                }
+            }
+        }
+        let auto_approve_rules: Vec<crate::policy::AutoApproveRule> = raw
+            .escalation
+            .iter()
+            .flat_map(|escalation| escalation.auto_approve.iter())
+            .filter_map(|entry| match crate::policy::parse_auto_approve_entry(entry.get_ref()) {
+                Ok(rule) => Some(rule),
+                Err(error) => {
+                    checker.error("escalation.auto_approve", error.to_string(), Some(checker.locate(entry.span())));
+                    None
+                }
+            })
+            .collect();
         let global_egress = raw.network.as_ref().map(|n| checker.egress("network.allow_egress", &n.allow_egress)).unwrap_or_default();
 
         let mut profiles = BTreeMap::new();
@@ -288,6 +339,8 @@ impl Config {
             allow_egress: global_egress,
             escalation_enabled,
             auto_approve,
+            auto_approve_rules,
+            escalation_timeouts,
             profiles,
             warnings: checker.warnings,
         })
@@ -407,6 +460,8 @@ impl Config {
             env,
             volumes,
             escalation_enabled: self.escalation_enabled,
+            auto_approve_rules: self.auto_approve_rules.clone(),
+            escalation_timeouts: self.escalation_timeouts,
         })
     }
 

@@ -6,7 +6,11 @@
 //! camelCase, messages are framed LSP-style (`Content-Length: N\r\n\r\n`),
 //! see `docs/rpc.md`. Nothing else in Lazaret knows these names.
 
+pub mod escalation;
+
+#[cfg(feature = "rpc")]
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
+#[cfg(feature = "rpc")]
 use jsonrpsee::proc_macros::rpc;
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +31,8 @@ pub mod error_code {
     pub const STORE_FAILED: i32 = 1005;
     /// A git operation failed; `message` has git's reason.
     pub const GIT_FAILED: i32 = 1006;
+    /// The escalation is unknown or was already answered.
+    pub const ESCALATION_NOT_PENDING: i32 = 1007;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +47,10 @@ pub struct RegisterParams {
     /// `cli` or an editor name.
     #[serde(default = "default_client")]
     pub client: String,
+    /// Base64 ed25519 public key of the client's Session Anchor; requests
+    /// from inside the sandbox must carry a delegation signed by it.
+    #[serde(default)]
+    pub public_key: Option<String>,
 }
 
 fn default_client() -> String {
@@ -118,6 +128,17 @@ pub struct CompletedSession {
     pub end_reason: String,
 }
 
+/// The result of `audit/verify`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditVerification {
+    pub records: u64,
+    pub intact: bool,
+    /// The first record that breaks the chain, and why.
+    pub problem_at: Option<u64>,
+    pub problem: Option<String>,
+}
+
 /// One changed file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -164,6 +185,31 @@ pub struct BranchDiff {
     pub warnings: Vec<PathWarning>,
 }
 
+/// A request from inside the sandbox waiting for a human.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingEscalation {
+    pub request_id: String,
+    pub domain_hash: String,
+    pub profile: String,
+    /// The verified session the request came from.
+    pub session_id: String,
+    /// Exactly what would run (the program is resolved on the host).
+    pub argv: Vec<String>,
+    /// The argv quoted for display only.
+    pub display: String,
+    pub justification: Option<String>,
+    /// The host directory the command would run in.
+    pub cwd: String,
+    /// Why this was not auto-approved.
+    pub reasons: Vec<String>,
+    /// Warnings: commands that run project code or take command-running options.
+    pub risk_notes: Vec<String>,
+    pub received_at_ms: u64,
+    /// When the request is denied if nobody answers.
+    pub expires_at_ms: u64,
+}
+
 /// Notifications of `events/subscribe`, delivered as `events/event`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "kind")]
@@ -198,10 +244,28 @@ pub enum Event {
         branch: String,
         reason: String,
     },
+    /// A request needs a human: answer it with `escalation/respond`.
+    EscalationPending {
+        escalation: PendingEscalation,
+    },
+    /// A request was decided (`outcome`: auto, approved, edited, denied,
+    /// aborted, timedOut).
+    EscalationResolved {
+        request_id: String,
+        outcome: String,
+        decided_by: String,
+        argv: Option<Vec<String>>,
+    },
+    /// A host command requested from the sandbox finished.
+    EscalationFinished {
+        request_id: String,
+        exit_status: Option<i32>,
+    },
 }
 
 /// The coordinator's API. `lazaret` implements `LazaretApiServer`; see
 /// `docs/rpc.md` for transcripts.
+#[cfg(feature = "rpc")]
 #[rpc(server)]
 pub trait LazaretApi {
     /// Registers a client session; resolves once the sandbox is running.
@@ -214,6 +278,7 @@ pub trait LazaretApi {
         pid: u32,
         command: Option<Vec<String>>,
         client: Option<String>,
+        public_key: Option<String>,
     ) -> RpcResult<RegisterResult>;
 
     /// Ends a session of this connection and records it.
@@ -227,6 +292,32 @@ pub trait LazaretApi {
     /// The domain: profile, workspace, container state, live sessions.
     #[method(name = "domain/status")]
     async fn domain_status(&self) -> RpcResult<DomainStatus>;
+
+    /// Requests waiting for a human, oldest first.
+    #[method(name = "escalation/list")]
+    async fn escalation_list(&self) -> RpcResult<Vec<PendingEscalation>>;
+
+    /// Answers a pending request: `decision` is `approve`, `deny` or `edit`
+    /// (then `argv` is what runs). The first answer wins; later ones fail
+    /// with code 1007. `client` names the answering client for the audit
+    /// trail (`terminal`, `vscode`, `neovim`, ...).
+    #[method(name = "escalation/respond")]
+    async fn escalation_respond(
+        &self,
+        request_id: String,
+        decision: String,
+        argv: Option<Vec<String>>,
+        reason: Option<String>,
+        client: Option<String>,
+    ) -> RpcResult<bool>;
+
+    /// The escalation audit trail, oldest first (`limit` most recent).
+    #[method(name = "audit/list")]
+    async fn audit_list(&self, limit: Option<usize>) -> RpcResult<Vec<serde_json::Value>>;
+
+    /// Verifies the audit hash chain.
+    #[method(name = "audit/verify")]
+    async fn audit_verify(&self) -> RpcResult<AuditVerification>;
 
     /// The agent branch against its base, plus uncommitted changes.
     /// `patch: false` leaves the patch texts empty.

@@ -5,8 +5,10 @@
 //! opener fail with [`StoreError::AlreadyOpen`] instead of corrupting it.
 //! The store keeps completed sessions; it tracks nothing live.
 //! Schema changes are manual, versioned table copies inside one write
-//! transaction (section 4.4.3): see [`migrate`].
+//! transaction (section 4.4.3): see [`migrate`]. Escalations are audited in
+//! a hash chain ([`AuditRecord`]).
 
+mod audit;
 mod migrate;
 mod records;
 
@@ -14,10 +16,11 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
+pub use audit::{AuditRecord, AuditVerification, GENESIS_HASH};
 pub use records::SessionRecord;
 
 /// The layout this build writes.
-pub const SCHEMA_VERSION: u64 = 2;
+pub const SCHEMA_VERSION: u64 = 3;
 
 /// `meta`: "schema_version" -> version number.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");

@@ -5,6 +5,7 @@
 //! Layout history:
 //! - v1: `sessions_v1`: session id (str) -> "pid|started_ms|ended_ms|exit" (str).
 //! - v2: `sessions_v2`: sequence (u64) -> JSON [`SessionRecord`]; `meta`.
+//! - v3: adds `audit`: sequence (u64) -> JSON `AuditRecord` (hash chain).
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -23,6 +24,10 @@ pub(crate) fn to_current(store: &Store) -> Result<()> {
     }
     if version == 1 {
         v1_to_v2(store)?;
+        version = 2;
+    }
+    if version == 2 {
+        v2_to_v3(store)?;
     }
     Ok(())
 }
@@ -36,11 +41,24 @@ fn has_v1_sessions(store: &Store) -> Result<bool> {
     }
 }
 
+/// v3 only adds the audit table.
+fn v2_to_v3(store: &Store) -> Result<()> {
+    let write = store.database().begin_write().map_err(|e| store.error(e))?;
+    {
+        write.open_table(crate::audit::AUDIT).map_err(|e| store.error(e))?;
+        let mut meta = write.open_table(META).map_err(|e| store.error(e))?;
+        meta.insert(SCHEMA_VERSION_KEY, 3).map_err(|e| store.error(e))?;
+    }
+    write.commit().map_err(|e| store.error(e))?;
+    Ok(())
+}
+
 /// A new, empty store.
 fn initialize(store: &Store) -> Result<u64> {
     let write = store.database().begin_write().map_err(|e| store.error(e))?;
     {
         write.open_table(SESSIONS_V2).map_err(|e| store.error(e))?;
+        write.open_table(crate::audit::AUDIT).map_err(|e| store.error(e))?;
         let mut meta = write.open_table(META).map_err(|e| store.error(e))?;
         meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION).map_err(|e| store.error(e))?;
     }
@@ -122,7 +140,7 @@ mod tests {
         let path = dir.path().join("state.redb");
         write_v1_store(&path);
         let store = Store::open(&path).expect("open migrates");
-        assert_eq!(store.schema_version().expect("version"), 2);
+        assert_eq!(store.schema_version().expect("version"), crate::SCHEMA_VERSION);
         let sessions = store.sessions(10).expect("sessions");
         assert_eq!(sessions.len(), 2);
         assert_eq!(sessions[0].session_id, "first");

@@ -99,6 +99,20 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show the domain's escalation audit trail (every request from the
+    /// sandbox, verified or refused, its decision and what ran), or verify
+    /// its hash chain.
+    Audit {
+        #[command(subcommand)]
+        action: Option<AuditCommand>,
+        #[command(flatten)]
+        target: DomainTarget,
+        /// At most this many records, the most recent.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Internal: run as a domain's Session Coordinator (started by `run`).
     #[command(hide = true)]
     Coordinator {
@@ -140,6 +154,16 @@ pub enum ConfigCommand {
     },
     /// Print the path of the configuration file Lazaret reads.
     Path,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check that no stored record was edited, removed or reordered; exits
+    /// 1 naming the first broken record.
+    Verify {
+        #[command(flatten)]
+        target: DomainTarget,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -37,7 +37,7 @@ pub struct CoordinatorLaunch<'a> {
     pub mode: crate::coordinator::WorkspaceMode,
 }
 
-pub async fn join(launch: &CoordinatorLaunch<'_>, session_id: &str, command: &[String]) -> Result<Joined> {
+pub async fn join(launch: &CoordinatorLaunch<'_>, session_id: &str, public_key: &str, command: &[String]) -> Result<Joined> {
     let domain = &launch.resolved.domain;
     let mut last_error = None;
     for _ in 0..ATTEMPTS {
@@ -54,7 +54,7 @@ pub async fn join(launch: &CoordinatorLaunch<'_>, session_id: &str, command: &[S
         }
         // The leader registers while still holding the lock, so the
         // coordinator cannot decide to tear down in between.
-        let result = register(&domain.control_socket, session_id, command).await;
+        let result = register(&domain.control_socket, session_id, public_key, command).await;
         if leader {
             lock.unlock();
         }
@@ -80,10 +80,11 @@ fn is_retryable(error: &RpcError) -> bool {
     }
 }
 
-async fn register(socket: &Path, session_id: &str, command: &[String]) -> Result<Joined, RpcError> {
+async fn register(socket: &Path, session_id: &str, public_key: &str, command: &[String]) -> Result<Joined, RpcError> {
     let (client, notifications) = RpcClient::connect(socket).await?;
     let params = serde_json::json!({
         "sessionId": session_id,
+        "publicKey": public_key,
         "pid": std::process::id(),
         "command": command,
         "client": "cli",

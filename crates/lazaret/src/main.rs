@@ -5,6 +5,7 @@ mod cli;
 mod commands;
 mod coordinator;
 mod domain_lock;
+mod escalation;
 mod git_sentry;
 mod helper_binaries;
 mod hold_to_bind;

@@ -27,7 +27,15 @@ const UNKNOWN_STATUS: i32 = 255;
 pub struct SessionCommand<'a> {
     pub container: &'a str,
     pub session_id: &'a str,
+    /// The delegated Session Anchor credential (base64), for `lazaret-escalate`.
+    pub credential: &'a str,
     pub argv: &'a [String],
+}
+
+/// Variables podman passes into the session by name (`--env NAME`), so
+/// their values never appear on a host command line.
+fn session_environment(session: &SessionCommand<'_>) -> Vec<(String, String)> {
+    vec![(lazaret_protocol::escalation::CREDENTIAL_VARIABLE.to_owned(), session.credential.to_owned())]
 }
 
 pub fn is_interactive() -> bool {
@@ -47,6 +55,9 @@ fn state_file(session_id: &str) -> String {
 fn exec_arguments(session: &SessionCommand<'_>, term: Option<&str>) -> Vec<String> {
     let mut arguments = vec!["exec".to_owned(), "--interactive".to_owned(), "--workdir=/workspace".to_owned()];
     arguments.push(format!("--env=LAZARET_SESSION_ID={}", session.session_id));
+    for (name, _) in session_environment(session) {
+        arguments.push(format!("--env={name}"));
+    }
     if let Some(term) = term {
         arguments.push(format!("--env=TERM={term}"));
     }
@@ -59,9 +70,10 @@ pub async fn run(session: &SessionCommand<'_>) -> Result<i32> {
     if is_interactive() {
         let container = session.container.to_owned();
         let session_id = session.session_id.to_owned();
+        let credential = session.credential.to_owned();
         let argv = session.argv.to_vec();
         tokio::task::spawn_blocking(move || {
-            run_interactive(&SessionCommand { container: &container, session_id: &session_id, argv: &argv })
+            run_interactive(&SessionCommand { container: &container, session_id: &session_id, credential: &credential, argv: &argv })
         })
         .await
         .context("session task failed")?
@@ -79,6 +91,7 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
         .args(exec_arguments(session, None))
         .args(["sh", "-c", &format!("echo \"$$\" > {state}; exec \"$@\""), "lazaret-session"])
         .args(session.argv)
+        .envs(session_environment(session))
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
@@ -122,6 +135,9 @@ fn run_interactive(session: &SessionCommand<'_>) -> Result<i32> {
     let mut builder = CommandBuilder::new(podman.program());
     builder.env_clear();
     for (name, value) in podman::environment() {
+        builder.env(name, value);
+    }
+    for (name, value) in session_environment(session) {
         builder.env(name, value);
     }
     for argument in exec_arguments(session, Some(&term)) {

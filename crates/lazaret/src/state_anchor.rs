@@ -15,8 +15,10 @@
 //! - `<name>_merged` (0700): the mount point.
 //! - `<name>_base.json`: for each path in `<name>_changes`, the image's
 //!   version of that path (kind, size, mtime, mode, owner, link target) when
-//!   the agent's change was recorded. `diff` compares it with the current
-//!   image to say "M!" (both changed; the agent's version wins).
+//!   the agent's change was first recorded: at `unmount` (or `recover`),
+//!   from the image root of the session that made it, before that image is
+//!   unmounted. `diff` compares it with the current image: a difference is
+//!   "M!"/"D!" (both changed; the agent's version wins).
 //! - `state_anchor.json`: what is mounted now (image ID, image root, dirs);
 //!   present from `mount` until `unmount`, so `recover` can finish the job of
 //!   a coordinator killed with SIGKILL.
@@ -42,16 +44,19 @@
 //! `/etc`: podman bind-mounts its `/etc/hosts`, `/etc/hostname` (and, with a
 //! network, `/etc/resolv.conf`) over a bind-mounted `/etc` too, under runsc,
 //! root and rootless; the mount points it creates land in the upper directory
-//! as empty files. `mount` deletes those three paths from the upper directory
-//! before mounting, so they never carry over from one session to the next,
-//! and `diff` never lists them.
+//! as empty files. `mount` and `unmount` delete those three paths from the
+//! upper directory, so they never carry over from one session to the next
+//! (with `--network=none` podman provides no resolv.conf, and none from an
+//! earlier session appears), and `diff` never lists them.
 //!
 //! gVisor file access: these are ordinary bind mounts, so runsc serves them
 //! with `--file-access-mounts=shared` (its default; the flag is global):
 //! gVisor revalidates its dentry cache against the host on each access.
 //! Nothing writes to a merged directory from the host while the sandbox runs,
 //! so `exclusive` would be correct for the overlays, but the same flag
-//! governs the workspace bind mount, whose host-side changes must be seen.
+//! governs the workspace bind mount, whose host-side changes must be seen;
+//! and measured here, `exclusive` did not make unpacking 10,000 files into an
+//! overlaid `/usr` measurably faster (the cost is gVisor's, not revalidation).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
@@ -95,7 +100,7 @@ const WHITEOUT_PREFIX: &str = ".wh.";
 /// GNU find record: kind, size, mtime, mode, uid, gid, link target, path.
 const FIND_FORMAT: &str = "%y\\0%s\\0%T@\\0%m\\0%U\\0%G\\0%l\\0%p\\0";
 const FIND_FIELDS: usize = 8;
-/// Bytes of path arguments per `find` invocation.
+/// Bytes of path arguments per `find` or `sha256sum` invocation.
 const FIND_ARGUMENT_BYTES: usize = 64 * 1024;
 
 // ---------------------------------------------------------------------------
@@ -135,8 +140,7 @@ pub fn dir_name(container_path: &Path) -> Result<String> {
             hasher.update(b"/");
             hasher.update(segment);
         }
-        let digest: String = hasher.finalize().iter().map(|byte| format!("{byte:02x}")).collect();
-        name = format!("%%{digest}");
+        name = format!("%%{}", hex(&hasher.finalize()));
     }
     Ok(name)
 }
@@ -400,7 +404,7 @@ impl Reach {
     }
 
     /// Every entry below each of `roots` (which must exist), with paths
-    /// relative to its root, depth-first in byte order.
+    /// relative to its root, sorted by path (a directory before its contents).
     fn list_trees(&self, roots: &[PathBuf]) -> Result<Vec<Vec<Entry>>> {
         match self.namespace {
             Namespace::Host => roots.iter().map(|root| list_tree_in_process(root)).collect(),
@@ -427,7 +431,7 @@ impl Reach {
                     trees[index].push(Entry { relative, fingerprint, whiteout });
                 }
                 for tree in &mut trees {
-                    tree.sort_by(|a, b| a.relative.as_os_str().as_bytes().cmp(b.relative.as_os_str().as_bytes()));
+                    tree.sort_by(|a, b| a.relative.cmp(&b.relative));
                 }
                 Ok(trees)
             }
@@ -447,15 +451,7 @@ impl Reach {
                 .collect(),
             Namespace::Rootless => {
                 let mut found: BTreeMap<PathBuf, Fingerprint> = BTreeMap::new();
-                let mut start = 0;
-                while start < paths.len() {
-                    let mut end = start;
-                    let mut bytes = 0;
-                    while end < paths.len() && (end == start || bytes + paths[end].as_os_str().len() < FIND_ARGUMENT_BYTES) {
-                        bytes += paths[end].as_os_str().len() + 1;
-                        end += 1;
-                    }
-                    let chunk = &paths[start..end];
+                for chunk in argument_chunks(paths) {
                     let mut command = self.command("find");
                     command.args(chunk).args(["-maxdepth", "0", "-printf", FIND_FORMAT]);
                     let output = command.output().context("cannot run podman unshare find")?;
@@ -465,9 +461,41 @@ impl Reach {
                         bail!("podman unshare find: {}", stderr.trim());
                     }
                     found.extend(parse_find_output(&output.stdout)?);
-                    start = end;
                 }
                 Ok(paths.iter().map(|path| found.get(path).cloned()).collect())
+            }
+        }
+    }
+
+    /// SHA-256 (lowercase hex) of each regular file.
+    fn hash_files(&self, paths: &[PathBuf]) -> Result<Vec<String>> {
+        match self.namespace {
+            Namespace::Host => paths
+                .iter()
+                .map(|path| {
+                    let mut file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+                    let mut hasher = Sha256::new();
+                    std::io::copy(&mut file, &mut hasher).with_context(|| format!("cannot read {}", path.display()))?;
+                    Ok(hex(&hasher.finalize()))
+                })
+                .collect(),
+            Namespace::Rootless => {
+                let mut hashes: BTreeMap<PathBuf, String> = BTreeMap::new();
+                for chunk in argument_chunks(paths) {
+                    let mut command = self.command("sha256sum");
+                    command.args(["-z", "--"]).args(chunk);
+                    // `HASH  PATH\0` per file: -z also turns off name escaping.
+                    for record in run(command, || "podman unshare sha256sum".to_owned())?.split(|&byte| byte == 0) {
+                        if record.len() > 66 && record[64..66] == *b"  " {
+                            let hash = String::from_utf8_lossy(&record[..64]).into_owned();
+                            hashes.insert(PathBuf::from(std::ffi::OsStr::from_bytes(&record[66..])), hash);
+                        }
+                    }
+                }
+                paths
+                    .iter()
+                    .map(|path| hashes.remove(path).ok_or_else(|| anyhow!("sha256sum printed no hash for {}", path.display())))
+                    .collect()
             }
         }
     }
@@ -525,11 +553,33 @@ fn run(mut command: Command, what: impl FnOnce() -> String) -> Result<Vec<u8>> {
     Ok(output.stdout)
 }
 
+/// `paths` in runs of at most [`FIND_ARGUMENT_BYTES`] (at least one each).
+fn argument_chunks(paths: &[PathBuf]) -> Vec<&[PathBuf]> {
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    while start < paths.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < paths.len() && (end == start || bytes + paths[end].as_os_str().len() < FIND_ARGUMENT_BYTES) {
+            bytes += paths[end].as_os_str().len() + 1;
+            end += 1;
+        }
+        chunks.push(&paths[start..end]);
+        start = end;
+    }
+    chunks
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// find's complaints about starting points that do not exist.
 fn only_missing_paths(stderr: &str) -> bool {
-    stderr.lines().filter(|line| !line.trim().is_empty()).all(|line| {
-        line.starts_with("find: ") && (line.ends_with(": No such file or directory") || line.ends_with(": Not a directory"))
-    })
+    stderr
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .all(|line| line.starts_with("find: ") && (line.ends_with(": No such file or directory") || line.ends_with(": Not a directory")))
 }
 
 /// `umount2(path, 0)`: detaches the mount at `path` (the topmost one, if
@@ -574,7 +624,10 @@ fn unescape_octal(field: &[u8]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(field.len());
     let mut index = 0;
     while index < field.len() {
-        if field[index] == b'\\' && index + 4 <= field.len() && field[index + 1..index + 4].iter().all(|digit| (b'0'..=b'7').contains(digit)) {
+        if field[index] == b'\\'
+            && index + 4 <= field.len()
+            && field[index + 1..index + 4].iter().all(|digit| (b'0'..=b'7').contains(digit))
+        {
             let value = field[index + 1..index + 4].iter().fold(0u32, |value, digit| value * 8 + u32::from(digit - b'0'));
             bytes.push(u8::try_from(value).unwrap_or(b'?'));
             index += 4;
@@ -590,7 +643,10 @@ fn unescape_octal(field: &[u8]) -> Vec<u8> {
 // File facts
 
 /// What `diff` compares about a path: find's kind letter (`f d l c b p s`),
-/// size, mtime, permission bits, owner and link target (escaped).
+/// size, mtime, permission bits, owner, link target (escaped) and, for a
+/// regular file of the image recorded as a base, its SHA-256 (image layers
+/// keep mtimes to the second, so a rebuilt file of the same size can carry
+/// the same metadata).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Fingerprint {
@@ -602,6 +658,15 @@ struct Fingerprint {
     uid: u32,
     gid: u32,
     target: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sha256: Option<String>,
+}
+
+impl Fingerprint {
+    /// Equal in everything but the content hash.
+    fn same_metadata(&self, other: &Fingerprint) -> bool {
+        Fingerprint { sha256: None, ..self.clone() } == Fingerprint { sha256: None, ..other.clone() }
+    }
 }
 
 /// One entry of an upper directory, as listed.
@@ -647,6 +712,7 @@ fn fingerprint_of(path: &Path, metadata: &Metadata) -> Result<(Fingerprint, bool
         uid: metadata.uid(),
         gid: metadata.gid(),
         target,
+        sha256: None,
     };
     Ok((fingerprint, kind == 'c' && metadata.rdev() == 0))
 }
@@ -674,7 +740,7 @@ fn list_tree_in_process(root: &Path) -> Result<Vec<Entry>> {
         }
         pending.extend(subdirs.into_iter().rev());
     }
-    entries.sort_by(|a, b| a.relative.as_os_str().as_bytes().cmp(b.relative.as_os_str().as_bytes()));
+    entries.sort_by(|a, b| a.relative.cmp(&b.relative));
     Ok(entries)
 }
 
@@ -704,6 +770,7 @@ fn parse_find_output(output: &[u8]) -> Result<Vec<(PathBuf, Fingerprint)>> {
             uid: u32::try_from(number(record[4], 10)?)?,
             gid: u32::try_from(number(record[5], 10)?)?,
             target: if kind == 'l' { escape_bytes(record[6]) } else { String::new() },
+            sha256: None,
         };
         let path = PathBuf::from(std::ffi::OsStr::from_bytes(record[7]));
         records.push((path, fingerprint));
@@ -731,7 +798,10 @@ fn parse_find_time(text: &str) -> Result<(i64, u32)> {
 enum Node {
     /// The agent deleted what the image has here.
     Whiteout,
-    Dir { opaque: bool, fingerprint: Fingerprint },
+    Dir {
+        opaque: bool,
+        fingerprint: Fingerprint,
+    },
     Other(Fingerprint),
 }
 
@@ -767,7 +837,7 @@ fn upper_nodes(entries: &[Entry]) -> Vec<(PathBuf, Node)> {
         }
     }
     let mut nodes: Vec<(PathBuf, Node)> = nodes.into_iter().collect();
-    nodes.sort_by(|a, b| a.0.as_os_str().as_bytes().cmp(b.0.as_os_str().as_bytes()));
+    nodes.sort_by(|a, b| a.0.cmp(&b.0));
     nodes
 }
 
@@ -822,7 +892,12 @@ impl fmt::Display for StateChange {
 /// path when the change was recorded (`None`: not recorded; `Some(None)`:
 /// the image did not have it).
 fn classify(node: &Node, lower: Option<&Fingerprint>, base: Option<&Option<Fingerprint>>) -> Option<ChangeKind> {
-    let base_changed = base.is_some_and(|base| base.as_ref() != lower);
+    // A recorded hash counts only where the current file was hashed too
+    // (`diff` hashes exactly where the metadata alone cannot tell).
+    let base_changed = base.is_some_and(|base| match (base, lower) {
+        (Some(base), Some(lower)) if lower.sha256.is_none() => !base.same_metadata(lower),
+        (base, lower) => base.as_ref() != lower,
+    });
     match node {
         Node::Whiteout => match (lower, base_changed) {
             (Some(_), false) => Some(ChangeKind::Deleted),
@@ -990,16 +1065,19 @@ fn upper_listings(reach: &Reach, domain_dir: &Path, planned: &[(PathBuf, String)
     Ok(index_of.into_iter().map(|index| index.map(|index| upper_nodes(&std::mem::take(&mut trees[index]))).unwrap_or_default()).collect())
 }
 
-/// The upper nodes of each directory with the image's current version of
-/// each (`None` where the image has nothing), and the directories' lowers.
+/// A path of an upper directory next to the image's current version of it.
 struct Compared {
-    lowers: Vec<Lower>,
-    nodes: Vec<Vec<(PathBuf, Node, Option<Fingerprint>)>>,
+    relative: PathBuf,
+    node: Node,
+    /// `None` where the image has nothing.
+    current: Option<Fingerprint>,
+    /// Where the image's version is (or would be).
+    lower_path: PathBuf,
 }
 
 /// Lists the upper directories and looks up every listed path in the image
 /// (two queries in all).
-fn compare_with_image(reach: &Reach, domain_dir: &Path, planned: &[(PathBuf, String)], image_root: &Path) -> Result<Compared> {
+fn compare_with_image(reach: &Reach, domain_dir: &Path, planned: &[(PathBuf, String)], image_root: &Path) -> Result<Vec<Vec<Compared>>> {
     let dirs: Vec<PathBuf> = planned.iter().map(|(dir, _)| dir.clone()).collect();
     let listings = upper_listings(reach, domain_dir, planned)?;
     let mut extra = Vec::new();
@@ -1009,39 +1087,58 @@ fn compare_with_image(reach: &Reach, domain_dir: &Path, planned: &[(PathBuf, Str
     }
     let (lowers, stats) = resolve_lowers(reach, image_root, &dirs, &extra)?;
     let mut stats = stats.into_iter();
+    let mut lower_paths = extra.into_iter();
     let mut compared = Vec::new();
     for (listing, (lower, _)) in listings.into_iter().zip(&lowers) {
         let mut nodes = Vec::new();
         for (relative, node) in listing {
             // Without the directory in the image nothing below it is there.
             let current = stats.next().flatten().filter(|_| lower.is_some());
-            nodes.push((relative, node, current));
+            let lower_path = lower_paths.next().unwrap_or_default();
+            nodes.push(Compared { relative, node, current, lower_path });
         }
         compared.push(nodes);
     }
-    Ok(Compared { lowers, nodes: compared })
+    Ok(compared)
 }
 
 /// Adds to each base manifest the image's version (from `image_root`, the
-/// lower of the session that made them) of upper paths it lacks, and drops
-/// paths no longer in the upper directory.
+/// lower of the session that made them) of upper paths it lacks, with the
+/// SHA-256 of regular files, and drops paths no longer in the upper directory.
 fn record_bases(reach: &Reach, domain_dir: &Path, planned: &[(PathBuf, String)], image_root: &Path) -> Result<()> {
     let compared = compare_with_image(reach, domain_dir, planned, image_root)?;
-    for ((_, name), nodes) in planned.iter().zip(compared.nodes) {
+    let mut manifests = Vec::new();
+    let mut to_hash: Vec<(usize, String, PathBuf)> = Vec::new();
+    for ((_, name), nodes) in planned.iter().zip(compared) {
         let path = base_manifest_path(domain_dir, name);
         let mut manifest = BaseManifest::load(&path)?;
-        let present: BTreeSet<String> = nodes.iter().filter(|(_, node, _)| recorded(node)).map(|(rel, _, _)| BaseManifest::key(rel)).collect();
+        let present: BTreeSet<String> =
+            nodes.iter().filter(|node| recorded(&node.node)).map(|node| BaseManifest::key(&node.relative)).collect();
         let before = manifest.entries.len();
         manifest.entries.retain(|key, _| present.contains(key));
         let mut changed = manifest.entries.len() != before;
-        for (relative, node, current) in nodes {
-            if recorded(&node) {
-                if let std::collections::btree_map::Entry::Vacant(entry) = manifest.entries.entry(BaseManifest::key(&relative)) {
-                    entry.insert(current);
-                    changed = true;
+        for compared in nodes {
+            if !recorded(&compared.node) {
+                continue;
+            }
+            if let std::collections::btree_map::Entry::Vacant(entry) = manifest.entries.entry(BaseManifest::key(&compared.relative)) {
+                if compared.current.as_ref().is_some_and(|current| current.kind == 'f') {
+                    to_hash.push((manifests.len(), entry.key().clone(), compared.lower_path));
                 }
+                entry.insert(compared.current);
+                changed = true;
             }
         }
+        manifests.push((path, manifest, changed));
+    }
+    let paths: Vec<PathBuf> = to_hash.iter().map(|(_, _, path)| path.clone()).collect();
+    let hashes = reach.hash_files(&paths)?;
+    for ((index, key, _), hash) in to_hash.into_iter().zip(hashes) {
+        if let Some(Some(fingerprint)) = manifests[index].1.entries.get_mut(&key) {
+            fingerprint.sha256 = Some(hash);
+        }
+    }
+    for (path, mut manifest, changed) in manifests {
         if changed {
             manifest.version = MANIFEST_VERSION;
             manifest.save(&path)?;
@@ -1177,7 +1274,8 @@ impl StateAnchor {
                     empty
                 }
             };
-            self.prepare(&mount, lower_fingerprint.as_ref()).with_context(|| format!("cannot mount the persistent directory {}", dir.display()))?;
+            self.prepare(&mount, lower_fingerprint.as_ref())
+                .with_context(|| format!("cannot mount the persistent directory {}", dir.display()))?;
             tracing::debug!(dir = %dir.display(), lower = %lower.display(), "mounting an overlay");
             overlays.push(Overlay { lower, upper: mount.changes.clone(), work: mount.work.clone(), merged: mount.merged.clone() });
             self.mounts.push(mount);
@@ -1276,14 +1374,17 @@ impl StateAnchor {
         self.reach.unmount_overlays(&merged, false).context("cannot unmount the State Anchor overlays")?;
         mounted.overlays.iter_mut().for_each(|mounted| *mounted = false);
         self.mounts.iter().for_each(scrub_runtime_files);
-        if let (true, Some(image)) = (mounted.image, &self.image) {
-            self.reach.unmount_image(&image.id)?;
-            mounted.image = false;
-        }
+        // The record goes before the image mount: a crash in between leaks
+        // one image mount count, whereas the other order could make
+        // `recover` release a count that another domain holds.
         match std::fs::remove_file(self.domain_dir.join(STATE_FILE)) {
             Ok(()) => {}
             Err(error) if error.kind() == ErrorKind::NotFound => {}
             Err(error) => return Err(error).context("cannot remove the State Anchor record"),
+        }
+        if let (true, Some(image)) = (mounted.image, &self.image) {
+            self.reach.unmount_image(&image.id)?;
+            mounted.image = false;
         }
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "State Anchor unmounted");
         Ok(())
@@ -1309,7 +1410,9 @@ pub fn recover(domain_dir: &Path) -> Result<()> {
         Err(error) => return Err(error).with_context(|| format!("cannot read {}", record_path.display())),
     };
     let has_mount_points = match std::fs::read_dir(domain_dir) {
-        Ok(entries) => entries.filter_map(std::result::Result::ok).any(|entry| entry.file_name().as_bytes().ends_with(MERGED_SUFFIX.as_bytes())),
+        Ok(entries) => {
+            entries.filter_map(std::result::Result::ok).any(|entry| entry.file_name().as_bytes().ends_with(MERGED_SUFFIX.as_bytes()))
+        }
         Err(error) if error.kind() == ErrorKind::NotFound => return Ok(()),
         Err(error) => return Err(error).with_context(|| format!("cannot list {}", domain_dir.display())),
     };
@@ -1340,16 +1443,18 @@ pub fn recover(domain_dir: &Path) -> Result<()> {
         tracing::warn!(mounts = ?stale, "unmounting State Anchor overlays left by a coordinator that did not tear down");
         reach.unmount_overlays(&stale.into_iter().collect::<Vec<_>>(), stacked)?;
     }
+    // As in `unmount`: the record first, then the image mount it accounts for.
+    match std::fs::remove_file(&record_path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == ErrorKind::NotFound => {}
+        Err(error) => return Err(error).with_context(|| format!("cannot remove {}", record_path.display())),
+    }
     if let Some(record) = image_mounted {
         if let Err(error) = reach.unmount_image(&record.image_id) {
             tracing::warn!(error = %format!("{error:#}"), "cannot release the image mount of the previous coordinator");
         }
     }
-    match std::fs::remove_file(&record_path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(error).with_context(|| format!("cannot remove {}", record_path.display())),
-    }
+    Ok(())
 }
 
 /// `lazaret state diff`: what the agent added, modified or deleted in each
@@ -1372,24 +1477,47 @@ pub fn diff(domain_dir: &Path, image: &str, persistent_dirs: &[PathBuf]) -> Resu
 }
 
 fn diff_against(reach: &Reach, domain_dir: &Path, planned: &[(PathBuf, String)], image_root: &Path) -> Result<Vec<StateChange>> {
-    let compared = compare_with_image(reach, domain_dir, planned, image_root)?;
+    let mut compared = compare_with_image(reach, domain_dir, planned, image_root)?;
+    let mut manifests = Vec::new();
+    for (_, name) in planned {
+        manifests.push(BaseManifest::load(&base_manifest_path(domain_dir, name))?);
+    }
+    // Where only the content can tell (same metadata as the recorded base,
+    // which has a hash), hash the image's current file.
+    let mut to_hash: Vec<(usize, usize)> = Vec::new();
+    for (dir_index, (nodes, manifest)) in compared.iter().zip(&manifests).enumerate() {
+        for (node_index, node) in nodes.iter().enumerate() {
+            let base = manifest.entries.get(&BaseManifest::key(&node.relative));
+            if let (Some(Some(base)), Some(current)) = (base, &node.current) {
+                if base.sha256.is_some() && base.same_metadata(current) {
+                    to_hash.push((dir_index, node_index));
+                }
+            }
+        }
+    }
+    let paths: Vec<PathBuf> = to_hash.iter().map(|&(dir, node)| compared[dir][node].lower_path.clone()).collect();
+    let hashes = reach.hash_files(&paths)?;
+    for ((dir, node), hash) in to_hash.into_iter().zip(hashes) {
+        if let Some(current) = &mut compared[dir][node].current {
+            current.sha256 = Some(hash);
+        }
+    }
     let mut changes = Vec::new();
-    for ((dir, name), nodes) in planned.iter().zip(compared.nodes) {
-        let manifest = BaseManifest::load(&base_manifest_path(domain_dir, name))?;
-        changes.extend(classify_nodes(dir, &nodes, &manifest));
+    for (((dir, _), nodes), manifest) in planned.iter().zip(compared).zip(&manifests) {
+        changes.extend(classify_nodes(dir, &nodes, manifest));
     }
     Ok(changes)
 }
 
-fn classify_nodes(dir: &Path, nodes: &[(PathBuf, Node, Option<Fingerprint>)], manifest: &BaseManifest) -> Vec<StateChange> {
+fn classify_nodes(dir: &Path, nodes: &[Compared], manifest: &BaseManifest) -> Vec<StateChange> {
     let mut changes = Vec::new();
-    for (relative, node, current) in nodes {
-        let path = dir.join(relative);
+    for compared in nodes {
+        let path = dir.join(&compared.relative);
         if is_runtime_file(&path) {
             continue;
         }
-        let base = if recorded(node) { manifest.entries.get(&BaseManifest::key(relative)) } else { None };
-        if let Some(kind) = classify(node, current.as_ref(), base) {
+        let base = if recorded(&compared.node) { manifest.entries.get(&BaseManifest::key(&compared.relative)) } else { None };
+        if let Some(kind) = classify(&compared.node, compared.current.as_ref(), base) {
             changes.push(StateChange { dir: dir.to_path_buf(), path, kind });
         }
     }
@@ -1403,18 +1531,20 @@ fn classify_nodes(dir: &Path, nodes: &[(PathBuf, Node, Option<Fingerprint>)], ma
 pub fn reset(domain_dir: &Path, persistent_dirs: &[PathBuf]) -> Result<()> {
     let planned = plan(persistent_dirs)?;
     let reach = Reach::current();
-    let mount_points: Vec<PathBuf> = planned.iter().map(|(_, name)| merged_dir(domain_dir, name)).filter(|path| path.exists()).collect();
+    let domain_dir = &match domain_dir.canonicalize() {
+        Ok(canonical) => canonical,
+        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error).with_context(|| format!("cannot resolve {}", domain_dir.display())),
+    };
+    let mount_points: Vec<PathBuf> =
+        planned.iter().map(|(_, name)| merged_dir(domain_dir, name)).filter(|path| std::fs::symlink_metadata(path).is_ok()).collect();
     if !mount_points.is_empty() {
         let table = reach.mount_table()?;
-        for mount_point in &mount_points {
-            let canonical = mount_point.canonicalize().unwrap_or_else(|_| mount_point.clone());
-            if table.iter().any(|mount| mount.path == canonical) {
-                bail!("{} is mounted: the domain is running; stop it before resetting its state", mount_point.display());
-            }
+        if let Some(mounted) = mount_points.iter().find(|path| table.iter().any(|mount| &mount.path == *path)) {
+            bail!("{} is mounted: the domain is running; stop it before resetting its state", mounted.display());
         }
     }
-    let trees: Vec<PathBuf> =
-        planned.iter().flat_map(|(_, name)| [changes_dir(domain_dir, name), work_dir(domain_dir, name)]).collect();
+    let trees: Vec<PathBuf> = planned.iter().flat_map(|(_, name)| [changes_dir(domain_dir, name), work_dir(domain_dir, name)]).collect();
     reach.remove_trees(&trees)?;
     for (_, name) in &planned {
         let manifest = base_manifest_path(domain_dir, name);
@@ -1432,7 +1562,7 @@ mod tests {
     use super::*;
 
     fn fingerprint(kind: char, size: u64, mtime_sec: i64) -> Fingerprint {
-        Fingerprint { kind, size, mtime_sec, mtime_nsec: 0, mode: 0o644, uid: 0, gid: 0, target: String::new() }
+        Fingerprint { kind, size, mtime_sec, mtime_nsec: 0, mode: 0o644, uid: 0, gid: 0, target: String::new(), sha256: None }
     }
 
     #[test]
@@ -1607,7 +1737,7 @@ c\x000\x00-5\x00700\x000\x000\x00\x00/r/gone\x00";
         for dir in [&domain, &lower.join("bin"), &lower.join("share/doc/old"), &lower.join("lib")] {
             std::fs::create_dir_all(dir).expect("mkdir");
         }
-        for file in ["bin/find", "bin/tar", "lib/libx.so", "share/doc/old/README"] {
+        for file in ["bin/find", "bin/tar", "lib/libx.so", "share/doc/old/README", "share/conf"] {
             std::fs::write(lower.join(file), file).expect("write");
         }
         let upper = changes_dir(&domain, "usr");
@@ -1616,6 +1746,7 @@ c\x000\x00-5\x00700\x000\x000\x00\x00/r/gone\x00";
         }
         std::fs::write(upper.join("bin/find"), "agent's find").expect("write");
         std::fs::write(upper.join("bin/tar"), "agent's tar").expect("write");
+        std::fs::write(upper.join("share/conf"), "agent's conf").expect("write");
         std::fs::write(upper.join("local/bin/tool"), "new").expect("write");
         std::fs::write(upper.join("lib/.wh.libx.so"), "").expect("whiteout");
         std::fs::write(upper.join("share/doc/.wh..wh..opq"), "").expect("opaque");
@@ -1633,6 +1764,7 @@ c\x000\x00-5\x00700\x000\x000\x00\x00/r/gone\x00";
                 "A  /usr/local",
                 "A  /usr/local/bin",
                 "A  /usr/local/bin/tool",
+                "M  /usr/share/conf",
                 "M  /usr/share/doc",
                 "A  /usr/share/doc/new"
             ]
@@ -1642,6 +1774,11 @@ c\x000\x00-5\x00700\x000\x000\x00\x00/r/gone\x00";
         std::fs::write(lower.join("lib/libx.so"), "libx 2").expect("write");
         std::fs::create_dir_all(lower.join("local/bin")).expect("mkdir");
         std::fs::write(lower.join("local/bin/tool"), "image's tool").expect("write");
+        // Same size, same mtime, other content: only the hash can tell.
+        let conf = lower.join("share/conf");
+        let mtime = std::fs::metadata(&conf).and_then(|metadata| metadata.modified()).expect("mtime");
+        std::fs::write(&conf, "share/CONF").expect("write");
+        std::fs::File::options().write(true).open(&conf).and_then(|file| file.set_modified(mtime)).expect("set mtime");
         let after = codes(diff_against(&reach, &domain, &planned, &image).expect("diff"));
         assert_eq!(
             after,
@@ -1650,6 +1787,7 @@ c\x000\x00-5\x00700\x000\x000\x00\x00/r/gone\x00";
                 "M! /usr/bin/tar",
                 "D! /usr/lib/libx.so",
                 "M! /usr/local/bin/tool",
+                "M! /usr/share/conf",
                 "M  /usr/share/doc",
                 "A  /usr/share/doc/new"
             ]
@@ -1661,11 +1799,17 @@ c\x000\x00-5\x00700\x000\x000\x00\x00/r/gone\x00";
 
     #[test]
     fn runtime_files_are_not_listed() {
+        let node = |relative: &str, node: Node, current: Option<Fingerprint>| Compared {
+            relative: PathBuf::from(relative),
+            node,
+            current,
+            lower_path: PathBuf::from("/image/etc").join(relative),
+        };
         let nodes = vec![
-            (PathBuf::from("hosts"), Node::Other(fingerprint('f', 0, 0)), None),
-            (PathBuf::from("resolv.conf"), Node::Other(fingerprint('f', 0, 0)), None),
-            (PathBuf::from("hostname"), Node::Whiteout, Some(fingerprint('f', 0, 0))),
-            (PathBuf::from("motd"), Node::Other(fingerprint('f', 0, 0)), None),
+            node("hosts", Node::Other(fingerprint('f', 0, 0)), None),
+            node("resolv.conf", Node::Other(fingerprint('f', 0, 0)), None),
+            node("hostname", Node::Whiteout, Some(fingerprint('f', 0, 0))),
+            node("motd", Node::Other(fingerprint('f', 0, 0)), None),
         ];
         let changes = classify_nodes(Path::new("/etc"), &nodes, &BaseManifest::default());
         assert_eq!(changes.len(), 1);

@@ -118,6 +118,9 @@ fn bad_inputs_are_named_with_their_location() {
         ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/run/user/1000\", container = \"/c\" }]\n", "/run/user/1000", ":3:21", 77),
         ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"~\", container = \"/c\", mode = \"rw\" }]\n", "/home/u", ":3:21", 77),
         ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"~root/x\", container = \"/c\" }]\n", "~root/x", ":3:21", 78),
+        ("[escalation]\nenabled = true\nsocket_dir = \"/run/x\"\nauto_approve = [\"git status\"]\n", "git status", ":4:17", 78),
+        ("[escalation]\nenabled = true\nsocket_dir = \"/run/x\"\nauto_approve = [\"bash -c\"]\n", "bash -c", ":4:17", 78),
+        ("[escalation]\nenabled = true\nsocket_dir = \"/run/x\"\napproval_timeout_seconds = 0\n", "approval_timeout_seconds", ":4:28", 78),
     ];
     for (text, named, at, status) in cases {
         let error = resolve(text, "ab").expect_err(text);

@@ -1,6 +1,7 @@
 //! Command handlers. Each returns the process exit status on success;
 //! errors are mapped to statuses in `main`.
 
+mod audit;
 mod config;
 mod diff;
 mod doctor;
@@ -11,7 +12,7 @@ mod status;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Command, ConfigCommand, ImageCommand};
+use crate::cli::{AuditCommand, Cli, Command, ConfigCommand, ImageCommand};
 
 pub fn dispatch(cli: Cli) -> Result<u8> {
     let config_path = cli.config.as_deref();
@@ -24,6 +25,8 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Image(ImageCommand::Build { force, tag }) => image::build(&tag, force),
         Command::Run { target, mount_workspace, command } => run::run(config_path, &target, mount_workspace, command),
         Command::Diff { target, stat, json } => diff::run(config_path, &target, stat, json),
+        Command::Audit { action: None, target, limit, json } => audit::list(config_path, &target, limit, json),
+        Command::Audit { action: Some(AuditCommand::Verify { target }), .. } => audit::verify(config_path, &target),
         Command::Status { target, json } => status::status(config_path, &target, json),
         Command::Sessions { target, limit, json } => status::sessions(config_path, &target, limit, json),
         Command::Coordinator { target, mount_workspace } => {
@@ -34,6 +37,17 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             crate::coordinator::run(resolved, mode)
         }
     }
+}
+
+/// `bytes` random bytes from the kernel's CSPRNG, as hex.
+pub fn random_hex(bytes: usize) -> anyhow::Result<String> {
+    Ok(random_bytes(bytes)?.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+pub fn random_bytes(count: usize) -> anyhow::Result<Vec<u8>> {
+    let mut bytes = vec![0u8; count];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
+    Ok(bytes)
 }
 
 /// Prints `value` as pretty JSON on stdout.

@@ -20,14 +20,25 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
     let mode = workspace_mode(&resolved.workspace, &resolved.profile, mount_workspace)?;
     ensure_image(&resolved.image)?;
     let session_id = new_session_id()?;
+    // The Session Anchor: this process's key, registered with the
+    // coordinator; the command inside gets a delegated key and credential.
+    let session_key = ed25519_dalek::SigningKey::from_bytes(&random_key()?);
+    let credential = crate::escalation::verify::delegate::issue(&session_key, &session_id, random_key()?, credential_expiry_ms());
+    let credential = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, serde_json::to_vec(&credential)?);
+    let public_key = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, session_key.verifying_key().to_bytes());
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
         let launch = CoordinatorLaunch { config_path, resolved: &resolved, mode };
-        let joined = hold_to_bind::join(&launch, &session_id, &command).await?;
+        let joined = hold_to_bind::join(&launch, &session_id, &public_key, &command).await?;
         let argv = if command.is_empty() { joined.registration.default_command.clone() } else { command };
-        let status =
-            session::run(&SessionCommand { container: &joined.registration.container_name, session_id: &session_id, argv: &argv }).await?;
+        let status = session::run(&SessionCommand {
+            container: &joined.registration.container_name,
+            session_id: &session_id,
+            credential: &credential,
+            argv: &argv,
+        })
+        .await?;
         let unregister: Result<bool, _> =
             joined.client.call("session/unregister", serde_json::json!({ "sessionId": session_id, "exitStatus": status })).await;
         if let Err(error) = unregister {
@@ -84,6 +95,18 @@ fn ensure_image(image: &str) -> Result<()> {
         return Ok(());
     }
     anyhow::bail!("image `{image}` is not available locally; build or pull it first (podman images lists what exists)")
+}
+
+/// How long a session's delegated credential is valid.
+const CREDENTIAL_LIFETIME_MS: u64 = 24 * 60 * 60 * 1000;
+
+fn credential_expiry_ms() -> u64 {
+    crate::coordinator::api::now_ms() + CREDENTIAL_LIFETIME_MS
+}
+
+fn random_key() -> Result<[u8; 32]> {
+    let bytes = super::random_bytes(32)?;
+    bytes.try_into().map_err(|_| anyhow::anyhow!("short read from /dev/urandom"))
 }
 
 /// 128 random bits as hex, from the kernel's CSPRNG.

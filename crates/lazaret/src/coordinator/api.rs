@@ -12,10 +12,11 @@ use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{ConnectionId, Extensions, PendingSubscriptionSink, SubscriptionMessage};
 use lazaret_core::config::ResolvedProfile;
 use lazaret_protocol::{
-    error_code, BranchDiff, CompletedSession, ContainerState, DomainStatus, Event, LazaretApiServer, LiveSession, RegisterResult,
-    API_VERSION,
+    error_code, AuditVerification, BranchDiff, CompletedSession, ContainerState, DomainStatus, Event, LazaretApiServer, LiveSession,
+    PendingEscalation, RegisterResult, API_VERSION,
 };
 
+use crate::escalation::Answer;
 use crate::git_sentry::sync::Export;
 use crate::git_sentry::{self, GitLayout};
 use lazaret_store::{SessionRecord, Store};
@@ -32,6 +33,8 @@ fn rpc_error(code: i32, message: impl Into<String>) -> ErrorObjectOwned {
 struct Session {
     connection: ConnectionId,
     live: LiveSession,
+    /// The client's Session Anchor public key.
+    public_key: Option<ed25519_dalek::VerifyingKey>,
 }
 
 #[derive(Default)]
@@ -54,6 +57,8 @@ pub struct Domain {
     events: broadcast::Sender<Event>,
     /// Signalled whenever the live session count drops to zero.
     pub idle: Notify,
+    /// Escalation requests waiting for a human.
+    pub broker: crate::escalation::Broker,
     /// One export of the agent branch at a time; holds the fingerprint of
     /// the branch as last exported (or as seeded).
     export_lock: tokio::sync::Mutex<Option<git_sentry::sync::BranchFingerprint>>,
@@ -71,6 +76,7 @@ impl Domain {
             default_command: Mutex::new(Vec::new()),
             events: broadcast::channel(256).0,
             idle: Notify::new(),
+            broker: crate::escalation::Broker::default(),
             export_lock: tokio::sync::Mutex::new(None),
         }
     }
@@ -135,6 +141,24 @@ impl Domain {
                 tracing::warn!(branch, error = %format!("{error:#}"), "export of the agent branch refused");
                 self.emit(Event::BranchRejected { branch: branch.to_owned(), reason: format!("{error:#}") });
             }
+        }
+    }
+
+    /// The registered Session Anchor key of a live session.
+    pub fn session_public_key(&self, session_id: &str) -> Option<ed25519_dalek::VerifyingKey> {
+        self.sessions().by_id.get(session_id).and_then(|session| session.public_key)
+    }
+
+    /// Appends an audit record (on the blocking pool); failures are logged,
+    /// never swallowed silently.
+    pub async fn audit(&self, record: lazaret_store::AuditRecord) {
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.append_audit(record)).await {
+            Ok(Ok(record)) => {
+                tracing::info!(request = %record.request_id, outcome = %record.outcome, sequence = record.sequence, "audited")
+            }
+            Ok(Err(error)) => tracing::error!(%error, "cannot write the audit record"),
+            Err(error) => tracing::error!(%error, "audit task failed"),
         }
     }
 
@@ -217,11 +241,19 @@ impl LazaretApiServer for Api {
         pid: u32,
         command: Option<Vec<String>>,
         client: Option<String>,
+        public_key: Option<String>,
     ) -> RpcResult<RegisterResult> {
         let connection = connection_of(extensions)?;
         if !valid_session_id(&session_id) {
             return Err(rpc_error(error_code::INVALID_VALUE, format!("sessionId `{session_id}` must be 16 to 64 hex digits")));
         }
+        let public_key = match public_key {
+            Some(text) => Some(
+                crate::escalation::verify::decode_public_key(&text)
+                    .ok_or_else(|| rpc_error(error_code::INVALID_VALUE, "publicKey must be a base64 ed25519 public key"))?,
+            ),
+            None => None,
+        };
         let domain = &self.0;
         let session_count = {
             let mut sessions = domain.sessions();
@@ -238,7 +270,7 @@ impl LazaretApiServer for Api {
                 command: command.unwrap_or_default(),
                 started_at_ms: now_ms(),
             };
-            sessions.by_id.insert(session_id.clone(), Session { connection, live });
+            sessions.by_id.insert(session_id.clone(), Session { connection, live, public_key });
             sessions.ever_registered = true;
             sessions.by_id.len()
         };
@@ -329,6 +361,62 @@ impl LazaretApiServer for Api {
         })
     }
 
+    async fn escalation_list(&self) -> RpcResult<Vec<PendingEscalation>> {
+        Ok(self.0.broker.pending())
+    }
+
+    async fn escalation_respond(
+        &self,
+        request_id: String,
+        decision: String,
+        argv: Option<Vec<String>>,
+        reason: Option<String>,
+        client: Option<String>,
+    ) -> RpcResult<bool> {
+        let decided_by = client.map(|name| format!("rpc:{name}")).unwrap_or_else(|| "rpc".to_owned());
+        let answer = match decision.as_str() {
+            "approve" => Answer::Approve { decided_by },
+            "deny" => Answer::Deny { reason: reason.unwrap_or_else(|| "denied on the host".to_owned()), decided_by },
+            "edit" => {
+                let argv = argv
+                    .filter(|argv| !argv.is_empty() && !argv[0].is_empty())
+                    .ok_or_else(|| rpc_error(error_code::INVALID_VALUE, "decision `edit` needs a non-empty argv: what runs instead"))?;
+                if argv.iter().any(|word| word.contains('\0')) {
+                    return Err(rpc_error(error_code::INVALID_VALUE, "argv must not contain NUL bytes"));
+                }
+                Answer::Edit { argv, decided_by }
+            }
+            other => return Err(rpc_error(error_code::INVALID_VALUE, format!("decision `{other}` is not approve, deny or edit"))),
+        };
+        if self.0.broker.answer(&request_id, answer) {
+            Ok(true)
+        } else {
+            Err(rpc_error(
+                error_code::ESCALATION_NOT_PENDING,
+                format!("request {request_id} is not pending (unknown, or already answered)"),
+            ))
+        }
+    }
+
+    async fn audit_list(&self, limit: Option<usize>) -> RpcResult<Vec<serde_json::Value>> {
+        let store = self.0.store.clone();
+        let limit = limit.unwrap_or(100).min(100_000);
+        let records = tokio::task::spawn_blocking(move || store.audit_records(limit))
+            .await
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?;
+        Ok(records.into_iter().filter_map(|record| serde_json::to_value(record).ok()).collect())
+    }
+
+    async fn audit_verify(&self) -> RpcResult<AuditVerification> {
+        let store = self.0.store.clone();
+        let verification = tokio::task::spawn_blocking(move || store.verify_audit())
+            .await
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?;
+        Ok(audit_verification(verification))
+    }
+
     async fn branch_diff(&self, patch: Option<bool>) -> RpcResult<BranchDiff> {
         let Some(layout) = self.0.git.clone() else {
             return Err(rpc_error(error_code::INVALID_VALUE, "this domain mounts its workspace directly; there is no agent branch"));
@@ -367,4 +455,13 @@ impl LazaretApiServer for Api {
             }
         }
     }
+}
+
+/// The store's verification in wire form.
+pub fn audit_verification(verification: lazaret_store::AuditVerification) -> AuditVerification {
+    let (problem_at, problem) = match verification.first_problem {
+        Some((at, problem)) => (Some(at), Some(problem)),
+        None => (None, None),
+    };
+    AuditVerification { records: verification.records, intact: problem.is_none(), problem_at, problem }
 }

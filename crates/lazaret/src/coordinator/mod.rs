@@ -4,7 +4,7 @@
 //! JSON-RPC API, counts live sessions and tears everything down when the
 //! count reaches zero or on SIGINT/SIGTERM/SIGHUP (NFR-2).
 
-mod api;
+pub mod api;
 pub mod sandbox;
 
 use std::os::unix::fs::PermissionsExt;
@@ -49,7 +49,13 @@ pub enum WorkspaceMode {
 pub fn run(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<u8> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the async runtime")?;
-    runtime.block_on(serve(resolved, mode))
+    let (status, lock) = runtime.block_on(serve(resolved, mode))?;
+    // Every task (and with them the state store) goes with the runtime; only
+    // then is the domain lock released, so that whoever takes it next finds
+    // the store closed.
+    drop(runtime);
+    drop(lock);
+    Ok(status)
 }
 
 /// Prepares `/workspace` for the sandbox: the git layout, or the direct mount.
@@ -67,7 +73,7 @@ fn prepare_workspace(resolved: &ResolvedProfile, mode: WorkspaceMode) -> Result<
     }
 }
 
-async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<u8> {
+async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Option<DomainLock>)> {
     let domain_resources = resolved.domain.clone();
     crate::private_dirs::ensure_private_dir(&domain_resources.domain_dir)?;
     if let Some(socket_root) = domain_resources.socket_dir.parent() {
@@ -88,6 +94,12 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<u8> {
     // container is replaced by `podman run --replace`.
     let _ = std::fs::remove_file(&domain_resources.control_socket);
 
+    let escalation = if domain.resolved.escalation_enabled { Some(prepare_escalation(&domain.resolved)?) } else { None };
+    let mut sandbox_arguments = workspace_mounts;
+    if let Some(prepared) = &escalation {
+        sandbox_arguments.extend(prepared.podman_arguments.iter().cloned());
+    }
+
     let listener = bind_private(&domain_resources.control_socket)?;
     tracing::info!(socket = %domain_resources.control_socket.display(), "control socket bound");
 
@@ -101,7 +113,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<u8> {
         // (aborted at teardown; the loops it spawns are ended with the runtime)
         let (default_command, started) = tokio::join!(
             sandbox::default_command(&start_podman, &start_domain.resolved.image),
-            sandbox::start(&start_podman, &start_domain.resolved, &workspace_mounts)
+            sandbox::start(&start_podman, &start_domain.resolved, &sandbox_arguments)
         );
         start_domain.set_default_command(default_command);
         let container = start_domain.resolved.domain.container_name.clone();
@@ -128,6 +140,9 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<u8> {
             }
         }
     });
+
+    let escalation_task =
+        escalation.map(|prepared| tokio::spawn(crate::escalation::server::serve(prepared.listener, prepared.server, domain.clone())));
 
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -172,14 +187,55 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<u8> {
     if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
         tracing::error!(%error, "could not remove the sandbox");
     }
+    if let Some(task) = escalation_task {
+        task.abort();
+    }
     let _ = std::fs::remove_file(&domain_resources.escalation_socket);
+    let _ = std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(
+        &domain_resources.domain_hash,
+        &domain_resources.socket_dir,
+    ));
     let _ = std::fs::remove_dir(&domain_resources.socket_dir);
     server_task.abort();
-    if let Some(lock) = lock {
-        lock.unlock();
-    }
     tracing::info!("teardown complete");
-    Ok(0)
+    Ok((0, lock))
+}
+
+/// The Escalation Socket and what the sandbox needs to use it.
+struct PreparedEscalation {
+    listener: tokio::net::UnixListener,
+    server: Arc<crate::escalation::server::EscalationServer>,
+    podman_arguments: Vec<String>,
+}
+
+/// Trust Anchor, client credentials on a memory-backed directory, the
+/// socket, and the mounts: the socket is the only host socket the sandbox
+/// gets (D10), which runsc must be told to allow (`host-uds=open`).
+fn prepare_escalation(resolved: &ResolvedProfile) -> Result<PreparedEscalation> {
+    use crate::escalation::trust_anchor::{self, TrustAnchor};
+    let helper = crate::helper_binaries::find("lazaret-escalate")
+        .filter(|path| crate::helper_binaries::linkage(path).is_ok_and(|linkage| linkage == crate::helper_binaries::Linkage::Static))
+        .context("the static lazaret-escalate binary was not found (build it: scripts/build), or set [escalation] enabled = false")?;
+    let domain = &resolved.domain;
+    let anchor = TrustAnchor::generate()?;
+    let sandbox_id = crate::commands::random_hex(8)?;
+    let identity = trust_anchor::sandbox_identity(&resolved.profile, &domain.domain_hash, &sandbox_id);
+    let credentials = anchor.client_credentials(&identity)?;
+    let tls_dir = trust_anchor::credentials_directory(&domain.domain_hash, &domain.socket_dir);
+    trust_anchor::write_credentials(&tls_dir, anchor.ca_pem(), &credentials)?;
+    let _ = std::fs::remove_file(&domain.escalation_socket);
+    let listener = bind_private(&domain.escalation_socket)?;
+    let server = crate::escalation::server::EscalationServer {
+        acceptor: tokio_rustls::TlsAcceptor::from(anchor.server_config()?),
+        expected_identity: identity,
+    };
+    let podman_arguments = vec![
+        "--runtime-flag=host-uds=open".to_owned(),
+        format!("--volume={}:/run/lazaret/tls:ro", tls_dir.display()),
+        format!("--volume={}:{}", domain.escalation_socket.display(), lazaret_protocol::escalation::paths::SOCKET),
+        format!("--volume={}:/run/lazaret/bin/lazaret-escalate:ro", helper.display()),
+    ];
+    Ok(PreparedEscalation { listener, server: Arc::new(server), podman_arguments })
 }
 
 /// Exports the agent branch whenever its ref files change.

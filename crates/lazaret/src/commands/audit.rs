@@ -1,0 +1,93 @@
+//! `lazaret audit` and `lazaret audit verify`: the escalation audit trail,
+//! through the coordinator when it runs, else from the store under the
+//! domain lock.
+
+use std::path::Path;
+
+use anyhow::Result;
+use lazaret_protocol::AuditVerification;
+use lazaret_store::{AuditRecord, Store};
+
+use crate::cli::DomainTarget;
+use crate::coordinator::api::audit_verification;
+use crate::domain_lock::DomainLock;
+use crate::hold_to_bind::socket_is_live;
+use crate::rpc::client::RpcClient;
+use crate::workspace::{load_config, resolve_target};
+
+/// Runs `with_coordinator` over RPC when the domain runs, else opens the
+/// store itself while holding the domain lock (so no coordinator starts).
+fn query<T>(
+    config_path: Option<&Path>,
+    target: &DomainTarget,
+    method: &str,
+    params: serde_json::Value,
+    offline: impl FnOnce(&Store) -> Result<T>,
+) -> Result<T>
+where
+    T: serde::de::DeserializeOwned,
+{
+    let config = load_config(config_path)?;
+    let domain = resolve_target(&config, target)?.domain;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    if let Some(result) = runtime.block_on(async {
+        if !socket_is_live(&domain.control_socket).await {
+            return Ok::<_, anyhow::Error>(None);
+        }
+        let (client, _) = RpcClient::connect(&domain.control_socket).await?;
+        Ok(Some(client.call::<_, T>(method, params).await?))
+    })? {
+        return Ok(result);
+    }
+    let store_path = domain.domain_dir.join(crate::coordinator::STORE_FILE);
+    if !store_path.exists() {
+        anyhow::bail!("domain {} has no state store yet (no session has run)", domain.domain_hash);
+    }
+    let lock = DomainLock::open(&domain.lockfile)?;
+    lock.lock()?;
+    let result = Store::open(&store_path).map_err(anyhow::Error::from).and_then(|store| offline(&store));
+    lock.unlock();
+    result
+}
+
+pub fn list(config_path: Option<&Path>, target: &DomainTarget, limit: usize, json: bool) -> Result<u8> {
+    let records: Vec<AuditRecord> =
+        query(config_path, target, "audit/list", serde_json::json!({ "limit": limit }), |store| Ok(store.audit_records(limit)?))?;
+    if json {
+        super::print_json(&records)?;
+        return Ok(0);
+    }
+    for record in &records {
+        let argv = record.executed_argv.as_ref().unwrap_or(&record.requested_argv);
+        let status = record.exit_status.map(|s| format!("exit {s}")).unwrap_or_default();
+        println!(
+            "#{:<4} {:<9} {:<14} {:<8} {}{}",
+            record.sequence,
+            record.outcome,
+            record.decided_by.as_deref().unwrap_or("-"),
+            status,
+            lazaret_core::policy::display_command(argv),
+            record.reason.as_deref().map(|reason| format!("  ({reason})")).unwrap_or_default()
+        );
+    }
+    if records.is_empty() {
+        println!("no escalation requests recorded");
+    }
+    Ok(0)
+}
+
+pub fn verify(config_path: Option<&Path>, target: &DomainTarget) -> Result<u8> {
+    let verification: AuditVerification =
+        query(config_path, target, "audit/verify", serde_json::json!({}), |store| Ok(audit_verification(store.verify_audit()?)))?;
+    if verification.intact {
+        println!("audit trail intact: {} records, hash chain verified", verification.records);
+        Ok(0)
+    } else {
+        println!(
+            "audit trail BROKEN at record {}: {}",
+            verification.problem_at.map(|at| at.to_string()).unwrap_or_default(),
+            verification.problem.unwrap_or_default()
+        );
+        Ok(1)
+    }
+}

@@ -1,0 +1,310 @@
+//! The Escalation Socket: mTLS over a Unix socket bind-mounted into the
+//! sandbox. Per connection: complete the handshake, check the client
+//! certificate's identity against this sandbox before reading a byte of
+//! payload, verify the signed request, decide, wait for a human if needed,
+//! run, stream the output, audit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lazaret_core::policy::{self, Decision, EscalationRequest};
+use lazaret_protocol::escalation::{encode_frame, frame_length, RequestPayload, ServerFrame, SignedRequest};
+use lazaret_protocol::{Event, PendingEscalation};
+use lazaret_store::AuditRecord;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio_rustls::TlsAcceptor;
+
+use super::{execute, verify, Answer};
+use crate::coordinator::api::{now_ms, Domain};
+
+/// How long a client has for the handshake and its request.
+const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct EscalationServer {
+    pub acceptor: TlsAcceptor,
+    /// The URI SAN the client certificate must carry.
+    pub expected_identity: String,
+}
+
+pub async fn serve(listener: UnixListener, server: Arc<EscalationServer>, domain: Arc<Domain>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let server = server.clone();
+        let domain = domain.clone();
+        tokio::spawn(async move { handle(stream, &server, &domain).await });
+    }
+}
+
+fn blank_record(request_id: &str, session_id: &str, received_at_ms: u64) -> AuditRecord {
+    AuditRecord {
+        sequence: 0,
+        previous_hash: String::new(),
+        hash: String::new(),
+        request_id: request_id.to_owned(),
+        session_id: session_id.to_owned(),
+        verified: false,
+        outcome: "rejected".to_owned(),
+        reason: None,
+        decided_by: None,
+        justification: None,
+        requested_argv: Vec::new(),
+        executed_argv: None,
+        exit_status: None,
+        received_at_ms,
+        decided_at_ms: None,
+        finished_at_ms: None,
+    }
+}
+
+async fn send(stream: &mut (impl AsyncWrite + Unpin), frame: &ServerFrame) {
+    if let Ok(body) = serde_json::to_vec(frame) {
+        let _ = stream.write_all(&encode_frame(&body)).await;
+        let _ = stream.flush().await;
+    }
+}
+
+async fn handle(stream: UnixStream, server: &EscalationServer, domain: &Arc<Domain>) {
+    let received_at_ms = now_ms();
+    let tls = match tokio::time::timeout(REQUEST_READ_TIMEOUT, server.acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(error)) => {
+            let mut record = blank_record("-", "-", received_at_ms);
+            record.reason = Some(format!("TLS handshake failed: {error}"));
+            domain.audit(record).await;
+            return;
+        }
+        Err(_) => {
+            let mut record = blank_record("-", "-", received_at_ms);
+            record.reason = Some("TLS handshake timed out".to_owned());
+            domain.audit(record).await;
+            return;
+        }
+    };
+    let mut tls = tls;
+    // Identity first: nothing of the payload is parsed before this holds.
+    let identities: Vec<String> = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|leaf| super::trust_anchor::uri_sans(leaf))
+        .unwrap_or_default();
+    if !identities.contains(&server.expected_identity) {
+        let mut record = blank_record("-", "-", received_at_ms);
+        record.reason = Some(format!("client certificate identity {identities:?} is not this sandbox's"));
+        domain.audit(record).await;
+        send(&mut tls, &ServerFrame::Refused { reason: "this certificate does not belong to this sandbox".to_owned() }).await;
+        return;
+    }
+    let signed = match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_request(&mut tls)).await {
+        Ok(Ok(signed)) => signed,
+        Ok(Err(reason)) => {
+            let mut record = blank_record("-", "-", received_at_ms);
+            record.reason = Some(reason.clone());
+            domain.audit(record).await;
+            send(&mut tls, &ServerFrame::Refused { reason }).await;
+            return;
+        }
+        Err(_) => {
+            let mut record = blank_record("-", "-", received_at_ms);
+            record.reason = Some("no request within 10 s".to_owned());
+            domain.audit(record).await;
+            return;
+        }
+    };
+    let verified = {
+        let mut guard = domain.broker.replay_guard.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        verify::verify(&signed, |session_id| domain.session_public_key(session_id), now_ms(), &mut guard)
+    };
+    let payload = match verified {
+        Ok(payload) => payload,
+        Err(reason) => {
+            let (session_id, request_id) = verify::claimed_session(&signed);
+            let mut record = blank_record(&request_id, &session_id, received_at_ms);
+            record.reason = Some(reason.clone());
+            if let Ok(payload) = serde_json::from_str::<RequestPayload>(&signed.payload) {
+                record.requested_argv = payload.argv;
+                record.justification = payload.justification;
+            }
+            tracing::warn!(%reason, "escalation request refused");
+            domain.audit(record).await;
+            send(&mut tls, &ServerFrame::Refused { reason }).await;
+            return;
+        }
+    };
+    decide_and_run(&mut tls, domain, payload, received_at_ms).await;
+}
+
+async fn read_request(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Result<SignedRequest, String> {
+    let mut prefix = [0u8; 4];
+    stream.read_exact(&mut prefix).await.map_err(|error| format!("reading the request: {error}"))?;
+    let length = frame_length(prefix).ok_or("request frame too large")?;
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.map_err(|error| format!("reading the request: {error}"))?;
+    serde_json::from_slice(&body).map_err(|error| format!("malformed request: {error}"))
+}
+
+async fn decide_and_run(
+    tls: &mut (impl AsyncWrite + tokio::io::AsyncRead + Unpin),
+    domain: &Arc<Domain>,
+    payload: RequestPayload,
+    received_at_ms: u64,
+) {
+    let resolved = &domain.resolved;
+    let mut record = blank_record(&payload.request_id, &payload.session_id, received_at_ms);
+    record.verified = true;
+    record.requested_argv = payload.argv.clone();
+    record.justification = payload.justification.clone();
+    let host_path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned());
+
+    let decision = policy::decide(&EscalationRequest { argv: payload.argv.clone() }, &resolved.auto_approve_rules);
+    let (argv, outcome, decided_by) = match decision {
+        Decision::AutoApprove { .. } => (payload.argv.clone(), "auto".to_owned(), "policy".to_owned()),
+        Decision::NeedsHuman { reasons } => {
+            let timeout = Duration::from_secs(resolved.escalation_timeouts.approval_seconds);
+            let escalation = PendingEscalation {
+                request_id: payload.request_id.clone(),
+                domain_hash: resolved.domain.domain_hash.clone(),
+                profile: resolved.profile.clone(),
+                session_id: payload.session_id.clone(),
+                argv: payload.argv.clone(),
+                display: policy::display_command(&payload.argv),
+                justification: payload.justification.clone(),
+                cwd: resolved.workspace.display().to_string(),
+                reasons,
+                risk_notes: policy::risk_notes(&payload.argv),
+                received_at_ms,
+                expires_at_ms: received_at_ms + timeout.as_millis() as u64,
+            };
+            let answer = domain.broker.add(escalation.clone());
+            domain.emit(Event::EscalationPending { escalation });
+            send(
+                tls,
+                &ServerFrame::Pending {
+                    request_id: payload.request_id.clone(),
+                    message: "waiting for a human to approve this request on the host".to_owned(),
+                },
+            )
+            .await;
+            let answer = tokio::select! {
+                answer = answer => answer.ok(),
+                _ = tokio::time::sleep(timeout) => None,
+                // The client hung up: nobody is waiting for the answer any more.
+                _ = wait_for_hangup(tls) => Some(Answer::Deny { reason: "the requesting process went away".to_owned(), decided_by: "client".to_owned() }),
+            };
+            record.decided_at_ms = Some(now_ms());
+            match answer {
+                Some(Answer::Approve { decided_by }) => (payload.argv.clone(), "approved".to_owned(), decided_by),
+                Some(Answer::Edit { argv, decided_by }) => (argv, "edited".to_owned(), decided_by),
+                Some(Answer::Deny { reason, decided_by }) => {
+                    return finish_without_running(tls, domain, record, "denied", &decided_by, ServerFrame::Denied { reason }).await;
+                }
+                None => {
+                    domain.broker.withdraw(&payload.request_id);
+                    let reason = format!("nobody approved the request within {} s", timeout.as_secs());
+                    return finish_without_running(tls, domain, record, "timedOut", "timeout", ServerFrame::TimedOut { reason }).await;
+                }
+            }
+        }
+    };
+    record.decided_at_ms.get_or_insert_with(now_ms);
+    record.outcome = outcome.clone();
+    record.decided_by = Some(decided_by.clone());
+    domain.emit(Event::EscalationResolved {
+        request_id: payload.request_id.clone(),
+        outcome: outcome.clone(),
+        decided_by,
+        argv: Some(argv.clone()),
+    });
+
+    // Resolve on the host's PATH: nothing in the request can pick the file.
+    let program = match policy::resolve_program(&argv[0], &host_path, &|path: &std::path::Path| is_executable_file(path)) {
+        Ok(program) => program,
+        Err(error) => {
+            record.reason = Some(error.to_string());
+            record.finished_at_ms = Some(now_ms());
+            domain.audit(record).await;
+            send(tls, &ServerFrame::Denied { reason: error.to_string() }).await;
+            return;
+        }
+    };
+    let mut executed = vec![program.display().to_string()];
+    executed.extend(argv[1..].iter().cloned());
+    record.executed_argv = Some(executed);
+    send(tls, &ServerFrame::Running { request_id: payload.request_id.clone(), argv: argv.clone(), decision: outcome }).await;
+    let command_timeout = Duration::from_secs(resolved.escalation_timeouts.command_seconds);
+    let tls_cell = tokio::sync::Mutex::new(&mut *tls);
+    let finished = execute::run(&program, &argv[1..], &resolved.workspace, &host_path, command_timeout, |frame| {
+        let tls_cell = &tls_cell;
+        async move {
+            let mut guard = tls_cell.lock().await;
+            send(&mut **guard, &frame).await;
+        }
+    })
+    .await;
+    let tls = tls_cell.into_inner();
+    record.finished_at_ms = Some(now_ms());
+    match finished {
+        Ok(finished) if finished.timed_out => {
+            record.reason = Some(format!("killed after {} s", command_timeout.as_secs()));
+            send(
+                tls,
+                &ServerFrame::TimedOut {
+                    reason: format!("the host command ran longer than {} s and was killed", command_timeout.as_secs()),
+                },
+            )
+            .await;
+        }
+        Ok(finished) => {
+            record.exit_status = finished.exit_status;
+            send(tls, &ServerFrame::Exit { status: finished.exit_status.unwrap_or(255) }).await;
+        }
+        Err(error) => {
+            record.reason = Some(format!("could not run: {error}"));
+            send(tls, &ServerFrame::Denied { reason: format!("could not run the command on the host: {error}") }).await;
+        }
+    }
+    domain.emit(Event::EscalationFinished { request_id: payload.request_id.clone(), exit_status: record.exit_status });
+    domain.audit(record).await;
+}
+
+async fn finish_without_running(
+    tls: &mut (impl AsyncWrite + Unpin),
+    domain: &Arc<Domain>,
+    mut record: AuditRecord,
+    outcome: &str,
+    decided_by: &str,
+    frame: ServerFrame,
+) {
+    record.outcome = outcome.to_owned();
+    record.decided_by = Some(decided_by.to_owned());
+    if let ServerFrame::Denied { reason } | ServerFrame::TimedOut { reason } = &frame {
+        record.reason = Some(reason.clone());
+    }
+    record.finished_at_ms = Some(now_ms());
+    domain.emit(Event::EscalationResolved {
+        request_id: record.request_id.clone(),
+        outcome: outcome.to_owned(),
+        decided_by: decided_by.to_owned(),
+        argv: None,
+    });
+    domain.audit(record).await;
+    send(tls, &frame).await;
+}
+
+/// Resolves when the client closes its side (a read returns EOF or fails).
+async fn wait_for_hangup(stream: &mut (impl tokio::io::AsyncRead + Unpin)) {
+    let mut byte = [0u8; 1];
+    loop {
+        match stream.read(&mut byte).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+fn is_executable_file(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
+}

@@ -1,0 +1,437 @@
+//! End-to-end tests of Host Escalation: `lazaret-escalate` inside a real
+//! gVisor sandbox, the real mTLS Escalation Socket, real host commands, the
+//! JSON-RPC approval API, and forged requests from a client the test builds.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use ed25519_dalek::{Signer, SigningKey};
+use support::*;
+
+fn escalation_config(env: &TestEnv, auto_approve: &[&str], approval_timeout: u64) {
+    let rules: Vec<String> = auto_approve.iter().map(|rule| format!("{rule:?}")).collect();
+    env.write_config(&format!(
+        "[escalation]\nenabled = true\nsocket_dir = \"{}\"\nauto_approve = [{}]\napproval_timeout_seconds = {approval_timeout}\n",
+        env.path().join("run/lazaret").display(),
+        rules.join(", ")
+    ));
+}
+
+fn agent(env: &TestEnv, repository: &Path, script: &str) -> std::process::Output {
+    run(env.lazaret().args(["run", "--workspace"]).arg(repository).args(["--", "sh", "-c", script]))
+}
+
+fn spawn_agent(env: &TestEnv, repository: &Path, script: &str) -> Child {
+    env.lazaret()
+        .args(["run", "--workspace"])
+        .arg(repository)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+/// A JSON-RPC connection to the domain's control socket, as an editor has.
+struct Rpc {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next_id: u64,
+}
+
+impl Rpc {
+    fn connect(socket: &Path) -> Rpc {
+        let stream = UnixStream::connect(socket).expect("connect control socket");
+        stream.set_read_timeout(Some(Duration::from_secs(15))).expect("timeout");
+        Rpc { writer: stream.try_clone().expect("clone"), reader: BufReader::new(stream), next_id: 100 }
+    }
+
+    fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.next_id += 1;
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}).to_string();
+        write!(self.writer, "Content-Length: {}\r\n\r\n{body}", body.len()).expect("write");
+        loop {
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                self.reader.read_line(&mut line).expect("header");
+                if line.trim().is_empty() {
+                    break;
+                }
+                if let Some(value) = line.trim().strip_prefix("Content-Length:") {
+                    length = value.trim().parse().expect("length");
+                }
+            }
+            let mut body = vec![0; length];
+            self.reader.read_exact(&mut body).expect("body");
+            let message: serde_json::Value = serde_json::from_slice(&body).expect("json");
+            if message["id"] == self.next_id {
+                return message;
+            }
+        }
+    }
+
+    /// Polls `escalation/list` until a request is pending.
+    fn wait_for_pending(&mut self) -> serde_json::Value {
+        for _ in 0..200 {
+            let pending = self.call("escalation/list", serde_json::json!({}));
+            if let Some(first) = pending["result"].as_array().and_then(|list| list.first()) {
+                return first.clone();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no pending escalation appeared");
+    }
+}
+
+fn control_socket(env: &TestEnv, repository: &Path) -> PathBuf {
+    PathBuf::from(domain_json(env, "default", repository)["control_socket"].as_str().expect("socket"))
+}
+
+fn audit(env: &TestEnv, repository: &Path) -> Vec<serde_json::Value> {
+    let output = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(repository));
+    assert!(output.status.success(), "{}", stderr(&output));
+    serde_json::from_slice::<Vec<serde_json::Value>>(&output.stdout).expect("audit json")
+}
+
+#[test]
+fn an_auto_approved_command_runs_on_the_host_and_its_output_and_status_come_back() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &["touch", "ls"], 5);
+    let repository = git_repository(&env, "project");
+    let output = agent(
+        &env,
+        &repository,
+        "lazaret-escalate -- touch made-on-host; echo touch=$?; test -e /workspace/made-on-host && echo visible-inside; \
+         lazaret-escalate -- ls README.md; echo ls=$?; lazaret-escalate -- ls no-such-file; echo missing=$?",
+    );
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}{}", stderr(&output));
+    assert!(text.contains("touch=0"), "{text}");
+    assert!(repository.join("made-on-host").exists(), "the side effect happens on the host");
+    assert!(!text.contains("visible-inside"), "and only on the host: {text}");
+    assert!(text.contains("README.md\nls=0"), "output comes back: {text}");
+    assert!(text.contains("missing=2"), "exit status comes back: {text}");
+    assert!(stderr(&output).contains("no-such-file"), "stderr comes back: {}", stderr(&output));
+    let records = audit(&env, &repository);
+    assert_eq!(records.len(), 3, "{records:?}");
+    assert!(records.iter().all(|r| r["outcome"] == "auto" && r["decidedBy"] == "policy" && r["verified"] == true));
+    assert_eq!(records[0]["executedArgv"][0], "/usr/bin/touch", "resolved on the host's PATH");
+}
+
+#[test]
+fn a_request_that_needs_a_human_waits_and_is_approved_denied_or_edited_over_json_rpc() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &[], 60);
+    let repository = git_repository(&env, "project");
+    let socket = control_socket(&env, &repository);
+    let script = "lazaret-escalate --justification 'create the marker' -- touch approved-marker; echo approve=$?; \
+                  lazaret-escalate -- touch denied-marker; echo deny=$?; \
+                  lazaret-escalate -- touch requested-marker; echo edit=$?";
+    let child = spawn_agent(&env, &repository, script);
+    assert!(wait_until(Duration::from_secs(15), || socket.exists()));
+    let mut rpc = Rpc::connect(&socket);
+
+    let pending = rpc.wait_for_pending();
+    assert_eq!(pending["argv"], serde_json::json!(["touch", "approved-marker"]));
+    assert_eq!(pending["justification"], "create the marker");
+    assert_eq!(pending["cwd"], repository.to_str().expect("utf8"));
+    assert!(!repository.join("approved-marker").exists(), "nothing runs before the answer");
+    let answer =
+        rpc.call("escalation/respond", serde_json::json!({"requestId": pending["requestId"], "decision": "approve", "client": "test"}));
+    assert_eq!(answer["result"], true, "{answer}");
+    let again = rpc.call("escalation/respond", serde_json::json!({"requestId": pending["requestId"], "decision": "deny"}));
+    assert_eq!(again["error"]["code"], 1007, "the first answer wins: {again}");
+
+    let pending = rpc.wait_for_pending();
+    assert_eq!(pending["argv"][1], "denied-marker");
+    rpc.call("escalation/respond", serde_json::json!({"requestId": pending["requestId"], "decision": "deny", "reason": "not today"}));
+
+    let pending = rpc.wait_for_pending();
+    rpc.call(
+        "escalation/respond",
+        serde_json::json!({"requestId": pending["requestId"], "decision": "edit", "argv": ["touch", "edited-marker"], "client": "test"}),
+    );
+    let output = child.wait_with_output().expect("wait");
+    let text = stdout(&output);
+    assert!(text.contains("approve=0") && text.contains("deny=97") && text.contains("edit=0"), "{text}\n{}", stderr(&output));
+    assert!(stderr(&output).contains("denied: not today"), "{}", stderr(&output));
+    assert!(repository.join("approved-marker").exists());
+    assert!(!repository.join("denied-marker").exists());
+    assert!(repository.join("edited-marker").exists() && !repository.join("requested-marker").exists(), "the edited argv is what runs");
+    let outcomes: Vec<(String, String)> = audit(&env, &repository)
+        .iter()
+        .map(|r| (r["outcome"].as_str().unwrap_or("").to_owned(), r["decidedBy"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("approved".to_owned(), "rpc:test".to_owned()),
+            ("denied".to_owned(), "rpc".to_owned()),
+            ("edited".to_owned(), "rpc:test".to_owned())
+        ]
+    );
+}
+
+#[test]
+fn metacharacters_never_auto_run_and_prefix_boundaries_hold() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &["touch", "lzt-tool test"], 2);
+    let repository = git_repository(&env, "project");
+    // A host tool that records how it was called.
+    let bin = env.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    std::fs::write(bin.join("lzt-tool"), "#!/bin/sh\necho \"$@\" >> ran.log\n").expect("write");
+    std::fs::set_permissions(bin.join("lzt-tool"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let script = "for name in 'a;b' 'a|b' '$(id)' 'a`b' 'x\ny' \"$(printf 'esc\\033[31m')\" \"$(printf 'bidi\\342\\200\\256')\" 'c#d'; do \
+                    lazaret-escalate -- touch \"$name\"; echo \"status=$?\"; done; \
+                  lazaret-escalate -- lzt-tool test --x; echo prefix=$?; \
+                  lazaret-escalate -- lzt-tool testx; echo longer-word=$?; \
+                  lazaret-escalate -- lzt-tool; echo shorter=$?";
+    let output = run(env.lazaret().env("PATH", &path).args(["run", "--workspace"]).arg(&repository).args(["--", "sh", "-c", script]));
+    let text = stdout(&output);
+    assert_eq!(text.matches("status=98").count(), 8, "each metacharacter request waits for a human and times out: {text}");
+    let created: Vec<String> =
+        std::fs::read_dir(&repository).expect("dir").flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    for name in ["a;b", "a|b", "$(id)", "a`b", "c#d"] {
+        assert!(!created.contains(&name.to_owned()), "{name} must not have been created: {created:?}");
+    }
+    assert!(text.contains("prefix=0"), "`lzt-tool test --x` matches the rule `lzt-tool test`: {text}");
+    assert!(text.contains("longer-word=98") && text.contains("shorter=98"), "{text}");
+    assert_eq!(std::fs::read_to_string(repository.join("ran.log")).expect("ran"), "test --x\n", "only the prefix match ran");
+}
+
+/// A TLS client of our own, speaking the escalation protocol from the host
+/// side of the socket, to send what `lazaret-escalate` never would.
+struct Forger {
+    socket: PathBuf,
+    tls_dir: PathBuf,
+}
+
+impl Forger {
+    fn config(&self, client: Option<(String, String)>, ca: &str) -> Arc<rustls::ClientConfig> {
+        use rustls::pki_types::pem::PemObject;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(rustls::pki_types::CertificateDer::from_pem_slice(ca.as_bytes()).expect("ca")).expect("root");
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots);
+        Arc::new(match client {
+            Some((certificate, key)) => builder
+                .with_client_auth_cert(
+                    vec![rustls::pki_types::CertificateDer::from_pem_slice(certificate.as_bytes()).expect("cert")],
+                    rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("key"),
+                )
+                .expect("client auth"),
+            None => builder.with_no_client_auth(),
+        })
+    }
+
+    fn sandbox_credentials(&self) -> Option<(String, String)> {
+        Some((
+            std::fs::read_to_string(self.tls_dir.join("client.pem")).ok()?,
+            std::fs::read_to_string(self.tls_dir.join("client.key")).ok()?,
+        ))
+    }
+
+    /// Sends `request` (JSON) and returns the coordinator's frames, or the error.
+    fn send(&self, client: Option<(String, String)>, request: &serde_json::Value) -> Result<Vec<serde_json::Value>, String> {
+        let ca = std::fs::read_to_string(self.tls_dir.join("ca.pem")).expect("ca.pem");
+        let connection = rustls::ClientConnection::new(
+            self.config(client, &ca),
+            rustls::pki_types::ServerName::try_from("lazaret-coordinator").expect("name"),
+        )
+        .expect("connection");
+        let stream = UnixStream::connect(&self.socket).map_err(|e| e.to_string())?;
+        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        let mut tls = rustls::StreamOwned::new(connection, stream);
+        let body = request.to_string();
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(body.as_bytes());
+        tls.write_all(&frame).map_err(|e| e.to_string())?;
+        tls.flush().map_err(|e| e.to_string())?;
+        let mut frames = Vec::new();
+        loop {
+            let mut prefix = [0u8; 4];
+            if tls.read_exact(&mut prefix).is_err() {
+                break;
+            }
+            let mut body = vec![0u8; u32::from_be_bytes(prefix) as usize];
+            tls.read_exact(&mut body).map_err(|e| e.to_string())?;
+            let frame: serde_json::Value = serde_json::from_slice(&body).expect("frame");
+            let last = matches!(frame["type"].as_str(), Some("exit" | "denied" | "timedOut" | "refused"));
+            frames.push(frame);
+            if last {
+                break;
+            }
+        }
+        if frames.is_empty() {
+            return Err("connection closed without a frame".to_owned());
+        }
+        Ok(frames)
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as u64
+}
+
+fn signed_request(
+    credential: &serde_json::Value,
+    session_id: &str,
+    argv: &[&str],
+    nonce: &str,
+    key_override: Option<&SigningKey>,
+) -> serde_json::Value {
+    let secret: [u8; 32] = BASE64.decode(credential["delegatedSecretKey"].as_str().expect("key")).expect("b64").try_into().expect("32");
+    let key = key_override.cloned().unwrap_or_else(|| SigningKey::from_bytes(&secret));
+    let payload = serde_json::json!({
+        "requestId": format!("forged-{nonce}"), "sessionId": session_id, "argv": argv, "nonce": nonce, "timestampMs": now_ms()
+    })
+    .to_string();
+    let signature = BASE64.encode(key.sign(payload.as_bytes()).to_bytes());
+    serde_json::json!({
+        "payload": payload, "signature": signature,
+        "delegation": credential["delegation"], "delegationSignature": credential["delegationSignature"],
+    })
+}
+
+#[test]
+fn forged_replayed_and_unauthenticated_requests_are_refused_and_audited() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &["touch"], 5);
+    let repository = git_repository(&env, "project");
+    let mut child = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&repository)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo $LAZARET_SESSION_ID; echo $LAZARET_SESSION_CREDENTIAL; \
+                env -u LAZARET_SESSION_CREDENTIAL lazaret-escalate -- touch no-credential; echo no-credential=$?; sleep 30",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let session_id = lines.next().expect("line").expect("id");
+    let credential_b64 = lines.next().expect("line").expect("credential");
+    assert_eq!(lines.next().expect("line").expect("status"), "no-credential=99", "a process without the credential is refused");
+    let credential: serde_json::Value = serde_json::from_slice(&BASE64.decode(credential_b64.trim()).expect("b64")).expect("json");
+    let domain = domain_json(&env, "default", &repository);
+    let hash = domain["domain_hash"].as_str().expect("hash");
+    let uid = std::process::Command::new("id").arg("-u").output().expect("id");
+    let forger = Forger {
+        socket: PathBuf::from(domain["escalation_socket"].as_str().expect("socket")),
+        tls_dir: PathBuf::from(format!("/dev/shm/lazaret-{}/{hash}", stdout(&uid).trim())),
+    };
+    let creds = forger.sandbox_credentials().expect("the sandbox's TLS credentials");
+
+    // The harness works: a well-formed request with the real credential runs.
+    let good = signed_request(&credential, &session_id, &["touch", "forger-ok"], "00000000000000000000000000000001", None);
+    let frames = forger.send(Some(creds.clone()), &good).expect("send");
+    assert_eq!(frames.last().expect("frame")["type"], "exit", "{frames:?}");
+    assert!(repository.join("forger-ok").exists());
+
+    // Replayed: the same bytes again.
+    let frames = forger.send(Some(creds.clone()), &good).expect("send");
+    assert!(frames.last().expect("frame")["reason"].as_str().unwrap_or("").contains("replayed"), "{frames:?}");
+    // Tampered: the argv changed after signing.
+    let mut tampered = signed_request(&credential, &session_id, &["touch", "tampered"], "00000000000000000000000000000002", None);
+    tampered["payload"] = tampered["payload"].as_str().expect("payload").replace("tampered", "tampered-x").into();
+    let frames = forger.send(Some(creds.clone()), &tampered).expect("send");
+    assert!(frames.last().expect("frame")["reason"].as_str().unwrap_or("").contains("signature"), "{frames:?}");
+    // Signed by a key the session never delegated.
+    let stranger = SigningKey::from_bytes(&[42; 32]);
+    let forged = signed_request(&credential, &session_id, &["touch", "stranger"], "00000000000000000000000000000003", Some(&stranger));
+    let frames = forger.send(Some(creds.clone()), &forged).expect("send");
+    assert!(frames.last().expect("frame")["reason"].as_str().unwrap_or("").contains("signature"), "{frames:?}");
+    // No client certificate: the handshake fails.
+    let fresh = signed_request(&credential, &session_id, &["touch", "no-cert"], "00000000000000000000000000000004", None);
+    assert!(forger.send(None, &fresh).is_err(), "no client certificate, no answer");
+    // A certificate from another CA with the right identity.
+    let other_ca = rcgen::KeyPair::generate().expect("key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let issuer = rcgen::Issuer::new(ca_params, other_ca);
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    let identity = x509_parser::parse_x509_certificate(
+        &rustls::pki_types::pem::PemObject::from_pem_slice(creds.0.as_bytes())
+            .map(|c: rustls::pki_types::CertificateDer| c.to_vec())
+            .expect("der"),
+    )
+    .ok()
+    .and_then(|(_, cert)| cert.subject_alternative_name().ok().flatten().map(|san| format!("{:?}", san.value.general_names)))
+    .unwrap_or_default();
+    assert!(identity.contains("lazaret://sandbox/default/"), "{identity}");
+    params.subject_alt_names = vec![rcgen::SanType::URI("lazaret://sandbox/default/x/y".try_into().expect("uri"))];
+    let foreign = params.signed_by(&key, &issuer).expect("sign");
+    assert!(forger.send(Some((foreign.pem(), key.serialize_pem())), &fresh).is_err(), "another CA's certificate is refused");
+    for name in ["tampered", "tampered-x", "stranger", "no-cert"] {
+        assert!(!repository.join(name).exists(), "{name} must not run");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let records = audit(&env, &repository);
+    let rejected: Vec<String> =
+        records.iter().filter(|r| r["outcome"] == "rejected").map(|r| r["reason"].as_str().unwrap_or("").to_owned()).collect();
+    assert_eq!(rejected.len(), 5, "replay, tamper, stranger, no certificate, foreign CA: {rejected:#?}");
+    assert!(rejected.iter().filter(|reason| reason.contains("TLS handshake failed")).count() == 2, "{rejected:#?}");
+}
+
+#[test]
+fn editing_a_stored_audit_record_is_detected() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &["touch"], 5);
+    let repository = git_repository(&env, "project");
+    let output = agent(&env, &repository, "lazaret-escalate -- touch one; lazaret-escalate -- touch two; lazaret-escalate -- touch three");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let domain = domain_json(&env, "default", &repository);
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
+    let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&repository));
+    assert!(verify.status.success() && stdout(&verify).contains("3 records"), "{}", stdout(&verify));
+    // Rewrite record 2 as someone with write access to the file would.
+    let store_path = Path::new(domain["domain_dir"].as_str().expect("dir")).join("state.redb");
+    {
+        let database = redb::Database::create(&store_path).expect("open");
+        let table: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("audit");
+        let write = database.begin_write().expect("write");
+        {
+            use redb::ReadableTable;
+            let mut audit = write.open_table(table).expect("audit table");
+            let bytes = audit.get(2).expect("get").expect("record 2").value().to_vec();
+            let mut record: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+            record["requestedArgv"] = serde_json::json!(["touch", "innocent"]);
+            audit.insert(2, serde_json::to_vec(&record).expect("json").as_slice()).expect("insert");
+        }
+        write.commit().expect("commit");
+    }
+    let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&repository));
+    assert_eq!(verify.status.code(), Some(1), "{}", stdout(&verify));
+    assert!(stdout(&verify).contains("BROKEN at record 2"), "{}", stdout(&verify));
+}
