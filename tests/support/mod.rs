@@ -185,3 +185,44 @@ pub fn git_repository(env: &TestEnv, name: &str) -> PathBuf {
     git(&repository, &["commit", "--quiet", "-m", "initial"]);
     repository
 }
+
+/// An ordinary user prepared by `scripts/setup-rootless-user` (tests/run sets
+/// LAZARET_TEST_ROOTLESS_USER when it runs as root), with a copy of the
+/// binaries in a directory that user can read (the installed layout).
+pub struct RootlessUser {
+    pub name: String,
+    pub uid: String,
+    pub home: String,
+    pub bin: tempfile::TempDir,
+}
+
+impl RootlessUser {
+    pub fn from_environment() -> Option<RootlessUser> {
+        let name = std::env::var("LAZARET_TEST_ROOTLESS_USER").ok()?;
+        let passwd = Command::new("getent").args(["passwd", &name]).output().expect("getent");
+        let fields: Vec<String> = stdout(&passwd).trim().split(':').map(str::to_owned).collect();
+        let bin = tempfile::Builder::new().prefix("lzt-rootless").tempdir_in("/tmp").expect("tempdir");
+        std::fs::set_permissions(bin.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        std::fs::copy(env!("CARGO_BIN_EXE_lazaret"), bin.path().join("lazaret")).expect("copy");
+        std::fs::copy(static_helper("lazaret-escalate"), bin.path().join("lazaret-escalate")).expect("copy helper");
+        Some(RootlessUser { name, uid: fields[2].clone(), home: fields[5].clone(), bin })
+    }
+
+    pub fn lazaret(&self) -> String {
+        self.bin.path().join("lazaret").display().to_string()
+    }
+
+    /// Runs `script` with `sh -c` as the user, in a clean login-like environment.
+    pub fn run(&self, script: &str) -> Output {
+        Command::new("runuser")
+            .args(["-u", &self.name, "--", "env", "-i"])
+            .arg(format!("HOME={}", self.home))
+            .arg(format!("USER={}", self.name))
+            .arg(format!("XDG_RUNTIME_DIR=/run/user/{}", self.uid))
+            .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+            .args(["sh", "-c", script])
+            .current_dir(&self.home)
+            .output()
+            .expect("runuser")
+    }
+}

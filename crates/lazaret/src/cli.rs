@@ -113,6 +113,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What the agent changed in the profile's persistent directories (the
+    /// State Anchor), or discard it.
+    #[command(subcommand)]
+    State(StateCommand),
     /// Internal: run as a domain's Session Coordinator (started by `run`).
     #[command(hide = true)]
     Coordinator {
@@ -154,6 +158,33 @@ pub enum ConfigCommand {
     },
     /// Print the path of the configuration file Lazaret reads.
     Path,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateCommand {
+    /// List what the agent added (A), changed (M) or deleted (D) in each
+    /// persistent directory; `!` marks files the base image changed too
+    /// (the agent's version wins).
+    Diff {
+        #[command(flatten)]
+        target: DomainTarget,
+        /// Only this persistent directory (a container path such as /usr).
+        #[arg(long, value_name = "PATH")]
+        dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Discard the agent's changes (all persistent directories, or --dir).
+    /// Refused while the domain runs.
+    Reset {
+        #[command(flatten)]
+        target: DomainTarget,
+        #[arg(long, value_name = "PATH")]
+        dir: Option<PathBuf>,
+        /// Do not ask for confirmation.
+        #[arg(long, short)]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

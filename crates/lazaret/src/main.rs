@@ -14,6 +14,7 @@ mod private_dirs;
 mod process;
 mod rpc;
 mod session;
+mod state_anchor;
 mod workspace;
 
 use std::process::ExitCode;

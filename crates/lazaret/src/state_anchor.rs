@@ -750,7 +750,8 @@ fn parse_find_output(output: &[u8]) -> Result<Vec<(PathBuf, Fingerprint)>> {
     if fields.last().is_some_and(|last| last.is_empty()) {
         fields.pop();
     }
-    if fields.len() % FIND_FIELDS != 0 {
+    let records_fields = fields.chunks_exact(FIND_FIELDS);
+    if !records_fields.remainder().is_empty() {
         bail!("unexpected find output ({} fields)", fields.len());
     }
     let text = |field: &[u8]| String::from_utf8_lossy(field).into_owned();
@@ -758,7 +759,7 @@ fn parse_find_output(output: &[u8]) -> Result<Vec<(PathBuf, Fingerprint)>> {
         u64::from_str_radix(&text(field), radix).map_err(|_| anyhow!("unexpected number {:?} in find output", text(field)))
     };
     let mut records = Vec::new();
-    for record in fields.chunks(FIND_FIELDS) {
+    for record in records_fields {
         let kind = record[0].first().map(|&byte| char::from(byte)).ok_or_else(|| anyhow!("empty kind in find output"))?;
         let (mtime_sec, mtime_nsec) = parse_find_time(&text(record[2]))?;
         let fingerprint = Fingerprint {
@@ -1337,11 +1338,6 @@ impl StateAnchor {
                 Ok(())
             }
         }
-    }
-
-    /// The mounts, in the order of `persistent_dirs`.
-    pub fn mounts(&self) -> &[PersistentMount] {
-        &self.mounts
     }
 
     /// `--mount=type=bind,source=MERGED,destination=DIR` for each directory

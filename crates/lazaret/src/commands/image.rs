@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use crate::podman::Podman;
 
 /// Bump when the recipe (packages, generated files, image settings) changes.
-const RECIPE_VERSION: &str = "4";
+const RECIPE_VERSION: &str = "5";
 const CONTENT_LABEL: &str = "io.lazaret.content";
 
 /// Packages the image cannot do without.
@@ -215,6 +215,11 @@ fn add_generated_files(entries: &mut BTreeMap<PathBuf, Entry>) {
         for applet in ["ls", "stat"] {
             entries.insert(PathBuf::from(format!("usr/local/bin/{applet}")), Entry::Symlink { target: PathBuf::from("/usr/bin/busybox") });
         }
+    }
+    // Debian installs `nc` as an alternatives link at package configuration
+    // time, which dpkg-query does not list.
+    if entries.contains_key(Path::new("usr/bin/nc.openbsd")) {
+        entries.insert(PathBuf::from("usr/bin/nc"), Entry::Symlink { target: PathBuf::from("nc.openbsd") });
     }
     for (dir, mode) in [("tmp", 0o1777), ("root", 0o700), ("workspace", 0o755), ("home", 0o755), ("run", 0o755), ("var/tmp", 0o1777)] {
         entries.insert(PathBuf::from(dir), Entry::Directory { mode });

@@ -8,11 +8,12 @@ mod doctor;
 mod domain;
 pub mod image;
 mod run;
+mod state;
 mod status;
 
 use anyhow::Result;
 
-use crate::cli::{AuditCommand, Cli, Command, ConfigCommand, ImageCommand};
+use crate::cli::{AuditCommand, Cli, Command, ConfigCommand, ImageCommand, StateCommand};
 
 pub fn dispatch(cli: Cli) -> Result<u8> {
     let config_path = cli.config.as_deref();
@@ -25,6 +26,8 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Image(ImageCommand::Build { force, tag }) => image::build(&tag, force),
         Command::Run { target, mount_workspace, command } => run::run(config_path, &target, mount_workspace, command),
         Command::Diff { target, stat, json } => diff::run(config_path, &target, stat, json),
+        Command::State(StateCommand::Diff { target, dir, json }) => state::diff(config_path, &target, dir.as_deref(), json),
+        Command::State(StateCommand::Reset { target, dir, yes }) => state::reset(config_path, &target, dir.as_deref(), yes),
         Command::Audit { action: None, target, limit, json } => audit::list(config_path, &target, limit, json),
         Command::Audit { action: Some(AuditCommand::Verify { target }), .. } => audit::verify(config_path, &target),
         Command::Status { target, json } => status::status(config_path, &target, json),

@@ -96,6 +96,23 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Op
 
     let escalation = if domain.resolved.escalation_enabled { Some(prepare_escalation(&domain.resolved)?) } else { None };
     let mut sandbox_arguments = workspace_mounts;
+    // The State Anchor: overlays for the persistent directories, mounted
+    // before the sandbox starts. A leftover container of a killed coordinator
+    // must go first: its runsc gofer still serves the old overlays.
+    let state_anchor = if domain.resolved.persistent_dirs.is_empty() {
+        None
+    } else {
+        if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
+            tracing::warn!(%error, "could not remove a leftover container");
+        }
+        let (domain_dir, image, dirs) =
+            (domain_resources.domain_dir.clone(), domain.resolved.image.clone(), domain.resolved.persistent_dirs.clone());
+        let anchor = tokio::task::spawn_blocking(move || crate::state_anchor::StateAnchor::mount(&domain_dir, &image, &dirs))
+            .await
+            .context("state anchor task failed")??;
+        sandbox_arguments.extend(anchor.podman_arguments());
+        Some(anchor)
+    };
     if let Some(prepared) = &escalation {
         sandbox_arguments.extend(prepared.podman_arguments.iter().cloned());
     }
@@ -186,6 +203,13 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Op
     domain.set_container_state(ContainerState::Stopping, None);
     if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
         tracing::error!(%error, "could not remove the sandbox");
+    }
+    if let Some(anchor) = state_anchor {
+        match tokio::task::spawn_blocking(move || anchor.unmount()).await {
+            Ok(Ok(())) => tracing::info!("state anchor unmounted"),
+            Ok(Err(error)) => tracing::error!(error = %format!("{error:#}"), "could not unmount the state anchor"),
+            Err(error) => tracing::error!(%error, "state anchor task failed"),
+        }
     }
     if let Some(task) = escalation_task {
         task.abort();

@@ -1,0 +1,89 @@
+//! `lazaret state diff|reset`: the agent's changes to the profile's
+//! persistent directories (the State Anchor's upper directories).
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+
+use crate::cli::DomainTarget;
+use crate::domain_lock::DomainLock;
+use crate::hold_to_bind::socket_is_live;
+use crate::state_anchor;
+use crate::workspace::{load_config, resolve_target};
+
+/// The persistent directories to act on: all, or the one named by `--dir`
+/// (which must be one of them).
+fn selected_dirs(all: &[PathBuf], dir: Option<&Path>) -> Result<Vec<PathBuf>> {
+    match dir {
+        None => Ok(all.to_vec()),
+        Some(dir) if all.iter().any(|known| known == dir) => Ok(vec![dir.to_path_buf()]),
+        Some(dir) => bail!(
+            "{} is not a persistent directory of this profile (persistent_dirs: {})",
+            dir.display(),
+            all.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>, json: bool) -> Result<u8> {
+    let config = load_config(config_path)?;
+    let resolved = resolve_target(&config, target)?;
+    let dirs = selected_dirs(&resolved.persistent_dirs, dir)?;
+    if dirs.is_empty() {
+        println!("profile `{}` has no persistent directories", resolved.profile);
+        return Ok(0);
+    }
+    let changes = state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, &dirs)?;
+    if json {
+        super::print_json(&changes)?;
+        return Ok(0);
+    }
+    if changes.is_empty() {
+        println!("no changes in {}", dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "));
+    }
+    for change in &changes {
+        println!("{change}");
+    }
+    Ok(0)
+}
+
+pub fn reset(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>, yes: bool) -> Result<u8> {
+    let config = load_config(config_path)?;
+    let resolved = resolve_target(&config, target)?;
+    let dirs = selected_dirs(&resolved.persistent_dirs, dir)?;
+    if dirs.is_empty() {
+        println!("profile `{}` has no persistent directories", resolved.profile);
+        return Ok(0);
+    }
+    let domain = &resolved.domain;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // Under the domain lock, so that no coordinator starts while we delete.
+    let lock = DomainLock::open(&domain.lockfile)?;
+    lock.lock()?;
+    if runtime.block_on(socket_is_live(&domain.control_socket)) {
+        lock.unlock();
+        bail!("domain {} is running; end its sessions first (lazaret status shows them)", domain.domain_hash);
+    }
+    let listing = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            lock.unlock();
+            bail!("refusing to discard the agent's changes in {listing} without confirmation; pass --yes");
+        }
+        print!("Discard everything the agent changed in {listing} (domain {})? [y/N] ", domain.domain_hash);
+        std::io::stdout().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            lock.unlock();
+            println!("nothing discarded");
+            return Ok(1);
+        }
+    }
+    let result = state_anchor::reset(&domain.domain_dir, &dirs);
+    lock.unlock();
+    result?;
+    println!("discarded the agent's changes in {listing}");
+    Ok(0)
+}

@@ -1,0 +1,230 @@
+//! End-to-end tests of the State Anchor: persistent directories on real
+//! fuse-overlayfs mounts under real podman + runsc, across sessions, base
+//! image rebuilds, teardown, signals and a killed coordinator.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+fn profile_config(env: &TestEnv, image: &str, dirs: &[&str]) {
+    let dirs: Vec<String> = dirs.iter().map(|dir| format!("{dir:?}")).collect();
+    env.write_config(&format!("[profiles.keep]\nimage = \"{image}\"\npersistent_dirs = [{}]\n", dirs.join(", ")));
+}
+
+fn agent(env: &TestEnv, repository: &Path, script: &str) -> std::process::Output {
+    let output = run(env.lazaret().args(["run", "--profile", "keep", "--workspace"]).arg(repository).args(["--", "sh", "-c", script]));
+    assert!(output.status.success(), "{script}: {}{}", stdout(&output), stderr(&output));
+    output
+}
+
+fn domain(env: &TestEnv, repository: &Path) -> serde_json::Value {
+    domain_json(env, "keep", repository)
+}
+
+/// Nothing of the domain is mounted on the host (the overlays, the image).
+fn nothing_mounted(domain: &serde_json::Value) -> bool {
+    let domain_dir = domain["domain_dir"].as_str().expect("dir");
+    !std::fs::read_to_string("/proc/mounts").expect("mounts").contains(domain_dir)
+}
+
+fn state_diff(env: &TestEnv, repository: &Path) -> Vec<(String, String)> {
+    let output = run(env.lazaret().args(["state", "diff", "--json", "--profile", "keep", "--workspace"]).arg(repository));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let changes: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).expect("json");
+    let mut changes: Vec<(String, String)> = changes
+        .iter()
+        .map(|change| (change["kind"].as_str().unwrap_or("").to_owned(), change["path"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    changes.sort();
+    changes
+}
+
+#[test]
+fn files_in_persistent_directories_survive_teardown_and_reset_discards_them() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    profile_config(&env, DEFAULT_IMAGE, &["/usr"]);
+    let repository = git_repository(&env, "project");
+    let domain = domain(&env, &repository);
+    agent(&env, &repository, "printf '#!/bin/sh\\necho installed-by-agent\\n' > /usr/local/bin/agent-tool; chmod +x /usr/local/bin/agent-tool; rm /usr/bin/yes; echo changed > /usr/share/lzt-note");
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)), "full teardown");
+    assert!(nothing_mounted(&domain), "nothing stays mounted after teardown");
+    let output = agent(&env, &repository, "agent-tool; test -e /usr/bin/yes && echo yes-exists || echo yes-gone; cat /usr/share/lzt-note");
+    assert_eq!(stdout(&output), "installed-by-agent\nyes-gone\nchanged\n");
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
+    let changes = state_diff(&env, &repository);
+    let expected: Vec<(String, String)> =
+        [("added", "/usr/local/bin/agent-tool"), ("added", "/usr/share/lzt-note"), ("deleted", "/usr/bin/yes")]
+            .iter()
+            .map(|(kind, path)| ((*kind).to_owned(), (*path).to_owned()))
+            .collect();
+    assert_eq!(changes, expected, "state diff lists exactly what changed");
+    let reset = run(env.lazaret().args(["state", "reset", "--yes", "--profile", "keep", "--workspace"]).arg(&repository));
+    assert!(reset.status.success(), "{}", stderr(&reset));
+    assert!(state_diff(&env, &repository).is_empty());
+    let output = agent(&env, &repository, "test -e /usr/local/bin/agent-tool && echo tool-exists; test -e /usr/bin/yes && echo yes-back");
+    assert_eq!(stdout(&output), "yes-back\n", "reset removes the changes");
+}
+
+#[test]
+fn state_reset_is_refused_while_the_domain_runs() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    profile_config(&env, DEFAULT_IMAGE, &["/usr"]);
+    let repository = git_repository(&env, "project");
+    let domain = domain(&env, &repository);
+    let mut child = env
+        .lazaret()
+        .args(["run", "--profile", "keep", "--workspace"])
+        .arg(&repository)
+        .args(["--", "sleep", "5"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || Path::new(domain["control_socket"].as_str().expect("s")).exists()));
+    let reset = run(env.lazaret().args(["state", "reset", "--yes", "--profile", "keep", "--workspace"]).arg(&repository));
+    assert!(!reset.status.success() && stderr(&reset).contains("is running"), "{}", stderr(&reset));
+    let _ = child.wait();
+}
+
+#[test]
+fn a_rebuilt_base_image_shows_through_and_the_agent_keeps_its_files() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let image = format!("localhost/lzt-state-{}:1", std::process::id());
+    let context = env.path().join("image");
+    std::fs::create_dir_all(&context).expect("mkdir");
+    let build = |version: &str| {
+        std::fs::write(context.join("version.txt"), format!("{version}\n")).expect("write");
+        std::fs::write(context.join("shared.txt"), format!("image {version}\n")).expect("write");
+        std::fs::write(context.join("Containerfile"), format!("FROM {DEFAULT_IMAGE}\nCOPY version.txt shared.txt /usr/share/lzt/\n"))
+            .expect("write");
+        let output = Command::new("podman").args(["build", "--quiet", "-t", &image]).arg(&context).output().expect("podman build");
+        assert!(output.status.success(), "podman build: {}", stderr(&output));
+    };
+    build("v1");
+    profile_config(&env, &image, &["/usr"]);
+    let repository = git_repository(&env, "project");
+    let domain = domain(&env, &repository);
+    agent(
+        &env,
+        &repository,
+        "cat /usr/share/lzt/version.txt; echo agent > /usr/local/bin/agent-file; echo agent > /usr/share/lzt/shared.txt",
+    );
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
+    build("v2");
+    let output = agent(&env, &repository, "cat /usr/share/lzt/version.txt /usr/local/bin/agent-file /usr/share/lzt/shared.txt");
+    assert_eq!(stdout(&output), "v2\nagent\nagent\n", "the new image's file, the agent's file, and the agent's version where both changed");
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
+    let changes = state_diff(&env, &repository);
+    assert!(
+        changes.contains(&("modifiedConflict".to_owned(), "/usr/share/lzt/shared.txt".to_owned())),
+        "state diff says both changed: {changes:?}"
+    );
+    let _ = Command::new("podman").args(["rmi", "--force", &image]).output();
+}
+
+#[test]
+fn with_etc_persistent_the_runtime_files_stay_the_runtimes() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    profile_config(&env, DEFAULT_IMAGE, &["/etc"]);
+    let repository = git_repository(&env, "project");
+    let domain = domain(&env, &repository);
+    let probe = "echo \"$(cat /etc/hostname)\"; grep -c lazaret-keep /etc/hosts; grep -E ' /etc/(hosts|hostname|resolv.conf) ' /proc/mounts | wc -l; echo agent-config > /etc/agent.conf";
+    let first = agent(&env, &repository, &format!("{probe}; echo evil > /etc/hostname; echo '6.6.6.6 evil' >> /etc/hosts"));
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
+    let second = agent(&env, &repository, &format!("{probe}; cat /etc/agent.conf; grep -c evil /etc/hosts || true"));
+    let first_text = stdout(&first);
+    assert_eq!(first_text.lines().next(), Some("lazaret-keep"), "the runtime's hostname: {first_text}");
+    let second_text = stdout(&second);
+    let second_lines: Vec<&str> = second_text.lines().map(str::trim).collect();
+    assert_eq!(second_lines[0], "lazaret-keep", "writes to /etc/hostname do not persist: {second_text}");
+    assert_eq!(second_lines[1], "1", "the runtime's /etc/hosts: {second_text}");
+    assert!(
+        second_lines[3] == "agent-config" && second_lines[4] == "0",
+        "other /etc files persist, the hosts edit does not: {second_text}"
+    );
+    let changes = state_diff(&env, &repository);
+    assert!(changes.iter().all(|(_, path)| !["/etc/hosts", "/etc/hostname", "/etc/resolv.conf"].contains(&path.as_str())), "{changes:?}");
+}
+
+#[test]
+fn nothing_stays_mounted_after_sigint_or_a_killed_coordinator() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    profile_config(&env, DEFAULT_IMAGE, &["/usr", "/root"]);
+    let repository = git_repository(&env, "project");
+    let domain = domain(&env, &repository);
+    let start = || {
+        env.lazaret()
+            .args(["run", "--profile", "keep", "--workspace"])
+            .arg(&repository)
+            .args(["--", "sleep", "60"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn")
+    };
+    let mounted = || std::fs::read_to_string("/proc/mounts").expect("mounts").contains(domain["domain_dir"].as_str().expect("dir"));
+
+    let mut cli = start();
+    assert!(
+        wait_until(Duration::from_secs(15), || mounted() && coordinator_pids(&repository).len() == 1),
+        "overlays mounted while running"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    Command::new("kill").args(["-INT", &cli.id().to_string()]).status().expect("kill");
+    let _ = cli.wait();
+    assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository) && !mounted()), "SIGINT: nothing mounted");
+
+    let mut cli = start();
+    assert!(wait_until(Duration::from_secs(15), || mounted() && coordinator_pids(&repository).len() == 1));
+    Command::new("kill").args(["-KILL", &coordinator_pids(&repository)[0].to_string()]).status().expect("kill");
+    Command::new("kill").args(["-KILL", &cli.id().to_string()]).status().expect("kill");
+    let _ = cli.wait();
+    let output = agent(&env, &repository, "echo recovered");
+    assert_eq!(stdout(&output), "recovered\n");
+    assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository) && !mounted()), "recovered: nothing mounted");
+}
+
+#[test]
+fn persistent_directories_work_rootless() {
+    let Some(user) = RootlessUser::from_environment() else {
+        eprintln!("skipped: LAZARET_TEST_ROOTLESS_USER is not set (tests/run sets it when run as root)");
+        return;
+    };
+    let _guard = sandbox_guard();
+    let config = format!("{}/lzt-state-config", user.home);
+    let workspace = format!("{}/lzt-state-workspace", user.home);
+    let setup = format!(
+        "rm -rf {config} {workspace} && mkdir -p {config}/lazaret {workspace} && \
+         printf '[profiles.keep]\\nimage = \"{DEFAULT_IMAGE}\"\\npersistent_dirs = [\"/usr\"]\\n' > {config}/lazaret/config.toml && \
+         cd {workspace} && git init -q && git -c user.name=u -c user.email=u@x commit -q --allow-empty -m init"
+    );
+    let output = user.run(&setup);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let lazaret = format!("{} --config {config}/lazaret/config.toml run --profile keep --workspace {workspace} --", user.lazaret());
+    let first = user.run(&format!("{lazaret} sh -c 'echo persisted > /usr/local/bin/rootless-file'"));
+    assert!(first.status.success(), "{}{}", stdout(&first), stderr(&first));
+    let second = user.run(&format!("{lazaret} cat /usr/local/bin/rootless-file"));
+    assert_eq!(stdout(&second), "persisted\n", "{}", stderr(&second));
+    let diff =
+        user.run(&format!("{} --config {config}/lazaret/config.toml state diff --profile keep --workspace {workspace}", user.lazaret()));
+    assert!(stdout(&diff).contains("/usr/local/bin/rootless-file"), "{}{}", stdout(&diff), stderr(&diff));
+    // Nothing stays mounted in the user's namespace either.
+    let mounted = wait_until(Duration::from_secs(10), || {
+        let mounts = user.run("podman unshare cat /proc/self/mountinfo");
+        !stdout(&mounts).contains("usr_merged")
+    });
+    assert!(mounted, "no overlay left in the rootless mount namespace");
+}
