@@ -435,3 +435,32 @@ fn editing_a_stored_audit_record_is_detected() {
     assert_eq!(verify.status.code(), Some(1), "{}", stdout(&verify));
     assert!(stdout(&verify).contains("BROKEN at record 2"), "{}", stdout(&verify));
 }
+
+#[test]
+fn the_plain_terminal_clients_list_and_answer_pending_requests_across_domains() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &[], 60);
+    let repository = git_repository(&env, "project");
+    let child = spawn_agent(&env, &repository, "lazaret-escalate -- touch via-cli; echo status=$?");
+    let mut pending = serde_json::Value::Null;
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            pending = serde_json::from_slice(&run(env.lazaret().args(["pending", "--json"])).stdout).unwrap_or_default();
+            pending.as_array().is_some_and(|list| !list.is_empty())
+        }),
+        "lazaret pending lists the request"
+    );
+    let request_id = pending[0]["requestId"].as_str().expect("id").to_owned();
+    let info: serde_json::Value =
+        serde_json::from_slice(&run(env.lazaret().args(["editor-info", "--json"])).stdout).expect("editor-info json");
+    assert_eq!(info["framing"], "Content-Length");
+    assert_eq!(info["domains"][0]["domainHash"], pending[0]["domainHash"], "{info}");
+    let approve = run(env.lazaret().args(["approve", &request_id[..8]]));
+    assert!(approve.status.success(), "{}", stderr(&approve));
+    let output = child.wait_with_output().expect("wait");
+    assert!(stdout(&output).contains("status=0"), "{}", stdout(&output));
+    assert!(repository.join("via-cli").exists());
+    assert_eq!(audit(&env, &repository)[0]["decidedBy"], "rpc:cli");
+}

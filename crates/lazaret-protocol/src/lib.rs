@@ -293,12 +293,17 @@ pub trait LazaretApi {
     #[method(name = "domain/status")]
     async fn domain_status(&self) -> RpcResult<DomainStatus>;
 
+    /// Tears the whole domain down (every session ends, the sandbox is
+    /// removed), as the prompt's [Q] Abort does.
+    #[method(name = "domain/shutdown")]
+    async fn domain_shutdown(&self, reason: Option<String>) -> RpcResult<bool>;
+
     /// Requests waiting for a human, oldest first.
     #[method(name = "escalation/list")]
     async fn escalation_list(&self) -> RpcResult<Vec<PendingEscalation>>;
 
-    /// Answers a pending request: `decision` is `approve`, `deny` or `edit`
-    /// (then `argv` is what runs). The first answer wins; later ones fail
+    /// Answers a pending request: `decision` is `approve`, `deny`, `edit`
+    /// (then `argv` is what runs) or `abort` (deny, recorded as aborted). The first answer wins; later ones fail
     /// with code 1007. `client` names the answering client for the audit
     /// trail (`terminal`, `vscode`, `neovim`, ...).
     #[method(name = "escalation/respond")]

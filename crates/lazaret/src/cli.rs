@@ -117,6 +117,32 @@ pub enum Command {
     /// State Anchor), or discard it.
     #[command(subcommand)]
     State(StateCommand),
+    /// List the escalation requests waiting for a human, in every running domain.
+    Pending {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a pending escalation (id or unique prefix, see `lazaret pending`).
+    Approve { request_id: String },
+    /// Deny a pending escalation.
+    Deny {
+        request_id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Approve a pending escalation with a different command (what runs instead).
+    Edit {
+        request_id: String,
+        /// The command to run instead, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        argv: Vec<String>,
+    },
+    /// For editors: how to find the coordinators (control socket pattern,
+    /// framing, API version) and the running domains.
+    EditorInfo {
+        #[arg(long)]
+        json: bool,
+    },
     /// Internal: run as a domain's Session Coordinator (started by `run`).
     #[command(hide = true)]
     Coordinator {

@@ -24,8 +24,7 @@ const ATTEMPTS: usize = 6;
 
 pub struct Joined {
     pub client: RpcClient,
-    /// Server notifications (subscriptions); later issues route prompts here.
-    #[allow(dead_code)]
+    /// Server notifications (the event subscription drives the prompt).
     pub notifications: tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
     pub registration: RegisterResult,
 }

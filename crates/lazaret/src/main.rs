@@ -12,6 +12,7 @@ mod hold_to_bind;
 mod podman;
 mod private_dirs;
 mod process;
+mod prompt;
 mod rpc;
 mod session;
 mod state_anchor;

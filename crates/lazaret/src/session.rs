@@ -16,10 +16,82 @@
 use std::io::{IsTerminal, Read, Write};
 use std::os::fd::BorrowedFd;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use crate::prompt::{keys, PromptAction, PromptState};
 
 use anyhow::{Context, Result};
 
 use crate::podman::{self, Podman};
+
+/// The user's screen as the sandbox drew it (a vt100 emulator fed with all
+/// output) and the approval prompt that may cover it. While the prompt
+/// shows, sandbox output is only fed to the emulator; afterwards the screen
+/// is repainted from it, so a full-screen program looks as it did.
+pub struct TerminalUi {
+    parser: vt100::Parser,
+    pub prompt: PromptState,
+}
+
+pub type SharedUi = Arc<Mutex<TerminalUi>>;
+
+pub fn lock_ui(ui: &SharedUi) -> std::sync::MutexGuard<'_, TerminalUi> {
+    ui.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl TerminalUi {
+    pub fn new() -> TerminalUi {
+        let (columns, rows) = crossterm::terminal::size().unwrap_or((80, 24));
+        TerminalUi { parser: vt100::Parser::new(rows, columns, 0), prompt: PromptState::new() }
+    }
+
+    fn draw_prompt(&mut self) {
+        let (rows, columns) = self.parser.screen().size();
+        let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
+        let options = ratatui::TerminalOptions { viewport: ratatui::Viewport::Fixed(ratatui::layout::Rect::new(0, 0, columns, rows)) };
+        if let Ok(mut terminal) = ratatui::Terminal::with_options(backend, options) {
+            let _ = terminal.clear();
+            let _ = terminal.draw(|frame| crate::prompt::render::render(frame, &self.prompt));
+            let _ = terminal.hide_cursor();
+        }
+    }
+
+    fn restore_screen(&mut self) {
+        let mut stdout = std::io::stdout();
+        let _ = stdout.write_all(b"\x1b[0m\x1b[H\x1b[2J");
+        let _ = stdout.write_all(&self.parser.screen().state_formatted());
+        let _ = stdout.flush();
+    }
+
+    /// A request of this session arrived: show (or queue) it.
+    pub fn show_pending(&mut self, escalation: lazaret_protocol::PendingEscalation) {
+        self.prompt.push(escalation);
+        self.draw_prompt();
+    }
+
+    /// A request was answered (here or elsewhere): next one, or back to the sandbox.
+    pub fn resolved(&mut self, request_id: &str) {
+        if !self.prompt.is_active() {
+            return;
+        }
+        self.prompt.remove(request_id);
+        self.refresh();
+    }
+
+    fn refresh(&mut self) {
+        if self.prompt.is_active() {
+            self.draw_prompt();
+        } else {
+            self.restore_screen();
+        }
+    }
+}
+
+impl Default for TerminalUi {
+    fn default() -> TerminalUi {
+        TerminalUi::new()
+    }
+}
 
 /// Exit status reported when the inner command's status is unknown.
 const UNKNOWN_STATUS: i32 = 255;
@@ -65,15 +137,24 @@ fn exec_arguments(session: &SessionCommand<'_>, term: Option<&str>) -> Vec<Strin
     arguments
 }
 
-/// Runs the session to completion and returns the inner exit status.
-pub async fn run(session: &SessionCommand<'_>) -> Result<i32> {
+/// Where the prompt's decisions go.
+pub type ActionSender = tokio::sync::mpsc::UnboundedSender<PromptAction>;
+
+/// Runs the session to completion and returns the inner exit status. In
+/// interactive mode `ui` is the screen the prompt draws on and `actions`
+/// receives the user's decisions.
+pub async fn run(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSender) -> Result<i32> {
     if is_interactive() {
         let container = session.container.to_owned();
         let session_id = session.session_id.to_owned();
         let credential = session.credential.to_owned();
         let argv = session.argv.to_vec();
         tokio::task::spawn_blocking(move || {
-            run_interactive(&SessionCommand { container: &container, session_id: &session_id, credential: &credential, argv: &argv })
+            run_interactive(
+                &SessionCommand { container: &container, session_id: &session_id, credential: &credential, argv: &argv },
+                ui,
+                actions,
+            )
         })
         .await
         .context("session task failed")?
@@ -113,7 +194,7 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
 }
 
 /// Runs `script` inside the sandbox.
-fn run_interactive(session: &SessionCommand<'_>) -> Result<i32> {
+fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSender) -> Result<i32> {
     use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 
     let (columns, rows) = crossterm::terminal::size().unwrap_or((80, 24));
@@ -153,11 +234,17 @@ fn run_interactive(session: &SessionCommand<'_>) -> Result<i32> {
     let mut writer = pair.master.take_writer().map_err(|error| anyhow::anyhow!("{error}"))?;
     let _raw = RawTerminal::enable()?;
 
+    let output_ui = ui.clone();
     let output = std::thread::spawn(move || {
         let mut stdout = std::io::stdout();
         let mut buffer = [0u8; 8192];
         while let Ok(count) = reader.read(&mut buffer) {
-            if count == 0 || stdout.write_all(&buffer[..count]).and_then(|()| stdout.flush()).is_err() {
+            if count == 0 {
+                break;
+            }
+            let mut screen = lock_ui(&output_ui);
+            screen.parser.process(&buffer[..count]);
+            if !screen.prompt.is_active() && stdout.write_all(&buffer[..count]).and_then(|()| stdout.flush()).is_err() {
                 break;
             }
         }
@@ -165,6 +252,7 @@ fn run_interactive(session: &SessionCommand<'_>) -> Result<i32> {
     let container = session.container.to_owned();
     let state = state_file(session.session_id);
     // The input thread blocks on our stdin; it ends with the process.
+    let input_ui = ui.clone();
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin();
         let mut buffer = [0u8; 4096];
@@ -173,6 +261,19 @@ fn run_interactive(session: &SessionCommand<'_>) -> Result<i32> {
                 break;
             }
             let bytes = &buffer[..count];
+            {
+                // While the prompt shows, keys are for it, not the sandbox.
+                let mut screen = lock_ui(&input_ui);
+                if screen.prompt.is_active() {
+                    for key in keys::decode(bytes) {
+                        if let Some(action) = screen.prompt.handle_key(key) {
+                            let _ = actions.send(action);
+                        }
+                    }
+                    screen.refresh();
+                    continue;
+                }
+            }
             if writer.write_all(bytes).and_then(|()| writer.flush()).is_err() {
                 break;
             }
@@ -186,7 +287,7 @@ fn run_interactive(session: &SessionCommand<'_>) -> Result<i32> {
     let resize_master = pair.master;
     let resize_container = session.container.to_owned();
     let resize_state = state_file(session.session_id);
-    let resizer = std::thread::spawn(move || watch_window_size(&*resize_master, &resize_container, &resize_state));
+    let resizer = std::thread::spawn(move || watch_window_size(&*resize_master, &resize_container, &resize_state, &ui));
 
     let status = child.wait().context("waiting for podman exec")?;
     let _ = output.join();
@@ -224,7 +325,7 @@ fn signal_inside(container: &str, script: &str) {
 
 /// Polls the terminal size (SIGWINCH cannot be waited for from a plain
 /// thread without a signal crate) and applies changes to both terminals.
-fn watch_window_size(master: &dyn portable_pty::MasterPty, container: &str, state: &str) {
+fn watch_window_size(master: &dyn portable_pty::MasterPty, container: &str, state: &str, ui: &SharedUi) {
     let mut last = crossterm::terminal::size().unwrap_or((80, 24));
     loop {
         std::thread::sleep(std::time::Duration::from_millis(250));
@@ -232,6 +333,13 @@ fn watch_window_size(master: &dyn portable_pty::MasterPty, container: &str, stat
         if current != last {
             last = current;
             let (columns, rows) = current;
+            {
+                let mut screen = lock_ui(ui);
+                screen.parser.set_size(rows, columns);
+                if screen.prompt.is_active() {
+                    screen.refresh();
+                }
+            }
             let _ = master.resize(portable_pty::PtySize { rows, cols: columns, pixel_width: 0, pixel_height: 0 });
             signal_inside(container, &format!("read sid tty < {state} && stty -F \"$tty\" rows {rows} cols {columns}"));
         }

@@ -1,6 +1,7 @@
 //! Command handlers. Each returns the process exit status on success;
 //! errors are mapped to statuses in `main`.
 
+mod approvals;
 mod audit;
 mod config;
 mod diff;
@@ -28,6 +29,11 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Diff { target, stat, json } => diff::run(config_path, &target, stat, json),
         Command::State(StateCommand::Diff { target, dir, json }) => state::diff(config_path, &target, dir.as_deref(), json),
         Command::State(StateCommand::Reset { target, dir, yes }) => state::reset(config_path, &target, dir.as_deref(), yes),
+        Command::Pending { json } => approvals::pending(config_path, json),
+        Command::Approve { request_id } => approvals::respond(config_path, &request_id, "approve", None, None),
+        Command::Deny { request_id, reason } => approvals::respond(config_path, &request_id, "deny", None, reason),
+        Command::Edit { request_id, argv } => approvals::respond(config_path, &request_id, "edit", Some(argv), None),
+        Command::EditorInfo { json } => approvals::editor_info(config_path, json),
         Command::Audit { action: None, target, limit, json } => audit::list(config_path, &target, limit, json),
         Command::Audit { action: Some(AuditCommand::Verify { target }), .. } => audit::verify(config_path, &target),
         Command::Status { target, json } => status::status(config_path, &target, json),

@@ -32,20 +32,83 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
         let launch = CoordinatorLaunch { config_path, resolved: &resolved, mode };
         let joined = hold_to_bind::join(&launch, &session_id, &public_key, &command).await?;
         let argv = if command.is_empty() { joined.registration.default_command.clone() } else { command };
-        let status = session::run(&SessionCommand {
-            container: &joined.registration.container_name,
-            session_id: &session_id,
-            credential: &credential,
-            argv: &argv,
-        })
+        let client = std::sync::Arc::new(joined.client);
+        let ui: session::SharedUi = std::sync::Arc::new(std::sync::Mutex::new(session::TerminalUi::new()));
+        let (actions, action_receiver) = tokio::sync::mpsc::unbounded_channel();
+        if session::is_interactive() {
+            // Escalations of this session are prompted for here.
+            let _: serde_json::Value = client.call("events/subscribe", serde_json::json!([])).await?;
+            tokio::spawn(show_escalations(joined.notifications, ui.clone(), session_id.clone()));
+            tokio::spawn(answer_escalations(action_receiver, client.clone()));
+        }
+        let status = session::run(
+            &SessionCommand {
+                container: &joined.registration.container_name,
+                session_id: &session_id,
+                credential: &credential,
+                argv: &argv,
+            },
+            ui,
+            actions,
+        )
         .await?;
         let unregister: Result<bool, _> =
-            joined.client.call("session/unregister", serde_json::json!({ "sessionId": session_id, "exitStatus": status })).await;
+            client.call("session/unregister", serde_json::json!({ "sessionId": session_id, "exitStatus": status })).await;
         if let Err(error) = unregister {
             tracing::warn!(%error, "could not unregister the session");
         }
         Ok(u8::try_from(status.clamp(0, 255)).unwrap_or(255))
     })
+}
+
+/// Puts this session's pending escalations on the prompt, and takes them
+/// off when they are answered (here, in an editor, or by timeout).
+async fn show_escalations(
+    mut notifications: tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
+    ui: session::SharedUi,
+    session_id: String,
+) {
+    while let Some(message) = notifications.recv().await {
+        let event = &message["params"]["result"];
+        match event["kind"].as_str() {
+            Some("escalationPending") if event["escalation"]["sessionId"] == session_id.as_str() => {
+                if let Ok(escalation) = serde_json::from_value::<lazaret_protocol::PendingEscalation>(event["escalation"].clone()) {
+                    session::lock_ui(&ui).show_pending(escalation);
+                }
+            }
+            Some("escalationResolved") => {
+                if let Some(request_id) = event["requestId"].as_str() {
+                    session::lock_ui(&ui).resolved(request_id);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Sends the prompt's decisions; [Q] also tears the domain down.
+async fn answer_escalations(
+    mut actions: tokio::sync::mpsc::UnboundedReceiver<crate::prompt::PromptAction>,
+    client: std::sync::Arc<crate::rpc::client::RpcClient>,
+) {
+    use crate::prompt::PromptAction;
+    while let Some(action) = actions.recv().await {
+        let (request_id, decision, argv) = match &action {
+            PromptAction::Approve { request_id } => (request_id, "approve", None),
+            PromptAction::Deny { request_id } => (request_id, "deny", None),
+            PromptAction::Edit { request_id, argv } => (request_id, "edit", Some(argv.clone())),
+            PromptAction::Abort { request_id } => (request_id, "abort", None),
+        };
+        let params = serde_json::json!({ "requestId": request_id, "decision": decision, "argv": argv, "client": "terminal" });
+        let answered: Result<bool, _> = client.call("escalation/respond", params).await;
+        if let Err(error) = answered {
+            tracing::warn!(%error, "could not answer the escalation");
+        }
+        if matches!(action, PromptAction::Abort { .. }) {
+            let _: Result<bool, _> =
+                client.call("domain/shutdown", serde_json::json!({ "reason": "aborted at the terminal prompt" })).await;
+        }
+    }
 }
 
 /// A git repository gets the agent-branch layout (and a note about

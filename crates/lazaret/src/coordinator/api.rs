@@ -57,6 +57,8 @@ pub struct Domain {
     events: broadcast::Sender<Event>,
     /// Signalled whenever the live session count drops to zero.
     pub idle: Notify,
+    /// Signalled by `domain/shutdown`.
+    pub shutdown_requested: Notify,
     /// Escalation requests waiting for a human.
     pub broker: crate::escalation::Broker,
     /// One export of the agent branch at a time; holds the fingerprint of
@@ -76,6 +78,7 @@ impl Domain {
             default_command: Mutex::new(Vec::new()),
             events: broadcast::channel(256).0,
             idle: Notify::new(),
+            shutdown_requested: Notify::new(),
             broker: crate::escalation::Broker::default(),
             export_lock: tokio::sync::Mutex::new(None),
         }
@@ -361,6 +364,12 @@ impl LazaretApiServer for Api {
         })
     }
 
+    async fn domain_shutdown(&self, reason: Option<String>) -> RpcResult<bool> {
+        tracing::info!(reason = reason.as_deref().unwrap_or("requested"), "shutdown requested over JSON-RPC");
+        self.0.shutdown_requested.notify_one();
+        Ok(true)
+    }
+
     async fn escalation_list(&self) -> RpcResult<Vec<PendingEscalation>> {
         Ok(self.0.broker.pending())
     }
@@ -376,6 +385,7 @@ impl LazaretApiServer for Api {
         let decided_by = client.map(|name| format!("rpc:{name}")).unwrap_or_else(|| "rpc".to_owned());
         let answer = match decision.as_str() {
             "approve" => Answer::Approve { decided_by },
+            "abort" => Answer::Abort { decided_by },
             "deny" => Answer::Deny { reason: reason.unwrap_or_else(|| "denied on the host".to_owned()), decided_by },
             "edit" => {
                 let argv = argv
@@ -386,7 +396,7 @@ impl LazaretApiServer for Api {
                 }
                 Answer::Edit { argv, decided_by }
             }
-            other => return Err(rpc_error(error_code::INVALID_VALUE, format!("decision `{other}` is not approve, deny or edit"))),
+            other => return Err(rpc_error(error_code::INVALID_VALUE, format!("decision `{other}` is not approve, deny, edit or abort"))),
         };
         if self.0.broker.answer(&request_id, answer) {
             Ok(true)

@@ -184,6 +184,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Op
                     break "no session registered";
                 }
             }
+            _ = domain.shutdown_requested.notified() => break "shutdown requested",
             _ = terminate.recv() => break "SIGTERM",
             _ = interrupt.recv() => break "SIGINT",
             _ = hangup.recv() => break "SIGHUP",

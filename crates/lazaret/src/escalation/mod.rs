@@ -17,9 +17,21 @@ use tokio::sync::oneshot;
 /// A human's (or editor's) answer to a pending request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    Approve { decided_by: String },
-    Edit { argv: Vec<String>, decided_by: String },
-    Deny { reason: String, decided_by: String },
+    Approve {
+        decided_by: String,
+    },
+    Edit {
+        argv: Vec<String>,
+        decided_by: String,
+    },
+    Deny {
+        reason: String,
+        decided_by: String,
+    },
+    /// The owning CLI aborted: denied, and the domain is torn down.
+    Abort {
+        decided_by: String,
+    },
 }
 
 struct Waiting {

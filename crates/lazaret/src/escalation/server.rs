@@ -200,6 +200,10 @@ async fn decide_and_run(
                 Some(Answer::Deny { reason, decided_by }) => {
                     return finish_without_running(tls, domain, record, "denied", &decided_by, ServerFrame::Denied { reason }).await;
                 }
+                Some(Answer::Abort { decided_by }) => {
+                    let frame = ServerFrame::Denied { reason: "the session was aborted on the host".to_owned() };
+                    return finish_without_running(tls, domain, record, "aborted", &decided_by, frame).await;
+                }
                 None => {
                     domain.broker.withdraw(&payload.request_id);
                     let reason = format!("nobody approved the request within {} s", timeout.as_secs());

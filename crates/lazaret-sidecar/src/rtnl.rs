@@ -1,0 +1,194 @@
+//! Synchronous rtnetlink for policy rules (`ip rule`), without an async runtime.
+//!
+//! Rules that this sidecar installs carry the routing protocol [`RULE_PROTOCOL`], so a dump
+//! tells them apart from the kernel's own (`local`, `main`, `default`) and from anything
+//! podman added.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
+use netlink_packet_route::route::RouteProtocol;
+use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+use crate::policy::{Cidr, RuleSpec, Verdict, RT_TABLE_MAIN};
+
+/// `FRA_PROTOCOL` value marking this sidecar's rules (unassigned in `rtnetlink.h`).
+pub const RULE_PROTOCOL: u8 = 0x4c;
+
+pub struct Rtnl {
+    socket: Socket,
+    seq: u32,
+}
+
+impl Rtnl {
+    pub fn open() -> io::Result<Rtnl> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        socket.bind_auto()?;
+        socket.connect(&SocketAddr::new(0, 0))?;
+        Ok(Rtnl { socket, seq: 0 })
+    }
+
+    /// Every rule (both families) that carries [`RULE_PROTOCOL`].
+    pub fn dump_rules(&mut self) -> io::Result<Vec<RuleSpec>> {
+        let mut out = Vec::new();
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            let mut msg = RuleMessage::default();
+            msg.header.family = family;
+            let replies = match self.request(RouteNetlinkMessage::GetRule(msg), NLM_F_DUMP) {
+                Ok(r) => r,
+                // IPv6 compiled out or disabled: nothing of ours can be there.
+                Err(e) if family == AddressFamily::Inet6 && e.raw_os_error() == Some(libc::EAFNOSUPPORT) => continue,
+                Err(e) => return Err(e),
+            };
+            for reply in replies {
+                if let RouteNetlinkMessage::NewRule(rule) = reply {
+                    if let Some(spec) = spec_of(&rule) {
+                        out.push(spec);
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|r| (!r.dst.is_ipv4(), r.priority, r.dst, r.verdict));
+        Ok(out)
+    }
+
+    pub fn add_rule(&mut self, spec: &RuleSpec) -> io::Result<()> {
+        let msg = message_of(spec);
+        self.request(RouteNetlinkMessage::NewRule(msg), NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL).map(drop)
+    }
+
+    pub fn del_rule(&mut self, spec: &RuleSpec) -> io::Result<()> {
+        let msg = message_of(spec);
+        self.request(RouteNetlinkMessage::DelRule(msg), NLM_F_ACK).map(drop)
+    }
+
+    /// Sends one request and collects the replies: for a dump every message up to
+    /// `NLMSG_DONE`, otherwise up to the acknowledgement. A kernel error becomes `Err`.
+    fn request(&mut self, msg: RouteNetlinkMessage, flags: u16) -> io::Result<Vec<RouteNetlinkMessage>> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | flags;
+        header.sequence_number = seq;
+        let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg));
+        packet.finalize();
+        let mut buf = vec![0u8; packet.buffer_len()];
+        packet.serialize(&mut buf);
+        self.socket.send(&buf, 0)?;
+
+        let mut replies = Vec::new();
+        loop {
+            let (data, _) = self.socket.recv_from_full()?;
+            let mut offset = 0;
+            while offset < data.len() {
+                let bytes = &data[offset..];
+                let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("netlink: {e}")))?;
+                let len = reply.header.length as usize;
+                if len == 0 {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "netlink: zero-length message"));
+                }
+                offset += (len + 3) & !3;
+                if reply.header.sequence_number != seq {
+                    continue; // a late answer to an earlier request
+                }
+                match reply.payload {
+                    NetlinkPayload::Done(_) => return Ok(replies),
+                    NetlinkPayload::Error(e) => {
+                        return match e.code {
+                            None => Ok(replies),
+                            Some(_) => Err(e.to_io()),
+                        };
+                    }
+                    NetlinkPayload::InnerMessage(m) => replies.push(m),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+fn message_of(spec: &RuleSpec) -> RuleMessage {
+    let mut msg = RuleMessage::default();
+    msg.header.family = if spec.dst.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+    msg.header.dst_len = spec.dst.len();
+    match spec.verdict {
+        Verdict::Allow => {
+            msg.header.action = RuleAction::ToTable;
+            msg.header.table = RT_TABLE_MAIN as u8;
+            msg.attributes.push(RuleAttribute::Table(RT_TABLE_MAIN));
+        }
+        Verdict::Deny => msg.header.action = RuleAction::Prohibit,
+    }
+    if !spec.dst.is_default() {
+        msg.attributes.push(RuleAttribute::Destination(spec.dst.addr()));
+    }
+    msg.attributes.push(RuleAttribute::Priority(spec.priority));
+    msg.attributes.push(RuleAttribute::Protocol(RouteProtocol::Other(RULE_PROTOCOL)));
+    msg
+}
+
+/// The [`RuleSpec`] of a dumped rule, if it is one of ours and of a shape we install.
+fn spec_of(rule: &RuleMessage) -> Option<RuleSpec> {
+    let mut dst = None;
+    let mut priority = 0;
+    let mut ours = false;
+    let mut table = u32::from(rule.header.table);
+    for attr in &rule.attributes {
+        match attr {
+            RuleAttribute::Destination(a) => dst = Some(*a),
+            RuleAttribute::Priority(p) => priority = *p,
+            RuleAttribute::Protocol(p) => ours = u8::from(*p) == RULE_PROTOCOL,
+            RuleAttribute::Table(t) => table = *t,
+            _ => {}
+        }
+    }
+    if !ours {
+        return None;
+    }
+    let addr = match (dst, rule.header.family) {
+        (Some(a), _) => a,
+        (None, AddressFamily::Inet) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        (None, AddressFamily::Inet6) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        (None, _) => return None,
+    };
+    let verdict = match rule.header.action {
+        RuleAction::ToTable if table == RT_TABLE_MAIN => Verdict::Allow,
+        RuleAction::Prohibit => Verdict::Deny,
+        _ => return None,
+    };
+    Some(RuleSpec { dst: Cidr::new(addr, rule.header.dst_len)?, verdict, priority })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Policy;
+
+    #[test]
+    fn messages_round_trip_through_the_dump_parser() {
+        let mut p = Policy::new();
+        p.allow(Cidr::parse("10.213.0.10").unwrap());
+        p.deny(Cidr::parse("10.213.0.10").unwrap());
+        p.allow(Cidr::parse("10.0.0.0/8").unwrap());
+        p.deny(Cidr::parse("10.9.0.0/16").unwrap());
+        p.allow(Cidr::parse("fd00::/64").unwrap());
+        for spec in p.rules() {
+            let msg = message_of(&spec);
+            assert_eq!(spec_of(&msg), Some(spec), "{spec}");
+        }
+    }
+
+    #[test]
+    fn foreign_rules_are_ignored() {
+        let mut msg = RuleMessage::default();
+        msg.header.family = AddressFamily::Inet;
+        msg.header.action = RuleAction::ToTable;
+        msg.header.table = 255;
+        msg.attributes.push(RuleAttribute::Table(255));
+        assert_eq!(spec_of(&msg), None);
+    }
+}

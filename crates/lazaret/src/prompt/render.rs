@@ -1,0 +1,159 @@
+//! Drawing the prompt with ratatui. Knows nothing of keys or sockets.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::state::{Mode, PromptState};
+
+fn label(text: &str) -> Span<'static> {
+    Span::styled(format!("{text:<15}"), Style::default().add_modifier(Modifier::BOLD))
+}
+
+/// Draws the prompt over the whole frame.
+pub fn render(frame: &mut Frame<'_>, state: &PromptState) {
+    let area = frame.area();
+    frame.render_widget(Clear, area);
+    let Some(escalation) = state.current() else { return };
+    let title = format!(" Lazaret: the sandbox asks to run a command on the host ({} of {}) ", 1, state.queue.len());
+    let block = Block::default().borders(Borders::ALL).title(title).border_style(Style::default().fg(Color::Yellow));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+
+    let mut lines = vec![
+        Line::from(vec![label("Request"), Span::raw(escalation.request_id.clone())]),
+        Line::from(vec![label("Profile"), Span::raw(format!("{} (domain {})", escalation.profile, escalation.domain_hash))]),
+        Line::from(vec![label("Directory"), Span::raw(escalation.cwd.clone())]),
+        Line::from(vec![label("Justification"), Span::raw(escalation.justification.clone().unwrap_or_else(|| "(none given)".to_owned()))]),
+        Line::from(vec![
+            label("Command"),
+            Span::styled(escalation.display.clone(), Style::default().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
+        ]),
+        Line::from(vec![label("Exact argv"), Span::raw(format!("{:?}", escalation.argv))]),
+    ];
+    for reason in &escalation.reasons {
+        lines.push(Line::from(vec![label("Asking because"), Span::raw(reason.clone())]));
+    }
+    for note in &escalation.risk_notes {
+        lines.push(Line::from(vec![label("RISK"), Span::styled(note.clone(), Style::default().fg(Color::Red))]));
+    }
+    let footer_height = if matches!(state.mode, Mode::Editing { .. }) { 4 } else { 3 };
+    let [body, footer] = Layout::vertical([Constraint::Min(1), Constraint::Length(footer_height)]).areas(inner);
+    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), body);
+    render_footer(frame, footer, &state.mode);
+}
+
+fn render_footer(frame: &mut Frame<'_>, area: Rect, mode: &Mode) {
+    let key = |k: &'static str| Span::styled(k, Style::default().fg(Color::Black).bg(Color::Yellow).add_modifier(Modifier::BOLD));
+    match mode {
+        Mode::Viewing => {
+            let actions = Line::from(vec![
+                key("[A]"),
+                Span::raw(" Approve & Run  "),
+                key("[D]"),
+                Span::raw(" Deny  "),
+                key("[E]"),
+                Span::raw(" Edit  "),
+                key("[Q]"),
+                Span::raw(" Abort session"),
+            ]);
+            frame.render_widget(Paragraph::new(vec![actions]).wrap(Wrap { trim: false }), area);
+        }
+        Mode::Editing { text, cursor, error } => {
+            let (before, after) = text.split_at(text.char_indices().nth(*cursor).map(|(index, _)| index).unwrap_or(text.len()));
+            let mut after_chars = after.chars();
+            let at_cursor = after_chars.next().map(String::from).unwrap_or_else(|| " ".to_owned());
+            let edit = Line::from(vec![
+                Span::raw("> "),
+                Span::raw(before.to_owned()),
+                Span::styled(at_cursor, Style::default().add_modifier(Modifier::REVERSED)),
+                Span::raw(after_chars.as_str().to_owned()),
+            ]);
+            let hint = match error {
+                Some(error) => Line::styled(error.clone(), Style::default().fg(Color::Red)),
+                None => Line::raw("Edit the command (shell quoting). Enter: run this instead  Esc: back"),
+            };
+            frame.render_widget(Paragraph::new(vec![hint, edit]).wrap(Wrap { trim: false }), area);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+
+    use super::super::keys::Key;
+    use super::super::state::tests::escalation;
+    use super::*;
+
+    /// Renders `state` at `width`x`height` and compares the text of the
+    /// screen with `snapshots/<name>.txt` (UPDATE_SNAPSHOTS=1 rewrites it).
+    fn assert_snapshot(name: &str, state: &PromptState, width: u16, height: u16) {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+        terminal.draw(|frame| render(frame, state)).expect("draw");
+        let buffer = terminal.backend().buffer().clone();
+        let mut text = String::new();
+        for y in 0..height {
+            let line: String = (0..width).map(|x| buffer[(x, y)].symbol().to_owned()).collect();
+            text.push_str(line.trim_end());
+            text.push('\n');
+        }
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/prompt/snapshots").join(format!("{name}.txt"));
+        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+            std::fs::write(&path, &text).expect("write snapshot");
+        }
+        let expected =
+            std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("missing snapshot {}; run with UPDATE_SNAPSHOTS=1", path.display()));
+        assert_eq!(text, expected, "snapshot {name} differs:\n{text}");
+    }
+
+    #[test]
+    fn prompt_snapshot_standard() {
+        let mut state = PromptState::new();
+        state.push(escalation("7f3a9c", &["cargo", "test", "--workspace"]));
+        assert_snapshot("standard", &state, 100, 16);
+    }
+
+    #[test]
+    fn prompt_snapshot_long_argv_and_justification() {
+        let mut state = PromptState::new();
+        let mut long = escalation(
+            "7f3a9c",
+            &[
+                "npm",
+                "run",
+                "build",
+                "--",
+                "--config",
+                "./very/long/path/to/a/configuration/file/that/does/not/fit.json",
+                "--mode=production",
+            ],
+        );
+        long.justification = Some("The user asked me to produce a production build so that the bundle size can be compared with the previous release; this needs the host's node_modules cache.".to_owned());
+        long.risk_notes.push("`--config` may name a file that runs code".to_owned());
+        state.push(long);
+        state.push(escalation("second", &["ls"]));
+        assert_snapshot("long", &state, 80, 24);
+    }
+
+    #[test]
+    fn prompt_snapshot_narrow_terminal() {
+        let mut state = PromptState::new();
+        state.push(escalation("7f3a9c", &["cargo", "test"]));
+        assert_snapshot("narrow", &state, 40, 30);
+    }
+
+    #[test]
+    fn prompt_snapshot_editing() {
+        let mut state = PromptState::new();
+        state.push(escalation("7f3a9c", &["cargo", "test"]));
+        state.handle_key(Key::Char('e'));
+        for c in " -q".chars() {
+            state.handle_key(Key::Char(c));
+        }
+        assert_snapshot("editing", &state, 80, 18);
+    }
+}
