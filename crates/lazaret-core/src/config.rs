@@ -59,6 +59,7 @@ struct RawConfig {
 struct RawNetwork {
     #[serde(default)]
     allow_egress: Vec<Spanned<String>>,
+    podman_network: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -121,6 +122,8 @@ pub struct Config {
     /// Parent of the per-domain socket directories.
     pub socket_root: PathBuf,
     pub allow_egress: Vec<EgressRule>,
+    /// The podman network the Network Sidecar attaches to.
+    pub podman_network: String,
     pub escalation_enabled: bool,
     pub auto_approve: Vec<Located<String>>,
     /// `auto_approve`, parsed and validated by the policy engine.
@@ -176,6 +179,7 @@ pub struct ResolvedProfile {
     pub persistent_dirs: Vec<PathBuf>,
     /// Global `[network] allow_egress` followed by the profile's, deduplicated.
     pub allow_egress: Vec<EgressRule>,
+    pub podman_network: String,
     pub env: BTreeMap<String, ResolvedEnv>,
     pub volumes: Vec<ResolvedVolume>,
     pub escalation_enabled: bool,
@@ -317,6 +321,20 @@ impl Config {
             })
             .collect();
         let global_egress = raw.network.as_ref().map(|n| checker.egress("network.allow_egress", &n.allow_egress)).unwrap_or_default();
+        let podman_network = match raw.network.as_ref().and_then(|network| network.podman_network.as_ref()) {
+            Some(name) => {
+                let valid = !name.get_ref().is_empty() && name.get_ref().chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+                if !valid {
+                    checker.error(
+                        "network.podman_network",
+                        format!("`{}` is not a valid podman network name", name.get_ref()),
+                        Some(checker.locate(name.span())),
+                    );
+                }
+                name.get_ref().clone()
+            }
+            None => "podman".to_owned(),
+        };
 
         let mut profiles = BTreeMap::new();
         profiles.insert(DEFAULT_PROFILE.to_owned(), built_in_default_profile());
@@ -337,6 +355,7 @@ impl Config {
             data_root,
             socket_root,
             allow_egress: global_egress,
+            podman_network,
             escalation_enabled,
             auto_approve,
             auto_approve_rules,
@@ -457,6 +476,7 @@ impl Config {
             domain,
             persistent_dirs,
             allow_egress,
+            podman_network: self.podman_network.clone(),
             env,
             volumes,
             escalation_enabled: self.escalation_enabled,

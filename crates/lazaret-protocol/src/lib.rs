@@ -33,6 +33,8 @@ pub mod error_code {
     pub const GIT_FAILED: i32 = 1006;
     /// The escalation is unknown or was already answered.
     pub const ESCALATION_NOT_PENDING: i32 = 1007;
+    /// The domain has no Network Sidecar (empty allowlist) or it refused.
+    pub const NETWORK_FAILED: i32 = 1008;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -256,6 +258,11 @@ pub enum Event {
         decided_by: String,
         argv: Option<Vec<String>>,
     },
+    /// The egress policy changed (`network/allow`, `network/deny`).
+    NetworkChanged {
+        action: String,
+        rule: String,
+    },
     /// A host command requested from the sandbox finished.
     EscalationFinished {
         request_id: String,
@@ -297,6 +304,19 @@ pub trait LazaretApi {
     /// removed), as the prompt's [Q] Abort does.
     #[method(name = "domain/shutdown")]
     async fn domain_shutdown(&self, reason: Option<String>) -> RpcResult<bool>;
+
+    /// The sandbox's egress policy as the Network Sidecar enforces it
+    /// (`allow` and `deny` CIDR lists, read back from the kernel).
+    #[method(name = "network/show")]
+    async fn network_show(&self) -> RpcResult<serde_json::Value>;
+
+    /// Allows a CIDR (or an address) live, without restarting the sandbox.
+    #[method(name = "network/allow")]
+    async fn network_allow(&self, rule: String) -> RpcResult<serde_json::Value>;
+
+    /// Denies a CIDR live (removes an allow, or carves a hole in a wider one).
+    #[method(name = "network/deny")]
+    async fn network_deny(&self, rule: String) -> RpcResult<serde_json::Value>;
 
     /// Requests waiting for a human, oldest first.
     #[method(name = "escalation/list")]

@@ -117,6 +117,10 @@ pub enum Command {
     /// State Anchor), or discard it.
     #[command(subcommand)]
     State(StateCommand),
+    /// The running sandbox's egress policy: show it, or allow/deny a CIDR
+    /// live (no restart).
+    #[command(subcommand)]
+    Net(NetCommand),
     /// List the escalation requests waiting for a human, in every running domain.
     Pending {
         #[arg(long)]
@@ -184,6 +188,27 @@ pub enum ConfigCommand {
     },
     /// Print the path of the configuration file Lazaret reads.
     Path,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NetCommand {
+    /// The allow and deny lists in force (read back from the kernel).
+    Show {
+        #[command(flatten)]
+        target: DomainTarget,
+    },
+    /// Make a CIDR (or address) reachable from the sandbox now.
+    Allow {
+        rule: String,
+        #[command(flatten)]
+        target: DomainTarget,
+    },
+    /// Make a CIDR unreachable from the sandbox now.
+    Deny {
+        rule: String,
+        #[command(flatten)]
+        target: DomainTarget,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -9,6 +9,7 @@ mod escalation;
 mod git_sentry;
 mod helper_binaries;
 mod hold_to_bind;
+mod network;
 mod podman;
 mod private_dirs;
 mod process;

@@ -87,11 +87,15 @@ pub fn ulimit_arguments() -> Vec<String> {
 /// Flags that put a container under gVisor on these machines: the runsc
 /// runtime without cgroups (rootless) and without netstack (D5), no host
 /// proxy variables (D10).
-pub fn runsc_arguments() -> Vec<String> {
-    let mut arguments: Vec<String> =
-        ["--runtime=runsc", "--runtime-flag=ignore-cgroups", "--network=none", "--runtime-flag=network=none", "--http-proxy=false"]
-            .map(str::to_owned)
-            .to_vec();
+///
+/// `sidecar`: the container whose network namespace the sandbox joins (with
+/// runsc's hostinet, D5); without one the sandbox has no network at all.
+pub fn runsc_arguments(sidecar: Option<&str>) -> Vec<String> {
+    let mut arguments: Vec<String> = vec!["--runtime=runsc".into(), "--runtime-flag=ignore-cgroups".into(), "--http-proxy=false".into()];
+    match sidecar {
+        Some(name) => arguments.extend([format!("--network=container:{name}"), "--runtime-flag=network=host".to_owned()]),
+        None => arguments.extend(["--network=none".to_owned(), "--runtime-flag=network=none".to_owned()]),
+    }
     arguments.extend(ulimit_arguments());
     arguments
 }

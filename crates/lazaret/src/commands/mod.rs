@@ -8,13 +8,14 @@ mod diff;
 mod doctor;
 mod domain;
 pub mod image;
+mod net;
 mod run;
 mod state;
 mod status;
 
 use anyhow::Result;
 
-use crate::cli::{AuditCommand, Cli, Command, ConfigCommand, ImageCommand, StateCommand};
+use crate::cli::{AuditCommand, Cli, Command, ConfigCommand, ImageCommand, NetCommand, StateCommand};
 
 pub fn dispatch(cli: Cli) -> Result<u8> {
     let config_path = cli.config.as_deref();
@@ -29,6 +30,13 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Diff { target, stat, json } => diff::run(config_path, &target, stat, json),
         Command::State(StateCommand::Diff { target, dir, json }) => state::diff(config_path, &target, dir.as_deref(), json),
         Command::State(StateCommand::Reset { target, dir, yes }) => state::reset(config_path, &target, dir.as_deref(), yes),
+        Command::Net(NetCommand::Show { target }) => net::call(config_path, &target, "network/show", serde_json::json!({})),
+        Command::Net(NetCommand::Allow { rule, target }) => {
+            net::call(config_path, &target, "network/allow", serde_json::json!({ "rule": rule }))
+        }
+        Command::Net(NetCommand::Deny { rule, target }) => {
+            net::call(config_path, &target, "network/deny", serde_json::json!({ "rule": rule }))
+        }
         Command::Pending { json } => approvals::pending(config_path, json),
         Command::Approve { request_id } => approvals::respond(config_path, &request_id, "approve", None, None),
         Command::Deny { request_id, reason } => approvals::respond(config_path, &request_id, "deny", None, reason),

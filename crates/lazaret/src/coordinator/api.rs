@@ -59,6 +59,8 @@ pub struct Domain {
     pub idle: Notify,
     /// Signalled by `domain/shutdown`.
     pub shutdown_requested: Notify,
+    /// The Network Sidecar's control socket, when the domain has one.
+    sidecar_control: Mutex<Option<std::path::PathBuf>>,
     /// Escalation requests waiting for a human.
     pub broker: crate::escalation::Broker,
     /// One export of the agent branch at a time; holds the fingerprint of
@@ -79,6 +81,7 @@ impl Domain {
             events: broadcast::channel(256).0,
             idle: Notify::new(),
             shutdown_requested: Notify::new(),
+            sidecar_control: Mutex::new(None),
             broker: crate::escalation::Broker::default(),
             export_lock: tokio::sync::Mutex::new(None),
         }
@@ -145,6 +148,24 @@ impl Domain {
                 self.emit(Event::BranchRejected { branch: branch.to_owned(), reason: format!("{error:#}") });
             }
         }
+    }
+
+    pub fn set_sidecar_control(&self, socket: Option<std::path::PathBuf>) {
+        *self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = socket;
+    }
+
+    /// Sends one request to the Network Sidecar (on the blocking pool).
+    async fn sidecar(&self, request: serde_json::Value) -> RpcResult<serde_json::Value> {
+        let socket = self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or_else(|| {
+            rpc_error(
+                error_code::NETWORK_FAILED,
+                "this domain has no Network Sidecar: its allowlist was empty when it started, so the sandbox has no network at all",
+            )
+        })?;
+        tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
+            .await
+            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, format!("{error:#}")))
     }
 
     /// The registered Session Anchor key of a live session.
@@ -226,6 +247,20 @@ impl Domain {
 /// The RPC face of a [`Domain`].
 #[derive(Clone)]
 pub struct Api(pub Arc<Domain>);
+
+impl Api {
+    async fn change_network(&self, action: &str, rule: String) -> RpcResult<serde_json::Value> {
+        let parsed: lazaret_core::egress::EgressRule =
+            rule.parse().map_err(|message: String| rpc_error(error_code::INVALID_VALUE, message))?;
+        if let lazaret_core::egress::EgressRule::Domain(name) = &parsed {
+            return Err(rpc_error(error_code::INVALID_VALUE, format!("`{name}` is a domain name; this build enforces CIDRs only")));
+        }
+        let answer = self.0.sidecar(serde_json::json!({ action: parsed.to_string() })).await?;
+        tracing::info!(action, rule = %parsed, "egress policy changed");
+        self.0.emit(Event::NetworkChanged { action: action.to_owned(), rule: parsed.to_string() });
+        Ok(answer)
+    }
+}
 
 fn connection_of(extensions: &Extensions) -> RpcResult<ConnectionId> {
     extensions.get::<ConnectionId>().copied().ok_or_else(|| rpc_error(-32603, "no connection id"))
@@ -368,6 +403,18 @@ impl LazaretApiServer for Api {
         tracing::info!(reason = reason.as_deref().unwrap_or("requested"), "shutdown requested over JSON-RPC");
         self.0.shutdown_requested.notify_one();
         Ok(true)
+    }
+
+    async fn network_show(&self) -> RpcResult<serde_json::Value> {
+        self.0.sidecar(serde_json::json!({ "show": true })).await
+    }
+
+    async fn network_allow(&self, rule: String) -> RpcResult<serde_json::Value> {
+        self.change_network("allow", rule).await
+    }
+
+    async fn network_deny(&self, rule: String) -> RpcResult<serde_json::Value> {
+        self.change_network("deny", rule).await
     }
 
     async fn escalation_list(&self) -> RpcResult<Vec<PendingEscalation>> {

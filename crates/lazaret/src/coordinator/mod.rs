@@ -117,6 +117,31 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Op
         sandbox_arguments.extend(prepared.podman_arguments.iter().cloned());
     }
 
+    // The Network Sidecar, when anything may be reached at all; with an
+    // empty allowlist the sandbox simply has no network.
+    let sidecar_control = if domain.resolved.allow_egress.is_empty() {
+        None
+    } else {
+        let resolved = domain.resolved.clone();
+        let podman_for_sidecar = podman.clone();
+        let control_dir = domain_resources.socket_dir.join("sidecar");
+        let socket = tokio::task::spawn_blocking(move || {
+            let image = crate::network::ensure_image(&podman_for_sidecar)?;
+            crate::network::start(&podman_for_sidecar, &resolved, &image, &control_dir)
+        })
+        .await
+        .context("sidecar task failed")?;
+        match socket {
+            Ok(socket) => Some(socket),
+            Err(error) => {
+                let _ = sandbox::remove(&podman, &domain_resources.sidecar_name).await;
+                return Err(error);
+            }
+        }
+    };
+    domain.set_sidecar_control(sidecar_control.clone());
+    let sidecar_name = sidecar_control.as_ref().map(|_| domain_resources.sidecar_name.clone());
+
     let listener = bind_private(&domain_resources.control_socket)?;
     tracing::info!(socket = %domain_resources.control_socket.display(), "control socket bound");
 
@@ -130,7 +155,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Op
         // (aborted at teardown; the loops it spawns are ended with the runtime)
         let (default_command, started) = tokio::join!(
             sandbox::default_command(&start_podman, &start_domain.resolved.image),
-            sandbox::start(&start_podman, &start_domain.resolved, &sandbox_arguments)
+            sandbox::start(&start_podman, &start_domain.resolved, &sandbox_arguments, sidecar_name.as_deref())
         );
         start_domain.set_default_command(default_command);
         let container = start_domain.resolved.domain.container_name.clone();
@@ -204,6 +229,12 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Op
     domain.set_container_state(ContainerState::Stopping, None);
     if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
         tracing::error!(%error, "could not remove the sandbox");
+    }
+    if sidecar_control.is_some() {
+        if let Err(error) = sandbox::remove(&podman, &domain_resources.sidecar_name).await {
+            tracing::error!(%error, "could not remove the Network Sidecar");
+        }
+        let _ = std::fs::remove_dir_all(domain_resources.socket_dir.join("sidecar"));
     }
     if let Some(anchor) = state_anchor {
         match tokio::task::spawn_blocking(move || anchor.unmount()).await {

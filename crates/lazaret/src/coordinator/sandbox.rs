@@ -20,7 +20,7 @@ pub struct RunInvocation {
 
 /// `workspace_mounts` are the podman arguments that provide `/workspace`
 /// (the agent's checkout, see `git_sentry`, or the workspace itself).
-pub fn run_arguments(resolved: &ResolvedProfile, workspace_mounts: &[String]) -> Result<RunInvocation> {
+pub fn run_arguments(resolved: &ResolvedProfile, workspace_mounts: &[String], sidecar: Option<&str>) -> Result<RunInvocation> {
     let domain = &resolved.domain;
     let mut arguments: Vec<OsString> = Vec::new();
     let mut push = |argument: String| arguments.push(OsString::from(argument));
@@ -33,7 +33,7 @@ pub fn run_arguments(resolved: &ResolvedProfile, workspace_mounts: &[String]) ->
     push(format!("--label={DOMAIN_LABEL}={}", domain.domain_hash));
     push(format!("--label=io.lazaret.profile={}", resolved.profile));
     push(format!("--hostname=lazaret-{}", resolved.profile));
-    for argument in crate::podman::runsc_arguments() {
+    for argument in crate::podman::runsc_arguments(sidecar) {
         push(argument);
     }
     push("--init".into());
@@ -64,8 +64,8 @@ pub fn run_arguments(resolved: &ResolvedProfile, workspace_mounts: &[String]) ->
 }
 
 /// Starts the sandbox; fails with podman's message.
-pub async fn start(podman: &Podman, resolved: &ResolvedProfile, workspace_mounts: &[String]) -> Result<()> {
-    let invocation = run_arguments(resolved, workspace_mounts)?;
+pub async fn start(podman: &Podman, resolved: &ResolvedProfile, workspace_mounts: &[String], sidecar: Option<&str>) -> Result<()> {
+    let invocation = run_arguments(resolved, workspace_mounts, sidecar)?;
     let mut command = tokio::process::Command::from(podman.command());
     command.args(&invocation.arguments).envs(invocation.environment).stdin(std::process::Stdio::null());
     let output = command.output().await.context("cannot run podman")?;
