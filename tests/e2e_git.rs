@@ -149,6 +149,10 @@ fn an_agent_commit_is_the_host_ref_within_a_second_and_diffs_exactly() {
     assert_eq!(json["base"], git(&repository, &["rev-parse", "HEAD"]).trim());
     let output = run_agent(&env, &repository, "cd /workspace; git log --format=%s -1");
     assert_eq!(stdout(&output).trim(), "agent: add question", "the next session continues the agent branch");
+    // After the user deletes the branch (say, merged it), the agent starts afresh at HEAD.
+    git(&repository, &["branch", "-D", BRANCH]);
+    let output = run_agent(&env, &repository, "cd /workspace; git log --format=%s -1; cat src/lib.rs");
+    assert_eq!(stdout(&output), "initial\npub fn answer() -> u32 { 42 }\n", "{}", stderr(&output));
 }
 
 #[test]

@@ -303,6 +303,7 @@ fn control_socket_is_private_and_speaks_framed_json_rpc() {
     assert_eq!(status["domainHash"], domain["domain_hash"]);
     assert_eq!(status["containerState"], "running");
     assert_eq!(status["sessions"].as_array().map(Vec::len), Some(1), "{status}");
+    assert_eq!(status["agentBranch"], "lazaret/agent-default", "{status}");
     // The CLI's session ends: the subscription reports it.
     let _ = cli.wait();
     let ended = (0..20)

@@ -126,6 +126,10 @@ fn only_allowlisted_hosts_are_reachable_and_the_policy_changes_live() {
     let first_reach = states.iter().position(|s| s == "reach").expect("reached after allow");
     assert!(states[..first_reach].iter().all(|s| s == "block"), "blocked before the allow");
     assert_eq!(states.last().map(String::as_str), Some("block"), "blocked again after the deny: {states:?}");
+    let audit = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(&repository));
+    let records: Vec<serde_json::Value> = serde_json::from_slice(&audit.stdout).expect("audit json");
+    let outcomes: Vec<&str> = records.iter().filter_map(|record| record["outcome"].as_str()).collect();
+    assert_eq!(outcomes, ["networkAllowed", "networkDenied"], "policy changes are audited: {records:?}");
 }
 
 #[test]

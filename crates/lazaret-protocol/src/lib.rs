@@ -115,6 +115,12 @@ pub struct DomainStatus {
     pub coordinator_pid: u32,
     pub started_at_ms: u64,
     pub sessions: Vec<LiveSession>,
+    /// `lazaret/agent-<profile>`, `None` for a directly mounted workspace.
+    #[serde(default)]
+    pub agent_branch: Option<String>,
+    /// The agent branch's commit on the host, once it exists there.
+    #[serde(default)]
+    pub agent_branch_head: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -255,7 +255,34 @@ impl Api {
         if let lazaret_core::egress::EgressRule::Domain(name) = &parsed {
             return Err(rpc_error(error_code::INVALID_VALUE, format!("`{name}` is a domain name; this build enforces CIDRs only")));
         }
-        let answer = self.0.sidecar(serde_json::json!({ action: parsed.to_string() })).await?;
+        let answer = self.0.sidecar(serde_json::json!({ action: parsed.to_string() })).await;
+        // Policy changes are audited next to escalations, refused ones too.
+        let now = now_ms();
+        self.0
+            .audit(lazaret_store::AuditRecord {
+                sequence: 0,
+                previous_hash: String::new(),
+                hash: String::new(),
+                request_id: format!("network-{now}"),
+                session_id: "-".to_owned(),
+                verified: true,
+                outcome: if answer.is_ok() {
+                    format!("network{}", if action == "allow" { "Allowed" } else { "Denied" })
+                } else {
+                    "rejected".to_owned()
+                },
+                reason: answer.as_ref().err().map(|error| error.message().to_owned()),
+                decided_by: Some("rpc".to_owned()),
+                justification: None,
+                requested_argv: vec![format!("network/{action}"), parsed.to_string()],
+                executed_argv: None,
+                exit_status: None,
+                received_at_ms: now,
+                decided_at_ms: Some(now),
+                finished_at_ms: Some(now),
+            })
+            .await;
+        let answer = answer?;
         tracing::info!(action, rule = %parsed, "egress policy changed");
         self.0.emit(Event::NetworkChanged { action: action.to_owned(), rule: parsed.to_string() });
         Ok(answer)
@@ -396,6 +423,11 @@ impl LazaretApiServer for Api {
             coordinator_pid: std::process::id(),
             started_at_ms: domain.started_at_ms,
             sessions,
+            agent_branch: domain.git.as_ref().map(|layout| layout.branch.clone()),
+            agent_branch_head: match domain.git.clone() {
+                Some(layout) => tokio::task::spawn_blocking(move || layout.host.resolve(&layout.branch_ref())).await.ok().flatten(),
+                None => None,
+            },
         })
     }
 

@@ -135,7 +135,11 @@ impl GitLayout {
     }
 
     /// The script git runs inside the sandbox once it is up: fetch the seed,
-    /// create or continue the agent branch, check it out on first use.
+    /// then put the agent branch where the host says. If the host has the
+    /// agent branch, the agent continues from it (kept as is when it is
+    /// ahead); if not (first start, or the user deleted it after merging),
+    /// the branch starts afresh at the host's `HEAD`. The checkout is reset
+    /// when the branch moved.
     pub fn seed_script(&self) -> String {
         let branch_ref = self.branch_ref();
         format!(
@@ -143,14 +147,21 @@ impl GitLayout {
 cd /workspace
 # A commondir written in an earlier session would point git elsewhere.
 rm -f .git/commondir
+git update-ref -d refs/lazaret/host-branch 2>/dev/null || true
 git fetch --quiet --no-tags --no-write-fetch-head {TRANSFER_IN_CONTAINER}/seed.bundle "+HEAD:refs/lazaret/host-head" 2>&1
 git fetch --quiet --no-tags --no-write-fetch-head {TRANSFER_IN_CONTAINER}/seed.bundle "+{branch_ref}:refs/lazaret/host-branch" 2>/dev/null || true
-if ! git rev-parse --verify --quiet "{branch_ref}" >/dev/null; then
-  start=$(git rev-parse --verify --quiet refs/lazaret/host-branch || git rev-parse refs/lazaret/host-head)
-  git update-ref "{branch_ref}" "$start"
+current=$(git rev-parse --verify --quiet "{branch_ref}" || true)
+moved=
+if target=$(git rev-parse --verify --quiet refs/lazaret/host-branch); then
+  if [ -z "$current" ] || git merge-base --is-ancestor "$current" "$target"; then
+    if [ "$current" != "$target" ]; then git update-ref "{branch_ref}" "$target"; moved=1; fi
+  fi
+else
+  target=$(git rev-parse refs/lazaret/host-head)
+  if [ "$current" != "$target" ]; then git update-ref "{branch_ref}" "$target"; moved=1; fi
 fi
 git symbolic-ref HEAD "{branch_ref}"
-if [ ! -e .git/index ]; then git reset --quiet --hard; fi
+if [ -n "$moved" ] || [ ! -e .git/index ]; then git reset --quiet --hard; fi
 "#
         )
     }
