@@ -77,18 +77,7 @@ pub fn sessions(config_path: Option<&Path>, target: &DomainTarget, limit: usize,
         lock.lock()?;
         let records = Store::open(&store_path).and_then(|store| store.sessions(limit));
         lock.unlock();
-        Ok(records?
-            .into_iter()
-            .map(|record| CompletedSession {
-                session_id: record.session_id,
-                pid: record.pid,
-                command: record.command,
-                started_at_ms: record.started_at_ms,
-                ended_at_ms: record.ended_at_ms,
-                exit_status: record.exit_status,
-                end_reason: record.end_reason,
-            })
-            .collect())
+        Ok(records?.into_iter().map(crate::coordinator::api::completed_session).collect())
     })?;
     if json {
         super::print_json(&sessions)?;

@@ -394,15 +394,7 @@ impl LazaretApiServer for Api {
             .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?;
         Ok(records
             .into_iter()
-            .map(|record| CompletedSession {
-                session_id: record.session_id,
-                pid: record.pid,
-                command: record.command,
-                started_at_ms: record.started_at_ms,
-                ended_at_ms: record.ended_at_ms,
-                exit_status: record.exit_status,
-                end_reason: record.end_reason,
-            })
+            .map(completed_session)
             .collect())
     }
 
@@ -543,6 +535,19 @@ impl LazaretApiServer for Api {
                 },
             }
         }
+    }
+}
+
+/// A stored session in wire form.
+pub fn completed_session(record: SessionRecord) -> CompletedSession {
+    CompletedSession {
+        session_id: record.session_id,
+        pid: record.pid,
+        command: record.command,
+        started_at_ms: record.started_at_ms,
+        ended_at_ms: record.ended_at_ms,
+        exit_status: record.exit_status,
+        end_reason: record.end_reason,
     }
 }
 
