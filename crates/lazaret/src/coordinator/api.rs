@@ -392,10 +392,7 @@ impl LazaretApiServer for Api {
             .await
             .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
             .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?;
-        Ok(records
-            .into_iter()
-            .map(completed_session)
-            .collect())
+        Ok(records.into_iter().map(completed_session).collect())
     }
 
     async fn domain_status(&self) -> RpcResult<DomainStatus> {
