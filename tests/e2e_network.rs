@@ -212,3 +212,24 @@ fn an_empty_allowlist_means_no_network_at_all() {
     let refused = run(env.lazaret().args(["net", "show", "--workspace"]).arg(&repository));
     assert!(!refused.status.success(), "not running: {}", stderr(&refused));
 }
+
+#[test]
+fn a_domain_that_cannot_start_leaves_nothing_behind() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    env.write_config("[network]\npodman_network = \"lzt-no-such-network\"\nallow_egress = [\"10.213.250.1/32\"]\n");
+    let repository = git_repository(&env, "project");
+    let domain = domain_json(&env, "default", &repository);
+    let output = run(env.lazaret().args(["run", "--workspace"]).arg(&repository).args(["--", "true"]));
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("lzt-no-such-network"), "the error names the network: {}", stderr(&output));
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
+    let socket_dir = Path::new(domain["control_socket"].as_str().expect("socket")).parent().expect("dir").to_path_buf();
+    assert!(!socket_dir.exists(), "no socket directory left: {}", socket_dir.display());
+    let sidecar = domain["sidecar_name"].as_str().expect("name");
+    assert!(!Command::new("podman").args(["container", "exists", sidecar]).status().is_ok_and(|s| s.success()), "no sidecar left");
+    let uid = stdout(&Command::new("id").arg("-u").output().expect("id")).trim().to_owned();
+    let tls = format!("/dev/shm/lazaret-{uid}/{}", domain["domain_hash"].as_str().expect("hash"));
+    assert!(!Path::new(&tls).exists(), "no TLS files left in {tls}");
+}

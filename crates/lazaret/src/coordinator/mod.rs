@@ -80,6 +80,9 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Op
         crate::private_dirs::ensure_private_dir(socket_root)?;
     }
     crate::private_dirs::ensure_private_dir(&domain_resources.socket_dir)?;
+    // Until the control socket is bound, a failure removes what this start
+    // created (sockets, TLS files), so nothing half-made is left behind.
+    let mut startup = StartupCleanup { resources: domain_resources.clone(), armed: true };
 
     let store_path = domain_resources.domain_dir.join(STORE_FILE);
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await.context("store task failed")??;
@@ -148,6 +151,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Op
     let (connection_events, mut connection_events_rx) = tokio::sync::mpsc::unbounded_channel();
     let methods = Api(domain.clone()).into_rpc();
     let server_task = tokio::spawn(server::serve(listener, methods.into(), server::Config::default(), connection_events));
+    startup.armed = false;
 
     let start_domain = domain.clone();
     let start_podman = podman.clone();
@@ -255,6 +259,27 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Op
     server_task.abort();
     tracing::info!("teardown complete");
     Ok((0, lock))
+}
+
+/// Removes the files of a start that failed before the domain was serving.
+struct StartupCleanup {
+    resources: lazaret_core::domain::DomainResources,
+    armed: bool,
+}
+
+impl Drop for StartupCleanup {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let resources = &self.resources;
+        let _ = std::fs::remove_file(&resources.escalation_socket);
+        let _ = std::fs::remove_file(&resources.control_socket);
+        let _ = std::fs::remove_dir_all(resources.socket_dir.join("sidecar"));
+        let _ =
+            std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(&resources.domain_hash, &resources.socket_dir));
+        let _ = std::fs::remove_dir(&resources.socket_dir);
+    }
 }
 
 /// The Escalation Socket and what the sandbox needs to use it.
