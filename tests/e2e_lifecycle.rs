@@ -389,34 +389,15 @@ fn nix_uid() -> u32 {
 /// `scripts/setup-rootless-user`, which `tests/run` calls as root).
 #[test]
 fn rootless_run_works_for_an_ordinary_user() {
-    let Ok(user) = std::env::var("LAZARET_TEST_ROOTLESS_USER") else {
+    let Some(user) = RootlessUser::from_environment() else {
         eprintln!("skipped: LAZARET_TEST_ROOTLESS_USER is not set (tests/run sets it when run as root)");
         return;
     };
     let _guard = sandbox_guard();
-    let passwd = Command::new("getent").args(["passwd", &user]).output().expect("getent");
-    let fields: Vec<String> = stdout(&passwd).trim().split(':').map(str::to_owned).collect();
-    let (uid, home) = (fields[2].clone(), fields[5].clone());
-    // The binary and its helpers, somewhere the user can read.
-    let bin = tempfile::Builder::new().prefix("lzt-rootless").tempdir_in("/tmp").expect("tempdir");
-    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let lazaret = bin.path().join("lazaret");
-    std::fs::copy(env!("CARGO_BIN_EXE_lazaret"), &lazaret).expect("copy");
-    // Installed layout: the static helpers next to `lazaret`.
-    std::fs::copy(static_helper("lazaret-escalate"), bin.path().join("lazaret-escalate")).expect("copy helper");
+    let (uid, home) = (user.uid.clone(), user.home.clone());
+    let lazaret = std::path::PathBuf::from(user.lazaret());
     let workspace = format!("{home}/lzt-workspace");
-    let as_user = |script: &str| {
-        Command::new("runuser")
-            .args(["-u", &user, "--", "env", "-i"])
-            .arg(format!("HOME={home}"))
-            .arg(format!("USER={user}"))
-            .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
-            .arg("PATH=/usr/local/bin:/usr/bin:/bin")
-            .args(["sh", "-c", script])
-            .current_dir(&home)
-            .output()
-            .expect("runuser")
-    };
+    let as_user = |script: &str| user.run(script);
     let script = format!(
         "mkdir -p {workspace} && cd {workspace} && git init -q && git -c user.name=u -c user.email=u@x commit -q --allow-empty -m init && cd && \
          mkdir -p $HOME/.config/lazaret && printf '[escalation]\\nenabled = true\\nsocket_dir = \"/run/user/{uid}/lazaret\"\\nauto_approve = [\"touch\"]\\napproval_timeout_seconds = 5\\n' > $HOME/.config/lazaret/config.toml && \
