@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 
+use lazaret_core::config::ResolvedProfile;
+
 use crate::cli::DomainTarget;
 use crate::domain_lock::DomainLock;
 use crate::hold_to_bind::socket_is_live;
@@ -26,14 +28,21 @@ fn selected_dirs(all: &[PathBuf], dir: Option<&Path>) -> Result<Vec<PathBuf>> {
     }
 }
 
-pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>, json: bool) -> Result<u8> {
+/// The resolved profile and the directories to act on; `None` (after
+/// saying so) when the profile has no persistent directories.
+fn target_dirs(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>) -> Result<Option<(ResolvedProfile, Vec<PathBuf>)>> {
     let config = load_config(config_path)?;
     let resolved = resolve_target(&config, target)?;
     let dirs = selected_dirs(&resolved.persistent_dirs, dir)?;
     if dirs.is_empty() {
         println!("profile `{}` has no persistent directories", resolved.profile);
-        return Ok(0);
+        return Ok(None);
     }
+    Ok(Some((resolved, dirs)))
+}
+
+pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>, json: bool) -> Result<u8> {
+    let Some((resolved, dirs)) = target_dirs(config_path, target, dir)? else { return Ok(0) };
     let changes = state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, &dirs)?;
     if json {
         super::print_json(&changes)?;
@@ -49,13 +58,7 @@ pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path
 }
 
 pub fn reset(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>, yes: bool) -> Result<u8> {
-    let config = load_config(config_path)?;
-    let resolved = resolve_target(&config, target)?;
-    let dirs = selected_dirs(&resolved.persistent_dirs, dir)?;
-    if dirs.is_empty() {
-        println!("profile `{}` has no persistent directories", resolved.profile);
-        return Ok(0);
-    }
+    let Some((resolved, dirs)) = target_dirs(config_path, target, dir)? else { return Ok(0) };
     let domain = &resolved.domain;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // Under the domain lock, so that no coordinator starts while we delete.
