@@ -435,6 +435,14 @@ fn interactive_session_has_a_terminal_and_ctrl_c_reaches_the_inner_process() {
         let output = Command::new("tmux").arg("-S").arg(&tmux_socket).args(arguments).output().expect("tmux");
         stdout(&output)
     };
+    // The tmux server goes even when an assertion fails.
+    struct KillServer(std::path::PathBuf);
+    impl Drop for KillServer {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux").arg("-S").arg(&self.0).arg("kill-server").output();
+        }
+    }
+    let _kill_server = KillServer(tmux_socket.clone());
     let status_file = env.path().join("status");
     let command = format!(
         "env XDG_CONFIG_HOME={config} XDG_DATA_HOME={data} XDG_RUNTIME_DIR={runtime} {lazaret} run --workspace {workspace}; echo $? > {status}; sleep 60",

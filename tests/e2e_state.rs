@@ -69,6 +69,10 @@ fn files_in_persistent_directories_survive_teardown_and_reset_discards_them() {
     assert!(state_diff(&env, &repository).is_empty());
     let output = agent(&env, &repository, "test -e /usr/local/bin/agent-tool && echo tool-exists; test -e /usr/bin/yes && echo yes-back");
     assert_eq!(stdout(&output), "yes-back\n", "reset removes the changes");
+    assert!(
+        wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository) && nothing_mounted(&domain)),
+        "nothing stays mounted"
+    );
 }
 
 #[test]
@@ -91,6 +95,10 @@ fn state_reset_is_refused_while_the_domain_runs() {
     let reset = run(env.lazaret().args(["state", "reset", "--yes", "--profile", "keep", "--workspace"]).arg(&repository));
     assert!(!reset.status.success() && stderr(&reset).contains("is running"), "{}", stderr(&reset));
     let _ = child.wait();
+    assert!(
+        wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository) && nothing_mounted(&domain)),
+        "nothing stays mounted"
+    );
 }
 
 #[test]
@@ -155,6 +163,10 @@ fn with_etc_persistent_the_runtime_files_stay_the_runtimes() {
     );
     let changes = state_diff(&env, &repository);
     assert!(changes.iter().all(|(_, path)| !["/etc/hosts", "/etc/hostname", "/etc/resolv.conf"].contains(&path.as_str())), "{changes:?}");
+    assert!(
+        wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository) && nothing_mounted(&domain)),
+        "nothing stays mounted"
+    );
 }
 
 #[test]

@@ -355,10 +355,20 @@ impl Reach {
         match self.namespace {
             Namespace::Host => {
                 for path in merged {
-                    for _ in 0..8 {
-                        match unmount_path(path) {
+                    // A mount can stay busy for a moment after its container
+                    // is removed (runsc's gofer exits asynchronously, or
+                    // someone walks the directory): retry for about two
+                    // seconds, then detach it lazily so nothing stays mounted.
+                    let mut busy_retries = 0;
+                    for _ in 0..32 {
+                        let flags = if busy_retries >= 20 { nix::libc::MNT_DETACH } else { 0 };
+                        match unmount_path(path, flags) {
                             Ok(()) => continue,
                             Err(error) if matches!(error.raw_os_error(), Some(nix::libc::EINVAL | nix::libc::ENOENT)) => break,
+                            Err(error) if error.raw_os_error() == Some(nix::libc::EBUSY) => {
+                                busy_retries += 1;
+                                std::thread::sleep(std::time::Duration::from_millis(100));
+                            }
                             Err(error) => return Err(error).with_context(|| format!("cannot unmount {}", path.display())),
                         }
                     }
@@ -582,13 +592,13 @@ fn only_missing_paths(stderr: &str) -> bool {
         .all(|line| line.starts_with("find: ") && (line.ends_with(": No such file or directory") || line.ends_with(": Not a directory")))
 }
 
-/// `umount2(path, 0)`: detaches the mount at `path` (the topmost one, if
+/// `umount2(path, flags)`: detaches the mount at `path` (the topmost one, if
 /// stacked). Fails with EINVAL when `path` is not a mount point.
-fn unmount_path(path: &Path) -> std::io::Result<()> {
+fn unmount_path(path: &Path, flags: i32) -> std::io::Result<()> {
     let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| std::io::Error::from(ErrorKind::InvalidInput))?;
     // SAFETY: `c_path` is a NUL-terminated string that lives across the call;
     // umount2 only reads it and has no other memory effects on this process.
-    let status = unsafe { nix::libc::umount2(c_path.as_ptr(), 0) };
+    let status = unsafe { nix::libc::umount2(c_path.as_ptr(), flags) };
     if status == 0 {
         Ok(())
     } else {
