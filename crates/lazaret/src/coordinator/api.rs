@@ -168,6 +168,15 @@ impl Domain {
             .map_err(|error| rpc_error(error_code::NETWORK_FAILED, format!("{error:#}")))
     }
 
+    /// Runs a store query on the blocking pool (section 4.4), as an RPC result.
+    async fn read_store<T: Send + 'static>(&self, query: impl FnOnce(&Store) -> lazaret_store::Result<T> + Send + 'static) -> RpcResult<T> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || query(&store))
+            .await
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))
+    }
+
     /// The registered Session Anchor key of a live session.
     pub fn session_public_key(&self, session_id: &str) -> Option<ed25519_dalek::VerifyingKey> {
         self.sessions().by_id.get(session_id).and_then(|session| session.public_key)
@@ -386,12 +395,8 @@ impl LazaretApiServer for Api {
     }
 
     async fn session_list(&self, limit: Option<usize>) -> RpcResult<Vec<CompletedSession>> {
-        let store = self.0.store.clone();
         let limit = limit.unwrap_or(50).min(10_000);
-        let records = tokio::task::spawn_blocking(move || store.sessions(limit))
-            .await
-            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
-            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?;
+        let records = self.0.read_store(move |store| store.sessions(limit)).await?;
         Ok(records.into_iter().map(completed_session).collect())
     }
 
@@ -477,21 +482,13 @@ impl LazaretApiServer for Api {
     }
 
     async fn audit_list(&self, limit: Option<usize>) -> RpcResult<Vec<serde_json::Value>> {
-        let store = self.0.store.clone();
         let limit = limit.unwrap_or(100).min(100_000);
-        let records = tokio::task::spawn_blocking(move || store.audit_records(limit))
-            .await
-            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
-            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?;
+        let records = self.0.read_store(move |store| store.audit_records(limit)).await?;
         Ok(records.into_iter().filter_map(|record| serde_json::to_value(record).ok()).collect())
     }
 
     async fn audit_verify(&self) -> RpcResult<AuditVerification> {
-        let store = self.0.store.clone();
-        let verification = tokio::task::spawn_blocking(move || store.verify_audit())
-            .await
-            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
-            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?;
+        let verification = self.0.read_store(|store| store.verify_audit()).await?;
         Ok(audit_verification(verification))
     }
 
