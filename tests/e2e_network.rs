@@ -11,59 +11,118 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-/// An internal podman network with two listening test hosts (.11 and .12).
+/// An internal podman network (IPv4 and IPv6) with two listening test hosts
+/// (.11 and .12, port 8080 on both families) and, if asked for, a DNS
+/// authority at .53 that logs every question it gets.
 struct TestNetwork {
     name: String,
     prefix: String,
+    prefix6: String,
+    dns: bool,
+    hosts: std::cell::RefCell<Vec<u8>>,
 }
+
+const PODMAN_LIMITS: [&str; 3] = ["--runtime=runc", "--ulimit=nofile=4096:4096", "--ulimit=nproc=4096:4096"];
 
 impl TestNetwork {
     fn create() -> TestNetwork {
         let id = std::process::id();
-        let name = format!("lzt-net-{id}");
-        let prefix = format!("10.213.{}", 20 + id % 200);
+        let unique = (id + NETWORK_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) % 200;
+        let name = format!("lzt-net-{id}-{unique}");
+        let prefix = format!("10.213.{}", 20 + unique);
+        let prefix6 = format!("fd42:213:{:x}:", 20 + unique);
         let output = Command::new("podman")
-            .args(["network", "create", "--internal", "--subnet", &format!("{prefix}.0/24"), &name])
+            .args(["network", "create", "--internal", "--ipv6", "--subnet", &format!("{prefix}.0/24")])
+            .args(["--subnet", &format!("{prefix6}:/64"), &name])
             .output()
             .expect("podman");
         assert!(output.status.success(), "network create: {}", stderr(&output));
+        let network = TestNetwork { name, prefix, prefix6, dns: false, hosts: Default::default() };
         for host in [11, 12] {
-            let output = Command::new("podman")
-                .args([
-                    "run",
-                    "-d",
-                    "--replace",
-                    "--name",
-                    &format!("{name}-host{host}"),
-                    "--runtime=runc",
-                    "--ulimit=nofile=4096:4096",
-                    "--ulimit=nproc=4096:4096",
-                ])
-                .args(["--network", &name, "--ip", &format!("{prefix}.{host}"), DEFAULT_IMAGE, "nc", "-lk", "-p", "8080"])
-                .output()
-                .expect("podman");
-            assert!(output.status.success(), "test host: {}", stderr(&output));
+            network.start_host(host, &[], &["sh", "-c", "nc -lk -p 8080 & exec nc -6 -lk -p 8080"]);
         }
-        TestNetwork { name, prefix }
+        network
+    }
+
+    /// Adds the DNS authority at .53, answering `records` (NAME=ADDRESS).
+    fn with_dns(mut self, records: &[String]) -> TestNetwork {
+        let testhost = testhost_binary();
+        let mut command = vec!["/testhost".to_owned(), "dns".to_owned(), "53".to_owned()];
+        command.extend(records.iter().cloned());
+        let command: Vec<&str> = command.iter().map(String::as_str).collect();
+        self.start_host(53, &[format!("--volume={}:/testhost:ro", testhost.display())], &command);
+        self.dns = true;
+        assert!(wait_until(Duration::from_secs(10), || self.dns_log().contains("listening")), "the DNS authority came up");
+        self
+    }
+
+    fn start_host(&self, host: u8, extra: &[String], command: &[&str]) {
+        self.hosts.borrow_mut().push(host);
+        let output = Command::new("podman")
+            .args(["run", "-d", "--replace", "--name", &format!("{}-host{host}", self.name)])
+            .args(PODMAN_LIMITS)
+            .args(extra)
+            .args(["--network", &self.name, "--ip", &self.host(host), "--ip6", &self.host6(host), DEFAULT_IMAGE])
+            .args(command)
+            .output()
+            .expect("podman");
+        assert!(output.status.success(), "test host: {}", stderr(&output));
     }
 
     fn host(&self, number: u8) -> String {
         format!("{}.{number}", self.prefix)
     }
+
+    fn host6(&self, number: u8) -> String {
+        format!("{}:{number:x}", self.prefix6)
+    }
+
+    /// What the DNS authority printed: `question NAME TYPE` per question.
+    fn dns_log(&self) -> String {
+        self.log(53)
+    }
+
+    fn log(&self, host: u8) -> String {
+        stdout(&Command::new("podman").args(["logs", &format!("{}-host{host}", self.name)]).output().expect("podman logs"))
+    }
 }
+
+static NETWORK_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 impl Drop for TestNetwork {
     fn drop(&mut self) {
-        for host in [11, 12] {
+        for host in self.hosts.borrow().iter() {
             let _ = Command::new("podman").args(["rm", "-f", "-t", "0", &format!("{}-host{host}", self.name)]).output();
         }
         let _ = Command::new("podman").args(["network", "rm", "-f", &self.name]).output();
     }
 }
 
+fn testhost_binary() -> std::path::PathBuf {
+    let path = static_helper("lazaret-testhost");
+    assert!(path.exists(), "{} is missing: run scripts/build", path.display());
+    path
+}
+
 fn configure(env: &TestEnv, network: &TestNetwork, allow: &[String]) {
     let allow: Vec<String> = allow.iter().map(|rule| format!("{rule:?}")).collect();
-    env.write_config(&format!("[network]\npodman_network = \"{}\"\nallow_egress = [{}]\n", network.name, allow.join(", ")));
+    let dns = if network.dns { format!("dns_upstream = [\"{}\"]\n", network.host(53)) } else { String::new() };
+    env.write_config(&format!("[network]\npodman_network = \"{}\"\nallow_egress = [{}]\n{dns}", network.name, allow.join(", ")));
+}
+
+/// The agent's view through `lazaret run --mount-workspace` of a plain
+/// directory holding the static test host binary (for probes from inside).
+fn probe_workspace(env: &TestEnv) -> std::path::PathBuf {
+    let directory = env.path().join("probe");
+    std::fs::create_dir_all(&directory).expect("mkdir");
+    std::fs::copy(testhost_binary(), directory.join("lazaret-testhost")).expect("copy the test host binary");
+    directory
+}
+
+fn audit_records(env: &TestEnv, workspace: &Path) -> Vec<serde_json::Value> {
+    let audit = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(workspace));
+    assert!(audit.status.success(), "{}", stderr(&audit));
+    serde_json::from_slice(&audit.stdout).expect("audit json")
 }
 
 fn agent(env: &TestEnv, repository: &Path, script: &str) -> String {
@@ -232,4 +291,198 @@ fn a_domain_that_cannot_start_leaves_nothing_behind() {
     let uid = stdout(&Command::new("id").arg("-u").output().expect("id")).trim().to_owned();
     let tls = format!("/dev/shm/lazaret-{uid}/{}", domain["domain_hash"].as_str().expect("hash"));
     assert!(!Path::new(&tls).exists(), "no TLS files left in {tls}");
+}
+
+#[test]
+fn allowlisted_names_resolve_and_connect_and_every_other_question_is_refused_unsent() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let probe = TestNetwork::create();
+    let records =
+        [format!("allowed.test={}", probe.host(11)), format!("www.wild.test={}", probe.host(11)), format!("other.test={}", probe.host(12))];
+    let network = probe.with_dns(&records);
+    let env = TestEnv::new();
+    configure(&env, &network, &["allowed.test".to_owned(), "*.wild.test".to_owned()]);
+    let repository = git_repository(&env, "project");
+    let (one, two, upstream) = (network.host(11), network.host(12), network.host(53));
+    let long_label = "x".repeat(50);
+    let script = format!(
+        "echo resolv:$(grep -v '^#' /etc/resolv.conf | tr '\\n' ' '); \
+         busybox nslookup allowed.test >/dev/null 2>&1; echo name=$?; \
+         nc -z -w 2 allowed.test 8080; echo connect=$?; \
+         nc -z -w 2 www.wild.test 8080; echo wildcard=$?; \
+         nc -z -w 2 {two} 8080; echo other-host=$?; \
+         busybox nslookup other.test 2>&1 | grep -c REFUSED; \
+         busybox nslookup -type=TXT allowed.test 2>&1 | grep -c REFUSED; \
+         busybox nslookup {long_label}.wild.test 2>&1 | grep -c REFUSED; \
+         busybox nslookup allowed.test {upstream} >/dev/null 2>&1; echo direct-upstream=$?; \
+         nc -z -w 2 {upstream} 53; echo direct-tcp=$?"
+    );
+    let text = agent(&env, &repository, &script);
+    assert!(text.contains("resolv:nameserver 127.0.0.1 options"), "the sidecar is the only resolver: {text}");
+    for expected in ["name=0", "connect=0", "wildcard=0", "other-host=1", "direct-upstream=1", "direct-tcp=1"] {
+        assert!(text.lines().any(|line| line == expected), "{expected}: {text}");
+    }
+    // busybox asks A and AAAA: each refused question is counted once per type.
+    let refused: Vec<&str> = text.lines().filter(|line| line.chars().all(|c| c.is_ascii_digit())).collect();
+    assert_eq!(refused, ["2", "1", "2"], "other name, TXT and the long label are REFUSED: {text}");
+
+    let questions = network.dns_log();
+    assert!(questions.contains("question allowed.test A"), "{questions}");
+    assert!(questions.contains("question www.wild.test A"), "{questions}");
+    for unsent in ["other.test", "TXT", &long_label] {
+        assert!(!questions.contains(unsent), "a refused question reached the upstream ({unsent}): {questions}");
+    }
+    assert!(!questions.contains(&one), "sanity: the log holds questions only");
+
+    let records = audit_records(&env, &repository);
+    let refusals: Vec<String> = records
+        .iter()
+        .filter(|record| record["outcome"] == "dnsRefused")
+        .map(|record| format!("{} {}", record["requestedArgv"][1].as_str().unwrap_or(""), record["reason"].as_str().unwrap_or("")))
+        .collect();
+    assert!(refusals.iter().any(|r| r.starts_with("other.test notAllowlisted")), "{refusals:?}");
+    assert!(refusals.iter().any(|r| r.starts_with("allowed.test recordType")), "{refusals:?}");
+    assert!(refusals.iter().any(|r| r.starts_with(&format!("{long_label}.wild.test longLabel"))), "{refusals:?}");
+    let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&repository));
+    assert!(verify.status.success(), "the audit chain holds: {}", stdout(&verify));
+}
+
+#[test]
+fn a_marked_socket_in_the_sandbox_does_not_reach_the_upstream_resolver() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let network = TestNetwork::create().with_dns(&[]);
+    let env = TestEnv::new();
+    configure(&env, &network, &["allowed.test".to_owned()]);
+    let workspace = probe_workspace(&env);
+    // The sidecar's upstream rule lets packets with its mark through: the
+    // sandbox setting the same mark must not get the same way out.
+    let script = format!("/workspace/lazaret-testhost mark-connect {} 53 4c5a0053; echo done", network.host(53));
+    let output = run(env.lazaret().args(["run", "--mount-workspace", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", &script]));
+    let text = stdout(&output);
+    assert!(text.contains("done"), "{text}{}", stderr(&output));
+    assert!(text.contains("connect=Permission_denied"), "the marked connection is prohibited like any other: {text}");
+}
+
+#[test]
+fn names_change_live_and_the_policy_reloads_from_the_configuration() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let network = TestNetwork::create();
+    let network = {
+        let records = [format!("allowed.test={}", network.host(11)), format!("later.test={}", network.host(12))];
+        network.with_dns(&records)
+    };
+    let env = TestEnv::new();
+    configure(&env, &network, &["allowed.test".to_owned()]);
+    let repository = git_repository(&env, "project");
+    let mut session = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&repository)
+        .args(["--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let domain = domain_json(&env, "default", &repository);
+    let container = domain["container_name"].as_str().expect("name").to_owned();
+    let inside =
+        |script: &str| stdout(&Command::new("podman").args(["exec", &container, "sh", "-c", script]).output().expect("podman exec"));
+    assert!(wait_until(Duration::from_secs(30), || inside("echo up") == "up\n"), "the sandbox runs");
+    let probe = "busybox nslookup later.test >/dev/null 2>&1; echo name=$?; nc -z -w 1 later.test 8080 2>/dev/null; echo connect=$?";
+    assert_eq!(inside(probe), "name=1\nconnect=1\n", "not allowlisted yet");
+
+    let allow = run(env.lazaret().args(["net", "allow", "later.test", "--workspace"]).arg(&repository));
+    assert!(allow.status.success(), "{}", stderr(&allow));
+    assert!(stdout(&allow).contains("later.test"), "{}", stdout(&allow));
+    assert_eq!(inside(probe), "name=0\nconnect=0\n", "allowed live");
+    let show = run(env.lazaret().args(["net", "show", "--json", "--workspace"]).arg(&repository));
+    let shown: serde_json::Value = serde_json::from_slice(&show.stdout).expect("show json");
+    let learned = shown["learned"].as_array().expect("learned").iter().find(|entry| entry["address"] == network.host(12)).cloned();
+    let learned = learned.unwrap_or_else(|| panic!("the answered address is listed: {shown}"));
+    assert_eq!(learned["names"][0], "later.test");
+    let left = learned["expiresInSeconds"].as_u64().expect("ttl");
+    assert!(left > 200 && left <= 300, "held for the answer's TTL (300 s): {left}");
+
+    let deny = run(env.lazaret().args(["net", "deny", "later.test", "--workspace"]).arg(&repository));
+    assert!(deny.status.success(), "{}", stderr(&deny));
+    assert_eq!(inside(probe), "name=1\nconnect=1\n", "denying the name takes its addresses away");
+
+    // Reload: the file now allows the second host by address, no names.
+    configure(&env, &network, &[format!("{}/32", network.host(12))]);
+    let reload = run(env.lazaret().args(["net", "reload", "--workspace"]).arg(&repository));
+    assert!(reload.status.success(), "{}", stderr(&reload));
+    let direct = format!("nc -z -w 1 {} 8080; echo two=$?; nc -z -w 1 allowed.test 8080 2>/dev/null; echo name=$?", network.host(12));
+    assert_eq!(inside(&direct), "two=0\nname=1\n", "the reloaded allowlist is in force");
+    // An invalid file changes nothing and says what is wrong.
+    env.write_config(&format!("[network]\npodman_network = \"{}\"\nallow_egress = [\"10.0.0.1/8\"]\n", network.name));
+    let bad = run(env.lazaret().args(["net", "reload", "--workspace"]).arg(&repository));
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("10.0.0.1/8"), "the error names the bad entry: {}", stderr(&bad));
+    assert_eq!(inside(&direct), "two=0\nname=1\n", "still the last good policy");
+    configure(&env, &network, &[format!("{}/32", network.host(12))]);
+
+    let _ = session.kill();
+    let _ = session.wait();
+    assert!(wait_until(Duration::from_secs(20), || domain_is_torn_down(&domain, &repository)));
+    let outcomes: Vec<String> =
+        audit_records(&env, &repository).iter().filter_map(|record| record["outcome"].as_str().map(str::to_owned)).collect();
+    for expected in ["networkAllowed", "networkDenied", "networkReloaded"] {
+        assert!(outcomes.iter().any(|outcome| outcome == expected), "{expected} audited: {outcomes:?}");
+    }
+}
+
+#[test]
+fn ipv6_destinations_follow_the_same_policy() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let network = TestNetwork::create();
+    let env = TestEnv::new();
+    configure(&env, &network, &[network.host6(11)]);
+    let repository = git_repository(&env, "project");
+    let script = format!(
+        "nc -z -w 2 {} 8080; echo six-allowed=$?; nc -z -w 2 {} 8080; echo six-other=$?; nc -z -w 2 {} 8080; echo four-same-host=$?",
+        network.host6(11),
+        network.host6(12),
+        network.host(11)
+    );
+    let text = agent(&env, &repository, &script);
+    for expected in ["six-allowed=0", "six-other=1", "four-same-host=1"] {
+        assert!(text.lines().any(|line| line == expected), "{expected}: {text}");
+    }
+}
+
+#[test]
+fn the_sandbox_cannot_broadcast_or_multicast_on_its_link() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let network = TestNetwork::create();
+    // A neighbour on the link that prints every datagram it gets (port 9999,
+    // IPv4 and IPv6, broadcast and all-hosts multicast included).
+    let testhost = testhost_binary();
+    network.start_host(13, &[format!("--volume={}:/testhost:ro", testhost.display())], &["/testhost", "udp-listen", "9999"]);
+    assert!(wait_until(Duration::from_secs(10), || network.log(13).contains("listening")));
+    let env = TestEnv::new();
+    configure(&env, &network, &[format!("{}/32", network.host(11))]);
+    let workspace = probe_workspace(&env);
+    let broadcast = format!("{}.255", network.prefix);
+    let script = format!(
+        "T=/workspace/lazaret-testhost; for a in {broadcast} 255.255.255.255 224.0.0.1 ff02::1; do \
+         echo \"$a $($T udp-send $a 9999 | tr '\\n' ' ')\"; echo \"$a eth0 $($T udp-send $a 9999 eth0 | tr '\\n' ' ')\"; done; \
+         nc -z -w 2 {} 8080; echo allowed=$?; echo done",
+        network.host(11)
+    );
+    let output = run(env.lazaret().args(["run", "--mount-workspace", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", &script]));
+    let text = stdout(&output);
+    assert!(text.contains("done"), "{text}{}", stderr(&output));
+    assert!(text.lines().any(|line| line == "allowed=0"), "the allowlisted host is still reachable: {text}");
+    let sends: Vec<&str> = text.lines().filter(|line| line.contains("send=")).collect();
+    assert_eq!(sends.len(), 8, "{text}");
+    for line in &sends {
+        assert!(!line.contains("send=ok"), "a broadcast or multicast left the sandbox: {line}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let heard = network.log(13);
+    assert!(!heard.contains("got"), "the neighbour heard the sandbox: {heard}");
 }

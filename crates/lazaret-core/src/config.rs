@@ -60,6 +60,8 @@ struct RawNetwork {
     #[serde(default)]
     allow_egress: Vec<Spanned<String>>,
     podman_network: Option<Spanned<String>>,
+    #[serde(default)]
+    dns_upstream: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,6 +126,9 @@ pub struct Config {
     pub allow_egress: Vec<EgressRule>,
     /// The podman network the Network Sidecar attaches to.
     pub podman_network: String,
+    /// The resolvers the Network Sidecar asks for allowlisted names (empty:
+    /// the nameservers podman gives the sidecar).
+    pub dns_upstream: Vec<std::net::SocketAddr>,
     pub escalation_enabled: bool,
     pub auto_approve: Vec<Located<String>>,
     /// `auto_approve`, parsed and validated by the policy engine.
@@ -180,6 +185,8 @@ pub struct ResolvedProfile {
     /// Global `[network] allow_egress` followed by the profile's, deduplicated.
     pub allow_egress: Vec<EgressRule>,
     pub podman_network: String,
+    /// `[network] dns_upstream` (empty: podman's nameservers for the sidecar).
+    pub dns_upstream: Vec<std::net::SocketAddr>,
     pub env: BTreeMap<String, ResolvedEnv>,
     pub volumes: Vec<ResolvedVolume>,
     pub escalation_enabled: bool,
@@ -335,6 +342,19 @@ impl Config {
             }
             None => "podman".to_owned(),
         };
+        let mut dns_upstream = Vec::new();
+        for entry in raw.network.as_ref().map(|network| network.dns_upstream.as_slice()).unwrap_or_default() {
+            let text = entry.get_ref();
+            let parsed = text.parse::<std::net::IpAddr>().map(|address| std::net::SocketAddr::new(address, 53)).or_else(|_| text.parse());
+            match parsed {
+                Ok(address) => dns_upstream.push(address),
+                Err(_) => checker.error(
+                    "network.dns_upstream",
+                    format!("`{text}` is not an IP address (optionally with a port, e.g. 10.0.0.53 or [fd00::53]:5353)"),
+                    Some(checker.locate(entry.span())),
+                ),
+            }
+        }
 
         let mut profiles = BTreeMap::new();
         profiles.insert(DEFAULT_PROFILE.to_owned(), built_in_default_profile());
@@ -356,6 +376,7 @@ impl Config {
             socket_root,
             allow_egress: global_egress,
             podman_network,
+            dns_upstream,
             escalation_enabled,
             auto_approve,
             auto_approve_rules,
@@ -477,6 +498,7 @@ impl Config {
             persistent_dirs,
             allow_egress,
             podman_network: self.podman_network.clone(),
+            dns_upstream: self.dns_upstream.clone(),
             env,
             volumes,
             escalation_enabled: self.escalation_enabled,

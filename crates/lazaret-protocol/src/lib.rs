@@ -264,10 +264,28 @@ pub enum Event {
         decided_by: String,
         argv: Option<Vec<String>>,
     },
-    /// The egress policy changed (`network/allow`, `network/deny`).
+    /// The egress policy changed (`network/allow`, `network/deny`,
+    /// `network/reload`; for a reload `rule` lists the new allowlist).
     NetworkChanged {
         action: String,
         rule: String,
+    },
+    /// The Network Sidecar refused a DNS question from the sandbox; nothing
+    /// went upstream. `reason`: notAllowlisted, denied, recordType,
+    /// longLabel, tooManyLabels, badCharacters or malformed. `suppressed`:
+    /// refusals dropped by the rate limit since the last event.
+    NetworkDnsRefused {
+        name: String,
+        record_type: String,
+        reason: String,
+        message: String,
+        suppressed: Option<u64>,
+    },
+    /// An allowlisted name was resolved; its `addresses` are reachable now.
+    NetworkDnsResolved {
+        name: String,
+        record_type: String,
+        addresses: Vec<String>,
     },
     /// A host command requested from the sandbox finished.
     EscalationFinished {
@@ -316,13 +334,21 @@ pub trait LazaretApi {
     #[method(name = "network/show")]
     async fn network_show(&self) -> RpcResult<serde_json::Value>;
 
-    /// Allows a CIDR (or an address) live, without restarting the sandbox.
+    /// Allows a CIDR, an address or a DNS name (`github.com`,
+    /// `*.npmjs.org`) live, without restarting the sandbox.
     #[method(name = "network/allow")]
     async fn network_allow(&self, rule: String) -> RpcResult<serde_json::Value>;
 
-    /// Denies a CIDR live (removes an allow, or carves a hole in a wider one).
+    /// Denies a CIDR or a name live (removes an allow entry, or carves a
+    /// hole in a wider one).
     #[method(name = "network/deny")]
     async fn network_deny(&self, rule: String) -> RpcResult<serde_json::Value>;
+
+    /// Re-reads the configuration file and replaces the live policy with its
+    /// merged allowlist (live `allow`/`deny` changes are dropped). An invalid
+    /// configuration changes nothing.
+    #[method(name = "network/reload")]
+    async fn network_reload(&self) -> RpcResult<serde_json::Value>;
 
     /// Requests waiting for a human, oldest first.
     #[method(name = "escalation/list")]

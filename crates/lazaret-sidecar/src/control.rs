@@ -1,30 +1,63 @@
 //! The control protocol: one JSON object per line in, one JSON object per line out.
 //!
-//! Requests (exactly one key):
-//! - `{"allow": "10.89.0.5/32"}` or `{"allow": ["10.89.0.5", "fd00::/64"]}`
+//! Requests (exactly one key); an entry is a CIDR, an address or a DNS name pattern:
+//! - `{"allow": "10.89.0.5/32"}` or `{"allow": ["10.89.0.5", "fd00::/64", "*.npmjs.org"]}`
 //! - `{"deny": "10.89.0.5/32"}` (same shapes)
 //! - `{"set": {"allow": [...], "deny": [...]}}`: replace the whole policy (reload)
 //! - `{"show": true}`
+//! - `{"watch": true}`: answers `{"ok":true,"watching":true}`, then streams events, one
+//!   JSON object per line, until the client goes: `{"event":"dnsRefused",...}` and
+//!   `{"event":"dnsResolved",...}` (see `events.rs`).
 //!
-//! Every success answers with the policy now in force, as read back from the kernel:
-//! `{"ok":true,"allow":[...],"deny":[...],"rules":N}`; a failure with
-//! `{"ok":false,"error":"..."}` and leaves the policy as it was.
+//! Every other success answers with the policy now in force (see `Enforcer::snapshot`):
+//! `{"ok":true,"allow":[...],"deny":[...],"learned":[...],"upstreams":[...],"rules":N}`;
+//! a failure with `{"ok":false,"error":"..."}` and leaves the policy as it was.
 
-use serde_json::{json, Map, Value};
+use lazaret_dns::{NamePattern, NamePolicy};
+use serde_json::{json, Value};
 
-use crate::policy::{Cidr, Policy, Verdict};
+use crate::policy::{Cidr, Policy};
 
 /// Longest request line accepted, newline included.
 pub const MAX_LINE: usize = 64 * 1024;
 /// Most CIDRs in one request.
 pub const MAX_ITEMS: usize = 4096;
 
+/// One allowlist entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    Cidr(Cidr),
+    Name(NamePattern),
+}
+
+impl Entry {
+    /// A CIDR or address, else a DNS name pattern; the error names the entry.
+    pub fn parse(text: &str) -> Result<Entry, String> {
+        let looks_like_address = text.contains(':') || text.contains('/') || text.trim().bytes().all(|b| b.is_ascii_digit() || b == b'.');
+        if looks_like_address {
+            Cidr::parse(text).map(Entry::Cidr)
+        } else {
+            NamePattern::parse(text).map(Entry::Name)
+        }
+    }
+}
+
+impl std::fmt::Display for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Entry::Cidr(c) => c.fmt(f),
+            Entry::Name(n) => n.fmt(f),
+        }
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
-    Allow(Vec<Cidr>),
-    Deny(Vec<Cidr>),
-    Set(Policy),
+    Allow(Vec<Entry>),
+    Deny(Vec<Entry>),
+    Set(Policy, NamePolicy),
     Show,
+    Watch,
 }
 
 pub fn parse_command(line: &str) -> Result<Command, String> {
@@ -33,76 +66,68 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         return Err("a request is a JSON object".into());
     };
     if obj.len() != 1 {
-        return Err("a request has exactly one of \"allow\", \"deny\", \"set\", \"show\"".into());
+        return Err("a request has exactly one of \"allow\", \"deny\", \"set\", \"show\", \"watch\"".into());
     }
     let Some((key, val)) = obj.into_iter().next() else {
         return Err("empty request".into());
     };
     match key.as_str() {
-        "allow" => Ok(Command::Allow(cidrs(&val)?)),
-        "deny" => Ok(Command::Deny(cidrs(&val)?)),
+        "allow" => Ok(Command::Allow(entries(&val)?)),
+        "deny" => Ok(Command::Deny(entries(&val)?)),
         "show" => match val {
             Value::Bool(true) => Ok(Command::Show),
             _ => Err("\"show\" takes true".into()),
+        },
+        "watch" => match val {
+            Value::Bool(true) => Ok(Command::Watch),
+            _ => Err("\"watch\" takes true".into()),
         },
         "set" => {
             let Value::Object(set) = val else {
                 return Err("\"set\" takes {\"allow\": [...], \"deny\": [...]}".into());
             };
-            let mut policy = Policy::new();
-            let mut denies = Vec::new();
+            let (mut allows, mut denies) = (Vec::new(), Vec::new());
             for (k, v) in set {
                 match k.as_str() {
-                    "allow" => cidrs(&v)?.into_iter().for_each(|c| policy.allow(c)),
-                    "deny" => denies = cidrs(&v)?,
+                    "allow" => allows = entries(&v)?,
+                    "deny" => denies = entries(&v)?,
                     other => return Err(format!("unknown key in \"set\": {other:?}")),
                 }
             }
             // Denies after allows, whatever the key order: a deny carves into an allow.
-            denies.into_iter().for_each(|c| policy.deny(c));
-            Ok(Command::Set(policy))
+            let (mut policy, mut names) = (Policy::new(), NamePolicy::new());
+            for entry in allows {
+                match entry {
+                    Entry::Cidr(c) => policy.allow(c),
+                    Entry::Name(n) => names.allow(n),
+                }
+            }
+            for entry in denies {
+                match entry {
+                    Entry::Cidr(c) => policy.deny(c),
+                    Entry::Name(n) => names.deny(n),
+                }
+            }
+            Ok(Command::Set(policy, names))
         }
         other => Err(format!("unknown request {other:?}")),
     }
 }
 
-fn cidrs(val: &Value) -> Result<Vec<Cidr>, String> {
+fn entries(val: &Value) -> Result<Vec<Entry>, String> {
     let items: Vec<&Value> = match val {
         Value::String(_) => vec![val],
         Value::Array(a) if a.len() <= MAX_ITEMS => a.iter().collect(),
         Value::Array(_) => return Err(format!("more than {MAX_ITEMS} entries")),
-        _ => return Err("expected a CIDR string or an array of them".into()),
+        _ => return Err("expected an entry (CIDR or DNS name) or an array of them".into()),
     };
     items
         .into_iter()
         .map(|v| match v {
-            Value::String(s) => Cidr::parse(s).map_err(|e| {
-                if looks_like_domain(s) {
-                    format!("{e} (domain names need the sidecar's DNS resolver, which this build does not have)")
-                } else {
-                    e
-                }
-            }),
-            _ => Err("expected a CIDR string".into()),
+            Value::String(s) => Entry::parse(s),
+            _ => Err("expected an entry (CIDR or DNS name) as a string".into()),
         })
         .collect()
-}
-
-fn looks_like_domain(s: &str) -> bool {
-    s.contains('.')
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '*')
-        && s.chars().any(|c| c.is_ascii_alphabetic())
-}
-
-/// The answer to a successful request.
-pub fn ok_response(policy: &Policy, rules: usize) -> String {
-    let list = |v| Value::Array(policy.listed(v).iter().map(|c| Value::String(c.to_string())).collect());
-    let mut obj = Map::new();
-    obj.insert("ok".into(), Value::Bool(true));
-    obj.insert("allow".into(), list(Verdict::Allow));
-    obj.insert("deny".into(), list(Verdict::Deny));
-    obj.insert("rules".into(), json!(rules));
-    Value::Object(obj).to_string()
 }
 
 pub fn error_response(message: &str) -> String {
@@ -112,22 +137,33 @@ pub fn error_response(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::Verdict;
 
-    fn c(s: &str) -> Cidr {
-        Cidr::parse(s).unwrap()
+    fn c(s: &str) -> Entry {
+        Entry::parse(s).unwrap()
     }
 
     #[test]
     fn parses_requests() {
         assert_eq!(parse_command(r#"{"allow":"10.89.0.5/32"}"#), Ok(Command::Allow(vec![c("10.89.0.5")])));
-        assert_eq!(parse_command(r#"{"deny":["10.89.0.5","fd00::/64"]}"#), Ok(Command::Deny(vec![c("10.89.0.5"), c("fd00::/64")])));
+        assert_eq!(
+            parse_command(r#"{"deny":["10.89.0.5","fd00::/64","*.npmjs.org"]}"#),
+            Ok(Command::Deny(vec![c("10.89.0.5"), c("fd00::/64"), c("*.npmjs.org")]))
+        );
+        assert!(matches!(c("GitHub.com"), Entry::Name(_)));
+        assert_eq!(c("GitHub.com").to_string(), "github.com");
         assert_eq!(parse_command(r#" {"show":true} "#), Ok(Command::Show));
-        let Ok(Command::Set(p)) = parse_command(r#"{"set":{"deny":["10.1.0.0/16"],"allow":["10.0.0.0/8"]}}"#) else {
+        assert_eq!(parse_command(r#"{"watch":true}"#), Ok(Command::Watch));
+        let Ok(Command::Set(p, names)) =
+            parse_command(r#"{"set":{"deny":["10.1.0.0/16","x.allowed.test"],"allow":["10.0.0.0/8","*.allowed.test"]}}"#)
+        else {
             panic!("set did not parse");
         };
-        assert_eq!(p.listed(Verdict::Allow), vec![c("10.0.0.0/8")]);
-        assert_eq!(p.listed(Verdict::Deny), vec![c("10.1.0.0/16")]);
-        assert_eq!(parse_command(r#"{"set":{}}"#), Ok(Command::Set(Policy::new())));
+        assert_eq!(p.listed(Verdict::Allow), vec![Cidr::parse("10.0.0.0/8").unwrap()]);
+        assert_eq!(p.listed(Verdict::Deny), vec![Cidr::parse("10.1.0.0/16").unwrap()]);
+        assert_eq!(names.allowed().map(|n| n.to_string()).collect::<Vec<_>>(), ["*.allowed.test"]);
+        assert_eq!(names.denied().map(|n| n.to_string()).collect::<Vec<_>>(), ["x.allowed.test"]);
+        assert_eq!(parse_command(r#"{"set":{}}"#), Ok(Command::Set(Policy::new(), NamePolicy::new())));
     }
 
     #[test]
@@ -137,32 +173,25 @@ mod tests {
             "[]",
             "{}",
             r#"{"show":false}"#,
+            r#"{"watch":1}"#,
             r#"{"allow":"10.0.0.1","deny":"10.0.0.2"}"#,
             r#"{"allow":5}"#,
             r#"{"allow":[5]}"#,
             r#"{"allow":"10.0.0.1/40"}"#,
+            r#"{"allow":"localhost"}"#,
+            r#"{"allow":"*.*.com"}"#,
             r#"{"flush":true}"#,
             r#"{"set":{"allow":[],"other":[]}}"#,
             r#"{"set":[]}"#,
         ] {
             assert!(parse_command(bad).is_err(), "{bad:?} parsed");
         }
-        let err = parse_command(r#"{"allow":"github.com"}"#).unwrap_err();
-        assert!(err.contains("DNS"), "{err}");
+        let error = parse_command(r#"{"allow":"bad_name.com"}"#).unwrap_err();
+        assert!(error.contains("bad_name.com"), "{error}");
     }
 
     #[test]
-    fn responses_are_single_line_json() {
-        let mut p = Policy::new();
-        p.allow(c("10.0.0.0/8"));
-        p.deny(c("10.1.0.0/16"));
-        let r = ok_response(&p, 4);
-        assert!(!r.contains('\n'));
-        let v: Value = serde_json::from_str(&r).unwrap();
-        assert_eq!(v["ok"], true);
-        assert_eq!(v["allow"][0], "10.0.0.0/8");
-        assert_eq!(v["deny"][0], "10.1.0.0/16");
-        assert_eq!(v["rules"], 4);
+    fn errors_are_single_line_json() {
         let e: Value = serde_json::from_str(&error_response("bad \"x\"\n")).unwrap();
         assert_eq!(e["ok"], false);
     }

@@ -5,13 +5,19 @@
 //! its network namespace with policy-routing rules (see `policy.rs`), which the agent
 //! sandbox (runsc, `--network=host`, `--network container:<sidecar>`) then shares. The
 //! policy lives in the kernel: if this process dies, the last policy stays in force.
-//! Changes arrive over a Unix control socket (see `control.rs`) and apply live.
+//! Changes arrive over a Unix control socket (see `control.rs`) and apply live. The
+//! sandbox's only resolver is this process (`dns.rs`): it answers allowlisted names and
+//! opens their addresses for their TTL.
 
 mod control;
+mod dns;
+mod enforcer;
+mod events;
 mod policy;
 mod rtnl;
 
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -19,20 +25,28 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use control::{error_response, ok_response, parse_command, Command, MAX_LINE};
-use policy::{diff, Cidr, Policy, RuleSpec, Verdict};
+use control::{error_response, parse_command, Command, Entry, MAX_LINE};
+use dns::Shared;
+use enforcer::{Enforcer, State};
+use events::Events;
 use rtnl::Rtnl;
 
 const USAGE: &str = "\
 lazaret-sidecar: Lazaret's Network Sidecar (egress policy for one sandbox)
 
 Usage:
-  lazaret-sidecar [--allow CIDR]... [--deny CIDR]... [--control SOCKET]
-      Enforce default-deny egress in this network namespace (needs CAP_NET_ADMIN):
-      only --allow'ed destinations are reachable (longest prefix wins against
-      --deny). With --control, serve line-delimited JSON on SOCKET:
-        {\"allow\":\"CIDR\"|[...]}  {\"deny\":\"CIDR\"|[...]}  {\"show\":true}
-        {\"set\":{\"allow\":[...],\"deny\":[...]}}
+  lazaret-sidecar [--allow ENTRY]... [--deny ENTRY]... [--dns-upstream ADDRESS]...
+                  [--control SOCKET]
+      Enforce default-deny egress in this network namespace (needs CAP_NET_ADMIN,
+      and CAP_NET_BIND_SERVICE for DNS): only --allow'ed destinations are
+      reachable. An ENTRY is a CIDR or address (longest prefix wins against
+      --deny) or a DNS name, `github.com` or `*.npmjs.org`: the resolver this
+      serves on 127.0.0.1:53 answers allowlisted names from the upstream
+      resolvers (--dns-upstream, else the nameservers of /etc/resolv.conf) and
+      opens the answered addresses for their TTL; it refuses every other
+      question. With --control, serve line-delimited JSON on SOCKET:
+        {\"allow\":ENTRY|[...]}  {\"deny\":ENTRY|[...]}  {\"show\":true}
+        {\"set\":{\"allow\":[...],\"deny\":[...]}}  {\"watch\":true}
       Prints `ready` on stdout once the policy is in force.
   lazaret-sidecar ctl SOCKET REQUEST...
       Send each JSON REQUEST to a running sidecar; print the answers.
@@ -42,8 +56,16 @@ Usage:
 const EXIT_USAGE: u8 = 2;
 
 #[derive(Debug, PartialEq)]
+struct RunOptions {
+    allow: Vec<Entry>,
+    deny: Vec<Entry>,
+    upstreams: Vec<SocketAddr>,
+    control: Option<PathBuf>,
+}
+
+#[derive(Debug, PartialEq)]
 enum Mode {
-    Run { policy: Policy, control: Option<PathBuf> },
+    Run(RunOptions),
     Ctl { socket: PathBuf, requests: Vec<String> },
     Version,
     Help,
@@ -63,9 +85,7 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
         }
         _ => {}
     }
-    let mut policy = Policy::new();
-    let mut denies = Vec::new();
-    let mut control = None;
+    let mut options = RunOptions { allow: Vec::new(), deny: Vec::new(), upstreams: Vec::new(), control: None };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -74,20 +94,39 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
         };
         let mut value = || inline.clone().or_else(|| it.next().cloned()).ok_or(format!("{flag} needs a value"));
         match flag {
-            "--allow" => policy.allow(Cidr::parse(&value()?)?),
-            "--deny" => denies.push(Cidr::parse(&value()?)?),
+            "--allow" => options.allow.push(Entry::parse(&value()?)?),
+            "--deny" => options.deny.push(Entry::parse(&value()?)?),
+            "--dns-upstream" => options.upstreams.push(parse_upstream(&value()?)?),
             "--control" => {
                 let v = value()?;
                 if v.is_empty() {
                     return Err("--control needs a path".into());
                 }
-                control = Some(PathBuf::from(v));
+                options.control = Some(PathBuf::from(v));
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    denies.into_iter().for_each(|c| policy.deny(c));
-    Ok(Mode::Run { policy, control })
+    Ok(Mode::Run(options))
+}
+
+/// `10.0.0.53`, `fd00::53`, or with a port: `10.0.0.53:5353`, `[fd00::53]:5353`.
+fn parse_upstream(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(address, 53));
+    }
+    text.parse::<SocketAddr>().map_err(|_| format!("--dns-upstream {text:?} is not an IP address (optionally with :port)"))
+}
+
+/// The nameservers of a resolv.conf, except loopback ones (this namespace's loopback
+/// is the sidecar itself).
+fn resolv_conf_nameservers(text: &str) -> Vec<SocketAddr> {
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("nameserver"))
+        .filter_map(|rest| rest.trim().parse::<IpAddr>().ok())
+        .filter(|address| !address.is_loopback())
+        .map(|address| SocketAddr::new(address, 53))
+        .collect()
 }
 
 fn main() -> ExitCode {
@@ -102,7 +141,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(Mode::Ctl { socket, requests }) => ctl(&socket, &requests),
-        Ok(Mode::Run { policy, control }) => run(policy, control),
+        Ok(Mode::Run(options)) => run(options),
         Err(e) => {
             eprintln!("lazaret-sidecar: {e}\n\n{USAGE}");
             ExitCode::from(EXIT_USAGE)
@@ -110,88 +149,34 @@ fn main() -> ExitCode {
     }
 }
 
-/// The policy and the kernel it lives in.
-struct Enforcer {
-    rtnl: Rtnl,
-    policy: Policy,
+/// Handles one control request; `Watch` is handled by the caller.
+fn handle(shared: &Shared, command: Command) -> Result<String, String> {
+    let mut enforcer = shared.enforcer();
+    let started = Instant::now();
+    let (what, result) = match command {
+        Command::Allow(entries) => (Some(format!("allow {}", join(&entries))), enforcer.apply_entries(&entries, true)),
+        Command::Deny(entries) => (Some(format!("deny {}", join(&entries))), enforcer.apply_entries(&entries, false)),
+        Command::Set(cidrs, names) => (
+            Some("set".to_owned()),
+            enforcer.change(|state| {
+                state.cidrs = cidrs;
+                state.names = names;
+            }),
+        ),
+        Command::Show | Command::Watch => (None, enforcer.rule_count()),
+    };
+    let rules = result.map_err(|e| e.to_string())?;
+    if let Some(what) = what {
+        eprintln!("lazaret-sidecar: {what}: {rules} rules in force ({} us)", started.elapsed().as_micros());
+    }
+    Ok(enforcer.snapshot(rules, Instant::now()).to_string())
 }
 
-impl Enforcer {
-    /// Makes the kernel hold exactly `target`'s rules, then adopts it. Adds go first (denies
-    /// before allows), then deletes (allows before denies), so no step is more open than
-    /// both the old and the new policy. On failure the old policy is put back.
-    fn apply(&mut self, target: Policy) -> io::Result<usize> {
-        match self.reconcile(&target.rules()) {
-            Ok(n) => {
-                self.policy = target;
-                Ok(n)
-            }
-            Err(e) => {
-                let old = self.policy.rules();
-                if let Err(e2) = self.reconcile(&old) {
-                    eprintln!("lazaret-sidecar: could not restore the previous policy: {e2}");
-                }
-                Err(e)
-            }
-        }
-    }
-
-    fn reconcile(&mut self, desired: &[RuleSpec]) -> io::Result<usize> {
-        let current = self.rtnl.dump_rules()?;
-        let (mut add, mut del) = diff(&current, desired);
-        add.sort_by_key(|r| r.verdict == Verdict::Allow);
-        del.sort_by_key(|r| r.verdict == Verdict::Deny);
-        for r in &add {
-            self.rtnl.add_rule(r).map_err(|e| io::Error::new(e.kind(), format!("adding rule {r}: {e}")))?;
-        }
-        for r in &del {
-            match self.rtnl.del_rule(r) {
-                Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
-                    return Err(io::Error::new(e.kind(), format!("deleting rule {r}: {e}")));
-                }
-                _ => {}
-            }
-        }
-        let now = self.rtnl.dump_rules()?;
-        let mut want = desired.to_vec();
-        want.sort_by_key(|r| (!r.dst.is_ipv4(), r.priority, r.dst, r.verdict));
-        if now != want {
-            return Err(io::Error::other(format!("kernel holds {} rules of ours, expected {}", now.len(), want.len())));
-        }
-        Ok(now.len())
-    }
-
-    fn handle(&mut self, cmd: Command) -> Result<String, String> {
-        let mut target = self.policy.clone();
-        let what = match &cmd {
-            Command::Allow(cs) => {
-                cs.iter().for_each(|c| target.allow(*c));
-                Some(format!("allow {}", join(cs)))
-            }
-            Command::Deny(cs) => {
-                cs.iter().for_each(|c| target.deny(*c));
-                Some(format!("deny {}", join(cs)))
-            }
-            Command::Set(p) => {
-                target = p.clone();
-                Some("set".to_string())
-            }
-            Command::Show => None,
-        };
-        let started = Instant::now();
-        let rules = self.apply(target).map_err(|e| e.to_string())?;
-        if let Some(what) = what {
-            eprintln!("lazaret-sidecar: {what}: {rules} rules in force ({} us)", started.elapsed().as_micros());
-        }
-        Ok(ok_response(&self.policy, rules))
-    }
+fn join(entries: &[Entry]) -> String {
+    entries.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(" ")
 }
 
-fn join(cs: &[Cidr]) -> String {
-    cs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(" ")
-}
-
-fn run(policy: Policy, control: Option<PathBuf>) -> ExitCode {
+fn run(options: RunOptions) -> ExitCode {
     // Before any thread exists, so that every thread inherits the mask and the main thread
     // alone takes these signals with sigwait. PID 1 has no default action for SIGTERM.
     let signals = match block_signals() {
@@ -202,22 +187,58 @@ fn run(policy: Policy, control: Option<PathBuf>) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(&format!("opening rtnetlink: {e}")),
     };
-    let mut enforcer = Enforcer { rtnl, policy: Policy::new() };
-    let rules = match enforcer.apply(policy) {
-        Ok(n) => n,
+    let mut state = State::default();
+    for entry in &options.allow {
+        match entry {
+            Entry::Cidr(c) => state.cidrs.allow(*c),
+            Entry::Name(n) => state.names.allow(n.clone()),
+        }
+    }
+    for entry in &options.deny {
+        match entry {
+            Entry::Cidr(c) => state.cidrs.deny(*c),
+            Entry::Name(n) => state.names.deny(n.clone()),
+        }
+    }
+    let upstreams = if options.upstreams.is_empty() {
+        resolv_conf_nameservers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
+    } else {
+        options.upstreams.clone()
+    };
+    // The resolver's socket first: a policy without it would leave names unanswered.
+    let resolver = match UdpSocket::bind(dns::LISTEN) {
+        Ok(socket) => socket,
+        Err(e) => return fail(&format!("DNS on {} (is CAP_NET_BIND_SERVICE there?): {e}", dns::LISTEN)),
+    };
+    let (enforcer, rules) = match Enforcer::start(rtnl, state, upstreams) {
+        Ok(started) => started,
         Err(e) => return fail(&format!("installing the egress policy (is CAP_NET_ADMIN there?): {e}")),
     };
-    let allowed = join(&enforcer.policy.listed(Verdict::Allow));
-    eprintln!("lazaret-sidecar {}: default-deny egress in force, {rules} rules; allowed: [{allowed}]", env!("CARGO_PKG_VERSION"));
-    let enforcer = Arc::new(Mutex::new(enforcer));
+    let snapshot = enforcer.snapshot(rules, Instant::now());
+    eprintln!(
+        "lazaret-sidecar {}: default-deny egress in force, {rules} rules; allowed: {}; DNS on {} via {}",
+        env!("CARGO_PKG_VERSION"),
+        snapshot["allow"],
+        dns::LISTEN,
+        snapshot["upstreams"]
+    );
+    let shared = Arc::new(Shared { enforcer: Mutex::new(enforcer), events: Events::new() });
+    {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || dns::serve(resolver, shared));
+    }
+    {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || dns::expiry_loop(shared));
+    }
 
-    if let Some(path) = &control {
+    if let Some(path) = &options.control {
         let listener = match bind_control(path) {
             Ok(l) => l,
             Err(e) => return fail(&format!("control socket {}: {e}", path.display())),
         };
-        let enforcer = Arc::clone(&enforcer);
-        std::thread::spawn(move || serve(listener, enforcer));
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || serve(listener, shared));
     }
     println!("ready");
     let _ = io::stdout().flush();
@@ -226,7 +247,7 @@ fn run(policy: Policy, control: Option<PathBuf>) -> ExitCode {
         match wait_signal(&signals) {
             libc::SIGCHLD => reap_children(),
             libc::SIGTERM | libc::SIGINT => {
-                if let Some(path) = &control {
+                if let Some(path) = &options.control {
                     let _ = std::fs::remove_file(path);
                 }
                 eprintln!("lazaret-sidecar: stopping; the policy stays in the namespace");
@@ -257,13 +278,13 @@ fn bind_control(path: &Path) -> io::Result<UnixListener> {
     listener
 }
 
-fn serve(listener: UnixListener, enforcer: Arc<Mutex<Enforcer>>) {
+fn serve(listener: UnixListener, shared: Arc<Shared>) {
     for stream in listener.incoming() {
         match stream {
             Ok(stream) => {
-                let enforcer = Arc::clone(&enforcer);
+                let shared = Arc::clone(&shared);
                 std::thread::spawn(move || {
-                    if let Err(e) = serve_client(stream, &enforcer) {
+                    if let Err(e) = serve_client(stream, &shared) {
                         eprintln!("lazaret-sidecar: control client: {e}");
                     }
                 });
@@ -273,7 +294,7 @@ fn serve(listener: UnixListener, enforcer: Arc<Mutex<Enforcer>>) {
     }
 }
 
-fn serve_client(stream: UnixStream, enforcer: &Mutex<Enforcer>) -> io::Result<()> {
+fn serve_client(stream: UnixStream, shared: &Shared) -> io::Result<()> {
     let mut writer = stream.try_clone()?;
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
@@ -294,13 +315,17 @@ fn serve_client(stream: UnixStream, enforcer: &Mutex<Enforcer>) -> io::Result<()
         }
         let answer = match parse_command(&text) {
             Err(e) => error_response(&e),
-            Ok(cmd) => {
-                let mut guard = match enforcer.lock() {
-                    Ok(g) => g,
-                    Err(poisoned) => poisoned.into_inner(),
-                };
-                guard.handle(cmd).unwrap_or_else(|e| error_response(&e))
+            Ok(Command::Watch) => {
+                // From here on this connection only carries events.
+                let events = shared.events.watch();
+                writer.write_all(b"{\"ok\":true,\"watching\":true}\n")?;
+                for line in events {
+                    writer.write_all(line.as_bytes())?;
+                    writer.write_all(b"\n")?;
+                }
+                return Ok(());
             }
+            Ok(cmd) => handle(shared, cmd).unwrap_or_else(|e| error_response(&e)),
         };
         writer.write_all(answer.as_bytes())?;
         writer.write_all(b"\n")?;
@@ -381,20 +406,44 @@ mod tests {
 
     #[test]
     fn parses_run_arguments() {
-        let Ok(Mode::Run { policy, control }) =
-            parse_args(&args(&["--allow", "10.0.0.0/8", "--deny=10.1.0.0/16", "--allow=fd00::1", "--control", "/run/x.sock"]))
-        else {
+        let Ok(Mode::Run(options)) = parse_args(&args(&[
+            "--allow",
+            "10.0.0.0/8",
+            "--deny=10.1.0.0/16",
+            "--allow=*.npmjs.org",
+            "--dns-upstream=10.0.0.53",
+            "--dns-upstream",
+            "[fd00::53]:5353",
+            "--control",
+            "/run/x.sock",
+        ])) else {
             panic!("did not parse");
         };
-        assert_eq!(control, Some(PathBuf::from("/run/x.sock")));
-        assert_eq!(policy.listed(Verdict::Allow).len(), 2);
-        assert_eq!(policy.listed(Verdict::Deny), vec![Cidr::parse("10.1.0.0/16").unwrap()]);
-        assert_eq!(parse_args(&[]), Ok(Mode::Run { policy: Policy::new(), control: None }));
+        assert_eq!(options.control, Some(PathBuf::from("/run/x.sock")));
+        assert_eq!(options.allow, vec![Entry::parse("10.0.0.0/8").unwrap(), Entry::parse("*.npmjs.org").unwrap()]);
+        assert_eq!(options.deny, vec![Entry::parse("10.1.0.0/16").unwrap()]);
+        assert_eq!(options.upstreams, vec!["10.0.0.53:53".parse().unwrap(), "[fd00::53]:5353".parse().unwrap()]);
+        assert_eq!(parse_args(&[]), Ok(Mode::Run(RunOptions { allow: vec![], deny: vec![], upstreams: vec![], control: None })));
+    }
+
+    #[test]
+    fn default_upstreams_skip_loopback() {
+        let text = "search dns.podman\nnameserver 10.213.5.1\nnameserver 127.0.0.53\n nameserver fd00::1\nnameserver bogus\n";
+        assert_eq!(resolv_conf_nameservers(text), vec!["10.213.5.1:53".parse().unwrap(), "[fd00::1]:53".parse().unwrap()]);
     }
 
     #[test]
     fn refuses_bad_arguments() {
-        for bad in [&["--allow"][..], &["--allow", "nope"], &["--control="], &["--bogus"], &["ctl"], &["ctl", "/s"], &["allow"]] {
+        for bad in [
+            &["--allow"][..],
+            &["--allow", "nope"],
+            &["--dns-upstream", "resolver.test"],
+            &["--control="],
+            &["--bogus"],
+            &["ctl"],
+            &["ctl", "/s"],
+            &["allow"],
+        ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?} parsed");
         }
         assert_eq!(parse_args(&args(&["--version"])), Ok(Mode::Version));

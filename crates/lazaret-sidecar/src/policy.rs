@@ -19,6 +19,64 @@ pub const LPM_BASE: u32 = 10_000;
 pub const CATCH_ALL_PRIORITY: u32 = 20_000;
 /// The kernel's `main` routing table.
 pub const RT_TABLE_MAIN: u32 = 254;
+/// Priority of the rules that let the sidecar's own marked DNS sockets reach the upstream
+/// resolvers (before every entry: a deny entry must not cut the sidecar off).
+pub const UPSTREAM_PRIORITY: u32 = 9_000;
+/// `SO_MARK` of the sidecar's upstream DNS sockets. Setting a mark needs `CAP_NET_ADMIN`
+/// (or `CAP_NET_RAW`), which the sandbox does not have, so nothing else in the namespace
+/// can send traffic that these rules let through.
+pub const DNS_MARK: u32 = 0x4c5a_0053;
+/// Priority of the guard rules that stop locally sent broadcast and multicast (see
+/// [`guard_rules`]); before the `local` table, which holds the broadcast routes.
+pub const GUARD_PRIORITY: u32 = 100;
+/// Where the sidecar moves the kernel's `lookup local` rule (from priority 0, where no
+/// rule could come before it).
+pub const LOCAL_PRIORITY: u32 = 200;
+/// The kernel's `local` routing table.
+pub const RT_TABLE_LOCAL: u32 = 255;
+
+/// Rules that keep the sandbox from sending to its link at large: broadcast (limited and
+/// each subnet's, `broadcasts`) and multicast, IPv4 and IPv6. The kernel resolves these
+/// destinations in the `local` table, which the priority-0 rule consults before any
+/// policy rule; so the guard moves that lookup to [`LOCAL_PRIORITY`] and prohibits these
+/// destinations before it, for locally sent packets only (`iif lo`): received packets and
+/// the kernel's own neighbour discovery (which does not consult the rules) are untouched.
+pub fn guard_rules(broadcasts: &[Ipv4Addr]) -> Vec<RuleSpec> {
+    let guard = |dst: &str| {
+        Cidr::parse(dst).map(|dst| RuleSpec { dst, verdict: Verdict::Deny, priority: GUARD_PRIORITY, mark: 0, local_only: true })
+    };
+    let mut rules: Vec<RuleSpec> =
+        ["255.255.255.255/32", "224.0.0.0/4", "ff00::/8"].into_iter().filter_map(|dst| guard(dst).ok()).collect();
+    for broadcast in broadcasts {
+        rules.push(RuleSpec {
+            dst: Cidr::host(IpAddr::V4(*broadcast)),
+            verdict: Verdict::Deny,
+            priority: GUARD_PRIORITY,
+            mark: 0,
+            local_only: true,
+        });
+    }
+    for any in [IpAddr::V4(Ipv4Addr::UNSPECIFIED), IpAddr::V6(Ipv6Addr::UNSPECIFIED)] {
+        rules.push(RuleSpec {
+            dst: Cidr { addr: any, len: 0 },
+            verdict: Verdict::Local,
+            priority: LOCAL_PRIORITY,
+            mark: 0,
+            local_only: false,
+        });
+    }
+    sort_rules(&mut rules);
+    rules.dedup();
+    rules
+}
+
+/// The directed broadcast address of `address/prefix`, where the subnet has one.
+pub fn subnet_broadcast(address: Ipv4Addr, prefix: u8) -> Option<Ipv4Addr> {
+    if prefix >= 31 || address.is_loopback() {
+        return None;
+    }
+    Some(Ipv4Addr::from(u32::from(address) | (u32::MAX >> prefix)))
+}
 
 /// An IPv4 or IPv6 network in CIDR notation, with host bits cleared.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -35,6 +93,11 @@ impl Cidr {
             return None;
         }
         Some(Cidr { addr: mask(addr, len), len })
+    }
+
+    /// The network holding exactly `addr`.
+    pub fn host(addr: IpAddr) -> Cidr {
+        Cidr { addr, len: max_len(&addr) }
     }
 
     /// Parses `a.b.c.d/n`, `x::y/n`, or a bare address (a host: /32 or /128).
@@ -111,11 +174,12 @@ fn mask(addr: IpAddr, len: u8) -> IpAddr {
     }
 }
 
-/// What an entry does.
+/// What an entry does. (`Local`, `lookup local`, only appears in the guard rules.)
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 pub enum Verdict {
     Allow,
     Deny,
+    Local,
 }
 
 /// The allow/deny map. Deny entries are kept only where they carve a hole into an allowed
@@ -142,10 +206,16 @@ impl Policy {
         self.prune();
     }
 
+    /// Whether an explicit deny entry covers `addr` (a name's answer must not reopen it).
+    pub fn denies_explicitly(&self, addr: IpAddr) -> bool {
+        let host = Cidr::host(addr);
+        self.entries.iter().any(|(c, v)| *v == Verdict::Deny && c.contains(&host))
+    }
+
     #[cfg(test)]
     /// The verdict for one destination address (longest prefix wins; default deny).
     pub fn verdict(&self, addr: IpAddr) -> Verdict {
-        let host = Cidr::new(addr, max_len(&addr)).unwrap_or(Cidr { addr, len: 0 });
+        let host = Cidr::host(addr);
         self.entries.iter().filter(|(c, _)| c.contains(&host)).max_by_key(|(c, _)| c.len).map(|(_, v)| *v).unwrap_or(Verdict::Deny)
     }
 
@@ -178,22 +248,34 @@ impl Policy {
 
     /// The complete set of kernel rules this policy needs, catch-alls included.
     pub fn rules(&self) -> Vec<RuleSpec> {
-        let mut rules: Vec<RuleSpec> =
-            self.entries.iter().map(|(c, v)| RuleSpec { dst: *c, verdict: *v, priority: RuleSpec::priority_for(c) }).collect();
+        let mut rules: Vec<RuleSpec> = self
+            .entries
+            .iter()
+            .map(|(c, v)| RuleSpec { dst: *c, verdict: *v, priority: RuleSpec::priority_for(c), mark: 0, local_only: false })
+            .collect();
         for any in [Cidr { addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED), len: 0 }, Cidr { addr: IpAddr::V6(Ipv6Addr::UNSPECIFIED), len: 0 }] {
-            rules.push(RuleSpec { dst: any, verdict: Verdict::Deny, priority: CATCH_ALL_PRIORITY });
+            rules.push(RuleSpec { dst: any, verdict: Verdict::Deny, priority: CATCH_ALL_PRIORITY, mark: 0, local_only: false });
         }
-        rules.sort_by_key(|r| (!r.dst.is_ipv4(), r.priority, r.dst, r.verdict));
+        sort_rules(&mut rules);
         rules
     }
 }
 
-/// One policy rule as the kernel holds it: `to DST lookup main` or `to DST prohibit`.
+/// One policy rule as the kernel holds it: `to DST lookup main`, `to DST prohibit` or
+/// `to DST lookup local`, with `fwmark MARK` when `mark` is not 0 and `iif lo` (sent from
+/// this namespace) when `local_only`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 pub struct RuleSpec {
     pub dst: Cidr,
     pub verdict: Verdict,
     pub priority: u32,
+    pub mark: u32,
+    pub local_only: bool,
+}
+
+/// The order rules are compared in (and listed): family, priority, destination.
+pub fn sort_rules(rules: &mut [RuleSpec]) {
+    rules.sort_by_key(|r| (!r.dst.is_ipv4(), r.priority, r.dst, r.verdict, r.mark, r.local_only));
 }
 
 impl RuleSpec {
@@ -208,8 +290,16 @@ impl fmt::Display for RuleSpec {
         let action = match self.verdict {
             Verdict::Allow => "lookup main",
             Verdict::Deny => "prohibit",
+            Verdict::Local => "lookup local",
         };
-        write!(f, "{}: to {} {}", self.priority, self.dst, action)
+        write!(f, "{}: ", self.priority)?;
+        if self.local_only {
+            write!(f, "iif lo ")?;
+        }
+        if self.mark != 0 {
+            write!(f, "fwmark {:#x} ", self.mark)?;
+        }
+        write!(f, "to {} {}", self.dst, action)
     }
 }
 
@@ -343,6 +433,26 @@ mod tests {
         let rules = Policy::new().rules();
         assert_eq!(rules.len(), 2);
         assert!(rules.iter().all(|r| r.verdict == Verdict::Deny && r.dst.is_default()));
+    }
+
+    #[test]
+    fn guard_rules_stop_broadcast_and_multicast_before_the_local_table() {
+        let text: Vec<String> = guard_rules(&[Ipv4Addr::new(10, 213, 5, 255)]).iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            text,
+            [
+                "100: iif lo to 10.213.5.255/32 prohibit",
+                "100: iif lo to 224.0.0.0/4 prohibit",
+                "100: iif lo to 255.255.255.255/32 prohibit",
+                "200: to 0.0.0.0/0 lookup local",
+                "100: iif lo to ff00::/8 prohibit",
+                "200: to ::/0 lookup local",
+            ]
+        );
+        const { assert!(GUARD_PRIORITY < LOCAL_PRIORITY && LOCAL_PRIORITY < UPSTREAM_PRIORITY) };
+        assert_eq!(subnet_broadcast(Ipv4Addr::new(10, 213, 5, 7), 24), Some(Ipv4Addr::new(10, 213, 5, 255)));
+        assert_eq!(subnet_broadcast(Ipv4Addr::new(10, 213, 5, 7), 31), None);
+        assert_eq!(subnet_broadcast(Ipv4Addr::new(127, 0, 0, 1), 8), None);
     }
 
     #[test]

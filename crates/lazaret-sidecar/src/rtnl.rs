@@ -8,12 +8,13 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::route::RouteProtocol;
 use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-use crate::policy::{Cidr, RuleSpec, Verdict, RT_TABLE_MAIN};
+use crate::policy::{sort_rules, subnet_broadcast, Cidr, RuleSpec, Verdict, RT_TABLE_LOCAL, RT_TABLE_MAIN};
 
 /// `FRA_PROTOCOL` value marking this sidecar's rules (unassigned in `rtnetlink.h`).
 pub const RULE_PROTOCOL: u8 = 0x4c;
@@ -51,8 +52,53 @@ impl Rtnl {
                 }
             }
         }
-        out.sort_by_key(|r| (!r.dst.is_ipv4(), r.priority, r.dst, r.verdict));
+        sort_rules(&mut out);
         Ok(out)
+    }
+
+    /// The directed broadcast addresses of this namespace's IPv4 subnets.
+    pub fn ipv4_broadcasts(&mut self) -> io::Result<Vec<Ipv4Addr>> {
+        let mut msg = AddressMessage::default();
+        msg.header.family = AddressFamily::Inet;
+        let mut out = Vec::new();
+        for reply in self.request(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP)? {
+            let RouteNetlinkMessage::NewAddress(address) = reply else { continue };
+            let mut broadcast = None;
+            let mut local = None;
+            for attribute in &address.attributes {
+                match attribute {
+                    AddressAttribute::Broadcast(b) => broadcast = Some(*b),
+                    AddressAttribute::Local(IpAddr::V4(a)) | AddressAttribute::Address(IpAddr::V4(a)) => local = local.or(Some(*a)),
+                    _ => {}
+                }
+            }
+            let computed = local.and_then(|a| subnet_broadcast(a, address.header.prefix_len));
+            for candidate in [broadcast, computed].into_iter().flatten() {
+                if !candidate.is_loopback() && !out.contains(&candidate) {
+                    out.push(candidate);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes the kernel's `lookup local` rule at priority 0 (both families), once the
+    /// guard rules and the moved `lookup local` rule are in place. Gone already is fine.
+    pub fn delete_priority_zero_local_rules(&mut self) -> io::Result<()> {
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            let mut msg = RuleMessage::default();
+            msg.header.family = family;
+            msg.header.action = RuleAction::ToTable;
+            msg.header.table = RT_TABLE_LOCAL as u8;
+            msg.attributes.push(RuleAttribute::Table(RT_TABLE_LOCAL));
+            msg.attributes.push(RuleAttribute::Priority(0));
+            match self.request(RouteNetlinkMessage::DelRule(msg), NLM_F_ACK) {
+                Ok(_) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::EAFNOSUPPORT)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     pub fn add_rule(&mut self, spec: &RuleSpec) -> io::Result<()> {
@@ -122,9 +168,21 @@ fn message_of(spec: &RuleSpec) -> RuleMessage {
             msg.attributes.push(RuleAttribute::Table(RT_TABLE_MAIN));
         }
         Verdict::Deny => msg.header.action = RuleAction::Prohibit,
+        Verdict::Local => {
+            msg.header.action = RuleAction::ToTable;
+            msg.header.table = RT_TABLE_LOCAL as u8;
+            msg.attributes.push(RuleAttribute::Table(RT_TABLE_LOCAL));
+        }
+    }
+    if spec.local_only {
+        msg.attributes.push(RuleAttribute::Iifname("lo".to_owned()));
     }
     if !spec.dst.is_default() {
         msg.attributes.push(RuleAttribute::Destination(spec.dst.addr()));
+    }
+    if spec.mark != 0 {
+        msg.attributes.push(RuleAttribute::FwMark(spec.mark));
+        msg.attributes.push(RuleAttribute::FwMask(u32::MAX));
     }
     msg.attributes.push(RuleAttribute::Priority(spec.priority));
     msg.attributes.push(RuleAttribute::Protocol(RouteProtocol::Other(RULE_PROTOCOL)));
@@ -136,6 +194,8 @@ fn spec_of(rule: &RuleMessage) -> Option<RuleSpec> {
     let mut dst = None;
     let mut priority = 0;
     let mut ours = false;
+    let mut mark = 0;
+    let mut local_only = false;
     let mut table = u32::from(rule.header.table);
     for attr in &rule.attributes {
         match attr {
@@ -143,6 +203,8 @@ fn spec_of(rule: &RuleMessage) -> Option<RuleSpec> {
             RuleAttribute::Priority(p) => priority = *p,
             RuleAttribute::Protocol(p) => ours = u8::from(*p) == RULE_PROTOCOL,
             RuleAttribute::Table(t) => table = *t,
+            RuleAttribute::FwMark(m) => mark = *m,
+            RuleAttribute::Iifname(name) => local_only = name == "lo",
             _ => {}
         }
     }
@@ -157,10 +219,11 @@ fn spec_of(rule: &RuleMessage) -> Option<RuleSpec> {
     };
     let verdict = match rule.header.action {
         RuleAction::ToTable if table == RT_TABLE_MAIN => Verdict::Allow,
+        RuleAction::ToTable if table == RT_TABLE_LOCAL => Verdict::Local,
         RuleAction::Prohibit => Verdict::Deny,
         _ => return None,
     };
-    Some(RuleSpec { dst: Cidr::new(addr, rule.header.dst_len)?, verdict, priority })
+    Some(RuleSpec { dst: Cidr::new(addr, rule.header.dst_len)?, verdict, priority, mark, local_only })
 }
 
 #[cfg(test)]
@@ -176,7 +239,16 @@ mod tests {
         p.allow(Cidr::parse("10.0.0.0/8").unwrap());
         p.deny(Cidr::parse("10.9.0.0/16").unwrap());
         p.allow(Cidr::parse("fd00::/64").unwrap());
-        for spec in p.rules() {
+        let mut rules = p.rules();
+        rules.push(RuleSpec {
+            dst: Cidr::parse("10.213.0.53").unwrap(),
+            verdict: Verdict::Allow,
+            priority: crate::policy::UPSTREAM_PRIORITY,
+            mark: crate::policy::DNS_MARK,
+            local_only: false,
+        });
+        rules.extend(crate::policy::guard_rules(&[Ipv4Addr::new(10, 213, 5, 255)]));
+        for spec in rules {
             let msg = message_of(&spec);
             assert_eq!(spec_of(&msg), Some(spec), "{spec}");
         }

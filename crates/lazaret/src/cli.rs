@@ -117,8 +117,8 @@ pub enum Command {
     /// State Anchor), or discard it.
     #[command(subcommand)]
     State(StateCommand),
-    /// The running sandbox's egress policy: show it, or allow/deny a CIDR
-    /// live (no restart).
+    /// The running sandbox's egress policy: show it, allow/deny a CIDR or a
+    /// DNS name live (no restart), or reload it from the configuration.
     #[command(subcommand)]
     Net(NetCommand),
     /// List the escalation requests waiting for a human, in every running domain.
@@ -192,20 +192,36 @@ pub enum ConfigCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum NetCommand {
-    /// The allow and deny lists in force (read back from the kernel).
+    /// The allow and deny lists in force (read back from the kernel), the
+    /// addresses learned from DNS answers and the upstream resolvers.
     Show {
         #[command(flatten)]
         target: DomainTarget,
+        /// Print the sidecar's answer as JSON.
+        #[arg(long)]
+        json: bool,
     },
-    /// Make a CIDR (or address) reachable from the sandbox now.
+    /// Make a CIDR, an address or a DNS name reachable from the sandbox now.
+    /// A name (`github.com`, or `*.npmjs.org` for the names below it) is
+    /// answered by the sandbox's resolver, and the addresses it resolves to
+    /// become reachable for their TTL.
     Allow {
+        /// e.g. 10.0.0.0/8, 192.0.2.7, 2001:db8::/32, github.com, *.npmjs.org
         rule: String,
         #[command(flatten)]
         target: DomainTarget,
     },
-    /// Make a CIDR unreachable from the sandbox now.
+    /// Make a CIDR or a DNS name unreachable from the sandbox now (removes an
+    /// allow entry, or carves an exception out of a wider one).
     Deny {
         rule: String,
+        #[command(flatten)]
+        target: DomainTarget,
+    },
+    /// Re-read the configuration file and make its allowlist the policy in
+    /// force (drops live `allow`/`deny` changes). An invalid file changes
+    /// nothing.
+    Reload {
         #[command(flatten)]
         target: DomainTarget,
     },

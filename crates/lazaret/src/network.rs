@@ -4,7 +4,9 @@
 //! CAP_NET_BIND_SERVICE on the configured podman network, and its control
 //! socket, which is mounted into the sidecar only. The agent sandbox joins
 //! the sidecar's network namespace with runsc's hostinet, so the sidecar's
-//! routing policy decides what it reaches.
+//! routing policy decides what it reaches, and its `/etc/resolv.conf` names
+//! only the sidecar's resolver (127.0.0.1 of that namespace). The sidecar's
+//! event stream (refused DNS questions) is read by [`watch`].
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -13,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use lazaret_core::config::ResolvedProfile;
-use lazaret_core::egress::EgressRule;
 use sha2::{Digest, Sha256};
 
 use crate::podman::Podman;
@@ -53,25 +54,23 @@ fn tempfile_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// The CIDRs of the merged allowlist. Domain names need the sidecar's DNS,
-/// which this build does not have: refused rather than silently dropped.
-pub fn allowed_cidrs(resolved: &ResolvedProfile) -> Result<Vec<String>> {
-    let mut cidrs = Vec::new();
-    for rule in &resolved.allow_egress {
-        match rule {
-            EgressRule::Cidr(net) => cidrs.push(net.to_string()),
-            EgressRule::Domain(name) => bail!(
-                "allow_egress entry `{name}` is a domain name; this build of the Network Sidecar enforces CIDRs only (allowlist the addresses instead)"
-            ),
-        }
-    }
-    Ok(cidrs)
+/// The resolv.conf the sandbox gets: the sidecar's resolver only.
+pub const SANDBOX_RESOLV_CONF: &str =
+    "# Written by Lazaret: the Network Sidecar answers allowlisted names only.\nnameserver 127.0.0.1\noptions attempts:2 timeout:3\n";
+
+/// Writes the sandbox's resolv.conf into `dir` and returns the podman
+/// argument that mounts it.
+pub fn resolv_conf_argument(dir: &Path) -> Result<String> {
+    crate::private_dirs::ensure_private_dir(dir)?;
+    let path = dir.join("resolv.conf");
+    std::fs::write(&path, SANDBOX_RESOLV_CONF).with_context(|| format!("cannot write {}", path.display()))?;
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+    Ok(format!("--volume={}:/etc/resolv.conf:ro", path.display()))
 }
 
 /// Starts the sidecar and waits until its policy is in force (its control
 /// socket exists). `control_dir` is mounted into the sidecar only.
 pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_dir: &Path) -> Result<PathBuf> {
-    let cidrs = allowed_cidrs(resolved)?;
     crate::private_dirs::ensure_private_dir(control_dir)?;
     let socket = control_dir.join("control.sock");
     let _ = std::fs::remove_file(&socket);
@@ -95,8 +94,11 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
     ]);
     command.args(crate::podman::ulimit_arguments());
     command.arg(image);
-    for cidr in &cidrs {
-        command.arg("--allow").arg(cidr);
+    for rule in &resolved.allow_egress {
+        command.arg(format!("--allow={rule}"));
+    }
+    for upstream in &resolved.dns_upstream {
+        command.arg(format!("--dns-upstream={upstream}"));
     }
     command.arg("--control").arg(format!("{CONTROL_DIR_IN_SIDECAR}/control.sock"));
     let output = command.stdin(std::process::Stdio::null()).output().context("cannot run podman")?;
@@ -104,19 +106,47 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
         bail!("podman could not start the Network Sidecar: {}", String::from_utf8_lossy(&output.stderr).trim());
     }
     let started = Instant::now();
+    let mut polls = 0u32;
     while !socket.exists() {
-        if started.elapsed() > Duration::from_secs(10) {
+        polls += 1;
+        let problem = if started.elapsed() > Duration::from_secs(10) {
+            Some("did not come up within 10 s")
+        } else if polls.is_multiple_of(25) && !podman.container_running(&domain.sidecar_name) {
+            Some("stopped")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
             let logs = podman
                 .command()
                 .args(["logs", &domain.sidecar_name])
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
                 .unwrap_or_default();
-            bail!("the Network Sidecar did not come up within 10 s: {}", logs.trim());
+            bail!("the Network Sidecar {problem}: {}", logs.trim());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(socket)
+}
+
+/// The sidecar's event stream: one JSON object per line, until the sidecar
+/// goes. `on_event` gets each event; it returns when the stream ends.
+pub async fn watch(socket: &Path, mut on_event: impl FnMut(serde_json::Value)) -> Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::UnixStream::connect(socket).await.with_context(|| format!("cannot reach {}", socket.display()))?;
+    stream.write_all(b"{\"watch\":true}\n").await?;
+    let mut lines = tokio::io::BufReader::new(stream).lines();
+    let first = lines.next_line().await?.unwrap_or_default();
+    if !first.contains("\"watching\":true") {
+        bail!("the Network Sidecar refused to stream events: {first}");
+    }
+    while let Some(line) = lines.next_line().await? {
+        if let Ok(event) = serde_json::from_str(&line) {
+            on_event(event);
+        }
+    }
+    Ok(())
 }
 
 /// One request on the sidecar's control socket (a JSON line each way).

@@ -41,6 +41,16 @@ impl Podman {
         (!value.is_empty() && value != "<no value>").then_some(value)
     }
 
+    /// Whether the container exists and runs.
+    pub fn container_running(&self, name: &str) -> bool {
+        self.command()
+            .args(["container", "inspect", "--format", "{{.State.Running}}", name])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "true")
+    }
+
     pub fn image_exists(&self, image: &str) -> bool {
         self.command()
             .args(["image", "exists", image])

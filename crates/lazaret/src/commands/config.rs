@@ -81,6 +81,11 @@ pub fn show(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> Re
     for rule in &resolved.allow_egress {
         println!("allow_egress     {rule}");
     }
+    if !resolved.allow_egress.is_empty() {
+        let upstreams: Vec<String> = resolved.dns_upstream.iter().map(ToString::to_string).collect();
+        let upstreams = if upstreams.is_empty() { "(podman's nameservers for the sidecar)".to_owned() } else { upstreams.join(" ") };
+        println!("dns_upstream     {upstreams}");
+    }
     for (key, value) in &resolved.env {
         println!("env              {key}={}", value.value);
     }

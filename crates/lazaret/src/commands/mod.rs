@@ -30,13 +30,14 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Diff { target, stat, json } => diff::run(config_path, &target, stat, json),
         Command::State(StateCommand::Diff { target, dir, json }) => state::diff(config_path, &target, dir.as_deref(), json),
         Command::State(StateCommand::Reset { target, dir, yes }) => state::reset(config_path, &target, dir.as_deref(), yes),
-        Command::Net(NetCommand::Show { target }) => net::call(config_path, &target, "network/show", serde_json::json!({})),
+        Command::Net(NetCommand::Show { target, json }) => net::call(config_path, &target, "network/show", serde_json::json!({}), json),
         Command::Net(NetCommand::Allow { rule, target }) => {
-            net::call(config_path, &target, "network/allow", serde_json::json!({ "rule": rule }))
+            net::call(config_path, &target, "network/allow", serde_json::json!({ "rule": rule }), false)
         }
         Command::Net(NetCommand::Deny { rule, target }) => {
-            net::call(config_path, &target, "network/deny", serde_json::json!({ "rule": rule }))
+            net::call(config_path, &target, "network/deny", serde_json::json!({ "rule": rule }), false)
         }
+        Command::Net(NetCommand::Reload { target }) => net::call(config_path, &target, "network/reload", serde_json::json!({}), false),
         Command::Pending { json } => approvals::pending(config_path, json),
         Command::Approve { request_id } => approvals::respond(config_path, &request_id, "approve", None, None),
         Command::Deny { request_id, reason } => approvals::respond(config_path, &request_id, "deny", None, reason),
@@ -51,7 +52,18 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             let resolved = crate::workspace::resolve_target(&config, &target)?;
             let mode =
                 if mount_workspace { crate::coordinator::WorkspaceMode::Direct } else { crate::coordinator::WorkspaceMode::AgentBranch };
-            crate::coordinator::run(resolved, mode)
+            // `network/reload` re-reads the same file for the same domain.
+            let reload_path = config_path.map(|path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()));
+            let domain_hash = resolved.domain.domain_hash.clone();
+            let reloader: crate::coordinator::api::EgressReloader = std::sync::Arc::new(move || {
+                let config = crate::workspace::load_config(reload_path.as_deref())?;
+                let reloaded = crate::workspace::resolve_target(&config, &target)?;
+                if reloaded.domain.domain_hash != domain_hash {
+                    anyhow::bail!("the configuration now gives this workspace another domain ({})", reloaded.domain.domain_hash);
+                }
+                Ok(reloaded.allow_egress)
+            });
+            crate::coordinator::run(resolved, mode, reloader)
         }
     }
 }

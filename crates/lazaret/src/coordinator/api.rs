@@ -61,6 +61,8 @@ pub struct Domain {
     pub shutdown_requested: Notify,
     /// The Network Sidecar's control socket, when the domain has one.
     sidecar_control: Mutex<Option<std::path::PathBuf>>,
+    /// Re-reads the configuration: the merged allowlist (`network/reload`).
+    egress_reloader: Mutex<Option<EgressReloader>>,
     /// Escalation requests waiting for a human.
     pub broker: crate::escalation::Broker,
     /// One export of the agent branch at a time; holds the fingerprint of
@@ -82,6 +84,7 @@ impl Domain {
             idle: Notify::new(),
             shutdown_requested: Notify::new(),
             sidecar_control: Mutex::new(None),
+            egress_reloader: Mutex::new(None),
             broker: crate::escalation::Broker::default(),
             export_lock: tokio::sync::Mutex::new(None),
         }
@@ -152,6 +155,44 @@ impl Domain {
 
     pub fn set_sidecar_control(&self, socket: Option<std::path::PathBuf>) {
         *self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = socket;
+    }
+
+    pub fn set_egress_reloader(&self, reloader: EgressReloader) {
+        *self.egress_reloader.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(reloader);
+    }
+
+    /// An event from the Network Sidecar's stream: refused DNS questions go
+    /// to subscribers and the audit store, answered ones to subscribers.
+    pub async fn sidecar_event(&self, event: serde_json::Value) {
+        let text = |key: &str| event[key].as_str().unwrap_or_default().to_owned();
+        match event["event"].as_str() {
+            Some("dnsRefused") => {
+                let (name, record_type, reason) = (text("name"), text("type"), text("reason"));
+                tracing::warn!(%name, %record_type, %reason, "DNS question refused");
+                self.emit(Event::NetworkDnsRefused {
+                    name: name.clone(),
+                    record_type: record_type.clone(),
+                    reason: reason.clone(),
+                    message: text("message"),
+                    suppressed: event["suppressed"].as_u64(),
+                });
+                let mut argv = vec!["dns".to_owned(), name, record_type];
+                if let Some(suppressed) = event["suppressed"].as_u64() {
+                    argv.push(format!("(+{suppressed} refusals not recorded: rate limit)"));
+                }
+                self.audit(network_audit_record("dnsRefused", Some(format!("{reason}: {}", text("message"))), "networkSidecar", argv))
+                    .await;
+            }
+            Some("dnsResolved") => self.emit(Event::NetworkDnsResolved {
+                name: text("name"),
+                record_type: text("type"),
+                addresses: event["addresses"]
+                    .as_array()
+                    .map(|items| items.iter().filter_map(|item| item.as_str().map(str::to_owned)).collect())
+                    .unwrap_or_default(),
+            }),
+            _ => tracing::debug!(%event, "unknown sidecar event"),
+        }
     }
 
     /// Sends one request to the Network Sidecar (on the blocking pool).
@@ -253,6 +294,34 @@ impl Domain {
     }
 }
 
+/// Re-reads the configuration and returns the domain's merged allowlist.
+pub type EgressReloader = Arc<dyn Fn() -> anyhow::Result<Vec<lazaret_core::egress::EgressRule>> + Send + Sync>;
+
+/// An audit record of a network event (policy change or refused question).
+fn network_audit_record(outcome: &str, reason: Option<String>, decided_by: &str, argv: Vec<String>) -> lazaret_store::AuditRecord {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let now = now_ms();
+    let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    lazaret_store::AuditRecord {
+        sequence: 0,
+        previous_hash: String::new(),
+        hash: String::new(),
+        request_id: format!("network-{now}-{number}"),
+        session_id: "-".to_owned(),
+        verified: true,
+        outcome: outcome.to_owned(),
+        reason,
+        decided_by: Some(decided_by.to_owned()),
+        justification: None,
+        requested_argv: argv,
+        executed_argv: None,
+        exit_status: None,
+        received_at_ms: now,
+        decided_at_ms: Some(now),
+        finished_at_ms: Some(now),
+    }
+}
+
 /// The RPC face of a [`Domain`].
 #[derive(Clone)]
 pub struct Api(pub Arc<Domain>);
@@ -261,36 +330,15 @@ impl Api {
     async fn change_network(&self, action: &str, rule: String) -> RpcResult<serde_json::Value> {
         let parsed: lazaret_core::egress::EgressRule =
             rule.parse().map_err(|message: String| rpc_error(error_code::INVALID_VALUE, message))?;
-        if let lazaret_core::egress::EgressRule::Domain(name) = &parsed {
-            return Err(rpc_error(error_code::INVALID_VALUE, format!("`{name}` is a domain name; this build enforces CIDRs only")));
-        }
         let answer = self.0.sidecar(serde_json::json!({ action: parsed.to_string() })).await;
         // Policy changes are audited next to escalations, refused ones too.
-        let now = now_ms();
-        self.0
-            .audit(lazaret_store::AuditRecord {
-                sequence: 0,
-                previous_hash: String::new(),
-                hash: String::new(),
-                request_id: format!("network-{now}"),
-                session_id: "-".to_owned(),
-                verified: true,
-                outcome: if answer.is_ok() {
-                    format!("network{}", if action == "allow" { "Allowed" } else { "Denied" })
-                } else {
-                    "rejected".to_owned()
-                },
-                reason: answer.as_ref().err().map(|error| error.message().to_owned()),
-                decided_by: Some("rpc".to_owned()),
-                justification: None,
-                requested_argv: vec![format!("network/{action}"), parsed.to_string()],
-                executed_argv: None,
-                exit_status: None,
-                received_at_ms: now,
-                decided_at_ms: Some(now),
-                finished_at_ms: Some(now),
-            })
-            .await;
+        let outcome = match &answer {
+            Ok(_) if action == "allow" => "networkAllowed",
+            Ok(_) => "networkDenied",
+            Err(_) => "rejected",
+        };
+        let reason = answer.as_ref().err().map(|error| error.message().to_owned());
+        self.0.audit(network_audit_record(outcome, reason, "rpc", vec![format!("network/{action}"), parsed.to_string()])).await;
         let answer = answer?;
         tracing::info!(action, rule = %parsed, "egress policy changed");
         self.0.emit(Event::NetworkChanged { action: action.to_owned(), rule: parsed.to_string() });
@@ -441,6 +489,27 @@ impl LazaretApiServer for Api {
 
     async fn network_deny(&self, rule: String) -> RpcResult<serde_json::Value> {
         self.change_network("deny", rule).await
+    }
+
+    async fn network_reload(&self) -> RpcResult<serde_json::Value> {
+        let reloader = self.0.egress_reloader.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        let reloader =
+            reloader.ok_or_else(|| rpc_error(error_code::NETWORK_FAILED, "this coordinator cannot re-read its configuration"))?;
+        let rules = tokio::task::spawn_blocking(move || reloader())
+            .await
+            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::INVALID_VALUE, format!("{error:#}")))?;
+        let entries: Vec<String> = rules.iter().map(|rule| rule.to_string()).collect();
+        let answer = self.0.sidecar(serde_json::json!({ "set": { "allow": entries } })).await;
+        let outcome = if answer.is_ok() { "networkReloaded" } else { "rejected" };
+        let reason = answer.as_ref().err().map(|error| error.message().to_owned());
+        let mut argv = vec!["network/reload".to_owned()];
+        argv.extend(entries.iter().cloned());
+        self.0.audit(network_audit_record(outcome, reason, "rpc", argv)).await;
+        let answer = answer?;
+        tracing::info!(allow = ?entries, "egress policy reloaded from the configuration");
+        self.0.emit(Event::NetworkChanged { action: "reload".to_owned(), rule: entries.join(" ") });
+        Ok(answer)
     }
 
     async fn escalation_list(&self) -> RpcResult<Vec<PendingEscalation>> {

@@ -45,11 +45,26 @@ pub enum WorkspaceMode {
     Direct,
 }
 
+/// Forwards the Network Sidecar's events to the domain, in order, until the
+/// sidecar goes.
+async fn watch_sidecar(domain: Arc<Domain>, socket: std::path::PathBuf) {
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move { crate::network::watch(&socket, |event| drop(sender.send(event))).await });
+    while let Some(event) = receiver.recv().await {
+        domain.sidecar_event(event).await;
+    }
+    match reader.await {
+        Ok(Err(error)) => tracing::warn!(error = %format!("{error:#}"), "the Network Sidecar's event stream ended"),
+        Ok(Ok(())) => tracing::info!("the Network Sidecar's event stream ended"),
+        Err(_) => {}
+    }
+}
+
 /// Runs the coordinator of `resolved` until teardown. Blocking.
-pub fn run(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<u8> {
+pub fn run(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::EgressReloader) -> Result<u8> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the async runtime")?;
-    let (status, lock) = runtime.block_on(serve(resolved, mode))?;
+    let (status, lock) = runtime.block_on(serve(resolved, mode, reloader))?;
     // Every task (and with them the state store) goes with the runtime; only
     // then is the domain lock released, so that whoever takes it next finds
     // the store closed.
@@ -73,7 +88,7 @@ fn prepare_workspace(resolved: &ResolvedProfile, mode: WorkspaceMode) -> Result<
     }
 }
 
-async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Option<DomainLock>)> {
+async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::EgressReloader) -> Result<(u8, Option<DomainLock>)> {
     let domain_resources = resolved.domain.clone();
     crate::private_dirs::ensure_private_dir(&domain_resources.domain_dir)?;
     if let Some(socket_root) = domain_resources.socket_dir.parent() {
@@ -143,7 +158,14 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Op
         }
     };
     domain.set_sidecar_control(sidecar_control.clone());
+    domain.set_egress_reloader(reloader);
     let sidecar_name = sidecar_control.as_ref().map(|_| domain_resources.sidecar_name.clone());
+    if sidecar_control.is_some() {
+        // The sandbox's only resolver is the sidecar's.
+        sandbox_arguments.push(crate::network::resolv_conf_argument(&domain_resources.socket_dir.join("sandbox"))?);
+    }
+    // Refused DNS questions (and answered ones) from the sidecar's stream.
+    let sidecar_watch = sidecar_control.clone().map(|socket| tokio::spawn(watch_sidecar(domain.clone(), socket)));
 
     let listener = bind_private(&domain_resources.control_socket)?;
     tracing::info!(socket = %domain_resources.control_socket.display(), "control socket bound");
@@ -234,11 +256,15 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(u8, Op
     if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
         tracing::error!(%error, "could not remove the sandbox");
     }
+    if let Some(task) = sidecar_watch {
+        task.abort();
+    }
     if sidecar_control.is_some() {
         if let Err(error) = sandbox::remove(&podman, &domain_resources.sidecar_name).await {
             tracing::error!(%error, "could not remove the Network Sidecar");
         }
         let _ = std::fs::remove_dir_all(domain_resources.socket_dir.join("sidecar"));
+        let _ = std::fs::remove_dir_all(domain_resources.socket_dir.join("sandbox"));
     }
     if let Some(anchor) = state_anchor {
         match tokio::task::spawn_blocking(move || anchor.unmount()).await {
@@ -276,6 +302,7 @@ impl Drop for StartupCleanup {
         let _ = std::fs::remove_file(&resources.escalation_socket);
         let _ = std::fs::remove_file(&resources.control_socket);
         let _ = std::fs::remove_dir_all(resources.socket_dir.join("sidecar"));
+        let _ = std::fs::remove_dir_all(resources.socket_dir.join("sandbox"));
         let _ =
             std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(&resources.domain_hash, &resources.socket_dir));
         let _ = std::fs::remove_dir(&resources.socket_dir);

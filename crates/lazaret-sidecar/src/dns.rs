@@ -1,0 +1,272 @@
+//! The sandbox's only resolver: a UDP DNS server on 127.0.0.1:53 of the shared network
+//! namespace. It answers `A`/`AAAA` questions for allowlisted names by asking the
+//! upstream resolvers (from sockets marked with [`DNS_MARK`], the only traffic the
+//! upstream rules let through), makes the answered addresses reachable for their TTL,
+//! and refuses everything else without sending anything upstream. Learned addresses
+//! expire in [`expiry_loop`].
+
+use std::collections::BTreeSet;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use lazaret_dns::wire::{encode_error, encode_query, encode_reply, parse_query, parse_response, type_name, MAX_MESSAGE};
+use lazaret_dns::{Question, Rcode, Response};
+use serde_json::json;
+
+use crate::enforcer::Enforcer;
+use crate::events::Events;
+use crate::policy::DNS_MARK;
+
+/// Where the sandbox's `/etc/resolv.conf` points.
+pub const LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 53);
+/// How long one upstream gets to answer.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
+/// Queries handled at once; more are dropped (the client retries).
+const MAX_IN_FLIGHT: usize = 64;
+
+/// What the DNS server, the expiry loop and the control socket share.
+pub struct Shared {
+    pub enforcer: Mutex<Enforcer>,
+    pub events: Events,
+}
+
+impl Shared {
+    pub fn enforcer(&self) -> MutexGuard<'_, Enforcer> {
+        self.enforcer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Serves queries until the process ends; each query on its own thread, so a slow
+/// upstream does not hold the others up.
+pub fn serve(socket: UdpSocket, shared: Arc<Shared>) {
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let mut buffer = vec![0u8; MAX_MESSAGE];
+    loop {
+        let (length, peer) = match socket.recv_from(&mut buffer) {
+            Ok(received) => received,
+            Err(error) => {
+                eprintln!("lazaret-sidecar: dns: receive: {error}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT {
+            continue;
+        }
+        let (packet, shared, in_flight, socket) =
+            (buffer[..length].to_vec(), Arc::clone(&shared), Arc::clone(&in_flight), socket.try_clone());
+        let Ok(socket) = socket else { continue };
+        in_flight.fetch_add(1, Ordering::AcqRel);
+        std::thread::spawn(move || {
+            if let Some(reply) = answer(&packet, &shared) {
+                let _ = socket.send_to(&reply, peer);
+            }
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+}
+
+/// The reply to one packet from the sandbox (`None`: stay silent).
+fn answer(packet: &[u8], shared: &Shared) -> Option<Vec<u8>> {
+    let query = match parse_query(packet) {
+        Ok(query) => query,
+        Err(error) => {
+            shared.events.emit(json!({"event": "dnsRefused", "name": "", "type": "", "reason": "malformed", "message": error.to_string()}));
+            return encode_error(packet, Rcode::FormatError);
+        }
+    };
+    let name = query.question.name();
+    let record_type = type_name(query.question.record_type);
+    let checked = shared.enforcer().state().names.check(&query.question);
+    if let Err(refusal) = checked {
+        eprintln!("lazaret-sidecar: dns: refused {name} {record_type}: {refusal}");
+        shared.events.emit(json!({
+            "event": "dnsRefused", "name": name, "type": record_type, "reason": refusal.code(), "message": refusal.to_string(),
+        }));
+        return Some(encode_reply(&query, Rcode::Refused, &[]));
+    }
+    let upstreams = shared.enforcer().upstreams().to_vec();
+    let response = match resolve(&query.question, &upstreams) {
+        Ok(response) => response,
+        Err(error) => {
+            eprintln!("lazaret-sidecar: dns: {name} {record_type}: {error}");
+            return Some(encode_reply(&query, Rcode::ServerFailure, &[]));
+        }
+    };
+    if response.rcode != Rcode::NoError {
+        let rcode = if response.rcode == Rcode::NameError { Rcode::NameError } else { Rcode::ServerFailure };
+        return Some(encode_reply(&query, rcode, &[]));
+    }
+    let answers = response.addresses();
+    let now = Instant::now();
+    let mut told = Vec::new();
+    let changed = shared.enforcer().change(|state| told = state.learn(&name, &answers, now));
+    if let Err(error) = changed {
+        eprintln!("lazaret-sidecar: dns: cannot open {name}'s addresses: {error}");
+        return Some(encode_reply(&query, Rcode::ServerFailure, &[]));
+    }
+    let addresses: Vec<String> = told.iter().map(|(address, _)| address.to_string()).collect();
+    shared.events.emit(json!({"event": "dnsResolved", "name": name, "type": record_type, "addresses": addresses}));
+    Some(encode_reply(&query, Rcode::NoError, &told))
+}
+
+/// Asks each upstream in turn until one answers.
+fn resolve(question: &Question, upstreams: &[SocketAddr]) -> io::Result<Response> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no upstream resolver is configured");
+    for upstream in upstreams {
+        match ask(question, *upstream) {
+            Ok(response) => return Ok(response),
+            Err(error) => last = io::Error::new(error.kind(), format!("upstream {upstream}: {error}")),
+        }
+    }
+    Err(last)
+}
+
+fn ask(question: &Question, upstream: SocketAddr) -> io::Result<Response> {
+    let socket = marked_socket(upstream)?;
+    let id = random_id()?;
+    socket.send(&encode_query(id, question))?;
+    let deadline = Instant::now() + UPSTREAM_TIMEOUT;
+    let mut buffer = vec![0u8; MAX_MESSAGE];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no answer"));
+        }
+        socket.set_read_timeout(Some(left))?;
+        let length = match socket.recv(&mut buffer) {
+            Ok(length) => length,
+            Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "no answer"));
+            }
+            Err(error) => return Err(error),
+        };
+        // Anything that is not the answer to this question under this id is ignored.
+        if let Ok(response) = parse_response(&buffer[..length], id, question) {
+            return Ok(response);
+        }
+    }
+}
+
+/// A UDP socket connected to `upstream` whose packets carry [`DNS_MARK`].
+fn marked_socket(upstream: SocketAddr) -> io::Result<UdpSocket> {
+    let any: SocketAddr = match upstream {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let socket = UdpSocket::bind(any)?;
+    let mark: libc::c_uint = DNS_MARK;
+    // SAFETY: setsockopt reads `size_of::<c_uint>()` bytes from a live local; the fd is
+    // owned by `socket` for the whole call.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MARK,
+            (&mark as *const libc::c_uint).cast(),
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    socket.connect(upstream)?;
+    Ok(socket)
+}
+
+fn random_id() -> io::Result<u16> {
+    let mut bytes = [0u8; 2];
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into the live local buffer.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if got != bytes.len() as isize {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u16::from_ne_bytes(bytes))
+}
+
+/// Forgets learned addresses whose time ran out and that no TCP connection in this
+/// namespace uses any more. Checks once a second.
+pub fn expiry_loop(shared: Arc<Shared>) {
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = Instant::now();
+        let mut enforcer = shared.enforcer();
+        if enforcer.state().next_expiry().is_none_or(|expiry| expiry > now) {
+            continue;
+        }
+        let in_use = connected_addresses();
+        let mut forgot = false;
+        let result = enforcer.change(|state| forgot = state.expire(now, &in_use));
+        if let Err(error) = result {
+            eprintln!("lazaret-sidecar: expiring learned addresses: {error}");
+        } else if forgot {
+            eprintln!("lazaret-sidecar: learned addresses expired");
+        }
+    }
+}
+
+/// Remote addresses of this namespace's TCP sockets that are not listening or closed
+/// (the sandbox's sockets are host sockets here: runsc's hostinet).
+fn connected_addresses() -> BTreeSet<IpAddr> {
+    let mut out = BTreeSet::new();
+    for path in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            out.extend(parse_proc_net_tcp(&text));
+        }
+    }
+    out
+}
+
+/// Parses `/proc/net/tcp{,6}`: the remote address of every socket whose state is not
+/// LISTEN (0A) or CLOSE (07).
+fn parse_proc_net_tcp(text: &str) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(remote), Some(state)) = (fields.get(2), fields.get(3)) else { continue };
+        if *state == "0A" || *state == "07" {
+            continue;
+        }
+        let Some((address, _port)) = remote.split_once(':') else { continue };
+        if let Some(address) = parse_proc_address(address) {
+            out.push(address);
+        }
+    }
+    out
+}
+
+/// `/proc/net/tcp` writes addresses as 32-bit words in host byte order, in hex.
+fn parse_proc_address(hex: &str) -> Option<IpAddr> {
+    let words: Vec<u32> =
+        (0..hex.len() / 8).map(|i| hex.get(i * 8..i * 8 + 8).and_then(|w| u32::from_str_radix(w, 16).ok())).collect::<Option<_>>()?;
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    match bytes.len() {
+        4 => Some(IpAddr::V4(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]))),
+        16 => {
+            let mut octets = [0u8; 16];
+            octets.copy_from_slice(&bytes);
+            Some(IpAddr::V6(Ipv6Addr::from(octets)))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_net_tcp_yields_connected_remotes() {
+        let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+           0: 0100007F:0035 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n\
+           1: 0305D50A:AC2A 0B05D50A:1F90 01 00000000:00000000 00:00000000 00000000     0        0 2\n\
+           2: 0305D50A:AC2B 0C05D50A:1F90 07 00000000:00000000 00:00000000 00000000     0        0 3\n";
+        assert_eq!(parse_proc_net_tcp(text), vec!["10.213.5.11".parse::<IpAddr>().unwrap()]);
+        let six = "sl local rem st\n 0: 00000000000000000000000000000000:0035 0000FDFD000000000000000001000000:1F90 01 0\n";
+        assert_eq!(parse_proc_net_tcp(six), vec!["fdfd::1".parse::<IpAddr>().unwrap()]);
+    }
+}

@@ -1,0 +1,321 @@
+//! The egress policy and the kernel it lives in: the CIDR entries, the DNS name
+//! patterns, the addresses learned from answers to allowed names (each until its
+//! TTL runs out and no connection uses it), and the upstream resolvers only the
+//! sidecar's marked sockets may reach. Every change is reconciled into the
+//! kernel's policy rules at once, or not at all.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use lazaret_dns::NamePolicy;
+use serde_json::{json, Value};
+
+use crate::control::Entry;
+use crate::policy::{diff, guard_rules, sort_rules, Cidr, Policy, RuleSpec, Verdict, DNS_MARK, UPSTREAM_PRIORITY};
+use crate::rtnl::Rtnl;
+
+/// Shortest time an answered address stays reachable, whatever the TTL said: a
+/// connection made right after the answer must not lose its route at once.
+pub const MIN_ROUTE_SECONDS: u32 = 60;
+/// Longest time an answered address stays reachable without a new answer.
+pub const MAX_ROUTE_SECONDS: u32 = 86_400;
+
+/// An address reachable because an allowed name resolved to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Learned {
+    pub names: BTreeSet<String>,
+    pub expires: Instant,
+}
+
+/// Everything the kernel rules are made from.
+#[derive(Clone, Debug, Default)]
+pub struct State {
+    pub cidrs: Policy,
+    pub names: NamePolicy,
+    pub learned: BTreeMap<IpAddr, Learned>,
+}
+
+impl State {
+    /// The rules this state needs, upstream rules included (guard rules not).
+    pub fn rules(&self, upstreams: &[SocketAddr]) -> Vec<RuleSpec> {
+        let mut policy = self.cidrs.clone();
+        for address in self.learned.keys() {
+            if !self.cidrs.denies_explicitly(*address) {
+                policy.allow(Cidr::host(*address));
+            }
+        }
+        let mut rules = policy.rules();
+        for upstream in upstreams {
+            let rule = RuleSpec {
+                dst: Cidr::host(upstream.ip()),
+                verdict: Verdict::Allow,
+                priority: UPSTREAM_PRIORITY,
+                mark: DNS_MARK,
+                local_only: false,
+            };
+            if !rules.contains(&rule) {
+                rules.push(rule);
+            }
+        }
+        sort_rules(&mut rules);
+        rules
+    }
+
+    /// Drops learned names that the name policy no longer allows, and addresses left
+    /// without a name.
+    fn forget_disallowed(&mut self) {
+        let names = &self.names;
+        for learned in self.learned.values_mut() {
+            learned.names.retain(|name| names.check_name(name).is_ok());
+        }
+        self.learned.retain(|_, learned| !learned.names.is_empty());
+    }
+
+    /// Records that `name` resolved to `answers` at `now`. Returns what the client is
+    /// told: the addresses that became reachable, each with the seconds it stays so.
+    /// Addresses an explicit CIDR deny covers, and addresses that are never a remote
+    /// host (loopback, link-local, multicast, unspecified, broadcast), are left out.
+    pub fn learn(&mut self, name: &str, answers: &[(IpAddr, u32)], now: Instant) -> Vec<(IpAddr, u32)> {
+        let mut told = Vec::new();
+        for (address, ttl) in answers {
+            if !is_remote_unicast(address) || self.cidrs.denies_explicitly(*address) {
+                continue;
+            }
+            let lifetime = Duration::from_secs(u64::from((*ttl).clamp(MIN_ROUTE_SECONDS, MAX_ROUTE_SECONDS)));
+            let learned = self.learned.entry(*address).or_insert_with(|| Learned { names: BTreeSet::new(), expires: now });
+            learned.names.insert(name.to_owned());
+            learned.expires = learned.expires.max(now + lifetime);
+            told.push((*address, learned.expires.saturating_duration_since(now).as_secs() as u32));
+        }
+        told
+    }
+
+    /// Forgets addresses whose time ran out, unless a connection still uses them.
+    /// Returns whether anything was forgotten.
+    pub fn expire(&mut self, now: Instant, in_use: &BTreeSet<IpAddr>) -> bool {
+        let before = self.learned.len();
+        self.learned.retain(|address, learned| learned.expires > now || in_use.contains(address));
+        self.learned.len() != before
+    }
+
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.learned.values().map(|learned| learned.expires).min()
+    }
+}
+
+/// Not loopback, link-local, multicast, unspecified or broadcast: something a name
+/// may legitimately stand for. (A name answered with 169.254.169.254 must not open
+/// the cloud metadata service.)
+fn is_remote_unicast(address: &IpAddr) -> bool {
+    match address {
+        IpAddr::V4(v4) => !(v4.is_loopback() || v4.is_link_local() || v4.is_multicast() || v4.is_unspecified() || v4.is_broadcast()),
+        IpAddr::V6(v6) => {
+            if let Some(mapped) = v6.to_ipv4_mapped() {
+                return is_remote_unicast(&IpAddr::V4(mapped));
+            }
+            let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
+            !(v6.is_loopback() || v6.is_multicast() || v6.is_unspecified() || link_local)
+        }
+    }
+}
+
+/// The state and the kernel it is enforced in.
+pub struct Enforcer {
+    rtnl: Rtnl,
+    state: State,
+    upstreams: Vec<SocketAddr>,
+    /// Broadcast and multicast guard (fixed for the sidecar's life).
+    guard: Vec<RuleSpec>,
+}
+
+impl Enforcer {
+    /// Installs `state` (with the upstream and guard rules) in this namespace, then
+    /// retires the kernel's priority-0 `lookup local` rule that the guard replaces.
+    pub fn start(mut rtnl: Rtnl, state: State, upstreams: Vec<SocketAddr>) -> io::Result<(Enforcer, usize)> {
+        let guard = guard_rules(&rtnl.ipv4_broadcasts()?);
+        let mut enforcer = Enforcer { rtnl, state: State::default(), upstreams, guard };
+        let rules = enforcer.change(|current| *current = state)?;
+        enforcer.rtnl.delete_priority_zero_local_rules()?;
+        Ok((enforcer, rules))
+    }
+
+    fn desired(&self) -> Vec<RuleSpec> {
+        let mut rules = self.state.rules(&self.upstreams);
+        rules.extend(self.guard.iter().copied());
+        sort_rules(&mut rules);
+        rules
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    pub fn upstreams(&self) -> &[SocketAddr] {
+        &self.upstreams
+    }
+
+    /// Applies `edit` to the state and makes the kernel hold its rules. On failure the
+    /// previous state (and its rules) is put back.
+    pub fn change<R>(&mut self, edit: impl FnOnce(&mut State) -> R) -> io::Result<usize> {
+        let previous = self.state.clone();
+        edit(&mut self.state);
+        self.state.forget_disallowed();
+        match self.reconcile(&self.desired()) {
+            Ok(rules) => Ok(rules),
+            Err(error) => {
+                self.state = previous;
+                if let Err(error) = self.reconcile(&self.desired()) {
+                    eprintln!("lazaret-sidecar: could not restore the previous policy: {error}");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Adds go first (denies before allows), then deletes (allows before denies), so
+    /// that no step is more open than both the old and the new policy.
+    fn reconcile(&mut self, desired: &[RuleSpec]) -> io::Result<usize> {
+        let current = self.rtnl.dump_rules()?;
+        let (mut add, mut del) = diff(&current, desired);
+        add.sort_by_key(|r| r.verdict == Verdict::Allow);
+        del.sort_by_key(|r| r.verdict != Verdict::Allow);
+        for rule in &add {
+            self.rtnl.add_rule(rule).map_err(|e| io::Error::new(e.kind(), format!("adding rule {rule}: {e}")))?;
+        }
+        for rule in &del {
+            match self.rtnl.del_rule(rule) {
+                Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
+                    return Err(io::Error::new(e.kind(), format!("deleting rule {rule}: {e}")));
+                }
+                _ => {}
+            }
+        }
+        let now = self.rtnl.dump_rules()?;
+        let mut want = desired.to_vec();
+        sort_rules(&mut want);
+        if now != want {
+            return Err(io::Error::other(format!("kernel holds {} rules of ours, expected {}", now.len(), want.len())));
+        }
+        Ok(now.len())
+    }
+
+    /// Allows or denies entries (CIDRs and names).
+    pub fn apply_entries(&mut self, entries: &[Entry], allow: bool) -> io::Result<usize> {
+        self.change(|state| {
+            for entry in entries {
+                match (entry, allow) {
+                    (Entry::Cidr(c), true) => state.cidrs.allow(*c),
+                    (Entry::Cidr(c), false) => state.cidrs.deny(*c),
+                    (Entry::Name(n), true) => state.names.allow(n.clone()),
+                    (Entry::Name(n), false) => state.names.deny(n.clone()),
+                }
+            }
+        })
+    }
+
+    /// The policy in force, as the control protocol reports it.
+    pub fn snapshot(&self, rules: usize, now: Instant) -> Value {
+        let state = &self.state;
+        let mut allow: Vec<String> = state.cidrs.listed(Verdict::Allow).iter().map(|c| c.to_string()).collect();
+        allow.extend(state.names.allowed().map(|n| n.to_string()));
+        let mut deny: Vec<String> = state.cidrs.listed(Verdict::Deny).iter().map(|c| c.to_string()).collect();
+        deny.extend(state.names.denied().map(|n| n.to_string()));
+        let learned: Vec<Value> = state
+            .learned
+            .iter()
+            .map(|(address, learned)| {
+                json!({
+                    "address": address.to_string(),
+                    "names": learned.names,
+                    "expiresInSeconds": learned.expires.saturating_duration_since(now).as_secs(),
+                })
+            })
+            .collect();
+        let upstreams: Vec<String> = self.upstreams.iter().map(|u| u.to_string()).collect();
+        json!({"ok": true, "allow": allow, "deny": deny, "learned": learned, "upstreams": upstreams, "rules": rules})
+    }
+
+    /// How many of our rules the kernel holds now.
+    pub fn rule_count(&mut self) -> io::Result<usize> {
+        Ok(self.rtnl.dump_rules()?.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lazaret_dns::NamePattern;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    fn state_with_name(pattern: &str) -> State {
+        let mut state = State::default();
+        state.names.allow(NamePattern::parse(pattern).unwrap());
+        state
+    }
+
+    #[test]
+    fn answers_become_host_rules_for_their_ttl_with_a_floor() {
+        let mut state = state_with_name("*.allowed.test");
+        let now = Instant::now();
+        let told = state.learn("www.allowed.test", &[(ip("10.213.0.11"), 5), (ip("10.213.0.12"), 600)], now);
+        assert_eq!(told, vec![(ip("10.213.0.11"), MIN_ROUTE_SECONDS), (ip("10.213.0.12"), 600)]);
+        let rules: Vec<String> = state.rules(&[]).iter().map(|r| r.to_string()).collect();
+        assert!(rules.contains(&"10000: to 10.213.0.11/32 lookup main".to_owned()), "{rules:?}");
+        // Still in use: kept past its time; then forgotten.
+        let later = now + Duration::from_secs(u64::from(MIN_ROUTE_SECONDS) + 1);
+        assert!(!state.expire(later, &BTreeSet::from([ip("10.213.0.11")])));
+        assert!(state.expire(later, &BTreeSet::new()));
+        assert_eq!(state.learned.keys().copied().collect::<Vec<_>>(), vec![ip("10.213.0.12")]);
+        assert_eq!(state.next_expiry(), Some(now + Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn explicit_denies_and_special_addresses_are_never_learned() {
+        let mut state = state_with_name("allowed.test");
+        state.cidrs.allow(Cidr::parse("10.0.0.0/8").unwrap());
+        state.cidrs.deny(Cidr::parse("10.9.0.0/16").unwrap());
+        let answers = [
+            (ip("10.9.0.1"), 60),
+            (ip("127.0.0.1"), 60),
+            (ip("169.254.169.254"), 60),
+            (ip("224.0.0.1"), 60),
+            (ip("255.255.255.255"), 60),
+            (ip("0.0.0.0"), 60),
+            (ip("fe80::1"), 60),
+            (ip("::ffff:169.254.169.254"), 60),
+            (ip("ff02::1"), 60),
+            (ip("10.213.0.11"), 60),
+        ];
+        let told = state.learn("allowed.test", &answers, Instant::now());
+        assert_eq!(told, vec![(ip("10.213.0.11"), 60)]);
+    }
+
+    #[test]
+    fn denying_a_name_forgets_its_addresses() {
+        let mut state = state_with_name("*.allowed.test");
+        state.names.allow(NamePattern::parse("other.test").unwrap());
+        let now = Instant::now();
+        state.learn("a.allowed.test", &[(ip("10.213.0.11"), 60)], now);
+        state.learn("other.test", &[(ip("10.213.0.11"), 60), (ip("10.213.0.12"), 60)], now);
+        state.names.deny(NamePattern::parse("other.test").unwrap());
+        state.forget_disallowed();
+        assert_eq!(state.learned.keys().copied().collect::<Vec<_>>(), vec![ip("10.213.0.11")]);
+        assert_eq!(state.learned[&ip("10.213.0.11")].names, BTreeSet::from(["a.allowed.test".to_owned()]));
+    }
+
+    #[test]
+    fn upstream_rules_are_marked_and_come_first() {
+        let state = State::default();
+        let rules = state.rules(&["10.213.0.53:53".parse().unwrap()]);
+        let text: Vec<String> = rules.iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            text,
+            ["9000: fwmark 0x4c5a0053 to 10.213.0.53/32 lookup main", "20000: to 0.0.0.0/0 prohibit", "20000: to ::/0 prohibit"]
+        );
+    }
+}

@@ -1,0 +1,99 @@
+//! Events for watchers on the control socket (the coordinator): one JSON object per
+//! line. A sandbox can send refused queries as fast as it likes, so events are
+//! rate limited (a token bucket); what the limit drops is counted and reported in
+//! the next event as `suppressed`. A slow watcher loses events rather than slowing
+//! DNS down.
+
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+/// Events per second a watcher may get on average.
+const EVENTS_PER_SECOND: f64 = 20.0;
+/// Burst allowance.
+const EVENT_BURST: f64 = 50.0;
+/// Lines queued per watcher before new ones are dropped.
+const WATCHER_QUEUE: usize = 256;
+
+struct Bucket {
+    tokens: f64,
+    refilled: Instant,
+    suppressed: u64,
+}
+
+pub struct Events {
+    watchers: Mutex<Vec<SyncSender<String>>>,
+    bucket: Mutex<Bucket>,
+}
+
+impl Events {
+    pub fn new() -> Events {
+        Events {
+            watchers: Mutex::new(Vec::new()),
+            bucket: Mutex::new(Bucket { tokens: EVENT_BURST, refilled: Instant::now(), suppressed: 0 }),
+        }
+    }
+
+    /// A new watcher: the lines it will get.
+    pub fn watch(&self) -> Receiver<String> {
+        let (sender, receiver) = sync_channel(WATCHER_QUEUE);
+        lock(&self.watchers).push(sender);
+        receiver
+    }
+
+    /// Sends `event` to every watcher, if the rate allows.
+    pub fn emit(&self, mut event: Value) {
+        {
+            let mut bucket = lock(&self.bucket);
+            let now = Instant::now();
+            let refill = now.duration_since(bucket.refilled).as_secs_f64() * EVENTS_PER_SECOND;
+            bucket.tokens = (bucket.tokens + refill).min(EVENT_BURST);
+            bucket.refilled = now;
+            if bucket.tokens < 1.0 {
+                bucket.suppressed += 1;
+                return;
+            }
+            bucket.tokens -= 1.0;
+            if bucket.suppressed > 0 {
+                event["suppressed"] = json!(bucket.suppressed);
+                bucket.suppressed = 0;
+            }
+        }
+        let line = event.to_string();
+        lock(&self.watchers).retain(|watcher| !matches!(watcher.try_send(line.clone()), Err(TrySendError::Disconnected(_))));
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floods_are_limited_and_counted() {
+        let events = Events::new();
+        let receiver = events.watch();
+        for n in 0..200 {
+            events.emit(json!({"event": "dnsRefused", "n": n}));
+        }
+        let delivered: Vec<String> = receiver.try_iter().collect();
+        assert!(delivered.len() >= EVENT_BURST as usize && delivered.len() < 60, "{}", delivered.len());
+        std::thread::sleep(std::time::Duration::from_millis(120));
+        events.emit(json!({"event": "dnsRefused"}));
+        let next: Value = serde_json::from_str(&receiver.try_recv().unwrap()).unwrap();
+        assert!(next["suppressed"].as_u64().unwrap() > 100, "{next}");
+    }
+
+    #[test]
+    fn gone_watchers_are_dropped() {
+        let events = Events::new();
+        drop(events.watch());
+        events.emit(json!({"event": "x"}));
+        assert!(lock(&events.watchers).is_empty());
+    }
+}

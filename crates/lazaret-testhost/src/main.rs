@@ -1,0 +1,263 @@
+//! `lazaret-testhost`: the hosts the end-to-end network tests and benchmarks create
+//! for themselves on internal podman networks, and a probe they run inside the sandbox.
+//! Static (musl), so it runs in any container image; never part of a release.
+//!
+//! - `dns PORT NAME=ADDRESS...`: an authoritative DNS server on 0.0.0.0:PORT (UDP). It
+//!   prints `question NAME TYPE` for every question it gets, so a test can show that a
+//!   refused question never arrived. A-/AAAA-records from the arguments (TTL 300);
+//!   names it does not know get NXDOMAIN; other types an empty answer.
+//! - `sink PORT`: a TCP server for the benchmark: reads each connection to its end, then
+//!   answers one byte.
+//! - `bench ADDRESS PORT CONNECTIONS BYTES`: from inside a sandbox, times CONNECTIONS
+//!   TCP connects (handshake only) and one BYTES-long upload (until the sink's byte
+//!   comes back); prints `connect_us_p50=... connect_us_p99=... mbit_per_s=...`.
+//! - `mark-connect ADDRESS PORT MARK`: sets SO_MARK=MARK on a TCP socket, then
+//!   connects; prints `mark=ok|<error> connect=ok|<error>`.
+//! - `udp-listen PORT`: prints `got FROM` for every datagram on port PORT (IPv4 and IPv6,
+//!   broadcast and all-hosts multicast included).
+//! - `udp-send ADDRESS PORT [INTERFACE]`: sends one datagram with SO_BROADCAST set; for
+//!   an IPv4 multicast ADDRESS with INTERFACE, chooses it with IP_MULTICAST_IF (skipping
+//!   the routing rules' usual path), for IPv6 uses it as the scope; prints
+//!   `send=ok|<error>`.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use lazaret_dns::wire::{encode_error, encode_reply, parse_query, type_name, TYPE_A, TYPE_AAAA};
+use lazaret_dns::Rcode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("dns") => dns(&args[1..]),
+        Some("sink") => sink(&args[1..]),
+        Some("bench") => bench(&args[1..]),
+        Some("mark-connect") => mark_connect(&args[1..]),
+        Some("udp-listen") => udp_listen(&args[1..]),
+        Some("udp-send") => udp_send(&args[1..]),
+        _ => Err("usage: lazaret-testhost dns|sink|bench|mark-connect ... (see the source)".to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("lazaret-testhost: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], index: usize, what: &str) -> Result<T, String> {
+    args.get(index).and_then(|text| text.parse().ok()).ok_or(format!("missing or bad {what}"))
+}
+
+fn dns(args: &[String]) -> Result<(), String> {
+    let port: u16 = arg(args, 0, "PORT")?;
+    let mut records: Vec<(String, IpAddr)> = Vec::new();
+    for record in &args[1..] {
+        let (name, address) = record.split_once('=').ok_or(format!("{record:?} is not NAME=ADDRESS"))?;
+        records.push((name.to_ascii_lowercase(), address.parse().map_err(|_| format!("bad address in {record:?}"))?));
+    }
+    let socket = UdpSocket::bind(("0.0.0.0", port)).map_err(|e| format!("bind: {e}"))?;
+    println!("listening");
+    let mut buffer = [0u8; 4096];
+    loop {
+        let Ok((length, peer)) = socket.recv_from(&mut buffer) else { continue };
+        let packet = &buffer[..length];
+        let reply = match parse_query(packet) {
+            Ok(query) => {
+                let name = query.question.name();
+                println!("question {name} {}", type_name(query.question.record_type));
+                let _ = std::io::stdout().flush();
+                let known: Vec<(IpAddr, u32)> = records.iter().filter(|(n, _)| *n == name).map(|(_, a)| (*a, 300)).collect();
+                if known.is_empty() {
+                    Some(encode_reply(&query, Rcode::NameError, &[]))
+                } else if matches!(query.question.record_type, TYPE_A | TYPE_AAAA) {
+                    Some(encode_reply(&query, Rcode::NoError, &known))
+                } else {
+                    Some(encode_reply(&query, Rcode::NoError, &[]))
+                }
+            }
+            Err(_) => encode_error(packet, Rcode::FormatError),
+        };
+        if let Some(reply) = reply {
+            let _ = socket.send_to(&reply, peer);
+        }
+    }
+}
+
+fn sink(args: &[String]) -> Result<(), String> {
+    let port: u16 = arg(args, 0, "PORT")?;
+    let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| format!("bind: {e}"))?;
+    println!("listening");
+    for stream in listener.incoming().flatten() {
+        std::thread::spawn(move || {
+            let mut stream = stream;
+            let mut buffer = vec![0u8; 256 * 1024];
+            while let Ok(n) = stream.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+            }
+            let _ = stream.write_all(b"k");
+        });
+    }
+    Ok(())
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    let address: IpAddr = arg(args, 0, "ADDRESS")?;
+    let port: u16 = arg(args, 1, "PORT")?;
+    let connections: usize = arg(args, 2, "CONNECTIONS")?;
+    let bytes: usize = arg(args, 3, "BYTES")?;
+    let target = SocketAddr::new(address, port);
+    let mut connect_times = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        let started = Instant::now();
+        let stream = TcpStream::connect_timeout(&target, Duration::from_secs(5)).map_err(|e| format!("connect: {e}"))?;
+        connect_times.push(started.elapsed().as_micros() as u64);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+    }
+    connect_times.sort_unstable();
+    let percentile = |p: usize| connect_times.get((connect_times.len() * p / 100).min(connect_times.len().saturating_sub(1))).copied();
+    let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(5)).map_err(|e| format!("connect: {e}"))?;
+    let chunk = vec![0x5au8; 256 * 1024];
+    let started = Instant::now();
+    let mut sent = 0;
+    while sent < bytes {
+        let n = chunk.len().min(bytes - sent);
+        stream.write_all(&chunk[..n]).map_err(|e| format!("send: {e}"))?;
+        sent += n;
+    }
+    stream.shutdown(std::net::Shutdown::Write).map_err(|e| format!("shutdown: {e}"))?;
+    let mut ack = [0u8; 1];
+    stream.read_exact(&mut ack).map_err(|e| format!("ack: {e}"))?;
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "connect_us_p50={} connect_us_p99={} mbit_per_s={:.1}",
+        percentile(50).unwrap_or(0),
+        percentile(99).unwrap_or(0),
+        bytes as f64 * 8.0 / seconds / 1e6
+    );
+    Ok(())
+}
+
+fn mark_connect(args: &[String]) -> Result<(), String> {
+    let address: IpAddr = arg(args, 0, "ADDRESS")?;
+    let port: u16 = arg(args, 1, "PORT")?;
+    let text: String = arg(args, 2, "MARK")?;
+    let mark = u32::from_str_radix(text.trim_start_matches("0x"), 16).map_err(|_| format!("bad MARK {text:?} (hex)"))?;
+    let domain = if address.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    // SAFETY: socket() takes no pointers; the returned descriptor is owned below.
+    let fd = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(format!("socket: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fd is a fresh socket that nothing else owns; TcpStream closes it on drop.
+    let stream = unsafe { <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: setsockopt reads size_of::<u32>() bytes from a live local.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MARK,
+            (&mark as *const u32).cast(),
+            std::mem::size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    let marked = if rc == 0 { "ok".to_owned() } else { format!("{}", std::io::Error::last_os_error()).replace(' ', "_") };
+    let connected = connect(&stream, SocketAddr::new(address, port));
+    println!("mark={marked} connect={connected}");
+    Ok(())
+}
+
+fn udp_listen(args: &[String]) -> Result<(), String> {
+    let port: u16 = arg(args, 0, "PORT")?;
+    let socket = UdpSocket::bind(("::", port)).map_err(|e| format!("bind: {e}"))?;
+    println!("listening");
+    let _ = std::io::stdout().flush();
+    let mut buffer = [0u8; 2048];
+    loop {
+        if let Ok((_, from)) = socket.recv_from(&mut buffer) {
+            println!("got {from}");
+            let _ = std::io::stdout().flush();
+        }
+    }
+}
+
+fn udp_send(args: &[String]) -> Result<(), String> {
+    let address: IpAddr = arg(args, 0, "ADDRESS")?;
+    let port: u16 = arg(args, 1, "PORT")?;
+    let interface = args.get(2).map(|name| std::ffi::CString::new(name.as_str()).map_err(|_| "bad INTERFACE".to_owned())).transpose()?;
+    // SAFETY: if_nametoindex reads a NUL-terminated string that outlives the call.
+    let index = interface.as_ref().map(|name| unsafe { libc::if_nametoindex(name.as_ptr()) }).unwrap_or(0);
+    let socket = UdpSocket::bind(if address.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).map_err(|e| format!("bind: {e}"))?;
+    let _ = socket.set_broadcast(true);
+    let mut target = SocketAddr::new(address, port);
+    match (&mut target, index) {
+        (SocketAddr::V6(v6), index) if index != 0 => v6.set_scope_id(index),
+        (SocketAddr::V4(_), index) if index != 0 => {
+            let request = libc::ip_mreqn {
+                imr_multiaddr: libc::in_addr { s_addr: 0 },
+                imr_address: libc::in_addr { s_addr: 0 },
+                imr_ifindex: index as libc::c_int,
+            };
+            // SAFETY: setsockopt reads size_of::<ip_mreqn>() bytes from a live local.
+            let rc = unsafe {
+                libc::setsockopt(
+                    socket.as_raw_fd(),
+                    libc::IPPROTO_IP,
+                    libc::IP_MULTICAST_IF,
+                    (&request as *const libc::ip_mreqn).cast(),
+                    std::mem::size_of::<libc::ip_mreqn>() as libc::socklen_t,
+                )
+            };
+            if rc != 0 {
+                println!("multicast_if={}", std::io::Error::last_os_error().to_string().replace(' ', "_"));
+            }
+        }
+        _ => {}
+    }
+    let sent = match socket.send_to(b"lazaret-probe", target) {
+        Ok(_) => "ok".to_owned(),
+        Err(error) => error.to_string().replace(' ', "_"),
+    };
+    println!("send={sent}");
+    Ok(())
+}
+
+fn connect(stream: &TcpStream, target: SocketAddr) -> String {
+    let (storage, length) = socket_address(target);
+    // SAFETY: storage is a properly initialised sockaddr of `length` bytes that outlives the call.
+    let rc = unsafe { libc::connect(stream.as_raw_fd(), (&storage as *const libc::sockaddr_storage).cast(), length) };
+    if rc == 0 {
+        "ok".to_owned()
+    } else {
+        format!("{}", std::io::Error::last_os_error()).replace(' ', "_")
+    }
+}
+
+fn socket_address(target: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data for which all-zero bytes are valid.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match target {
+        SocketAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let sin = unsafe { &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = v4.port().to_be();
+            sin.sin_addr.s_addr = u32::from_ne_bytes(v4.ip().octets());
+            (storage, std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = v6.port().to_be();
+            sin6.sin6_addr.s6_addr = v6.ip().octets();
+            (storage, std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+        }
+    }
+}
