@@ -486,3 +486,50 @@ fn the_sandbox_cannot_broadcast_or_multicast_on_its_link() {
     let heard = network.log(13);
     assert!(!heard.contains("got"), "the neighbour heard the sandbox: {heard}");
 }
+
+#[test]
+fn the_sidecar_enforces_names_and_addresses_rootless() {
+    let Some(user) = RootlessUser::from_environment() else {
+        eprintln!("skipped: LAZARET_TEST_ROOTLESS_USER is not set (tests/run sets it when run as root)");
+        return;
+    };
+    let _guard = sandbox_guard();
+    let lazaret = user.lazaret();
+    let testhost = user.helper("lazaret-testhost");
+    let build = user.run(&format!("{lazaret} image build"));
+    assert!(build.status.success(), "{}", stderr(&build));
+    // The user's own internal network, hosts and DNS authority (rootless
+    // podman keeps them in the user's network namespace).
+    let name = format!("lzt-rl-{}", std::process::id());
+    let hosts = format!(
+        "set -e; podman network create --internal --subnet 10.213.230.0/24 {name} >/dev/null; \
+         for h in 11 12; do podman run -d --name {name}-h$h {limits} --network {name} --ip 10.213.230.$h {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null; done; \
+         podman run -d --name {name}-dns {limits} --network {name} --ip 10.213.230.53 --volume={testhost}:/testhost:ro {DEFAULT_IMAGE} \
+           /testhost dns 53 allowed.test=10.213.230.11 >/dev/null",
+        limits = PODMAN_LIMITS.join(" ")
+    );
+    let cleanup =
+        format!("podman rm -f -t 0 {name}-h11 {name}-h12 {name}-dns >/dev/null 2>&1; podman network rm -f {name} >/dev/null 2>&1; true");
+    let created = user.run(&hosts);
+    if !created.status.success() {
+        user.run(&cleanup);
+        panic!("rootless test network: {}", stderr(&created));
+    }
+    let config = format!("{}/lzt-net-config", user.home);
+    let workspace = format!("{}/lzt-net-workspace", user.home);
+    let setup = format!(
+        "rm -rf {config} {workspace} && mkdir -p {config}/lazaret {workspace} && \
+         printf '[network]\\npodman_network = \"{name}\"\\nallow_egress = [\"allowed.test\"]\\ndns_upstream = [\"10.213.230.53\"]\\n' > {config}/lazaret/config.toml && \
+         cd {workspace} && git init -q && git -c user.name=u -c user.email=u@x commit -q --allow-empty -m init"
+    );
+    assert!(user.run(&setup).status.success());
+    let script = "nc -z -w 2 allowed.test 8080; echo name=$?; nc -z -w 2 10.213.230.12 8080; echo other=$?; \
+                  busybox nslookup other.test 2>&1 | grep -c REFUSED; nc -z -w 2 10.213.230.53 53; echo upstream=$?";
+    let output = user.run(&format!("{lazaret} --config {config}/lazaret/config.toml run --workspace {workspace} -- sh -c '{script}'"));
+    let questions = stdout(&user.run(&format!("podman logs {name}-dns")));
+    user.run(&cleanup);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}{}", stderr(&output));
+    assert_eq!(text, "name=0\nother=1\n2\nupstream=1\n", "rootless: the name resolves and connects, nothing else does");
+    assert!(questions.contains("question allowed.test A") && !questions.contains("other.test"), "{questions}");
+}

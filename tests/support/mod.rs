@@ -204,12 +204,19 @@ impl RootlessUser {
         let bin = tempfile::Builder::new().prefix("lzt-rootless").tempdir_in("/tmp").expect("tempdir");
         std::fs::set_permissions(bin.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
         std::fs::copy(env!("CARGO_BIN_EXE_lazaret"), bin.path().join("lazaret")).expect("copy");
-        std::fs::copy(static_helper("lazaret-escalate"), bin.path().join("lazaret-escalate")).expect("copy helper");
+        for helper in ["lazaret-escalate", "lazaret-sidecar", "lazaret-testhost"] {
+            std::fs::copy(static_helper(helper), bin.path().join(helper)).expect("copy helper");
+        }
         Some(RootlessUser { name, uid: fields[2].clone(), home: fields[5].clone(), bin })
     }
 
     pub fn lazaret(&self) -> String {
         self.bin.path().join("lazaret").display().to_string()
+    }
+
+    /// A binary copied next to `lazaret` (the static helpers).
+    pub fn helper(&self, name: &str) -> String {
+        self.bin.path().join(name).display().to_string()
     }
 
     /// Runs `script` with `sh -c` as the user, in a clean login-like environment.
