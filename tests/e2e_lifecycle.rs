@@ -389,10 +389,7 @@ fn nix_uid() -> u32 {
 /// `scripts/setup-rootless-user`, which `tests/run` calls as root).
 #[test]
 fn rootless_run_works_for_an_ordinary_user() {
-    let Some(user) = RootlessUser::from_environment() else {
-        eprintln!("skipped: LAZARET_TEST_ROOTLESS_USER is not set (tests/run sets it when run as root)");
-        return;
-    };
+    let Some(user) = RootlessUser::from_environment_or_say_skipped() else { return };
     let _guard = sandbox_guard();
     let (uid, home) = (user.uid.clone(), user.home.clone());
     let lazaret = std::path::PathBuf::from(user.lazaret());

@@ -489,10 +489,7 @@ fn the_sandbox_cannot_broadcast_or_multicast_on_its_link() {
 
 #[test]
 fn the_sidecar_enforces_names_and_addresses_rootless() {
-    let Some(user) = RootlessUser::from_environment() else {
-        eprintln!("skipped: LAZARET_TEST_ROOTLESS_USER is not set (tests/run sets it when run as root)");
-        return;
-    };
+    let Some(user) = RootlessUser::from_environment_or_say_skipped() else { return };
     let _guard = sandbox_guard();
     let lazaret = user.lazaret();
     let testhost = user.helper("lazaret-testhost");

@@ -211,10 +211,7 @@ fn nothing_stays_mounted_after_sigint_or_a_killed_coordinator() {
 
 #[test]
 fn persistent_directories_work_rootless() {
-    let Some(user) = RootlessUser::from_environment() else {
-        eprintln!("skipped: LAZARET_TEST_ROOTLESS_USER is not set (tests/run sets it when run as root)");
-        return;
-    };
+    let Some(user) = RootlessUser::from_environment_or_say_skipped() else { return };
     let _guard = sandbox_guard();
     let config = format!("{}/lzt-state-config", user.home);
     let workspace = format!("{}/lzt-state-workspace", user.home);

@@ -210,6 +210,16 @@ impl RootlessUser {
         Some(RootlessUser { name, uid: fields[2].clone(), home: fields[5].clone(), bin })
     }
 
+    /// As [`RootlessUser::from_environment`], saying on stderr when the
+    /// rootless tests are skipped (`tests/run` always sets the user as root).
+    pub fn from_environment_or_say_skipped() -> Option<RootlessUser> {
+        let user = RootlessUser::from_environment();
+        if user.is_none() {
+            eprintln!("skipped: LAZARET_TEST_ROOTLESS_USER is not set (tests/run sets it when run as root)");
+        }
+        user
+    }
+
     pub fn lazaret(&self) -> String {
         self.bin.path().join("lazaret").display().to_string()
     }
