@@ -530,3 +530,40 @@ fn the_sidecar_enforces_names_and_addresses_rootless() {
     assert_eq!(text, "name=0\nother=1\n2\nupstream=1\n", "rootless: the name resolves and connects, nothing else does");
     assert!(questions.contains("question allowed.test A") && !questions.contains("other.test"), "{questions}");
 }
+
+#[test]
+fn the_hosts_own_addresses_stay_out_of_reach_under_a_wide_allow() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let network = TestNetwork::create();
+    // The host's side of the test network (the bridge address) with a
+    // service on it, as a developer's machine would have.
+    let gateway = network.host(1);
+    let listener = std::net::TcpListener::bind(format!("{gateway}:0")).expect("bind on the bridge address");
+    let port = listener.local_addr().expect("addr").port();
+    let env = TestEnv::new();
+    configure(&env, &network, &["0.0.0.0/0".to_owned(), "::/0".to_owned()]);
+    let repository = git_repository(&env, "project");
+    let mut session = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&repository)
+        .args(["--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let domain = domain_json(&env, "default", &repository);
+    let container = domain["container_name"].as_str().expect("name").to_owned();
+    let inside =
+        |script: &str| stdout(&Command::new("podman").args(["exec", &container, "sh", "-c", script]).output().expect("podman exec"));
+    assert!(wait_until(Duration::from_secs(30), || inside("echo up") == "up\n"), "the sandbox runs");
+    let probe = format!("nc -z -w 2 {} 8080; echo network=$?; nc -z -w 2 {gateway} {port}; echo host=$?", network.host(11));
+    assert_eq!(inside(&probe), "network=0\nhost=1\n", "0.0.0.0/0 opens the network, not the host");
+    let allow = run(env.lazaret().args(["net", "allow", &gateway, "--workspace"]).arg(&repository));
+    assert!(allow.status.success(), "{}", stderr(&allow));
+    assert_eq!(inside(&probe), "network=0\nhost=0\n", "an allow of exactly the host's address opens it");
+    let _ = session.kill();
+    let _ = session.wait();
+    assert!(wait_until(Duration::from_secs(20), || domain_is_torn_down(&domain, &repository)));
+    drop(listener);
+}

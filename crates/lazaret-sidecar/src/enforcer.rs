@@ -39,14 +39,26 @@ pub struct State {
 
 impl State {
     /// The rules this state needs, upstream rules included (guard rules not).
-    pub fn rules(&self, upstreams: &[SocketAddr]) -> Vec<RuleSpec> {
+    /// A `protected` address gets a host deny rule unless the CIDR entries allow
+    /// exactly that address.
+    pub fn rules(&self, upstreams: &[SocketAddr], protected: &[IpAddr]) -> Vec<RuleSpec> {
         let mut policy = self.cidrs.clone();
         for address in self.learned.keys() {
-            if !self.cidrs.denies_explicitly(*address) {
+            if !self.cidrs.denies_explicitly(*address) && !protected.contains(address) {
                 policy.allow(Cidr::host(*address));
             }
         }
         let mut rules = policy.rules();
+        for address in protected {
+            let host = Cidr::host(*address);
+            if !self.cidrs.allows_exactly(&host) {
+                let rule =
+                    RuleSpec { dst: host, verdict: Verdict::Deny, priority: RuleSpec::priority_for(&host), mark: 0, local_only: false };
+                if !rules.contains(&rule) {
+                    rules.push(rule);
+                }
+            }
+        }
         for upstream in upstreams {
             let rule = RuleSpec {
                 dst: Cidr::host(upstream.ip()),
@@ -126,6 +138,8 @@ pub struct Enforcer {
     rtnl: Rtnl,
     state: State,
     upstreams: Vec<SocketAddr>,
+    /// The host's own addresses (see [`State::rules`]).
+    protected: Vec<IpAddr>,
     /// Broadcast and multicast guard (fixed for the sidecar's life).
     guard: Vec<RuleSpec>,
 }
@@ -133,16 +147,16 @@ pub struct Enforcer {
 impl Enforcer {
     /// Installs `state` (with the upstream and guard rules) in this namespace, then
     /// retires the kernel's priority-0 `lookup local` rule that the guard replaces.
-    pub fn start(mut rtnl: Rtnl, state: State, upstreams: Vec<SocketAddr>) -> io::Result<(Enforcer, usize)> {
+    pub fn start(mut rtnl: Rtnl, state: State, upstreams: Vec<SocketAddr>, protected: Vec<IpAddr>) -> io::Result<(Enforcer, usize)> {
         let guard = guard_rules(&rtnl.ipv4_broadcasts()?);
-        let mut enforcer = Enforcer { rtnl, state: State::default(), upstreams, guard };
+        let mut enforcer = Enforcer { rtnl, state: State::default(), upstreams, protected, guard };
         let rules = enforcer.change(|current| *current = state)?;
         enforcer.rtnl.delete_priority_zero_local_rules()?;
         Ok((enforcer, rules))
     }
 
     fn desired(&self) -> Vec<RuleSpec> {
-        let mut rules = self.state.rules(&self.upstreams);
+        let mut rules = self.state.rules(&self.upstreams, &self.protected);
         rules.extend(self.guard.iter().copied());
         sort_rules(&mut rules);
         rules
@@ -264,7 +278,7 @@ mod tests {
         let now = Instant::now();
         let told = state.learn("www.allowed.test", &[(ip("10.213.0.11"), 5), (ip("10.213.0.12"), 600)], now);
         assert_eq!(told, vec![(ip("10.213.0.11"), MIN_ROUTE_SECONDS), (ip("10.213.0.12"), 600)]);
-        let rules: Vec<String> = state.rules(&[]).iter().map(|r| r.to_string()).collect();
+        let rules: Vec<String> = state.rules(&[], &[]).iter().map(|r| r.to_string()).collect();
         assert!(rules.contains(&"10000: to 10.213.0.11/32 lookup main".to_owned()), "{rules:?}");
         // Still in use: kept past its time; then forgotten.
         let later = now + Duration::from_secs(u64::from(MIN_ROUTE_SECONDS) + 1);
@@ -309,9 +323,22 @@ mod tests {
     }
 
     #[test]
+    fn host_addresses_stay_denied_under_wide_allows_until_allowed_exactly() {
+        let mut state = state_with_name("allowed.test");
+        state.cidrs.allow(Cidr::parse("0.0.0.0/0").unwrap());
+        let host = ip("10.88.0.1");
+        state.learn("allowed.test", &[(host, 60)], Instant::now());
+        let text = |state: &State| state.rules(&[], &[host]).iter().map(|r| r.to_string()).collect::<Vec<_>>();
+        assert_eq!(text(&state)[0], "10000: to 10.88.0.1/32 prohibit", "{:?}", text(&state));
+        assert!(!text(&state).iter().any(|r| r.contains("10.88.0.1/32 lookup main")), "a name cannot open it either");
+        state.cidrs.allow(Cidr::host(host));
+        assert_eq!(text(&state)[0], "10000: to 10.88.0.1/32 lookup main");
+    }
+
+    #[test]
     fn upstream_rules_are_marked_and_come_first() {
         let state = State::default();
-        let rules = state.rules(&["10.213.0.53:53".parse().unwrap()]);
+        let rules = state.rules(&["10.213.0.53:53".parse().unwrap()], &[]);
         let text: Vec<String> = rules.iter().map(|r| r.to_string()).collect();
         assert_eq!(
             text,

@@ -36,7 +36,7 @@ lazaret-sidecar: Lazaret's Network Sidecar (egress policy for one sandbox)
 
 Usage:
   lazaret-sidecar [--allow ENTRY]... [--deny ENTRY]... [--dns-upstream ADDRESS]...
-                  [--control SOCKET]
+                  [--protect ADDRESS]... [--control SOCKET]
       Enforce default-deny egress in this network namespace (needs CAP_NET_ADMIN,
       and CAP_NET_BIND_SERVICE for DNS): only --allow'ed destinations are
       reachable. An ENTRY is a CIDR or address (longest prefix wins against
@@ -44,7 +44,9 @@ Usage:
       serves on 127.0.0.1:53 answers allowlisted names from the upstream
       resolvers (--dns-upstream, else the nameservers of /etc/resolv.conf) and
       opens the answered addresses for their TTL; it refuses every other
-      question. With --control, serve line-delimited JSON on SOCKET:
+      question. A --protect'ed address (the host's own) stays unreachable
+      under wider allow entries; only an allow of exactly that address opens
+      it. With --control, serve line-delimited JSON on SOCKET:
         {\"allow\":ENTRY|[...]}  {\"deny\":ENTRY|[...]}  {\"show\":true}
         {\"set\":{\"allow\":[...],\"deny\":[...]}}  {\"watch\":true}
       Prints `ready` on stdout once the policy is in force.
@@ -60,6 +62,7 @@ struct RunOptions {
     allow: Vec<Entry>,
     deny: Vec<Entry>,
     upstreams: Vec<SocketAddr>,
+    protected: Vec<IpAddr>,
     control: Option<PathBuf>,
 }
 
@@ -85,7 +88,7 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
         }
         _ => {}
     }
-    let mut options = RunOptions { allow: Vec::new(), deny: Vec::new(), upstreams: Vec::new(), control: None };
+    let mut options = RunOptions { allow: Vec::new(), deny: Vec::new(), upstreams: Vec::new(), protected: Vec::new(), control: None };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -97,6 +100,10 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
             "--allow" => options.allow.push(Entry::parse(&value()?)?),
             "--deny" => options.deny.push(Entry::parse(&value()?)?),
             "--dns-upstream" => options.upstreams.push(parse_upstream(&value()?)?),
+            "--protect" => {
+                let v = value()?;
+                options.protected.push(v.parse().map_err(|_| format!("--protect {v:?} is not an IP address"))?);
+            }
             "--control" => {
                 let v = value()?;
                 if v.is_empty() {
@@ -210,7 +217,7 @@ fn run(options: RunOptions) -> ExitCode {
         Ok(socket) => socket,
         Err(e) => return fail(&format!("DNS on {} (is CAP_NET_BIND_SERVICE there?): {e}", dns::LISTEN)),
     };
-    let (enforcer, rules) = match Enforcer::start(rtnl, state, upstreams) {
+    let (enforcer, rules) = match Enforcer::start(rtnl, state, upstreams, options.protected.clone()) {
         Ok(started) => started,
         Err(e) => return fail(&format!("installing the egress policy (is CAP_NET_ADMIN there?): {e}")),
     };
@@ -423,7 +430,14 @@ mod tests {
         assert_eq!(options.allow, vec![Entry::parse("10.0.0.0/8").unwrap(), Entry::parse("*.npmjs.org").unwrap()]);
         assert_eq!(options.deny, vec![Entry::parse("10.1.0.0/16").unwrap()]);
         assert_eq!(options.upstreams, vec!["10.0.0.53:53".parse().unwrap(), "[fd00::53]:5353".parse().unwrap()]);
-        assert_eq!(parse_args(&[]), Ok(Mode::Run(RunOptions { allow: vec![], deny: vec![], upstreams: vec![], control: None })));
+        assert_eq!(
+            parse_args(&[]),
+            Ok(Mode::Run(RunOptions { allow: vec![], deny: vec![], upstreams: vec![], protected: vec![], control: None }))
+        );
+        let Ok(Mode::Run(options)) = parse_args(&args(&["--protect", "10.88.0.1", "--protect=fe80::1"])) else {
+            panic!("did not parse");
+        };
+        assert_eq!(options.protected, vec!["10.88.0.1".parse::<IpAddr>().unwrap(), "fe80::1".parse().unwrap()]);
     }
 
     #[test]
@@ -438,6 +452,7 @@ mod tests {
             &["--allow"][..],
             &["--allow", "nope"],
             &["--dns-upstream", "resolver.test"],
+            &["--protect", "10.0.0.0/8"],
             &["--control="],
             &["--bogus"],
             &["ctl"],

@@ -206,6 +206,11 @@ impl Policy {
         self.prune();
     }
 
+    /// Whether `cidr` itself is an allow entry.
+    pub fn allows_exactly(&self, cidr: &Cidr) -> bool {
+        self.entries.get(cidr) == Some(&Verdict::Allow)
+    }
+
     /// Whether an explicit deny entry covers `addr` (a name's answer must not reopen it).
     pub fn denies_explicitly(&self, addr: IpAddr) -> bool {
         let host = Cidr::host(addr);

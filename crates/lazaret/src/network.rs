@@ -68,6 +68,30 @@ pub fn resolv_conf_argument(dir: &Path) -> Result<String> {
     Ok(format!("--volume={}:/etc/resolv.conf:ro", path.display()))
 }
 
+/// Every address of this host's interfaces except loopback (which the
+/// sandbox's namespace has its own of).
+pub fn host_addresses() -> Vec<std::net::IpAddr> {
+    let mut addresses = Vec::new();
+    let Ok(interfaces) = nix::ifaddrs::getifaddrs() else {
+        tracing::warn!("cannot list this host's addresses; they are not protected beyond the allowlist");
+        return addresses;
+    };
+    for interface in interfaces {
+        let Some(address) = interface.address else { continue };
+        let address = if let Some(v4) = address.as_sockaddr_in() {
+            std::net::IpAddr::V4(v4.ip())
+        } else if let Some(v6) = address.as_sockaddr_in6() {
+            std::net::IpAddr::V6(v6.ip())
+        } else {
+            continue;
+        };
+        if !address.is_loopback() && !addresses.contains(&address) {
+            addresses.push(address);
+        }
+    }
+    addresses
+}
+
 /// Starts the sidecar and waits until its policy is in force (its control
 /// socket exists). `control_dir` is mounted into the sidecar only.
 pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_dir: &Path) -> Result<PathBuf> {
@@ -99,6 +123,11 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
     }
     for upstream in &resolved.dns_upstream {
         command.arg(format!("--dns-upstream={upstream}"));
+    }
+    // The host's own addresses stay out of reach even under a wide allow
+    // entry (0.0.0.0/0 means "the network", not "this machine's services").
+    for address in host_addresses() {
+        command.arg(format!("--protect={address}"));
     }
     command.arg("--control").arg(format!("{CONTROL_DIR_IN_SIDECAR}/control.sock"));
     let output = command.stdin(std::process::Stdio::null()).output().context("cannot run podman")?;
