@@ -119,6 +119,43 @@ fn probe_workspace(env: &TestEnv) -> std::path::PathBuf {
     directory
 }
 
+/// A session that keeps the domain up while a test probes the sandbox with
+/// `podman exec` (what the agent would run, without a session per probe).
+struct LiveSession {
+    session: std::process::Child,
+    domain: serde_json::Value,
+    container: String,
+}
+
+impl LiveSession {
+    fn start(env: &TestEnv, repository: &Path) -> LiveSession {
+        let session = env
+            .lazaret()
+            .args(["run", "--workspace"])
+            .arg(repository)
+            .args(["--", "sleep", "60"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let domain = domain_json(env, "default", repository);
+        let container = domain["container_name"].as_str().expect("name").to_owned();
+        let live = LiveSession { session, domain, container };
+        assert!(wait_until(Duration::from_secs(30), || live.inside("echo up") == "up\n"), "the sandbox runs");
+        live
+    }
+
+    fn inside(&self, script: &str) -> String {
+        stdout(&Command::new("podman").args(["exec", &self.container, "sh", "-c", script]).output().expect("podman exec"))
+    }
+
+    /// Ends the session and waits until the domain is gone.
+    fn end(mut self, repository: &Path) {
+        let _ = self.session.kill();
+        let _ = self.session.wait();
+        assert!(wait_until(Duration::from_secs(20), || domain_is_torn_down(&self.domain, repository)));
+    }
+}
+
 fn audit_records(env: &TestEnv, workspace: &Path) -> Vec<serde_json::Value> {
     let audit = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(workspace));
     assert!(audit.status.success(), "{}", stderr(&audit));
@@ -377,19 +414,8 @@ fn names_change_live_and_the_policy_reloads_from_the_configuration() {
     let env = TestEnv::new();
     configure(&env, &network, &["allowed.test".to_owned()]);
     let repository = git_repository(&env, "project");
-    let mut session = env
-        .lazaret()
-        .args(["run", "--workspace"])
-        .arg(&repository)
-        .args(["--", "sleep", "60"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let domain = domain_json(&env, "default", &repository);
-    let container = domain["container_name"].as_str().expect("name").to_owned();
-    let inside =
-        |script: &str| stdout(&Command::new("podman").args(["exec", &container, "sh", "-c", script]).output().expect("podman exec"));
-    assert!(wait_until(Duration::from_secs(30), || inside("echo up") == "up\n"), "the sandbox runs");
+    let live = LiveSession::start(&env, &repository);
+    let inside = |script: &str| live.inside(script);
     let probe = "busybox nslookup later.test >/dev/null 2>&1; echo name=$?; nc -z -w 1 later.test 8080 2>/dev/null; echo connect=$?";
     assert_eq!(inside(probe), "name=1\nconnect=1\n", "not allowlisted yet");
 
@@ -423,9 +449,7 @@ fn names_change_live_and_the_policy_reloads_from_the_configuration() {
     assert_eq!(inside(&direct), "two=0\nname=1\n", "still the last good policy");
     configure(&env, &network, &[format!("{}/32", network.host(12))]);
 
-    let _ = session.kill();
-    let _ = session.wait();
-    assert!(wait_until(Duration::from_secs(20), || domain_is_torn_down(&domain, &repository)));
+    live.end(&repository);
     let outcomes: Vec<String> =
         audit_records(&env, &repository).iter().filter_map(|record| record["outcome"].as_str().map(str::to_owned)).collect();
     for expected in ["networkAllowed", "networkDenied", "networkReloaded"] {
@@ -544,26 +568,13 @@ fn the_hosts_own_addresses_stay_out_of_reach_under_a_wide_allow() {
     let env = TestEnv::new();
     configure(&env, &network, &["0.0.0.0/0".to_owned(), "::/0".to_owned()]);
     let repository = git_repository(&env, "project");
-    let mut session = env
-        .lazaret()
-        .args(["run", "--workspace"])
-        .arg(&repository)
-        .args(["--", "sleep", "60"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let domain = domain_json(&env, "default", &repository);
-    let container = domain["container_name"].as_str().expect("name").to_owned();
-    let inside =
-        |script: &str| stdout(&Command::new("podman").args(["exec", &container, "sh", "-c", script]).output().expect("podman exec"));
-    assert!(wait_until(Duration::from_secs(30), || inside("echo up") == "up\n"), "the sandbox runs");
+    let live = LiveSession::start(&env, &repository);
+    let inside = |script: &str| live.inside(script);
     let probe = format!("nc -z -w 2 {} 8080; echo network=$?; nc -z -w 2 {gateway} {port}; echo host=$?", network.host(11));
     assert_eq!(inside(&probe), "network=0\nhost=1\n", "0.0.0.0/0 opens the network, not the host");
     let allow = run(env.lazaret().args(["net", "allow", &gateway, "--workspace"]).arg(&repository));
     assert!(allow.status.success(), "{}", stderr(&allow));
     assert_eq!(inside(&probe), "network=0\nhost=0\n", "an allow of exactly the host's address opens it");
-    let _ = session.kill();
-    let _ = session.wait();
-    assert!(wait_until(Duration::from_secs(20), || domain_is_torn_down(&domain, &repository)));
+    live.end(&repository);
     drop(listener);
 }
