@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -275,10 +275,7 @@ fn control_socket_is_private_and_speaks_framed_json_rpc() {
     stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
     let mut writer = stream.try_clone().expect("clone");
     let mut reader = BufReader::new(stream);
-    let mut send = |body: serde_json::Value| {
-        let body = body.to_string();
-        write!(writer, "Content-Length: {}\r\n\r\n{body}", body.len()).expect("write");
-    };
+    let mut send = |body: serde_json::Value| write_frame(&mut writer, &body);
     send(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "events/subscribe", "params": []}));
     let mut subscribed = false;
     let mut status = serde_json::Value::Null;
@@ -313,24 +310,6 @@ fn control_socket_is_private_and_speaks_framed_json_rpc() {
     assert_eq!(ended["method"], "events/event");
     assert_eq!(ended["params"]["result"]["endReason"], "exited");
     assert_eq!(ended["params"]["result"]["sessionCount"], 0);
-}
-
-fn read_frame(reader: &mut BufReader<UnixStream>) -> serde_json::Value {
-    let mut length = 0usize;
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).expect("header");
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some(value) = line.strip_prefix("Content-Length:") {
-            length = value.trim().parse().expect("length");
-        }
-    }
-    let mut body = vec![0u8; length];
-    reader.read_exact(&mut body).expect("body");
-    serde_json::from_slice(&body).expect("json")
 }
 
 #[test]

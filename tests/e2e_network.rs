@@ -416,6 +416,23 @@ fn names_change_live_and_the_policy_reloads_from_the_configuration() {
     let repository = git_repository(&env, "project");
     let live = LiveSession::start(&env, &repository);
     let inside = |script: &str| live.inside(script);
+    // An editor's view: the event subscription reports refused questions.
+    let socket = live.domain["control_socket"].as_str().expect("socket").to_owned();
+    let stream = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut events = std::io::BufReader::new(stream.try_clone().expect("clone"));
+    write_frame(&mut &stream, &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "events/subscribe", "params": []}));
+    assert!(read_frame(&mut events)["result"].is_string(), "subscribed");
+    inside("busybox nslookup -type=TXT allowed.test >/dev/null 2>&1");
+    let refused = (0..20)
+        .map(|_| read_frame(&mut events))
+        .find(|message| message["params"]["result"]["kind"] == "networkDnsRefused")
+        .expect("a networkDnsRefused event");
+    assert_eq!(refused["params"]["result"]["name"], "allowed.test", "{refused}");
+    assert_eq!(refused["params"]["result"]["recordType"], "TXT", "{refused}");
+    assert_eq!(refused["params"]["result"]["reason"], "recordType", "{refused}");
+    drop(events);
+    drop(stream);
     let probe = "busybox nslookup later.test >/dev/null 2>&1; echo name=$?; nc -z -w 1 later.test 8080 2>/dev/null; echo connect=$?";
     assert_eq!(inside(probe), "name=1\nconnect=1\n", "not allowlisted yet");
 

@@ -243,3 +243,30 @@ impl RootlessUser {
             .expect("runuser")
     }
 }
+
+/// Reads one JSON-RPC message in the coordinator's framing
+/// (`Content-Length: N\r\n\r\n` + N bytes of JSON).
+pub fn read_frame(reader: &mut std::io::BufReader<std::os::unix::net::UnixStream>) -> serde_json::Value {
+    use std::io::{BufRead, Read};
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("header");
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some(value) = line.strip_prefix("Content-Length:") {
+            length = value.trim().parse().expect("length");
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).expect("body");
+    serde_json::from_slice(&body).expect("json")
+}
+
+/// Writes one JSON-RPC message in the coordinator's framing.
+pub fn write_frame(writer: &mut impl std::io::Write, message: &serde_json::Value) {
+    let body = message.to_string();
+    write!(writer, "Content-Length: {}\r\n\r\n{body}", body.len()).expect("write");
+}
