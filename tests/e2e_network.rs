@@ -244,10 +244,11 @@ fn the_sandbox_cannot_change_routes_open_raw_sockets_or_reach_host_loopback() {
         "busybox ip route add {two}/32 dev eth0 2>&1 && echo route-added; busybox ip rule del prio 20000 2>&1 && echo rule-deleted; \
          busybox ping -c 1 -W 1 {two} >/dev/null 2>&1 && echo ping-ok; \
          nc -z -w 2 127.0.0.1 {port} && echo host-loopback-reached; \
-         nc -z -w 2 {two} 8080 && echo still-reached; echo done"
+         nc -z -w 2 {two} 8080 && echo still-reached; \
+         find / -path /proc -prune -o -name control.sock -print 2>/dev/null | grep -q . && echo control-socket-visible; echo done"
     );
     let text = agent(&env, &repository, &script);
-    for forbidden in ["route-added", "rule-deleted", "ping-ok", "host-loopback-reached", "still-reached"] {
+    for forbidden in ["route-added", "rule-deleted", "ping-ok", "host-loopback-reached", "still-reached", "control-socket-visible"] {
         assert!(!text.contains(forbidden), "{forbidden}: {text}");
     }
     assert!(text.contains("done"), "{text}");
