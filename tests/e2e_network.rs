@@ -540,6 +540,9 @@ fn the_sidecar_enforces_names_and_addresses_rootless() {
     // The user's own internal network, hosts and DNS authority (rootless
     // podman keeps them in the user's network namespace).
     let name = format!("lzt-rl-{}", std::process::id());
+    // A network left by an earlier, interrupted run would hold the subnet.
+    let stale = "for n in $(podman network ls --format '{{.Name}}' | grep '^lzt-rl-'); do podman network rm -f $n; done; true";
+    user.run(stale);
     let hosts = format!(
         "set -e; podman network create --internal --subnet 10.213.230.0/24 {name} >/dev/null; \
          for h in 11 12; do podman run -d --name {name}-h$h {limits} --network {name} --ip 10.213.230.$h {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null; done; \
@@ -547,8 +550,11 @@ fn the_sidecar_enforces_names_and_addresses_rootless() {
            /testhost dns 53 allowed.test=10.213.230.11 >/dev/null",
         limits = PODMAN_LIMITS.join(" ")
     );
-    let cleanup =
-        format!("podman rm -f -t 0 {name}-h11 {name}-h12 {name}-dns >/dev/null 2>&1; podman network rm -f {name} >/dev/null 2>&1; true");
+    // The last domain's sidecar may still be going: retry until the network is gone.
+    let cleanup = format!(
+        "podman rm -f -t 0 {name}-h11 {name}-h12 {name}-dns >/dev/null 2>&1; \
+         for i in 1 2 3 4 5 6 7 8 9 10; do podman network rm -f {name} >/dev/null 2>&1 && break; sleep 1; done; true"
+    );
     let created = user.run(&hosts);
     if !created.status.success() {
         user.run(&cleanup);
@@ -566,11 +572,20 @@ fn the_sidecar_enforces_names_and_addresses_rootless() {
                   busybox nslookup other.test 2>&1 | grep -c REFUSED; nc -z -w 2 10.213.230.53 53; echo upstream=$?";
     let output = user.run(&format!("{lazaret} --config {config}/lazaret/config.toml run --workspace {workspace} -- sh -c '{script}'"));
     let questions = stdout(&user.run(&format!("podman logs {name}-dns")));
+    // Everything allowed: the network is reachable, the gateway (rootless
+    // podman's namespace, with its resolver) is not.
+    let wide = format!(
+        "printf '[network]\\npodman_network = \"{name}\"\\nallow_egress = [\"0.0.0.0/0\"]\\n' > {config}/lazaret/config.toml && \
+         {lazaret} --config {config}/lazaret/config.toml run --workspace {workspace} -- sh -c \
+         'nc -z -w 2 10.213.230.12 8080; echo other=$?; busybox nslookup {name}-h11 10.213.230.1 >/dev/null 2>&1; echo gateway-dns=$?'"
+    );
+    let wide = user.run(&wide);
     user.run(&cleanup);
     let text = stdout(&output);
     assert!(output.status.success(), "{text}{}", stderr(&output));
     assert_eq!(text, "name=0\nother=1\n2\nupstream=1\n", "rootless: the name resolves and connects, nothing else does");
     assert!(questions.contains("question allowed.test A") && !questions.contains("other.test"), "{questions}");
+    assert_eq!(stdout(&wide), "other=0\ngateway-dns=1\n", "rootless, 0.0.0.0/0: {}", stderr(&wide));
 }
 
 #[test]
@@ -590,9 +605,14 @@ fn the_hosts_own_addresses_stay_out_of_reach_under_a_wide_allow() {
     let inside = |script: &str| live.inside(script);
     let probe = format!("nc -z -w 2 {} 8080; echo network=$?; nc -z -w 2 {gateway} {port}; echo host=$?", network.host(11));
     assert_eq!(inside(&probe), "network=0\nhost=1\n", "0.0.0.0/0 opens the network, not the host");
+    // Podman's resolver on the gateway (it knows the test hosts' names) is
+    // not reachable either: the sidecar stays the only resolver.
+    let podman_dns = format!("busybox nslookup {}-host11 {gateway} >/dev/null 2>&1; echo podman-dns=$?", network.name);
+    assert_eq!(inside(&podman_dns), "podman-dns=1\n");
     let allow = run(env.lazaret().args(["net", "allow", &gateway, "--workspace"]).arg(&repository));
     assert!(allow.status.success(), "{}", stderr(&allow));
     assert_eq!(inside(&probe), "network=0\nhost=0\n", "an allow of exactly the host's address opens it");
+    assert_eq!(inside(&podman_dns), "podman-dns=0\n", "sanity: podman's resolver answers once the gateway is allowed");
     live.end(&repository);
     drop(listener);
 }

@@ -103,12 +103,14 @@ fn answer(packet: &[u8], shared: &Shared) -> Option<Vec<u8>> {
     }
     let answers = response.addresses();
     let now = Instant::now();
-    let mut told = Vec::new();
-    let changed = shared.enforcer().change(|state| told = state.learn(&name, &answers, now));
-    if let Err(error) = changed {
-        eprintln!("lazaret-sidecar: dns: cannot open {name}'s addresses: {error}");
-        return Some(encode_reply(&query, Rcode::ServerFailure, &[]));
-    }
+    let learned = shared.enforcer().learn(&name, &answers, now);
+    let told = match learned {
+        Ok(told) => told,
+        Err(error) => {
+            eprintln!("lazaret-sidecar: dns: cannot open {name}'s addresses: {error}");
+            return Some(encode_reply(&query, Rcode::ServerFailure, &[]));
+        }
+    };
     let addresses: Vec<String> = told.iter().map(|(address, _)| address.to_string()).collect();
     shared.events.emit(json!({"event": "dnsResolved", "name": name, "type": record_type, "addresses": addresses}));
     Some(encode_reply(&query, Rcode::NoError, &told))

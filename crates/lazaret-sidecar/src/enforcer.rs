@@ -215,6 +215,15 @@ impl Enforcer {
         Ok(now.len())
     }
 
+    /// Records an answer (see [`State::learn`]) and installs its rules; protected
+    /// addresses are neither learned nor told.
+    pub fn learn(&mut self, name: &str, answers: &[(IpAddr, u32)], now: Instant) -> io::Result<Vec<(IpAddr, u32)>> {
+        let answers: Vec<(IpAddr, u32)> = answers.iter().filter(|(address, _)| !self.protected.contains(address)).copied().collect();
+        let mut told = Vec::new();
+        self.change(|state| told = state.learn(name, &answers, now))?;
+        Ok(told)
+    }
+
     /// Allows or denies entries (CIDRs and names).
     pub fn apply_entries(&mut self, entries: &[Entry], allow: bool) -> io::Result<usize> {
         self.change(|state| {

@@ -229,6 +229,11 @@ fn run(options: RunOptions) -> ExitCode {
         dns::LISTEN,
         snapshot["upstreams"]
     );
+    if !enforcer.state().names.is_empty() && enforcer.upstreams().is_empty() {
+        eprintln!(
+            "lazaret-sidecar: warning: names are allowlisted but no upstream resolver is known (--dns-upstream); they will not resolve"
+        );
+    }
     let shared = Arc::new(Shared { enforcer: Mutex::new(enforcer), events: Events::new() });
     {
         let shared = Arc::clone(&shared);

@@ -92,6 +92,22 @@ pub fn host_addresses() -> Vec<std::net::IpAddr> {
     addresses
 }
 
+/// The gateway addresses of a podman network's subnets.
+fn network_gateways(podman: &Podman, network: &str) -> Vec<std::net::IpAddr> {
+    let output = podman
+        .command()
+        .args(["network", "inspect", "--format", "{{range .Subnets}}{{.Gateway}} {{end}}", network])
+        .stdin(std::process::Stdio::null())
+        .output();
+    match output {
+        Ok(output) if output.status.success() => {
+            String::from_utf8_lossy(&output.stdout).split_whitespace().filter_map(|word| word.parse().ok()).collect()
+        }
+        // A missing network fails at `podman run` with its own, clearer error.
+        _ => Vec::new(),
+    }
+}
+
 /// Starts the sidecar and waits until its policy is in force (its control
 /// socket exists). `control_dir` is mounted into the sidecar only.
 pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_dir: &Path) -> Result<PathBuf> {
@@ -124,9 +140,17 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
     for upstream in &resolved.dns_upstream {
         command.arg(format!("--dns-upstream={upstream}"));
     }
-    // The host's own addresses stay out of reach even under a wide allow
-    // entry (0.0.0.0/0 means "the network", not "this machine's services").
-    for address in host_addresses() {
+    // The host's own addresses and the network's gateways (the host, or
+    // rootless podman's network namespace with its resolver) stay out of reach
+    // even under a wide allow entry: 0.0.0.0/0 means "the network", not "this
+    // machine's services".
+    let mut protected = host_addresses();
+    for gateway in network_gateways(podman, &resolved.podman_network) {
+        if !protected.contains(&gateway) {
+            protected.push(gateway);
+        }
+    }
+    for address in protected {
         command.arg(format!("--protect={address}"));
     }
     command.arg("--control").arg(format!("{CONTROL_DIR_IN_SIDECAR}/control.sock"));
