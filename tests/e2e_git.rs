@@ -303,3 +303,25 @@ fn host_uncommitted_changes_are_announced_and_not_given_to_the_agent() {
     assert_eq!(stdout(&output), "# project\n", "the agent starts from HEAD");
     assert!(stderr(&output).contains("1 uncommitted change"), "{}", stderr(&output));
 }
+
+/// A sandbox killed in the middle of a git command leaves lock files in the
+/// agent's repository; the next start must not trip over them.
+#[test]
+fn stale_git_lock_files_of_a_killed_sandbox_do_not_block_the_next_start() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    let first = run_agent(&env, &repository, "git rev-parse --abbrev-ref HEAD");
+    assert!(first.status.success(), "{}", stderr(&first));
+    let domain = domain_json(&env, "default", &repository);
+    assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)));
+    let git_dir = Path::new(domain["domain_dir"].as_str().expect("dir")).join("agent.git");
+    for lock in ["refs/lazaret/host-head.lock", "index.lock", "HEAD.lock"] {
+        std::fs::create_dir_all(git_dir.join(lock).parent().expect("parent")).expect("mkdir");
+        std::fs::write(git_dir.join(lock), "").expect("stale lock");
+    }
+    let second = run_agent(&env, &repository, "git rev-parse --abbrev-ref HEAD && git status --short | wc -l");
+    assert!(second.status.success(), "the next start recovers: {}", stderr(&second));
+    assert_eq!(stdout(&second), "lazaret/agent-default\n0\n");
+}

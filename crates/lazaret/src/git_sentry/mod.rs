@@ -147,6 +147,9 @@ impl GitLayout {
 cd /workspace
 # A commondir written in an earlier session would point git elsewhere.
 rm -f .git/commondir
+# A sandbox killed in the middle of a git command leaves its lock files; this
+# runs before any session, so no git process of this sandbox holds them.
+find .git -path .git/objects -prune -o -type f -name '*.lock' -exec rm -f {{}} +
 git update-ref -d refs/lazaret/host-branch 2>/dev/null || true
 git fetch --quiet --no-tags --no-write-fetch-head {TRANSFER_IN_CONTAINER}/seed.bundle "+HEAD:refs/lazaret/host-head" 2>&1
 git fetch --quiet --no-tags --no-write-fetch-head {TRANSFER_IN_CONTAINER}/seed.bundle "+{branch_ref}:refs/lazaret/host-branch" 2>/dev/null || true
