@@ -15,10 +15,11 @@
 //!   connects; prints `mark=ok|<error> connect=ok|<error>`.
 //! - `udp-listen PORT`: prints `got FROM` for every datagram on port PORT (IPv4 and IPv6,
 //!   broadcast and all-hosts multicast included).
-//! - `udp-send ADDRESS PORT [INTERFACE]`: sends one datagram with SO_BROADCAST set; for
-//!   an IPv4 multicast ADDRESS with INTERFACE, chooses it with IP_MULTICAST_IF (skipping
-//!   the routing rules' usual path), for IPv6 uses it as the scope; prints
-//!   `send=ok|<error>`.
+//! - `udp-send ADDRESS PORT [INTERFACE [pktinfo]]`: sends one datagram with SO_BROADCAST
+//!   set; for an IPv4 multicast ADDRESS with INTERFACE, chooses it with IP_MULTICAST_IF
+//!   (skipping the routing rules' usual path), for IPv6 uses it as the scope; with
+//!   `pktinfo`, names INTERFACE in an IP_PKTINFO / IPV6_PKTINFO control message of
+//!   `sendmsg` instead (an output interface set per packet); prints `send=ok|<error>`.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -220,12 +221,67 @@ fn udp_send(args: &[String]) -> Result<(), String> {
         }
         _ => {}
     }
-    let sent = match socket.send_to(b"lazaret-probe", target) {
-        Ok(_) => "ok".to_owned(),
-        Err(error) => error.to_string().replace(' ', "_"),
+    let sent = if args.get(3).map(String::as_str) == Some("pktinfo") {
+        send_with_pktinfo(&socket, target, index)
+    } else {
+        match socket.send_to(b"lazaret-probe", target) {
+            Ok(_) => "ok".to_owned(),
+            Err(error) => error.to_string().replace(' ', "_"),
+        }
     };
     println!("send={sent}");
     Ok(())
+}
+
+/// `sendmsg` with the output interface in a PKTINFO control message.
+fn send_with_pktinfo(socket: &UdpSocket, target: SocketAddr, index: u32) -> String {
+    let payload = b"lazaret-probe";
+    let (mut address, address_length) = socket_address(target);
+    let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut libc::c_void, iov_len: payload.len() };
+    let mut control = [0u64; 16];
+    // SAFETY: msghdr is plain data for which all-zero bytes are valid.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_name = (&mut address as *mut libc::sockaddr_storage).cast();
+    message.msg_namelen = address_length;
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    let (level, kind, data_length) = match target {
+        SocketAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_PKTINFO, std::mem::size_of::<libc::in_pktinfo>()),
+        SocketAddr::V6(_) => (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, std::mem::size_of::<libc::in6_pktinfo>()),
+    };
+    // SAFETY: CMSG_SPACE/CMSG_LEN only compute sizes.
+    message.msg_controllen = unsafe { libc::CMSG_SPACE(data_length as u32) } as _;
+    // SAFETY: the control buffer (128 bytes, u64-aligned) holds one header of
+    // CMSG_SPACE(data_length) bytes; CMSG_FIRSTHDR points into it.
+    unsafe {
+        let header = libc::CMSG_FIRSTHDR(&message);
+        (*header).cmsg_level = level;
+        (*header).cmsg_type = kind;
+        (*header).cmsg_len = libc::CMSG_LEN(data_length as u32) as _;
+        let data = libc::CMSG_DATA(header);
+        match target {
+            SocketAddr::V4(_) => {
+                let info = libc::in_pktinfo {
+                    ipi_ifindex: index as libc::c_int,
+                    ipi_spec_dst: libc::in_addr { s_addr: 0 },
+                    ipi_addr: libc::in_addr { s_addr: 0 },
+                };
+                std::ptr::write_unaligned(data.cast::<libc::in_pktinfo>(), info);
+            }
+            SocketAddr::V6(_) => {
+                let info = libc::in6_pktinfo { ipi6_addr: libc::in6_addr { s6_addr: [0; 16] }, ipi6_ifindex: index };
+                std::ptr::write_unaligned(data.cast::<libc::in6_pktinfo>(), info);
+            }
+        }
+    }
+    // SAFETY: every pointer in `message` refers to a live local for the whole call.
+    let rc = unsafe { libc::sendmsg(socket.as_raw_fd(), &message, 0) };
+    if rc >= 0 {
+        "ok".to_owned()
+    } else {
+        std::io::Error::last_os_error().to_string().replace(' ', "_")
+    }
 }
 
 fn connect(stream: &TcpStream, target: SocketAddr) -> String {
