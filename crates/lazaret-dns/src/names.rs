@@ -106,11 +106,6 @@ impl NamePattern {
         }
         Some(prefix.split('.').collect())
     }
-
-    fn covers(&self, other: &NamePattern) -> bool {
-        let representative = if other.wildcard { format!("x.{}", other.base) } else { other.base.clone() };
-        self.matched_labels(&representative).is_some()
-    }
 }
 
 impl fmt::Display for NamePattern {
@@ -148,15 +143,12 @@ impl NamePolicy {
         self.allow.insert(pattern);
     }
 
-    /// Removes an allow entry; keeps a deny entry only where another allow
-    /// entry still covers the pattern (otherwise it would change nothing).
+    /// Removes the allow entry of exactly this pattern and records the deny, which
+    /// wins over every allow entry, narrower or wider, until the same pattern is
+    /// allowed again.
     pub fn deny(&mut self, pattern: NamePattern) {
         self.allow.remove(&pattern);
-        if self.allow.iter().any(|allowed| allowed.covers(&pattern)) {
-            self.deny.insert(pattern);
-        }
-        let allow = &self.allow;
-        self.deny.retain(|denied| allow.iter().any(|allowed| allowed.covers(denied)));
+        self.deny.insert(pattern);
     }
 
     pub fn allowed(&self) -> impl Iterator<Item = &NamePattern> {
@@ -169,6 +161,11 @@ impl NamePolicy {
 
     pub fn is_empty(&self) -> bool {
         self.allow.is_empty()
+    }
+
+    /// The deny entry that matches `name` (lower case), if any.
+    pub fn denial(&self, name: &str) -> Option<&NamePattern> {
+        self.deny.iter().find(|pattern| pattern.matched_labels(name).is_some())
     }
 
     /// Whether `question` may be forwarded upstream.
@@ -185,7 +182,7 @@ impl NamePolicy {
 
     /// Whether the (lower-case, LDH) `name` is allowed.
     pub fn check_name(&self, name: &str) -> Result<(), Refusal> {
-        if let Some(denied) = self.deny.iter().find(|pattern| pattern.matched_labels(name).is_some()) {
+        if let Some(denied) = self.denial(name) {
             return Err(Refusal::Denied(denied.to_string()));
         }
         let mut refusal = Refusal::NotAllowlisted;
@@ -256,17 +253,19 @@ mod tests {
     }
 
     #[test]
-    fn deny_entries_win_and_redundant_ones_are_dropped() {
+    fn deny_entries_win_over_narrower_and_wider_allows() {
         let mut policy = policy(&["*.example.test"]);
         policy.deny(pattern("evil.example.test"));
         assert_eq!(policy.check_name("evil.example.test"), Err(Refusal::Denied("evil.example.test".into())));
         assert_eq!(policy.check_name("good.example.test"), Ok(()));
+        // A wider deny beats a narrower allow, whatever the order.
+        policy.allow(pattern("a.example.test"));
         policy.deny(pattern("*.example.test"));
-        assert!(policy.is_empty());
-        assert_eq!(policy.denied().count(), 0, "no allow entry left to carve into");
-        policy.deny(pattern("unrelated.test"));
-        assert_eq!(policy.denied().count(), 0);
+        assert!(policy.allowed().all(|allowed| allowed.to_string() == "a.example.test"));
+        assert_eq!(policy.check_name("a.example.test"), Err(Refusal::Denied("*.example.test".into())));
         policy.allow(pattern("evil.example.test"));
-        assert_eq!(policy.check_name("evil.example.test"), Ok(()));
+        assert_eq!(policy.check_name("evil.example.test"), Err(Refusal::Denied("*.example.test".into())));
+        policy.allow(pattern("*.example.test"));
+        assert_eq!(policy.check_name("evil.example.test"), Ok(()), "allowing exactly the denied pattern lifts it");
     }
 }

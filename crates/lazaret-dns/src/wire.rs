@@ -397,18 +397,7 @@ impl Response {
     /// path. Records of other owners are ignored: an upstream cannot widen
     /// the allowlist with unrelated names.
     pub fn addresses(&self) -> Vec<(IpAddr, u32)> {
-        let mut chain = vec![(self.question.name(), u32::MAX)];
-        for _ in 0..MAX_CNAME_HOPS {
-            let (current, ttl) = chain[chain.len() - 1].clone();
-            let next = self.answers.iter().find_map(|record| match &record.data {
-                RecordData::Alias(target) if record.owner == current => Some((target.clone(), ttl.min(record.ttl))),
-                _ => None,
-            });
-            match next {
-                Some(link) if !chain.iter().any(|(name, _)| *name == link.0) => chain.push(link),
-                _ => break,
-            }
-        }
+        let chain = self.chain_with_ttls();
         let mut out: Vec<(IpAddr, u32)> = Vec::new();
         for record in &self.answers {
             let RecordData::Address(address) = record.data else { continue };
@@ -422,6 +411,27 @@ impl Response {
             }
         }
         out
+    }
+
+    /// The question's name and the aliases its CNAME chain leads through, in order.
+    pub fn chain(&self) -> Vec<String> {
+        self.chain_with_ttls().into_iter().map(|(name, _)| name).collect()
+    }
+
+    fn chain_with_ttls(&self) -> Vec<(String, u32)> {
+        let mut chain = vec![(self.question.name(), u32::MAX)];
+        for _ in 0..MAX_CNAME_HOPS {
+            let (current, ttl) = chain[chain.len() - 1].clone();
+            let next = self.answers.iter().find_map(|record| match &record.data {
+                RecordData::Alias(target) if record.owner == current => Some((target.clone(), ttl.min(record.ttl))),
+                _ => None,
+            });
+            match next {
+                Some(link) if !chain.iter().any(|(name, _)| *name == link.0) => chain.push(link),
+                _ => break,
+            }
+        }
+        chain
     }
 }
 
@@ -557,6 +567,7 @@ mod tests {
         );
         let response = parse_response(&packet, 7, &question).expect("parses");
         assert_eq!(response.addresses(), vec![("10.9.8.7".parse().expect("ip"), 20)]);
+        assert_eq!(response.chain(), ["www.allowed.test", "edge.cdn.test"]);
         assert_eq!(parse_response(&packet, 8, &question), Err(WireError::MismatchedAnswer));
         assert_eq!(parse_response(&packet, 7, &Question::new("other.test", TYPE_A)), Err(WireError::MismatchedAnswer));
     }

@@ -57,16 +57,34 @@ pub fn serve(socket: UdpSocket, shared: Arc<Shared>) {
         if in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT {
             continue;
         }
-        let (packet, shared, in_flight, socket) =
-            (buffer[..length].to_vec(), Arc::clone(&shared), Arc::clone(&in_flight), socket.try_clone());
+        let (packet, shared, socket) = (buffer[..length].to_vec(), Arc::clone(&shared), socket.try_clone());
         let Ok(socket) = socket else { continue };
-        in_flight.fetch_add(1, Ordering::AcqRel);
-        std::thread::spawn(move || {
+        let slot = InFlight::take(&in_flight);
+        let spawned = std::thread::Builder::new().spawn(move || {
+            let _slot = slot;
             if let Some(reply) = answer(&packet, &shared) {
                 let _ = socket.send_to(&reply, peer);
             }
-            in_flight.fetch_sub(1, Ordering::AcqRel);
         });
+        if let Err(error) = spawned {
+            eprintln!("lazaret-sidecar: dns: cannot start a worker: {error}");
+        }
+    }
+}
+
+/// One query being answered; gives its slot back when dropped (a panicking worker too).
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn take(counter: &Arc<AtomicUsize>) -> InFlight {
+        counter.fetch_add(1, Ordering::AcqRel);
+        InFlight(Arc::clone(counter))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -90,7 +108,10 @@ fn answer(packet: &[u8], shared: &Shared) -> Option<Vec<u8>> {
         return Some(encode_reply(&query, Rcode::Refused, &[]));
     }
     let upstreams = shared.enforcer().upstreams().to_vec();
-    let response = match resolve(&query.question, &upstreams) {
+    // Upstream sees the name in lower case: letter case must not carry data out.
+    let mut forwarded = query.question.clone();
+    forwarded.labels.iter_mut().for_each(|label| label.make_ascii_lowercase());
+    let response = match resolve(&forwarded, &upstreams) {
         Ok(response) => response,
         Err(error) => {
             eprintln!("lazaret-sidecar: dns: {name} {record_type}: {error}");
@@ -100,6 +121,21 @@ fn answer(packet: &[u8], shared: &Shared) -> Option<Vec<u8>> {
     if response.rcode != Rcode::NoError {
         let rcode = if response.rcode == Rcode::NameError { Rcode::NameError } else { Rcode::ServerFailure };
         return Some(encode_reply(&query, rcode, &[]));
+    }
+    // An alias into a denied name does not open that name's addresses.
+    let denied_alias = {
+        let enforcer = shared.enforcer();
+        response
+            .chain()
+            .into_iter()
+            .skip(1)
+            .find_map(|alias| enforcer.state().names.denial(&alias).map(|pattern| (alias, pattern.to_string())))
+    };
+    if let Some((alias, pattern)) = denied_alias {
+        let message = format!("the answer is an alias of {alias}, which `{pattern}` denies");
+        eprintln!("lazaret-sidecar: dns: refused {name} {record_type}: {message}");
+        shared.events.emit(json!({"event": "dnsRefused", "name": name, "type": record_type, "reason": "denied", "message": message}));
+        return Some(encode_reply(&query, Rcode::Refused, &[]));
     }
     let answers = response.addresses();
     let now = Instant::now();
@@ -251,7 +287,8 @@ fn parse_proc_address(hex: &str) -> Option<IpAddr> {
         16 => {
             let mut octets = [0u8; 16];
             octets.copy_from_slice(&bytes);
-            Some(IpAddr::V6(Ipv6Addr::from(octets)))
+            // An IPv4 connection of a dual-stack socket shows as ::ffff:a.b.c.d.
+            Some(IpAddr::V6(Ipv6Addr::from(octets)).to_canonical())
         }
         _ => None,
     }
@@ -270,5 +307,7 @@ mod tests {
         assert_eq!(parse_proc_net_tcp(text), vec!["10.213.5.11".parse::<IpAddr>().unwrap()]);
         let six = "sl local rem st\n 0: 00000000000000000000000000000000:0035 0000FDFD000000000000000001000000:1F90 01 0\n";
         assert_eq!(parse_proc_net_tcp(six), vec!["fdfd::1".parse::<IpAddr>().unwrap()]);
+        let mapped = "sl local rem st\n 0: 00000000000000000000000000000000:0035 0000000000000000FFFF00000B05D50A:1F90 01 0\n";
+        assert_eq!(parse_proc_net_tcp(mapped), vec!["10.213.5.11".parse::<IpAddr>().unwrap()]);
     }
 }

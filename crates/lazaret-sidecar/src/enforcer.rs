@@ -21,6 +21,11 @@ use crate::rtnl::Rtnl;
 pub const MIN_ROUTE_SECONDS: u32 = 60;
 /// Longest time an answered address stays reachable without a new answer.
 pub const MAX_ROUTE_SECONDS: u32 = 86_400;
+/// How long an address past its time is kept once more while a connection uses it.
+const IN_USE_GRACE: Duration = Duration::from_secs(60);
+/// Most answered addresses held at once (each is a kernel rule); past it, the ones
+/// closest to expiry go first.
+pub const MAX_LEARNED: usize = 4096;
 
 /// An address reachable because an allowed name resolved to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,6 +97,8 @@ impl State {
     pub fn learn(&mut self, name: &str, answers: &[(IpAddr, u32)], now: Instant) -> Vec<(IpAddr, u32)> {
         let mut told = Vec::new();
         for (address, ttl) in answers {
+            // `::ffff:a.b.c.d` is routed as IPv4: learn it as such.
+            let address = &address.to_canonical();
             if !is_remote_unicast(address) || self.cidrs.denies_explicitly(*address) {
                 continue;
             }
@@ -101,6 +108,11 @@ impl State {
             learned.expires = learned.expires.max(now + lifetime);
             told.push((*address, learned.expires.saturating_duration_since(now).as_secs() as u32));
         }
+        while self.learned.len() > MAX_LEARNED {
+            let oldest = self.learned.iter().filter(|(address, _)| !told.iter().any(|(t, _)| t == *address)).min_by_key(|(_, l)| l.expires);
+            let Some(oldest) = oldest.map(|(address, _)| *address) else { break };
+            self.learned.remove(&oldest);
+        }
         told
     }
 
@@ -109,6 +121,11 @@ impl State {
     pub fn expire(&mut self, now: Instant, in_use: &BTreeSet<IpAddr>) -> bool {
         let before = self.learned.len();
         self.learned.retain(|address, learned| learned.expires > now || in_use.contains(address));
+        for (address, learned) in self.learned.iter_mut() {
+            if learned.expires <= now && in_use.contains(address) {
+                learned.expires = now + IN_USE_GRACE;
+            }
+        }
         self.learned.len() != before
     }
 
@@ -147,8 +164,15 @@ pub struct Enforcer {
 impl Enforcer {
     /// Installs `state` (with the upstream and guard rules) in this namespace, then
     /// retires the kernel's priority-0 `lookup local` rule that the guard replaces.
-    pub fn start(mut rtnl: Rtnl, state: State, upstreams: Vec<SocketAddr>, protected: Vec<IpAddr>) -> io::Result<(Enforcer, usize)> {
+    pub fn start(mut rtnl: Rtnl, state: State, upstreams: Vec<SocketAddr>, mut protected: Vec<IpAddr>) -> io::Result<(Enforcer, usize)> {
         let guard = guard_rules(&rtnl.ipv4_broadcasts()?);
+        // The upstream resolvers too: only the sidecar's marked sockets may ask them
+        // anything, whatever a wide CIDR entry or a name's answer says.
+        for upstream in &upstreams {
+            if !protected.contains(&upstream.ip()) {
+                protected.push(upstream.ip());
+            }
+        }
         let mut enforcer = Enforcer { rtnl, state: State::default(), upstreams, protected, guard };
         let rules = enforcer.change(|current| *current = state)?;
         enforcer.rtnl.delete_priority_zero_local_rules()?;
@@ -292,7 +316,8 @@ mod tests {
         // Still in use: kept past its time; then forgotten.
         let later = now + Duration::from_secs(u64::from(MIN_ROUTE_SECONDS) + 1);
         assert!(!state.expire(later, &BTreeSet::from([ip("10.213.0.11")])));
-        assert!(state.expire(later, &BTreeSet::new()));
+        assert_eq!(state.learned[&ip("10.213.0.11")].expires, later + IN_USE_GRACE, "kept a grace period, not re-checked every second");
+        assert!(state.expire(later + IN_USE_GRACE, &BTreeSet::new()));
         assert_eq!(state.learned.keys().copied().collect::<Vec<_>>(), vec![ip("10.213.0.12")]);
         assert_eq!(state.next_expiry(), Some(now + Duration::from_secs(600)));
     }
@@ -316,6 +341,32 @@ mod tests {
         ];
         let told = state.learn("allowed.test", &answers, Instant::now());
         assert_eq!(told, vec![(ip("10.213.0.11"), 60)]);
+    }
+
+    #[test]
+    fn a_deny_without_an_allow_around_it_still_keeps_answers_out() {
+        let mut state = state_with_name("*.allowed.test");
+        state.cidrs.deny(Cidr::parse("10.0.0.0/8").unwrap());
+        let now = Instant::now();
+        assert!(state.learn("a.allowed.test", &[(ip("10.1.2.3"), 60)], now).is_empty());
+        state.cidrs.allow(Cidr::parse("10.1.0.0/16").unwrap());
+        assert_eq!(state.learn("a.allowed.test", &[(ip("10.1.2.3"), 60), (ip("10.2.0.1"), 60)], now), vec![(ip("10.1.2.3"), 60)]);
+    }
+
+    #[test]
+    fn mapped_answers_are_learned_as_ipv4_and_the_table_is_capped() {
+        let mut state = state_with_name("*.allowed.test");
+        let now = Instant::now();
+        assert_eq!(state.learn("a.allowed.test", &[(ip("::ffff:10.213.0.11"), 60)], now), vec![(ip("10.213.0.11"), 60)]);
+        for n in 0..(MAX_LEARNED as u32 + 10) {
+            let address = IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n));
+            state.learn("b.allowed.test", &[(address, 60 + n)], now);
+        }
+        assert_eq!(state.learned.len(), MAX_LEARNED);
+        assert!(
+            state.learned.contains_key(&IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + MAX_LEARNED as u32 + 9))),
+            "the newest stays"
+        );
     }
 
     #[test]

@@ -183,10 +183,13 @@ pub enum Verdict {
 }
 
 /// The allow/deny map. Deny entries are kept only where they carve a hole into an allowed
-/// range; everything else is denied anyway.
+/// range; everything else is denied anyway. `stated` keeps every entry as given (the
+/// latest verdict per CIDR, nothing pruned), so that a deny without an allow around it
+/// still keeps a name's answers out ([`Policy::denies_explicitly`]).
 #[derive(Clone, Default, Debug, PartialEq, Eq)]
 pub struct Policy {
     entries: BTreeMap<Cidr, Verdict>,
+    stated: BTreeMap<Cidr, Verdict>,
 }
 
 impl Policy {
@@ -197,12 +200,14 @@ impl Policy {
     /// Makes `cidr` reachable (unless a more specific deny entry covers part of it).
     pub fn allow(&mut self, cidr: Cidr) {
         self.entries.insert(cidr, Verdict::Allow);
+        self.stated.insert(cidr, Verdict::Allow);
         self.prune();
     }
 
     /// Makes `cidr` unreachable (unless a more specific allow entry covers part of it).
     pub fn deny(&mut self, cidr: Cidr) {
         self.entries.insert(cidr, Verdict::Deny);
+        self.stated.insert(cidr, Verdict::Deny);
         self.prune();
     }
 
@@ -211,10 +216,11 @@ impl Policy {
         self.entries.get(cidr) == Some(&Verdict::Allow)
     }
 
-    /// Whether an explicit deny entry covers `addr` (a name's answer must not reopen it).
+    /// Whether the most specific entry ever stated for `addr` is a deny (a name's answer
+    /// must not reopen it), even where the deny changes nothing about the kernel rules.
     pub fn denies_explicitly(&self, addr: IpAddr) -> bool {
         let host = Cidr::host(addr);
-        self.entries.iter().any(|(c, v)| *v == Verdict::Deny && c.contains(&host))
+        self.stated.iter().filter(|(c, _)| c.contains(&host)).max_by_key(|(c, _)| c.len).is_some_and(|(_, v)| *v == Verdict::Deny)
     }
 
     #[cfg(test)]
