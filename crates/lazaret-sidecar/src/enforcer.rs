@@ -13,7 +13,8 @@ use lazaret_dns::NamePolicy;
 use serde_json::{json, Value};
 
 use crate::control::Entry;
-use crate::policy::{diff, guard_rules, sort_rules, Cidr, Policy, RuleSpec, Verdict, DNS_MARK, UPSTREAM_PRIORITY};
+use crate::nft::Nft;
+use crate::policy::{allowed_ranges, diff, guard_rules, sort_rules, Cidr, Policy, RuleSpec, Verdict, DNS_MARK, UPSTREAM_PRIORITY};
 use crate::rtnl::Rtnl;
 
 /// Shortest time an answered address stays reachable, whatever the TTL said: a
@@ -150,9 +151,11 @@ fn is_remote_unicast(address: &IpAddr) -> bool {
     }
 }
 
-/// The state and the kernel it is enforced in.
+/// The state and the kernel it is enforced in: policy rules, and the netfilter
+/// backstop that mirrors them (`nft.rs`).
 pub struct Enforcer {
     rtnl: Rtnl,
+    nft: Nft,
     state: State,
     upstreams: Vec<SocketAddr>,
     /// The host's own addresses (see [`State::rules`]).
@@ -164,7 +167,13 @@ pub struct Enforcer {
 impl Enforcer {
     /// Installs `state` (with the upstream and guard rules) in this namespace, then
     /// retires the kernel's priority-0 `lookup local` rule that the guard replaces.
-    pub fn start(mut rtnl: Rtnl, state: State, upstreams: Vec<SocketAddr>, mut protected: Vec<IpAddr>) -> io::Result<(Enforcer, usize)> {
+    pub fn start(
+        mut rtnl: Rtnl,
+        nft: Nft,
+        state: State,
+        upstreams: Vec<SocketAddr>,
+        mut protected: Vec<IpAddr>,
+    ) -> io::Result<(Enforcer, usize)> {
         let guard = guard_rules(&rtnl.ipv4_broadcasts()?);
         // The upstream resolvers too: only the sidecar's marked sockets may ask them
         // anything, whatever a wide CIDR entry or a name's answer says.
@@ -173,7 +182,7 @@ impl Enforcer {
                 protected.push(upstream.ip());
             }
         }
-        let mut enforcer = Enforcer { rtnl, state: State::default(), upstreams, protected, guard };
+        let mut enforcer = Enforcer { rtnl, nft, state: State::default(), upstreams, protected, guard };
         let rules = enforcer.change(|current| *current = state)?;
         enforcer.rtnl.delete_priority_zero_local_rules()?;
         Ok((enforcer, rules))
@@ -236,6 +245,7 @@ impl Enforcer {
         if now != want {
             return Err(io::Error::other(format!("kernel holds {} rules of ours, expected {}", now.len(), want.len())));
         }
+        self.nft.replace(&allowed_ranges(desired)).map_err(|e| io::Error::new(e.kind(), format!("netfilter output filter: {e}")))?;
         Ok(now.len())
     }
 

@@ -13,6 +13,7 @@ mod control;
 mod dns;
 mod enforcer;
 mod events;
+mod nft;
 mod policy;
 mod rtnl;
 
@@ -217,7 +218,11 @@ fn run(options: RunOptions) -> ExitCode {
         Ok(socket) => socket,
         Err(e) => return fail(&format!("DNS on {} (is CAP_NET_BIND_SERVICE there?): {e}", dns::LISTEN)),
     };
-    let (enforcer, rules) = match Enforcer::start(rtnl, state, upstreams, options.protected.clone()) {
+    let nft = match nft::Nft::open().and_then(|mut nft| nft.install().map(|()| nft)) {
+        Ok(nft) => nft,
+        Err(e) => return fail(&format!("installing the netfilter output filter (nf_tables): {e}")),
+    };
+    let (enforcer, rules) = match Enforcer::start(rtnl, nft, state, upstreams, options.protected.clone()) {
         Ok(started) => started,
         Err(e) => return fail(&format!("installing the egress policy (is CAP_NET_ADMIN there?): {e}")),
     };

@@ -70,6 +70,69 @@ pub fn guard_rules(broadcasts: &[Ipv4Addr]) -> Vec<RuleSpec> {
     rules
 }
 
+/// Where locally sent packets may go according to a rule set, as disjoint address
+/// ranges per family: start inclusive, end exclusive (`None`: up to the top of the
+/// family). The netfilter backstop (`nft.rs`) holds exactly these.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowedRanges {
+    pub v4: Vec<(u32, Option<u32>)>,
+    pub v6: Vec<(u128, Option<u128>)>,
+}
+
+/// What `rules` decide for locally sent, unmarked packets: the first rule (in priority
+/// order) whose destination covers an address decides; `lookup local` rules do not
+/// (their table holds only this namespace's own addresses, which go out on loopback),
+/// nor do marked rules (only the sidecar's own sockets carry the mark); no rule means
+/// denied.
+pub fn allowed_ranges(rules: &[RuleSpec]) -> AllowedRanges {
+    let mut ordered: Vec<&RuleSpec> = rules.iter().filter(|r| r.mark == 0 && r.verdict != Verdict::Local).collect();
+    ordered.sort_by_key(|r| r.priority);
+    let family = |v4: bool| -> Vec<(u128, u128)> {
+        // Decided ranges: start -> (end inclusive, allowed).
+        let mut decided: BTreeMap<u128, (u128, bool)> = BTreeMap::new();
+        for rule in ordered.iter().filter(|r| r.dst.is_ipv4() == v4) {
+            let (start, end) = rule.dst.bounds();
+            let mut gaps = Vec::new();
+            let mut cursor = Some(start);
+            let before = decided.range(..start).next_back().map(|(a, (b, _))| (*a, *b));
+            let overlapping = before.into_iter().chain(decided.range(start..=end).map(|(a, (b, _))| (*a, *b)));
+            for (a, b) in overlapping {
+                let Some(c) = cursor else { break };
+                if b < c {
+                    continue;
+                }
+                if a > c {
+                    gaps.push((c, a - 1));
+                }
+                cursor = b.checked_add(1).filter(|next| *next <= end);
+            }
+            if let Some(c) = cursor {
+                if c <= end {
+                    gaps.push((c, end));
+                }
+            }
+            for (a, b) in gaps {
+                decided.insert(a, (b, rule.verdict == Verdict::Allow));
+            }
+        }
+        let mut allowed: Vec<(u128, u128)> = Vec::new();
+        for (a, (b, allow)) in decided {
+            if !allow {
+                continue;
+            }
+            match allowed.last_mut() {
+                Some(last) if last.1.checked_add(1) == Some(a) => last.1 = b,
+                _ => allowed.push((a, b)),
+            }
+        }
+        allowed
+    };
+    AllowedRanges {
+        v4: family(true).into_iter().map(|(a, b)| (a as u32, if b >= u128::from(u32::MAX) { None } else { Some(b as u32 + 1) })).collect(),
+        v6: family(false).into_iter().map(|(a, b)| (a, b.checked_add(1))).collect(),
+    }
+}
+
 /// The directed broadcast address of `address/prefix`, where the subnet has one.
 pub fn subnet_broadcast(address: Ipv4Addr, prefix: u8) -> Option<Ipv4Addr> {
     if prefix >= 31 || address.is_loopback() {
@@ -93,6 +156,17 @@ impl Cidr {
             return None;
         }
         Some(Cidr { addr: mask(addr, len), len })
+    }
+
+    /// The first and last address of the network, as numbers of its family.
+    pub fn bounds(&self) -> (u128, u128) {
+        let (value, bits) = match self.addr {
+            IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32u32),
+            IpAddr::V6(v6) => (u128::from(v6), 128u32),
+        };
+        let host_bits = bits - u32::from(self.len);
+        let span = if host_bits == 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
+        (value, value | span)
     }
 
     /// The network holding exactly `addr`.
@@ -464,6 +538,44 @@ mod tests {
         assert_eq!(subnet_broadcast(Ipv4Addr::new(10, 213, 5, 7), 24), Some(Ipv4Addr::new(10, 213, 5, 255)));
         assert_eq!(subnet_broadcast(Ipv4Addr::new(10, 213, 5, 7), 31), None);
         assert_eq!(subnet_broadcast(Ipv4Addr::new(127, 0, 0, 1), 8), None);
+    }
+
+    #[test]
+    fn allowed_ranges_mirror_the_rules() {
+        let mut p = Policy::new();
+        p.allow(c("10.0.0.0/8"));
+        p.deny(c("10.1.0.0/16"));
+        p.allow(c("10.1.2.3"));
+        p.allow(c("fd00::/64"));
+        let mut rules = p.rules();
+        rules.extend(guard_rules(&[Ipv4Addr::new(10, 255, 255, 255)]));
+        rules.push(RuleSpec {
+            dst: c("10.9.9.9"),
+            verdict: Verdict::Allow,
+            priority: UPSTREAM_PRIORITY,
+            mark: DNS_MARK,
+            local_only: false,
+        });
+        let ranges = allowed_ranges(&rules);
+        let v4 = |a: &str| u32::from(a.parse::<Ipv4Addr>().unwrap());
+        assert_eq!(
+            ranges.v4,
+            vec![
+                (v4("10.0.0.0"), Some(v4("10.1.0.0"))),
+                (v4("10.1.2.3"), Some(v4("10.1.2.4"))),
+                (v4("10.2.0.0"), Some(v4("10.255.255.255"))),
+            ],
+            "the deny carves, the host is back in, the broadcast address is out, the marked rule adds nothing"
+        );
+        let fd00 = u128::from("fd00::".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(ranges.v6, vec![(fd00, Some(fd00 + (1u128 << 64)))]);
+        let mut everything = Policy::new();
+        everything.allow(c("0.0.0.0/0"));
+        everything.allow(c("::/0"));
+        let ranges = allowed_ranges(&everything.rules());
+        assert_eq!(ranges.v4, vec![(0, None)]);
+        assert_eq!(ranges.v6, vec![(0, None)]);
+        assert_eq!(allowed_ranges(&Policy::new().rules()), AllowedRanges::default());
     }
 
     #[test]
