@@ -1,10 +1,11 @@
 //! `lazaret-sidecar`: the Network Sidecar that owns the sandbox's network namespace.
 //!
 //! Built as a static binary (musl) and shipped alone in a `FROM scratch` image. It runs as
-//! PID 1 under runc with `CAP_NET_ADMIN` only, and enforces a default-deny egress policy in
-//! its network namespace with policy-routing rules (see `policy.rs`), which the agent
-//! sandbox (runsc, `--network=host`, `--network container:<sidecar>`) then shares. The
-//! policy lives in the kernel: if this process dies, the last policy stays in force.
+//! PID 1 under runc with `CAP_NET_ADMIN` (and `CAP_NET_BIND_SERVICE` for DNS), and enforces
+//! a default-deny egress policy in its network namespace with policy-routing rules (see
+//! `policy.rs`, `enforcer.rs`) backed by a netfilter output filter (`nft.rs`), which the
+//! agent sandbox (runsc, `--network=host`, `--network container:<sidecar>`) then shares.
+//! The policy lives in the kernel: if this process dies, the last policy stays in force.
 //! Changes arrive over a Unix control socket (see `control.rs`) and apply live. The
 //! sandbox's only resolver is this process (`dns.rs`): it answers allowlisted names and
 //! opens their addresses for their TTL.
@@ -38,8 +39,9 @@ lazaret-sidecar: Lazaret's Network Sidecar (egress policy for one sandbox)
 Usage:
   lazaret-sidecar [--allow ENTRY]... [--deny ENTRY]... [--dns-upstream ADDRESS]...
                   [--protect ADDRESS]... [--control SOCKET]
-      Enforce default-deny egress in this network namespace (needs CAP_NET_ADMIN,
-      and CAP_NET_BIND_SERVICE for DNS): only --allow'ed destinations are
+      Enforce default-deny egress in this network namespace (policy-routing rules
+      and an nf_tables output filter that mirrors them; needs CAP_NET_ADMIN, and
+      CAP_NET_BIND_SERVICE for DNS): only --allow'ed destinations are
       reachable. An ENTRY is a CIDR or address (longest prefix wins against
       --deny) or a DNS name, `github.com` or `*.npmjs.org`: the resolver this
       serves on 127.0.0.1:53 answers allowlisted names from the upstream
