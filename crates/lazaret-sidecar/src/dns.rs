@@ -226,8 +226,8 @@ fn random_id() -> io::Result<u16> {
     Ok(u16::from_ne_bytes(bytes))
 }
 
-/// Forgets learned addresses whose time ran out and that no TCP connection in this
-/// namespace uses any more. Checks once a second.
+/// Forgets learned addresses whose time ran out and that no TCP connection or connected
+/// UDP socket in this namespace uses any more. Checks once a second.
 pub fn expiry_loop(shared: Arc<Shared>) {
     loop {
         std::thread::sleep(Duration::from_secs(1));
@@ -247,21 +247,22 @@ pub fn expiry_loop(shared: Arc<Shared>) {
     }
 }
 
-/// Remote addresses of this namespace's TCP sockets that are not listening or closed
-/// (the sandbox's sockets are host sockets here: runsc's hostinet).
+/// Remote addresses of this namespace's TCP sockets that are not listening or closed,
+/// and of its connected UDP sockets (the sandbox's sockets are host sockets here:
+/// runsc's hostinet).
 fn connected_addresses() -> BTreeSet<IpAddr> {
     let mut out = BTreeSet::new();
-    for path in ["/proc/net/tcp", "/proc/net/tcp6"] {
+    for path in ["/proc/net/tcp", "/proc/net/tcp6", "/proc/net/udp", "/proc/net/udp6"] {
         if let Ok(text) = std::fs::read_to_string(path) {
-            out.extend(parse_proc_net_tcp(&text));
+            out.extend(parse_proc_net_sockets(&text));
         }
     }
     out
 }
 
-/// Parses `/proc/net/tcp{,6}`: the remote address of every socket whose state is not
-/// LISTEN (0A) or CLOSE (07).
-fn parse_proc_net_tcp(text: &str) -> Vec<IpAddr> {
+/// Parses `/proc/net/{tcp,udp}{,6}`: the remote address of every socket whose state is
+/// not LISTEN (0A) or CLOSE (07; an unconnected UDP socket).
+fn parse_proc_net_sockets(text: &str) -> Vec<IpAddr> {
     let mut out = Vec::new();
     for line in text.lines().skip(1) {
         let fields: Vec<&str> = line.split_whitespace().collect();
@@ -299,15 +300,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn proc_net_tcp_yields_connected_remotes() {
+    fn proc_net_sockets_yield_connected_remotes() {
         let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
            0: 0100007F:0035 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n\
            1: 0305D50A:AC2A 0B05D50A:1F90 01 00000000:00000000 00:00000000 00000000     0        0 2\n\
            2: 0305D50A:AC2B 0C05D50A:1F90 07 00000000:00000000 00:00000000 00000000     0        0 3\n";
-        assert_eq!(parse_proc_net_tcp(text), vec!["10.213.5.11".parse::<IpAddr>().unwrap()]);
+        assert_eq!(parse_proc_net_sockets(text), vec!["10.213.5.11".parse::<IpAddr>().unwrap()]);
         let six = "sl local rem st\n 0: 00000000000000000000000000000000:0035 0000FDFD000000000000000001000000:1F90 01 0\n";
-        assert_eq!(parse_proc_net_tcp(six), vec!["fdfd::1".parse::<IpAddr>().unwrap()]);
+        assert_eq!(parse_proc_net_sockets(six), vec!["fdfd::1".parse::<IpAddr>().unwrap()]);
+        // /proc/net/udp as seen from the sidecar, a sandbox's connected socket and the resolver.
+        let udp = "   sl  local_address rem_address   st tx_queue\n 8391: 0208D50A:E868 0B08D50A:270F 01 00000000:00000000\n\
+                   14484: 0100007F:0035 00000000:0000 07 00000000:00000000\n";
+        assert_eq!(parse_proc_net_sockets(udp), vec!["10.213.8.11".parse::<IpAddr>().unwrap()]);
         let mapped = "sl local rem st\n 0: 00000000000000000000000000000000:0035 0000000000000000FFFF00000B05D50A:1F90 01 0\n";
-        assert_eq!(parse_proc_net_tcp(mapped), vec!["10.213.5.11".parse::<IpAddr>().unwrap()]);
+        assert_eq!(parse_proc_net_sockets(mapped), vec!["10.213.5.11".parse::<IpAddr>().unwrap()]);
     }
 }
