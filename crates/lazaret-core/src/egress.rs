@@ -48,21 +48,12 @@ fn parse_cidr(text: &str) -> Result<IpNet, String> {
     Ok(net)
 }
 
+/// One validation for names, shared with the Network Sidecar that enforces
+/// them (`lazaret_dns::NamePattern`).
 fn parse_domain(text: &str) -> Result<String, String> {
-    let lower = text.to_ascii_lowercase();
-    let name = lower.strip_suffix('.').unwrap_or(&lower);
-    let body = name.strip_prefix("*.").unwrap_or(name);
-    let invalid = || format!("`{text}` is neither a CIDR nor a DNS name (expected e.g. github.com or *.npmjs.org)");
-    if body.is_empty() || name.len() > 253 || !body.contains('.') {
-        return Err(invalid());
-    }
-    for label in body.split('.') {
-        let valid_characters = label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-        if label.is_empty() || label.len() > 63 || !valid_characters || label.starts_with('-') || label.ends_with('-') {
-            return Err(invalid());
-        }
-    }
-    Ok(name.to_owned())
+    lazaret_dns::NamePattern::parse(text)
+        .map(|pattern| pattern.to_string())
+        .map_err(|_| format!("`{text}` is neither a CIDR nor a DNS name (expected e.g. github.com or *.npmjs.org)"))
 }
 
 #[cfg(test)]

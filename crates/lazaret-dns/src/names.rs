@@ -77,7 +77,7 @@ pub struct NamePattern {
 impl NamePattern {
     /// Parses an allowlist entry; the error names the entry.
     pub fn parse(text: &str) -> Result<NamePattern, String> {
-        let lower = text.trim().to_ascii_lowercase();
+        let lower = text.to_ascii_lowercase();
         let name = lower.strip_suffix('.').unwrap_or(&lower);
         let (wildcard, base) = match name.strip_prefix("*.") {
             Some(base) => (true, base),
@@ -219,7 +219,7 @@ mod tests {
     fn patterns_parse_and_name_bad_entries() {
         assert_eq!(pattern("GitHub.com.").to_string(), "github.com");
         assert_eq!(pattern("*.npmjs.org").to_string(), "*.npmjs.org");
-        for bad in ["", "*", "localhost", "*.com", "a..b", "-a.com", "a_b.com", "*.*.com", "a.*.com", "10.0.0.1/8 x"] {
+        for bad in ["", " github.com", "*", "localhost", "*.com", "a..b", "-a.com", "a_b.com", "*.*.com", "a.*.com", "10.0.0.1/8 x"] {
             let error = NamePattern::parse(bad).expect_err(bad);
             assert!(error.contains(&format!("`{bad}`")), "{error}");
         }

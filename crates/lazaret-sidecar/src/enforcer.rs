@@ -162,6 +162,9 @@ pub struct Enforcer {
     protected: Vec<IpAddr>,
     /// Broadcast and multicast guard (fixed for the sidecar's life).
     guard: Vec<RuleSpec>,
+    /// The rules last put in force (sorted), so that a change that leaves them as they
+    /// are (an answer renewing a known address) costs no netlink round trip.
+    installed: Vec<RuleSpec>,
 }
 
 impl Enforcer {
@@ -182,7 +185,7 @@ impl Enforcer {
                 protected.push(upstream.ip());
             }
         }
-        let mut enforcer = Enforcer { rtnl, nft, state: State::default(), upstreams, protected, guard };
+        let mut enforcer = Enforcer { rtnl, nft, state: State::default(), upstreams, protected, guard, installed: Vec::new() };
         let rules = enforcer.change(|current| *current = state)?;
         enforcer.rtnl.delete_priority_zero_local_rules()?;
         Ok((enforcer, rules))
@@ -209,16 +212,27 @@ impl Enforcer {
         let previous = self.state.clone();
         edit(&mut self.state);
         self.state.forget_disallowed();
-        match self.reconcile(&self.desired()) {
+        match self.install(self.desired()) {
             Ok(rules) => Ok(rules),
             Err(error) => {
                 self.state = previous;
-                if let Err(error) = self.reconcile(&self.desired()) {
+                if let Err(error) = self.install(self.desired()) {
                     eprintln!("lazaret-sidecar: could not restore the previous policy: {error}");
                 }
                 Err(error)
             }
         }
+    }
+
+    /// Puts `desired` in force unless it already is.
+    fn install(&mut self, desired: Vec<RuleSpec>) -> io::Result<usize> {
+        if desired == self.installed {
+            return Ok(desired.len());
+        }
+        self.installed.clear();
+        let rules = self.reconcile(&desired)?;
+        self.installed = desired;
+        Ok(rules)
     }
 
     /// Adds go first (denies before allows), then deletes (allows before denies), so

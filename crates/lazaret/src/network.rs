@@ -183,23 +183,34 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
     Ok(socket)
 }
 
-/// The sidecar's event stream: one JSON object per line, until the sidecar
-/// goes. `on_event` gets each event; it returns when the stream ends.
-pub async fn watch(socket: &Path, mut on_event: impl FnMut(serde_json::Value)) -> Result<()> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::UnixStream::connect(socket).await.with_context(|| format!("cannot reach {}", socket.display()))?;
-    stream.write_all(b"{\"watch\":true}\n").await?;
-    let mut lines = tokio::io::BufReader::new(stream).lines();
-    let first = lines.next_line().await?.unwrap_or_default();
-    if !first.contains("\"watching\":true") {
-        bail!("the Network Sidecar refused to stream events: {first}");
-    }
-    while let Some(line) = lines.next_line().await? {
-        if let Ok(event) = serde_json::from_str(&line) {
-            on_event(event);
+/// The sidecar's event stream (`{"watch":true}`): one JSON object per line,
+/// until the sidecar goes.
+pub struct SidecarEvents {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::net::UnixStream>>,
+}
+
+impl SidecarEvents {
+    pub async fn connect(socket: &Path) -> Result<SidecarEvents> {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::UnixStream::connect(socket).await.with_context(|| format!("cannot reach {}", socket.display()))?;
+        stream.write_all(b"{\"watch\":true}\n").await?;
+        let mut lines = tokio::io::BufReader::new(stream).lines();
+        let first = lines.next_line().await?.unwrap_or_default();
+        if !first.contains("\"watching\":true") {
+            bail!("the Network Sidecar refused to stream events: {first}");
         }
+        Ok(SidecarEvents { lines })
     }
-    Ok(())
+
+    /// The next event; `None` when the stream ends. Lines that are not JSON are skipped.
+    pub async fn next(&mut self) -> Result<Option<serde_json::Value>> {
+        while let Some(line) = self.lines.next_line().await? {
+            if let Ok(event) = serde_json::from_str(&line) {
+                return Ok(Some(event));
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// One request on the sidecar's control socket (a JSON line each way).

@@ -48,15 +48,16 @@ pub enum WorkspaceMode {
 /// Forwards the Network Sidecar's events to the domain, in order, until the
 /// sidecar goes.
 async fn watch_sidecar(domain: Arc<Domain>, socket: std::path::PathBuf) {
-    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
-    let reader = tokio::spawn(async move { crate::network::watch(&socket, |event| drop(sender.send(event))).await });
-    while let Some(event) = receiver.recv().await {
-        domain.sidecar_event(event).await;
-    }
-    match reader.await {
-        Ok(Err(error)) => tracing::warn!(error = %format!("{error:#}"), "the Network Sidecar's event stream ended"),
-        Ok(Ok(())) => tracing::info!("the Network Sidecar's event stream ended"),
-        Err(_) => {}
+    let ended = async {
+        let mut events = crate::network::SidecarEvents::connect(&socket).await?;
+        while let Some(event) = events.next().await? {
+            domain.sidecar_event(event).await;
+        }
+        anyhow::Ok(())
+    };
+    match ended.await {
+        Ok(()) => tracing::info!("the Network Sidecar's event stream ended"),
+        Err(error) => tracing::warn!(error = %format!("{error:#}"), "the Network Sidecar's event stream ended"),
     }
 }
 
