@@ -157,15 +157,48 @@ fn doctor_reports_every_check_and_passes_the_runtime() {
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
     let checks = json["checks"].as_array().expect("checks");
     let status_of = |name: &str| checks.iter().find(|c| c["name"] == name).map(|c| c["status"].as_str().unwrap_or("").to_owned());
-    for name in ["podman", "runsc", "runc", "fuse-overlayfs", "git", "lazaret-escalate", "lazaret-sidecar"] {
+    for name in
+        ["podman", "runsc", "runc", "fuse-overlayfs", "git", "lazaret-escalate", "lazaret-sidecar", "sandbox start", "sidecar start"]
+    {
         assert_eq!(status_of(name).as_deref(), Some("pass"), "{name}: {json}");
     }
+    assert!(status_of("runsc features").is_some(), "runsc's version, platform and features are reported: {json}");
     for check in checks {
         if check["status"] != "pass" {
             assert!(check["fix"].is_string(), "a non-passing check needs a fix: {check}");
         }
     }
     assert!(output.status.success(), "{json}");
+}
+
+/// Doctor starts a real sandbox and a real sidecar-shaped container: a
+/// broken runtime fails it with podman's own error and the fix, and the
+/// probes leave no container behind.
+#[test]
+fn doctor_starts_a_real_sandbox_and_names_a_missing_init_binary() {
+    let env = TestEnv::new();
+    let helpers = static_helper("");
+    let helper_dir = helpers.parent().expect("dir");
+    env.write_config("[network]\nallow_egress = [\"10.213.250.0/24\"]\n");
+    let output = run(env.lazaret().args(["doctor"]).env("LAZARET_HELPER_DIR", helper_dir));
+    assert!(output.status.success(), "{}{}", stdout(&output), stderr(&output));
+    assert!(stdout(&output).contains("sidecar start") && stdout(&output).contains("network podman) started"), "{}", stdout(&output));
+
+    // podman pointed at an init binary that does not exist.
+    let containers_conf = env.path().join("containers.conf");
+    std::fs::write(&containers_conf, "[containers]\ninit_path = \"/nonexistent/catatonit\"\n").expect("write");
+    let output = run(env.lazaret().args(["doctor"]).env("LAZARET_HELPER_DIR", helper_dir).env("CONTAINERS_CONF", &containers_conf));
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "doctor fails: {text}");
+    let failure = text.lines().skip_while(|line| !line.contains("[FAIL] sandbox start")).take(2).collect::<Vec<_>>().join("\n");
+    assert!(failure.contains("/nonexistent/catatonit"), "podman's own error names the init binary: {text}");
+    assert!(failure.contains("fix: podman's --init needs catatonit: apt-get install catatonit"), "{text}");
+    assert!(text.contains("some checks failed"), "{text}");
+    let leftovers = Command::new("podman")
+        .args(["ps", "--all", "--filter", "name=lazaret-doctor-", "--format", "{{.Names}}"])
+        .output()
+        .expect("podman");
+    assert_eq!(stdout(&leftovers).trim(), "", "doctor leaves no container behind");
 }
 
 #[test]

@@ -7,7 +7,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -231,6 +231,17 @@ fn git_metadata_written_by_the_agent_never_runs_on_the_host() {
     assert_eq!(crafted_commit.len(), 40, "{}", stderr(&crafted_output));
     let host_branch = git(&repository, &["rev-parse", BRANCH]).trim().to_owned();
     assert_eq!(host_branch, before_crafted, "a commit with a .git tree entry is refused by the host's fsck");
+    // D13: the refused import left nothing in the host repository.
+    let present = Command::new("git").arg("-C").arg(&repository).args(["cat-file", "-e", &crafted_commit]).output().expect("git");
+    assert!(!present.status.success(), "the refused commit's objects stay out of the host repository");
+    let objects = repository.join(".git/objects");
+    let leftovers: Vec<String> = std::fs::read_dir(&objects)
+        .expect("objects")
+        .chain(std::fs::read_dir(objects.join("pack")).expect("pack"))
+        .filter_map(|entry| entry.ok().map(|entry| entry.file_name().to_string_lossy().into_owned()))
+        .filter(|name| name.starts_with("lazaret-incoming-") || name.starts_with("tmp_"))
+        .collect();
+    assert!(leftovers.is_empty(), "no quarantine or temporary pack is left: {leftovers:?}");
     // A .gitmodules whose update runs a command is refused the same way.
     let update_command = format!(
         "cd /workspace; rm -f .git/commondir; printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ./sub\\n\\tupdate = !touch {marker}/submodule-update\\n' > .gitmodules; \

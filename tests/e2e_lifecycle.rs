@@ -62,17 +62,28 @@ fn stdin_and_stdout_pass_through_without_a_terminal() {
 
 #[test]
 fn eight_simultaneous_sessions_share_one_coordinator_and_one_container() {
+    eight_simultaneous_sessions(&Subject::current());
+}
+
+#[test]
+fn eight_simultaneous_sessions_share_one_coordinator_and_one_container_rootless() {
+    let Some(subject) = Subject::rootless() else { return };
+    eight_simultaneous_sessions(&subject);
+}
+
+/// Hold-to-Bind under contention: eight CLIs started at once.
+fn eight_simultaneous_sessions(subject: &Subject) {
     let _guard = sandbox_guard();
     ensure_default_image();
-    let env = TestEnv::new();
-    let workspace = git_repository(&env, "ws");
-    let domain = domain_json(&env, "default", &workspace);
+    let who = subject.label();
+    let workspace = subject.repository("ws");
+    let domain = subject.domain("default", &workspace);
     let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
     let handles: Vec<_> = (0..8)
         .map(|_| {
             let barrier = barrier.clone();
-            let mut command = env.lazaret();
+            let mut command = subject.lazaret();
             command.args(["run", "--workspace"]).arg(&workspace).args(["--", "sleep", "3"]);
             std::thread::spawn(move || {
                 barrier.wait();
@@ -81,21 +92,24 @@ fn eight_simultaneous_sessions_share_one_coordinator_and_one_container() {
         })
         .collect();
     // While they run: exactly one coordinator and one container.
-    assert!(wait_until(Duration::from_secs(10), || domain_containers(&hash).len() == 1), "a container appears");
+    assert!(wait_until(Duration::from_secs(10), || subject.containers(&hash).len() == 1), "{who}: a container appears");
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(domain_containers(&hash).len(), 1, "exactly one container");
-    assert_eq!(coordinator_pids(&workspace).len(), 1, "exactly one coordinator");
+    assert_eq!(subject.containers(&hash).len(), 1, "{who}: exactly one container");
+    assert_eq!(coordinator_pids(&workspace).len(), 1, "{who}: exactly one coordinator");
     for handle in handles {
         let output = handle.join().expect("thread");
-        assert!(output.status.success(), "every session succeeds: {}", stderr(&output));
+        assert!(output.status.success(), "{who}: every session succeeds: {}", stderr(&output));
     }
     let last_exit = Instant::now();
-    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)), "full teardown within 5 s of the last exit");
-    eprintln!("teardown took {:?}", last_exit.elapsed());
+    assert!(
+        wait_until(Duration::from_secs(5), || subject.torn_down(&domain, &workspace)),
+        "{who}: full teardown within 5 s of the last exit"
+    );
+    eprintln!("{who}: teardown took {:?}", last_exit.elapsed());
     // All eight are in the store.
-    let sessions = run(env.lazaret().args(["sessions", "--json", "--workspace"]).arg(&workspace));
+    let sessions = run(subject.lazaret().args(["sessions", "--json", "--workspace"]).arg(&workspace));
     let sessions: serde_json::Value = serde_json::from_slice(&sessions.stdout).expect("sessions json");
-    assert_eq!(sessions.as_array().map(Vec::len), Some(8), "{sessions}");
+    assert_eq!(sessions.as_array().map(Vec::len), Some(8), "{who}: {sessions}");
 }
 
 #[test]
@@ -133,14 +147,25 @@ fn two_workspaces_and_two_profiles_are_independent_domains() {
 
 #[test]
 fn sigkill_of_one_cli_leaves_the_others_running_then_tears_down() {
+    sigkill_of_one_cli(&Subject::current());
+}
+
+#[test]
+fn sigkill_of_one_cli_leaves_the_others_running_then_tears_down_rootless() {
+    let Some(subject) = Subject::rootless() else { return };
+    sigkill_of_one_cli(&subject);
+}
+
+fn sigkill_of_one_cli(subject: &Subject) {
     let _guard = sandbox_guard();
     ensure_default_image();
-    let env = TestEnv::new();
-    let workspace = git_repository(&env, "ws");
-    let domain = domain_json(&env, "default", &workspace);
+    let who = subject.label();
+    let workspace = subject.repository("ws");
+    let domain = subject.domain("default", &workspace);
     let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
     let spawn = |seconds: &str| {
-        env.lazaret()
+        subject
+            .lazaret()
             .args(["run", "--workspace"])
             .arg(&workspace)
             .args(["--", "sleep", seconds])
@@ -150,37 +175,47 @@ fn sigkill_of_one_cli_leaves_the_others_running_then_tears_down() {
             .expect("spawn")
     };
     let mut victim = spawn("60");
-    assert!(wait_until(Duration::from_secs(10), || domain_containers(&hash).len() == 1));
+    assert!(wait_until(Duration::from_secs(10), || subject.containers(&hash).len() == 1), "{who}: the sandbox starts");
     let survivors = [spawn("4"), spawn("4")];
     std::thread::sleep(Duration::from_millis(1000));
     kill(victim.id(), "KILL");
     let _ = victim.wait();
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(domain_containers(&hash).len(), 1, "the sandbox stays for the other sessions");
-    let status = run(env.lazaret().args(["status", "--json", "--workspace"]).arg(&workspace));
+    assert_eq!(subject.containers(&hash).len(), 1, "{who}: the sandbox stays for the other sessions");
+    let status = run(subject.lazaret().args(["status", "--json", "--workspace"]).arg(&workspace));
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
-    assert_eq!(status["status"]["sessions"].as_array().map(Vec::len), Some(2), "the killed CLI counts as disconnected: {status}");
+    assert_eq!(status["status"]["sessions"].as_array().map(Vec::len), Some(2), "{who}: the killed CLI counts as disconnected: {status}");
     for survivor in survivors {
         let output = survivor.wait_with_output().expect("wait");
-        assert!(output.status.success(), "{}", stderr(&output));
+        assert!(output.status.success(), "{who}: {}", stderr(&output));
     }
-    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)), "full teardown after the survivors exit");
-    let sessions = run(env.lazaret().args(["sessions", "--json", "--workspace"]).arg(&workspace));
+    assert!(wait_until(Duration::from_secs(5), || subject.torn_down(&domain, &workspace)), "{who}: full teardown after the survivors exit");
+    let sessions = run(subject.lazaret().args(["sessions", "--json", "--workspace"]).arg(&workspace));
     let sessions: serde_json::Value = serde_json::from_slice(&sessions.stdout).expect("json");
     let reasons: Vec<&str> = sessions.as_array().expect("array").iter().filter_map(|s| s["endReason"].as_str()).collect();
-    assert_eq!(reasons.iter().filter(|r| **r == "disconnected").count(), 1, "{sessions}");
-    assert_eq!(reasons.iter().filter(|r| **r == "exited").count(), 2, "{sessions}");
+    assert_eq!(reasons.iter().filter(|r| **r == "disconnected").count(), 1, "{who}: {sessions}");
+    assert_eq!(reasons.iter().filter(|r| **r == "exited").count(), 2, "{who}: {sessions}");
 }
 
 #[test]
 fn sigkill_of_the_coordinator_is_recovered_by_the_next_run() {
+    sigkill_of_the_coordinator(&Subject::current());
+}
+
+#[test]
+fn sigkill_of_the_coordinator_is_recovered_by_the_next_run_rootless() {
+    let Some(subject) = Subject::rootless() else { return };
+    sigkill_of_the_coordinator(&subject);
+}
+
+fn sigkill_of_the_coordinator(subject: &Subject) {
     let _guard = sandbox_guard();
     ensure_default_image();
-    let env = TestEnv::new();
-    let workspace = git_repository(&env, "ws");
-    let domain = domain_json(&env, "default", &workspace);
+    let who = subject.label();
+    let workspace = subject.repository("ws");
+    let domain = subject.domain("default", &workspace);
     let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
-    let mut cli = env
+    let mut cli = subject
         .lazaret()
         .args(["run", "--workspace"])
         .arg(&workspace)
@@ -189,31 +224,48 @@ fn sigkill_of_the_coordinator_is_recovered_by_the_next_run() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    assert!(wait_until(Duration::from_secs(10), || domain_containers(&hash).len() == 1 && coordinator_pids(&workspace).len() == 1));
+    assert!(
+        wait_until(Duration::from_secs(10), || subject.containers(&hash).len() == 1 && coordinator_pids(&workspace).len() == 1),
+        "{who}: sandbox and coordinator start"
+    );
     let coordinator = coordinator_pids(&workspace)[0];
     kill(coordinator, "KILL");
     kill(cli.id(), "KILL");
     let _ = cli.wait();
-    assert!(Path::new(domain["control_socket"].as_str().expect("socket")).exists(), "a SIGKILLed coordinator leaves its socket file");
+    assert!(
+        Path::new(domain["control_socket"].as_str().expect("socket")).exists(),
+        "{who}: a SIGKILLed coordinator leaves its socket file"
+    );
     let started = Instant::now();
-    let output = run(env.lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", "echo recovered"]));
-    assert!(output.status.success(), "the next run recovers: {}", stderr(&output));
-    assert!(started.elapsed() < Duration::from_secs(10), "recovered within 10 s ({:?})", started.elapsed());
+    let output = run(subject.lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", "echo recovered"]));
+    assert!(output.status.success(), "{who}: the next run recovers: {}", stderr(&output));
+    assert!(started.elapsed() < Duration::from_secs(10), "{who}: recovered within 10 s ({:?})", started.elapsed());
     assert_eq!(stdout(&output).trim(), "recovered");
-    assert!(!stderr(&output).contains("address in use"), "{}", stderr(&output));
-    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)), "no container left over");
+    assert!(!stderr(&output).contains("address in use"), "{who}: {}", stderr(&output));
+    assert!(wait_until(Duration::from_secs(5), || subject.torn_down(&domain, &workspace)), "{who}: no container left over");
 }
 
 #[test]
 fn sigterm_and_sigint_clean_up_everything() {
+    sigterm_and_sigint(&Subject::current());
+}
+
+#[test]
+fn sigterm_and_sigint_clean_up_everything_rootless() {
+    let Some(subject) = Subject::rootless() else { return };
+    sigterm_and_sigint(&subject);
+}
+
+fn sigterm_and_sigint(subject: &Subject) {
     let _guard = sandbox_guard();
     ensure_default_image();
-    let env = TestEnv::new();
-    let workspace = git_repository(&env, "ws");
-    let domain = domain_json(&env, "default", &workspace);
+    let who = subject.label();
+    let workspace = subject.repository("ws");
+    let domain = subject.domain("default", &workspace);
     let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
     let start = || {
-        env.lazaret()
+        subject
+            .lazaret()
             .args(["run", "--workspace"])
             .arg(&workspace)
             .args(["--", "sleep", "60"])
@@ -225,26 +277,29 @@ fn sigterm_and_sigint_clean_up_everything() {
 
     // SIGTERM to the coordinator: it removes the sandbox; the CLI ends.
     let mut cli = start();
-    assert!(wait_until(Duration::from_secs(10), || domain_containers(&hash).len() == 1 && coordinator_pids(&workspace).len() == 1));
+    assert!(
+        wait_until(Duration::from_secs(10), || subject.containers(&hash).len() == 1 && coordinator_pids(&workspace).len() == 1),
+        "{who}: sandbox and coordinator start"
+    );
     kill(coordinator_pids(&workspace)[0], "TERM");
-    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)), "SIGTERM to the coordinator cleans up");
-    assert!(wait_until(Duration::from_secs(5), || cli.try_wait().expect("try_wait").is_some()), "the CLI ends with its sandbox");
+    assert!(wait_until(Duration::from_secs(5), || subject.torn_down(&domain, &workspace)), "{who}: SIGTERM to the coordinator cleans up");
+    assert!(wait_until(Duration::from_secs(5), || cli.try_wait().expect("try_wait").is_some()), "{who}: the CLI ends with its sandbox");
 
     // SIGINT and SIGTERM to a non-interactive CLI: it ends, and being the
     // last session, the domain is torn down.
     for signal in ["INT", "TERM"] {
         let mut cli = start();
-        assert!(wait_until(Duration::from_secs(10), || domain_containers(&hash).len() == 1));
+        assert!(wait_until(Duration::from_secs(10), || subject.containers(&hash).len() == 1), "{who}: the sandbox starts");
         std::thread::sleep(Duration::from_millis(300));
         kill(cli.id(), signal);
         let status = cli.wait().expect("wait");
-        assert!(!status.success(), "SIG{signal}: {status}");
-        assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)), "SIG{signal} to the CLI cleans up");
+        assert!(!status.success(), "{who}: SIG{signal}: {status}");
+        assert!(wait_until(Duration::from_secs(5), || subject.torn_down(&domain, &workspace)), "{who}: SIG{signal} to the CLI cleans up");
     }
     let socket_dir = Path::new(domain["control_socket"].as_str().expect("socket")).parent().expect("dir").to_path_buf();
-    assert!(!socket_dir.exists(), "the socket directory is removed");
+    assert!(!socket_dir.exists(), "{who}: the socket directory is removed");
     let mounts = std::fs::read_to_string("/proc/mounts").expect("mounts");
-    assert!(!mounts.contains(&hash), "nothing of the domain stays mounted");
+    assert!(!mounts.contains(&hash), "{who}: nothing of the domain stays mounted");
 }
 
 /// Speaks the documented protocol (Content-Length framing, JSON-RPC 2.0) to
@@ -342,8 +397,7 @@ fn a_second_process_opening_the_state_store_gets_a_clear_error() {
 
 #[test]
 fn a_lockfile_owned_by_another_user_is_refused() {
-    if nix_uid() != 0 {
-        eprintln!("skipped: needs root to create a file owned by another user");
+    if !require_root("to create a file owned by another user") {
         return;
     }
     let env = TestEnv::new();
@@ -359,16 +413,11 @@ fn a_lockfile_owned_by_another_user_is_refused() {
     assert!(stderr(&output).contains(lockfile.to_str().expect("utf8")), "{}", stderr(&output));
 }
 
-fn nix_uid() -> u32 {
-    let output = Command::new("id").arg("-u").output().expect("id");
-    stdout(&output).trim().parse().expect("uid")
-}
-
 /// The whole flow as an ordinary user with subuid/subgid (set up by
 /// `scripts/setup-rootless-user`, which `tests/run` calls as root).
 #[test]
 fn rootless_run_works_for_an_ordinary_user() {
-    let Some(user) = RootlessUser::from_environment_or_say_skipped() else { return };
+    let Some(user) = RootlessUser::required() else { return };
     let _guard = sandbox_guard();
     let (uid, home) = (user.uid.clone(), user.home.clone());
     let lazaret = std::path::PathBuf::from(user.lazaret());

@@ -20,6 +20,8 @@ struct TestNetwork {
     prefix6: String,
     dns: bool,
     hosts: std::cell::RefCell<Vec<u8>>,
+    /// An address this test gave the host on the network's bridge: (bridge, CIDR).
+    host_side: std::cell::RefCell<Option<(String, String)>>,
 }
 
 const PODMAN_LIMITS: [&str; 3] = ["--runtime=runc", "--ulimit=nofile=4096:4096", "--ulimit=nproc=4096:4096"];
@@ -37,7 +39,7 @@ impl TestNetwork {
             .output()
             .expect("podman");
         assert!(output.status.success(), "network create: {}", stderr(&output));
-        let network = TestNetwork { name, prefix, prefix6, dns: false, hosts: Default::default() };
+        let network = TestNetwork { name, prefix, prefix6, dns: false, hosts: Default::default(), host_side: Default::default() };
         for host in [11, 12] {
             network.start_host(host, &[], &["sh", "-c", "nc -lk -p 8080 & exec nc -6 -lk -p 8080"]);
         }
@@ -69,6 +71,26 @@ impl TestNetwork {
         assert!(output.status.success(), "test host: {}", stderr(&output));
     }
 
+    /// The host's own address on this network (`.1` on the bridge), as a
+    /// developer's machine has on its container networks. An `--internal`
+    /// network under CNI has a bridge without one (`isGateway: false`), so
+    /// the test gives it one, and takes it away again when the network goes.
+    fn host_side_address(&self) -> String {
+        let address = self.host(1);
+        let bridge =
+            Command::new("podman").args(["network", "inspect", "--format", "{{.NetworkInterface}}", &self.name]).output().expect("podman");
+        let bridge = stdout(&bridge).trim().to_owned();
+        assert!(!bridge.is_empty(), "the network has a bridge once its hosts run");
+        let present = Command::new("ip").args(["-o", "addr", "show", "dev", &bridge]).output().expect("ip");
+        if !stdout(&present).contains(&format!(" {address}/")) {
+            let cidr = format!("{address}/24");
+            let added = Command::new("ip").args(["addr", "add", &cidr, "dev", &bridge]).output().expect("ip");
+            assert!(added.status.success(), "ip addr add {cidr} dev {bridge}: {}", stderr(&added));
+            *self.host_side.borrow_mut() = Some((bridge, cidr));
+        }
+        address
+    }
+
     fn host(&self, number: u8) -> String {
         format!("{}.{number}", self.prefix)
     }
@@ -93,6 +115,9 @@ impl Drop for TestNetwork {
     fn drop(&mut self) {
         for host in self.hosts.borrow().iter() {
             let _ = Command::new("podman").args(["rm", "-f", "-t", "0", &format!("{}-host{host}", self.name)]).output();
+        }
+        if let Some((bridge, cidr)) = self.host_side.borrow_mut().take() {
+            let _ = Command::new("ip").args(["addr", "del", &cidr, "dev", &bridge]).output();
         }
         let _ = Command::new("podman").args(["network", "rm", "-f", &self.name]).output();
     }
@@ -222,6 +247,9 @@ fn only_allowlisted_hosts_are_reachable_and_the_policy_changes_live() {
             .is_ok_and(|output| output.status.success())
     });
     assert!(reachable, "`lazaret net allow` makes the host reachable within 1 s (took {:?})", allowed_at.elapsed());
+    // Keep it open for longer than one round of the session's loop (nc -w 1
+    // plus 0.1 s), so the session sees it too, however loaded the machine.
+    std::thread::sleep(Duration::from_millis(1500));
     let deny = run(env.lazaret().args(["net", "deny", &format!("{two}/32"), "--workspace"]).arg(&repository));
     assert!(deny.status.success(), "{}", stderr(&deny));
     let output = session.wait_with_output().expect("wait");
@@ -548,7 +576,7 @@ fn the_sandbox_cannot_broadcast_multicast_or_pick_an_interface_past_the_policy()
 
 #[test]
 fn the_sidecar_enforces_names_and_addresses_rootless() {
-    let Some(user) = RootlessUser::from_environment_or_say_skipped() else { return };
+    let Some(user) = RootlessUser::required() else { return };
     let _guard = sandbox_guard();
     let lazaret = user.lazaret();
     let testhost = user.helper("lazaret-testhost");
@@ -610,11 +638,28 @@ fn the_hosts_own_addresses_stay_out_of_reach_under_a_wide_allow() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let network = TestNetwork::create();
-    // The host's side of the test network (the bridge address) with a
-    // service on it, as a developer's machine would have.
-    let gateway = network.host(1);
+    // The host's side of the test network (the bridge address) with a TCP
+    // service and a resolver on it, as a developer's machine would have.
+    let gateway = network.host_side_address();
     let listener = std::net::TcpListener::bind(format!("{gateway}:0")).expect("bind on the bridge address");
     let port = listener.local_addr().expect("addr").port();
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let log_dir = tempfile::tempdir().expect("tempdir");
+    let log = log_dir.path().join("resolver.log");
+    let resolver = Command::new(testhost_binary())
+        .args(["dns", &format!("{gateway}:53"), &format!("probe.test={}", network.host(11))])
+        .stdout(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn the host's resolver");
+    let listening = || std::fs::read_to_string(&log).is_ok_and(|text| text.contains("listening"));
+    assert!(wait_until(Duration::from_secs(5), listening), "the host's resolver came up on {gateway}:53");
+    let _resolver = KillOnDrop(resolver);
     let env = TestEnv::new();
     configure(&env, &network, &["0.0.0.0/0".to_owned(), "::/0".to_owned()]);
     let repository = git_repository(&env, "project");
@@ -622,14 +667,14 @@ fn the_hosts_own_addresses_stay_out_of_reach_under_a_wide_allow() {
     let inside = |script: &str| live.inside(script);
     let probe = format!("nc -z -w 2 {} 8080; echo network=$?; nc -z -w 2 {gateway} {port}; echo host=$?", network.host(11));
     assert_eq!(inside(&probe), "network=0\nhost=1\n", "0.0.0.0/0 opens the network, not the host");
-    // Podman's resolver on the gateway (it knows the test hosts' names) is
-    // not reachable either: the sidecar stays the only resolver.
-    let podman_dns = format!("busybox nslookup {}-host11 {gateway} >/dev/null 2>&1; echo podman-dns=$?", network.name);
-    assert_eq!(inside(&podman_dns), "podman-dns=1\n");
+    // A resolver on the host's address is not reachable either: the sidecar
+    // stays the only resolver.
+    let host_dns = format!("busybox nslookup probe.test {gateway} >/dev/null 2>&1; echo host-dns=$?");
+    assert_eq!(inside(&host_dns), "host-dns=1\n");
     let allow = run(env.lazaret().args(["net", "allow", &gateway, "--workspace"]).arg(&repository));
     assert!(allow.status.success(), "{}", stderr(&allow));
     assert_eq!(inside(&probe), "network=0\nhost=0\n", "an allow of exactly the host's address opens it");
-    assert_eq!(inside(&podman_dns), "podman-dns=0\n", "sanity: podman's resolver answers once the gateway is allowed");
+    assert_eq!(inside(&host_dns), "host-dns=0\n", "sanity: the host's resolver answers once its address is allowed");
     live.end(&repository);
     drop(listener);
 }

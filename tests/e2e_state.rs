@@ -211,7 +211,7 @@ fn nothing_stays_mounted_after_sigint_or_a_killed_coordinator() {
 
 #[test]
 fn persistent_directories_work_rootless() {
-    let Some(user) = RootlessUser::from_environment_or_say_skipped() else { return };
+    let Some(user) = RootlessUser::required() else { return };
     let _guard = sandbox_guard();
     let config = format!("{}/lzt-state-config", user.home);
     let workspace = format!("{}/lzt-state-workspace", user.home);

@@ -210,12 +210,12 @@ impl RootlessUser {
         Some(RootlessUser { name, uid: fields[2].clone(), home: fields[5].clone(), bin })
     }
 
-    /// As [`RootlessUser::from_environment`], saying on stderr when the
-    /// rootless tests are skipped (`tests/run` always sets the user as root).
-    pub fn from_environment_or_say_skipped() -> Option<RootlessUser> {
+    /// The rootless test user, or `None` after [`missing_requirement`]
+    /// recorded the skip (outside CI; under CI a missing user fails).
+    pub fn required() -> Option<RootlessUser> {
         let user = RootlessUser::from_environment();
         if user.is_none() {
-            eprintln!("skipped: LAZARET_TEST_ROOTLESS_USER is not set (tests/run sets it when run as root)");
+            missing_requirement("LAZARET_TEST_ROOTLESS_USER (tests/run sets it up when run as root)");
         }
         user
     }
@@ -241,6 +241,143 @@ impl RootlessUser {
             .current_dir(&self.home)
             .output()
             .expect("runuser")
+    }
+}
+
+/// A requirement of the running test that this machine does not meet.
+///
+/// Under `CI=true`, or when `tests/run` did not ask for skips to be counted
+/// (`LAZARET_TEST_SKIP_LOG` unset, as in a bare `cargo test`), the test fails
+/// with the reason. Otherwise the skip is appended to that log, which
+/// `tests/run` counts (a skipped test is not reported as passed) and prints;
+/// the caller then returns.
+pub fn missing_requirement(reason: &str) {
+    let test = std::thread::current().name().unwrap_or("unnamed test").to_owned();
+    let ci = std::env::var("CI").is_ok_and(|value| value == "true");
+    match std::env::var_os("LAZARET_TEST_SKIP_LOG") {
+        Some(log) if !ci => {
+            use std::io::Write as _;
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("open the skip log");
+            writeln!(file, "{test}: {reason}").expect("write the skip log");
+            eprintln!("SKIPPED {test}: needs {reason}");
+        }
+        _ => panic!(
+            "{test} needs {reason}, which this machine lacks (tests/run counts such skips outside CI; under CI=true none is allowed)"
+        ),
+    }
+}
+
+/// Whether this test process runs as root; if not, the skip is recorded
+/// (see [`missing_requirement`]).
+pub fn require_root(why: &str) -> bool {
+    let root = nix_is_root();
+    if !root {
+        missing_requirement(&format!("root ({why})"));
+    }
+    root
+}
+
+fn nix_is_root() -> bool {
+    let output = Command::new("id").arg("-u").output().expect("id");
+    stdout(&output).trim() == "0"
+}
+
+/// Who runs Lazaret in a test: this process's user (root under `tests/run`)
+/// or the rootless test user, each with a throwaway configuration, data
+/// directory and workspaces.
+pub struct Subject {
+    pub env: TestEnv,
+    pub user: Option<RootlessUser>,
+}
+
+impl Subject {
+    pub fn current() -> Subject {
+        Subject { env: TestEnv::new(), user: None }
+    }
+
+    /// The rootless test user; `None` after the skip was recorded.
+    pub fn rootless() -> Option<Subject> {
+        let user = RootlessUser::required()?;
+        let env = TestEnv::new();
+        let chown = Command::new("chown").arg("-R").arg(format!("{}:", user.name)).arg(env.path()).status().expect("chown");
+        assert!(chown.success(), "chown the test home to {}", user.name);
+        let subject = Subject { env, user: Some(user) };
+        // The user's podman has its own images: build the default one once,
+        // so no test's timing includes that first build.
+        static USER_IMAGE: Once = Once::new();
+        USER_IMAGE.call_once(|| {
+            let output = run(subject.lazaret().args(["image", "build"]));
+            assert!(output.status.success(), "lazaret image build as the rootless user: {}", stderr(&output));
+        });
+        Some(subject)
+    }
+
+    pub fn label(&self) -> &'static str {
+        if self.user.is_some() {
+            "rootless"
+        } else {
+            "root"
+        }
+    }
+
+    /// The real `lazaret` with this subject's environment. As the rootless
+    /// user it is exec'd through `setpriv` (no intermediate process), so the
+    /// child's pid is the CLI's own and signals reach it directly.
+    pub fn lazaret(&self) -> Command {
+        let Some(user) = &self.user else { return self.env.lazaret() };
+        let gid = stdout(&Command::new("id").args(["-g", &user.name]).output().expect("id -g")).trim().to_owned();
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid", &user.uid, "--regid", &gid, "--init-groups", "--"])
+            .arg(user.lazaret())
+            .env_clear()
+            .env("HOME", &user.home)
+            .env("USER", &user.name)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("XDG_RUNTIME_DIR", format!("/run/user/{}", user.uid))
+            .env("XDG_CONFIG_HOME", self.env.path().join("config"))
+            .env("XDG_DATA_HOME", self.env.path().join("data"))
+            .current_dir(self.env.path());
+        command
+    }
+
+    /// A git repository with one commit, owned by the subject.
+    pub fn repository(&self, name: &str) -> PathBuf {
+        let repository = git_repository(&self.env, name);
+        if let Some(user) = &self.user {
+            let chown = Command::new("chown").arg("-R").arg(format!("{}:", user.name)).arg(self.env.path()).status().expect("chown");
+            assert!(chown.success());
+        }
+        repository
+    }
+
+    pub fn write_config(&self, text: &str) {
+        self.env.write_config(text);
+        if let Some(user) = &self.user {
+            let chown = Command::new("chown").arg(format!("{}:", user.name)).arg(self.env.config_file()).status().expect("chown");
+            assert!(chown.success());
+        }
+    }
+
+    /// `lazaret domain --json` as this subject.
+    pub fn domain(&self, profile: &str, workspace: &Path) -> serde_json::Value {
+        let output = run(self.lazaret().args(["domain", "--json", "--profile", profile, "--workspace"]).arg(workspace));
+        assert!(output.status.success(), "lazaret domain: {}", stderr(&output));
+        serde_json::from_slice(&output.stdout).expect("domain json")
+    }
+
+    /// Containers (any state) of the domain, in this subject's podman.
+    pub fn containers(&self, hash: &str) -> Vec<String> {
+        let Some(user) = &self.user else { return domain_containers(hash) };
+        let output = user.run(&format!("podman ps --all --filter label=io.lazaret.domain={hash} --format '{{{{.Names}}}}'"));
+        stdout(&output).lines().map(str::to_owned).filter(|line| !line.is_empty()).collect()
+    }
+
+    /// Everything of a domain is gone: container, control socket, coordinator.
+    pub fn torn_down(&self, domain: &serde_json::Value, workspace: &Path) -> bool {
+        let hash = domain["domain_hash"].as_str().expect("hash");
+        let socket = Path::new(domain["control_socket"].as_str().expect("socket"));
+        !socket.exists() && coordinator_pids(workspace).is_empty() && self.containers(hash).is_empty()
     }
 }
 

@@ -11,6 +11,7 @@ pub mod egress;
 pub mod error;
 pub mod exit_status;
 pub mod expand;
+pub mod git_bundle;
 pub mod git_config_mirror;
 pub mod host;
 pub mod host_code_files;

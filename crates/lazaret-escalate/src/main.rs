@@ -50,7 +50,7 @@ fn parse_arguments() -> Parsed {
     while let Some(argument) = arguments.next() {
         match argument.as_str() {
             "--version" | "-V" => {
-                println!("lazaret-escalate {}", env!("CARGO_PKG_VERSION"));
+                println!("lazaret-escalate {} (commit {})", env!("CARGO_PKG_VERSION"), env!("LAZARET_GIT_COMMIT"));
                 return Parsed::Exit(0);
             }
             "--help" | "-h" => {

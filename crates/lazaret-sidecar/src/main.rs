@@ -143,7 +143,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match parse_args(&args) {
         Ok(Mode::Version) => {
-            println!("lazaret-sidecar {}", env!("CARGO_PKG_VERSION"));
+            println!("lazaret-sidecar {} (commit {})", env!("CARGO_PKG_VERSION"), env!("LAZARET_GIT_COMMIT"));
             ExitCode::SUCCESS
         }
         Ok(Mode::Help) => {

@@ -2,7 +2,8 @@
 //! for themselves on internal podman networks, and a probe they run inside the sandbox.
 //! Static (musl), so it runs in any container image; never part of a release.
 //!
-//! - `dns PORT NAME=ADDRESS...`: an authoritative DNS server on 0.0.0.0:PORT (UDP). It
+//! - `dns [ADDRESS:]PORT NAME=ADDRESS...`: an authoritative DNS server on ADDRESS:PORT
+//!   (UDP; 0.0.0.0 when only a port is given). It
 //!   prints `question NAME TYPE` for every question it gets, so a test can show that a
 //!   refused question never arrived. A-/AAAA-records from the arguments (TTL 300);
 //!   names it does not know get NXDOMAIN; other types an empty answer.
@@ -55,13 +56,17 @@ fn arg<T: std::str::FromStr>(args: &[String], index: usize, what: &str) -> Resul
 }
 
 fn dns(args: &[String]) -> Result<(), String> {
-    let port: u16 = arg(args, 0, "PORT")?;
+    let listen = args.first().ok_or("missing [ADDRESS:]PORT")?;
+    let listen: SocketAddr = match listen.parse::<u16>() {
+        Ok(port) => SocketAddr::from(([0, 0, 0, 0], port)),
+        Err(_) => listen.parse().map_err(|_| format!("{listen:?} is neither PORT nor ADDRESS:PORT"))?,
+    };
     let mut records: Vec<(String, IpAddr)> = Vec::new();
     for record in &args[1..] {
         let (name, address) = record.split_once('=').ok_or(format!("{record:?} is not NAME=ADDRESS"))?;
         records.push((name.to_ascii_lowercase(), address.parse().map_err(|_| format!("bad address in {record:?}"))?));
     }
-    let socket = UdpSocket::bind(("0.0.0.0", port)).map_err(|e| format!("bind: {e}"))?;
+    let socket = UdpSocket::bind(listen).map_err(|e| format!("bind {listen}: {e}"))?;
     println!("listening");
     let mut buffer = [0u8; 4096];
     loop {

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// `lazaret --version`: the package version and the git commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("LAZARET_GIT_COMMIT"), ")");
+
 /// Run an AI coding agent in a gVisor sandbox under rootless podman.
 ///
 /// Each (profile, workspace) pair is a domain with its own sandbox, git
@@ -12,7 +15,7 @@ use clap::{Args, Parser, Subcommand};
 /// the built-in `default` profile is used (build its image once with
 /// `lazaret image build`).
 #[derive(Debug, Parser)]
-#[command(name = "lazaret", version, propagate_version = true, max_term_width = 100)]
+#[command(name = "lazaret", version = VERSION, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
     /// Configuration file [default: $XDG_CONFIG_HOME/lazaret/config.toml].
     /// Never read from the workspace.
@@ -146,6 +149,18 @@ pub enum Command {
     EditorInfo {
         #[arg(long)]
         json: bool,
+    },
+    /// Print a shell completion script for bash, zsh, fish, elvish or
+    /// powershell (the Debian package and scripts/install put them in place).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Internal: write man pages (lazaret.1, lazaret-run.1, ...) into DIR.
+    #[command(hide = true)]
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
     },
     /// Internal: run as a domain's Session Coordinator (started by `run`).
     #[command(hide = true)]

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 pub const HELPER_NAMES: [&str; 2] = ["lazaret-escalate", "lazaret-sidecar"];
 
 /// Where a helper is looked for, in order: `$LAZARET_HELPER_DIR`, next to the
-/// running `lazaret`, then the musl build directories of a source checkout.
+/// running `lazaret`, `../lib/lazaret/` from it (the installed layout:
+/// `/usr/bin/lazaret` and `/usr/lib/lazaret/`, or the same under
+/// `~/.local`), then the musl build directories of a source checkout.
 pub fn candidate_paths(name: &str) -> Vec<PathBuf> {
     let mut directories = Vec::new();
     if let Some(dir) = std::env::var_os("LAZARET_HELPER_DIR") {
@@ -15,6 +17,9 @@ pub fn candidate_paths(name: &str) -> Vec<PathBuf> {
     }
     if let Some(exe_dir) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) {
         directories.push(exe_dir.clone());
+        if let Some(prefix) = exe_dir.parent() {
+            directories.push(prefix.join("lib").join("lazaret"));
+        }
         // target/<profile>/lazaret -> target/x86_64-unknown-linux-musl/static/
         if let Some(target_dir) = exe_dir.parent() {
             for profile in ["static", "release", "debug"] {
@@ -30,6 +35,13 @@ pub fn candidate_paths(name: &str) -> Vec<PathBuf> {
 pub fn find(name: &str) -> Option<PathBuf> {
     let existing: Vec<PathBuf> = candidate_paths(name).into_iter().filter(|path| path.is_file()).collect();
     existing.iter().find(|path| linkage(path).is_ok_and(|linkage| linkage == Linkage::Static)).or(existing.first()).cloned()
+}
+
+/// The first line of `helper --version`, e.g. `lazaret-escalate 0.1.0 (commit 1a2b3c4d5e6f)`.
+pub fn version(path: &Path) -> Option<String> {
+    let output = std::process::Command::new(path).arg("--version").stdin(std::process::Stdio::null()).output().ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    output.status.success().then(|| text.lines().next().unwrap_or("").trim().to_owned())
 }
 
 /// How an ELF file is linked.

@@ -15,6 +15,7 @@ mod private_dirs;
 mod process;
 mod prompt;
 mod rpc;
+mod runsc;
 mod session;
 mod state_anchor;
 mod workspace;

@@ -108,6 +108,27 @@ fn network_gateways(podman: &Podman, network: &str) -> Vec<std::net::IpAddr> {
     }
 }
 
+/// How the sidecar container runs: runc, only the two capabilities it needs,
+/// a read-only root, on the configured podman network. `lazaret doctor`
+/// starts its probe sidecar with exactly these.
+pub fn container_arguments(podman_network: &str) -> Vec<String> {
+    let mut arguments: Vec<String> = [
+        "--runtime=runc",
+        "--cap-drop=all",
+        "--cap-add=NET_ADMIN",
+        "--cap-add=NET_BIND_SERVICE",
+        "--security-opt=no-new-privileges",
+        "--read-only",
+        "--http-proxy=false",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    arguments.push(format!("--network={podman_network}"));
+    arguments.extend(crate::podman::ulimit_arguments());
+    arguments
+}
+
 /// Starts the sidecar and waits until its policy is in force (its control
 /// socket exists). `control_dir` is mounted into the sidecar only.
 pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_dir: &Path) -> Result<PathBuf> {
@@ -122,17 +143,9 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
         "--replace",
         &format!("--name={}", domain.sidecar_name),
         &format!("--label=io.lazaret.domain={}", domain.domain_hash),
-        "--runtime=runc",
-        "--cap-drop=all",
-        "--cap-add=NET_ADMIN",
-        "--cap-add=NET_BIND_SERVICE",
-        "--security-opt=no-new-privileges",
-        "--read-only",
-        &format!("--network={}", resolved.podman_network),
-        "--http-proxy=false",
-        &format!("--volume={}:{CONTROL_DIR_IN_SIDECAR}:rw", control_dir.display()),
     ]);
-    command.args(crate::podman::ulimit_arguments());
+    command.args(container_arguments(&resolved.podman_network));
+    command.arg(format!("--volume={}:{CONTROL_DIR_IN_SIDECAR}:rw", control_dir.display()));
     command.arg(image);
     for rule in &resolved.allow_egress {
         command.arg(format!("--allow={rule}"));

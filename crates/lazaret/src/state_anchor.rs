@@ -1824,10 +1824,7 @@ c\x000\x00-5\x00700\x000\x000\x00\x00/r/gone\x00";
 
     #[test]
     fn character_device_whiteouts_are_recognized_in_process() {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: mknod of a whiteout needs root");
-            return;
-        }
+        // A 0/0 character device (a whiteout) needs no CAP_MKNOD since Linux 5.8.
         let temporary = tempfile::tempdir().expect("tempdir");
         let path = temporary.path().join("gone");
         nix::sys::stat::mknod(&path, nix::sys::stat::SFlag::S_IFCHR, nix::sys::stat::Mode::empty(), 0).expect("mknod");

@@ -1,5 +1,8 @@
 //! `lazaret doctor`: one line per prerequisite, each pass, warn or fail with
-//! a one-line fix.
+//! a one-line fix. Version strings are not trusted alone: doctor starts a
+//! throwaway gVisor sandbox with exactly the podman arguments the
+//! coordinator uses and, when a profile allows egress, a throwaway container
+//! shaped like the Network Sidecar, and reports podman's own error with a fix.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -40,8 +43,8 @@ impl Check {
     }
 }
 
-pub fn run(json: bool) -> Result<u8> {
-    let checks = all_checks();
+pub fn run(config_path: Option<&Path>, json: bool) -> Result<u8> {
+    let checks = all_checks(config_path);
     let failed = checks.iter().any(|check| check.status == Status::Fail);
     if json {
         super::print_json(&serde_json::json!({ "ok": !failed, "checks": checks }))?;
@@ -62,12 +65,13 @@ pub fn run(json: bool) -> Result<u8> {
     Ok(if failed { 1 } else { 0 })
 }
 
-fn all_checks() -> Vec<Check> {
+fn all_checks(config_path: Option<&Path>) -> Vec<Check> {
     let uid = nix::unistd::getuid().as_raw();
     let runsc = first_line_of("runsc", &["--version"]);
     let mut checks = vec![
         tool("podman", &["--version"], "apt-get install podman"),
         tool("runsc", &["--version"], "apt-get install runsc"),
+        runsc_features(),
         netstack(runsc.as_deref()),
         tool("runc", &["--version"], "apt-get install runc"),
         tool("fuse-overlayfs", &["--version"], "apt-get install fuse-overlayfs"),
@@ -76,7 +80,155 @@ fn all_checks() -> Vec<Check> {
     checks.extend(rootless(uid));
     checks.extend(helpers());
     checks.push(default_image());
+    let config = crate::workspace::load_config(config_path);
+    if let Err(error) = &config {
+        checks.push(Check::fail("configuration", format!("{error:#}"), "lazaret config check"));
+    }
+    checks.extend(probes(config.ok().as_ref()));
     checks
+}
+
+/// The runsc podman will run, and the features Lazaret relies on.
+fn runsc_features() -> Check {
+    const NAME: &str = "runsc features";
+    let Some(path) = crate::runsc::podman_default() else {
+        return Check::fail(NAME, "no runsc in podman's search paths (/usr/bin, /usr/local/bin, ...)", "apt-get install runsc");
+    };
+    let Some(features) = crate::runsc::Features::probe(&path) else {
+        return Check::fail(NAME, format!("{} does not run", path.display()), "reinstall runsc");
+    };
+    let platform = features.default_platform.clone().unwrap_or_else(|| "unknown".to_owned());
+    let detail = format!(
+        "{}: {} (platform {platform}; available: {}; directfs: {}; rootfs overlay: {}; host-uds: {})",
+        path.display(),
+        features.version,
+        if features.platforms.is_empty() { "unknown".to_owned() } else { features.platforms.join(", ") },
+        yes_no(features.directfs),
+        yes_no(features.overlay2),
+        yes_no(features.host_uds),
+    );
+    if !features.host_uds || !features.ignore_cgroups {
+        return Check::fail(
+            NAME,
+            format!("{detail}: Lazaret needs --host-uds (Escalation Socket) and --ignore-cgroups"),
+            "install a newer runsc (scripts/install-deps builds one)",
+        );
+    }
+    if !features.fast_file_access() {
+        return Check::warn(
+            NAME,
+            format!("{detail}: file-heavy work (git status, builds, package installs) will be slow, about 100x the host"),
+            "install a current runsc with systrap and directfs: scripts/install-deps builds one from the Go module gvisor.dev/gvisor",
+        );
+    }
+    Check::pass(NAME, detail)
+}
+
+fn yes_no(value: bool) -> &'static str {
+    if value {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// Real starts, one each: a gVisor sandbox with the coordinator's podman
+/// arguments and, when some profile allows egress, a runc container with the
+/// sidecar's. Both run the static sidecar binary's `--version` from the
+/// sidecar image (`FROM scratch`, which Lazaret builds anyway), under a
+/// throwaway name, removed afterwards.
+fn probes(config: Option<&lazaret_core::config::Config>) -> Vec<Check> {
+    let podman = Podman::default();
+    let image = match crate::network::ensure_image(&podman) {
+        Ok(image) => image,
+        Err(error) => {
+            return vec![Check::fail(
+                "sandbox start",
+                format!("cannot build the probe image: {error:#}"),
+                "scripts/build, then run doctor again",
+            )];
+        }
+    };
+    let mut sandbox = crate::coordinator::sandbox::runtime_arguments(None);
+    sandbox.push(crate::coordinator::sandbox::HOST_UDS_ARGUMENT.to_owned());
+    let mut checks = vec![probe(&podman, "sandbox start", "a gVisor sandbox (runsc, --init, ulimits, no network)", &sandbox, &image)];
+    let egress_network = config.and_then(|config| {
+        let any_egress = !config.allow_egress.is_empty() || config.profiles.values().any(|profile| !profile.allow_egress.is_empty());
+        any_egress.then(|| config.podman_network.clone())
+    });
+    match egress_network {
+        Some(network) => {
+            let arguments = crate::network::container_arguments(&network);
+            checks.push(probe(
+                &podman,
+                "sidecar start",
+                &format!("a Network Sidecar (runc, NET_ADMIN, network {network})"),
+                &arguments,
+                &image,
+            ));
+        }
+        None => checks.push(Check::pass("sidecar start", "not needed: no profile allows egress")),
+    }
+    checks
+}
+
+fn probe(podman: &Podman, name: &'static str, what: &str, arguments: &[String], image: &str) -> Check {
+    let container = match crate::commands::random_hex(6) {
+        Ok(suffix) => format!("lazaret-doctor-{suffix}"),
+        Err(error) => return Check::fail(name, format!("{error:#}"), "check /dev/urandom"),
+    };
+    let started = std::time::Instant::now();
+    let output = podman
+        .command()
+        .args(["run", "--rm", "--name", &container])
+        .args(arguments)
+        .args(["--entrypoint", "/lazaret-sidecar", image, "--version"])
+        .stdin(Stdio::null())
+        .output();
+    // `--rm` removes it; a start that failed half-way can leave it created.
+    let _ = podman.command().args(["rm", "--force", "--time=0", "--ignore", &container]).stdin(Stdio::null()).output();
+    let elapsed = started.elapsed();
+    match output {
+        Err(error) => Check::fail(name, format!("cannot run {}: {error}", podman.program()), "apt-get install podman"),
+        Ok(output) if output.status.success() => Check::pass(name, format!("{what} started and ran in {:.2} s", elapsed.as_secs_f64())),
+        Ok(output) => {
+            let message = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+            let message = if message.is_empty() { format!("exit status {}", output.status) } else { message };
+            Check::fail(name, format!("podman could not start {what}: {message}"), advice_for_podman_error(&message))
+        }
+    }
+}
+
+/// A one-line fix for what podman said when a container did not start.
+pub fn advice_for_podman_error(message: &str) -> String {
+    let lower = message.to_ascii_lowercase();
+    let advice = if lower.contains("container-init binary not found") || lower.contains("catatonit") {
+        "podman's --init needs catatonit: apt-get install catatonit (a Recommends of podman, left out by --no-install-recommends), \
+         or set init_path in containers.conf to an existing catatonit"
+    } else if lower.contains("cannot run with network enabled in root network namespace") {
+        "this runsc's netstack does not work on this kernel (DECISIONS D5): Lazaret must pass network=none or network=host; report this"
+    } else if lower.contains("setrlimit") {
+        "podman's ulimits exceed this machine's hard limits: raise them (ulimit -Hn, -Hu) or report this"
+    } else if lower.contains("runsc") && (lower.contains("not found") || lower.contains("no such file")) {
+        "apt-get install runsc"
+    } else if lower.contains("runc") && (lower.contains("not found") || lower.contains("no such file")) {
+        "apt-get install runc"
+    } else if lower.contains("newuidmap") || lower.contains("newgidmap") {
+        "apt-get install uidmap, and give the user /etc/subuid and /etc/subgid entries"
+    } else if lower.contains("slirp4netns") || lower.contains("/dev/net/tun") {
+        "apt-get install slirp4netns, and make /dev/net/tun readable and writable for the user (chmod 0666 /dev/net/tun)"
+    } else if lower.contains("conmon") {
+        "apt-get install conmon"
+    } else if lower.contains("network") && (lower.contains("not found") || lower.contains("unable to find")) {
+        "create the podman network named by [network] podman_network, or name an existing one"
+    } else if lower.contains("cni") || lower.contains("plugin") {
+        "apt-get install containernetworking-plugins"
+    } else if lower.contains("cgroup") {
+        "rootless on hybrid cgroups: keep runc as podman's runtime for the sidecar, or use --cgroups=disabled"
+    } else {
+        "see podman's message above; `lazaret doctor` ran exactly what a sandbox start runs"
+    };
+    advice.to_owned()
 }
 
 /// First non-empty line of a command's output (stdout, else stderr).
@@ -231,26 +383,43 @@ fn rootless(uid: u32) -> Vec<Check> {
     checks
 }
 
+/// Each helper: found, static, and from the same build as this `lazaret`
+/// (same version and commit), so the sandbox and the sidecar speak what the
+/// coordinator speaks.
 fn helpers() -> Vec<Check> {
-    helper_binaries::HELPER_NAMES
-        .iter()
-        .map(|&name| match helper_binaries::find(name) {
-            None => Check::fail(
-                name,
-                "not found",
-                "cargo build --profile static --target x86_64-unknown-linux-musl -p lazaret-escalate -p lazaret-sidecar",
+    helper_binaries::HELPER_NAMES.iter().map(|&name| helper(name, crate::cli::VERSION)).collect()
+}
+
+fn helper(name: &'static str, expected_version: &str) -> Check {
+    let Some(path) = helper_binaries::find(name) else {
+        return Check::fail(
+            name,
+            "not found beside lazaret, in ../lib/lazaret, or in a source checkout's build directory",
+            "reinstall Lazaret (the .deb or scripts/install), or build it: scripts/build",
+        );
+    };
+    match helper_binaries::linkage(&path) {
+        Ok(Linkage::Static) => {}
+        Ok(Linkage::Dynamic) => {
+            return Check::fail(name, format!("{} is dynamically linked", path.display()), "rebuild for x86_64-unknown-linux-musl");
+        }
+        Ok(Linkage::NotElf) | Err(_) => {
+            return Check::fail(name, format!("{} is not a readable ELF executable", path.display()), "rebuild it");
+        }
+    }
+    let expected = format!("{name} {expected_version}");
+    match helper_binaries::version(&path) {
+        Some(version) if version == expected => Check::pass(name, format!("{} (static, same build: {expected_version})", path.display())),
+        Some(version) => Check::fail(
+            name,
+            format!(
+                "{} says `{version}`, but this lazaret is {expected_version}: the helpers must come from the same build",
+                path.display()
             ),
-            Some(path) => match helper_binaries::linkage(&path) {
-                Ok(Linkage::Static) => Check::pass(name, format!("{} (static)", path.display())),
-                Ok(Linkage::Dynamic) => {
-                    Check::fail(name, format!("{} is dynamically linked", path.display()), "rebuild for x86_64-unknown-linux-musl")
-                }
-                Ok(Linkage::NotElf) | Err(_) => {
-                    Check::fail(name, format!("{} is not a readable ELF executable", path.display()), "rebuild it")
-                }
-            },
-        })
-        .collect()
+            "reinstall Lazaret (the .deb or scripts/install), or rebuild everything: scripts/build",
+        ),
+        None => Check::fail(name, format!("{} --version does not run", path.display()), "reinstall Lazaret or rebuild: scripts/build"),
+    }
 }
 
 fn default_image() -> Check {
@@ -265,6 +434,17 @@ fn default_image() -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn podman_errors_get_a_fix_that_names_the_missing_piece() {
+        let init = "Error: container-init binary not found on the host: stat /usr/libexec/podman/catatonit: no such file or directory";
+        assert!(advice_for_podman_error(init).contains("apt-get install catatonit"));
+        let runtime = "Error: default OCI runtime \"runsc\" not found: invalid argument";
+        assert_eq!(advice_for_podman_error(runtime), "apt-get install runsc");
+        let limits = "Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied";
+        assert!(advice_for_podman_error(limits).contains("hard limits"));
+        assert!(advice_for_podman_error("something new").contains("podman's message"));
+    }
 
     #[test]
     fn git_security_series() {

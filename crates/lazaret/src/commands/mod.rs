@@ -7,6 +7,7 @@ mod config;
 mod diff;
 mod doctor;
 mod domain;
+mod generate;
 pub mod image;
 mod net;
 mod run;
@@ -24,7 +25,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Config(ConfigCommand::Check { workspace }) => config::check(config_path, workspace.as_deref()),
         Command::Config(ConfigCommand::Show { target, json }) => config::show(config_path, &target, json),
         Command::Config(ConfigCommand::Path) => config::path(config_path),
-        Command::Doctor { json } => doctor::run(json),
+        Command::Doctor { json } => doctor::run(config_path, json),
         Command::Image(ImageCommand::Build { force, tag }) => image::build(&tag, force),
         Command::Run { target, mount_workspace, command } => run::run(config_path, &target, mount_workspace, command),
         Command::Diff { target, stat, json } => diff::run(config_path, &target, stat, json),
@@ -43,6 +44,8 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Deny { request_id, reason } => approvals::respond(config_path, &request_id, "deny", None, reason),
         Command::Edit { request_id, argv } => approvals::respond(config_path, &request_id, "edit", Some(argv), None),
         Command::EditorInfo { json } => approvals::editor_info(config_path, json),
+        Command::Completions { shell } => generate::completions(shell),
+        Command::Man { dir } => generate::man_pages(&dir),
         Command::Audit { action: None, target, limit, json } => audit::list(config_path, &target, limit, json),
         Command::Audit { action: Some(AuditCommand::Verify { target }), .. } => audit::verify(config_path, &target),
         Command::Status { target, json } => status::status(config_path, &target, json),

@@ -339,7 +339,7 @@ fn prepare_escalation(resolved: &ResolvedProfile) -> Result<PreparedEscalation> 
         expected_identity: identity,
     };
     let podman_arguments = vec![
-        "--runtime-flag=host-uds=open".to_owned(),
+        sandbox::HOST_UDS_ARGUMENT.to_owned(),
         format!("--volume={}:/run/lazaret/tls:ro", tls_dir.display()),
         format!("--volume={}:{}", domain.escalation_socket.display(), lazaret_protocol::escalation::paths::SOCKET),
         format!("--volume={}:/run/lazaret/bin/lazaret-escalate:ro", helper.display()),

@@ -33,11 +33,9 @@ pub fn run_arguments(resolved: &ResolvedProfile, workspace_mounts: &[String], si
     push(format!("--label={DOMAIN_LABEL}={}", domain.domain_hash));
     push(format!("--label=io.lazaret.profile={}", resolved.profile));
     push(format!("--hostname=lazaret-{}", resolved.profile));
-    for argument in crate::podman::runsc_arguments(sidecar) {
+    for argument in runtime_arguments(sidecar) {
         push(argument);
     }
-    push("--init".into());
-    push("--security-opt=no-new-privileges".into());
     push("--workdir=/workspace".into());
     for mount in workspace_mounts {
         push(mount.clone());
@@ -62,6 +60,20 @@ pub fn run_arguments(resolved: &ResolvedProfile, workspace_mounts: &[String], si
     push("infinity".into());
     Ok(RunInvocation { arguments, environment })
 }
+
+/// How every agent sandbox runs, whatever its profile: gVisor with the flags
+/// these machines need, podman's init (catatonit) as PID 1, no privilege
+/// gain. `lazaret doctor` starts its probe sandbox with exactly these.
+pub fn runtime_arguments(sidecar: Option<&str>) -> Vec<String> {
+    let mut arguments = crate::podman::runsc_arguments(sidecar);
+    arguments.push("--init".into());
+    arguments.push("--security-opt=no-new-privileges".into());
+    arguments
+}
+
+/// The runsc flag that lets the sandbox connect to the one host socket it
+/// gets, the Escalation Socket (D10).
+pub const HOST_UDS_ARGUMENT: &str = "--runtime-flag=host-uds=open";
 
 /// Starts the sandbox; fails with podman's message.
 pub async fn start(podman: &Podman, resolved: &ResolvedProfile, workspace_mounts: &[String], sidecar: Option<&str>) -> Result<()> {

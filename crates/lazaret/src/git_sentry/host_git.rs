@@ -63,6 +63,12 @@ impl HostRepository {
         self.git_common_dir.join("config")
     }
 
+    /// A hardened host git command in this repository, for callers that need
+    /// pipes or extra environment (the quarantined import).
+    pub fn command(&self) -> Command {
+        host_git_command(&self.workdir)
+    }
+
     /// Runs hardened host git in this repository; fails with git's stderr.
     pub fn git(&self, arguments: &[&str]) -> Result<Output> {
         let output = host_git_command(&self.workdir)

@@ -10,12 +10,14 @@
 //! of an existing agent branch) seeds the agent's repository; git inside the
 //! sandbox fetches it. Out: when the agent's branch ref changes, git inside
 //! the sandbox writes a bundle of that one branch; the coordinator copies it
-//! to a private directory and the host's own hardened git fetches exactly
-//! `refs/heads/lazaret/agent-<profile>` from it, with object checks on.
+//! to a private directory; the host parses its header, unpacks it into a
+//! quarantine, checks every new object with its own hardened git and only
+//! then moves `refs/heads/lazaret/agent-<profile>` (see `quarantine`, D13).
 //! The host never runs git in a directory the agent can write.
 
 pub mod diff;
 pub mod host_git;
+pub mod quarantine;
 pub mod sync;
 
 use std::io::Read;

@@ -115,16 +115,11 @@ pub async fn export_once(layout: &GitLayout, container: &str) -> Result<Export> 
 
 fn import_bundle(layout: &GitLayout, previous: Option<String>) -> Result<Export> {
     let bundle = layout.take_exported_bundle()?;
-    let bundle_text = bundle.to_string_lossy().into_owned();
-    let branch_ref = layout.branch_ref();
-    let refspec = format!("+{branch_ref}:{branch_ref}");
-    let result =
-        layout.host.git(&["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules", &bundle_text, &refspec]);
+    let bytes = std::fs::read(&bundle);
     let _ = std::fs::remove_file(&bundle);
-    result?;
-    let commit = layout.host.resolve(&branch_ref).context("the agent branch is missing after the import")?;
-    if previous.as_deref() == Some(commit.as_str()) {
-        return Ok(Export::Unchanged);
+    let bytes = bytes.with_context(|| format!("cannot read {}", bundle.display()))?;
+    match super::quarantine::import(&layout.host, &bytes, &layout.branch_ref(), previous.as_deref())? {
+        super::quarantine::Imported::Unchanged => Ok(Export::Unchanged),
+        super::quarantine::Imported::Moved { commit } => Ok(Export::Updated { previous, commit }),
     }
-    Ok(Export::Updated { previous, commit })
 }
