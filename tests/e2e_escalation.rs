@@ -107,7 +107,7 @@ fn an_auto_approved_command_runs_on_the_host_and_its_output_and_status_come_back
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    escalation_config(&env, &["touch", "ls"], 5);
+    escalation_config(&env, &["touch *", "ls *"], 5);
     let repository = git_repository(&env, "project");
     let output = agent(
         &env,
@@ -127,6 +127,44 @@ fn an_auto_approved_command_runs_on_the_host_and_its_output_and_status_come_back
     assert_eq!(records.len(), 3, "{records:?}");
     assert!(records.iter().all(|r| r["outcome"] == "auto" && r["decidedBy"] == "policy" && r["verified"] == true));
     assert_eq!(records[0]["executedArgv"][0], "/usr/bin/touch", "resolved on the host's PATH");
+}
+
+/// DECISIONS D11, from the attack review: with `cat /etc/hostname` allowed,
+/// `cat /etc/hostname ANY-FILE` printed 0600 host files and the host's
+/// unredacted `.git/config`. A rule is its exact argv; under a ` *` rule an
+/// extra argument that leaves the project goes to the human. Here nobody
+/// answers, so those requests time out (98) and nothing is printed.
+#[test]
+fn auto_approve_rules_are_exact_and_extra_paths_out_of_the_project_go_to_a_human() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &["cat /etc/hostname", "head -n 1 *"], 1);
+    let repository = git_repository(&env, "project");
+    let secret = env.path().join("host-secret");
+    std::fs::write(&secret, "TOP-SECRET-MARKER\n").expect("write");
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    let secret = secret.display().to_string();
+    let script = format!(
+        "lazaret-escalate -- cat /etc/hostname >/dev/null; echo exact=$?; \
+         lazaret-escalate -- cat /etc/hostname {secret}; echo extra-file=$?; \
+         lazaret-escalate -- cat /etc/hostname .git/config; echo git-config=$?; \
+         lazaret-escalate -- head -n 1 README.md; echo in-project=$?; \
+         lazaret-escalate -- head -n 1 {secret}; echo absolute=$?; \
+         lazaret-escalate -- head -n 1 ../host-secret; echo dotdot=$?; \
+         lazaret-escalate -- head -n 1 '~/.bashrc'; echo home=$?"
+    );
+    let output = agent(&env, &repository, &script);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}{}", stderr(&output));
+    for expected in ["exact=0", "extra-file=98", "git-config=98", "in-project=0", "absolute=98", "dotdot=98", "home=98"] {
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
+    assert!(text.contains("# project"), "the exact and in-project requests ran: {text}");
+    assert!(!text.contains("TOP-SECRET-MARKER") && !stderr(&output).contains("TOP-SECRET-MARKER"), "no host file leaked: {text}");
+    let records = audit(&env, &repository);
+    let outcomes: Vec<&str> = records.iter().filter_map(|record| record["outcome"].as_str()).collect();
+    assert_eq!(outcomes, ["auto", "timedOut", "timedOut", "auto", "timedOut", "timedOut", "timedOut"], "{records:?}");
 }
 
 #[test]
@@ -190,7 +228,7 @@ fn metacharacters_never_auto_run_and_prefix_boundaries_hold() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    escalation_config(&env, &["touch", "lzt-tool test"], 2);
+    escalation_config(&env, &["touch *", "lzt-tool test *"], 2);
     let repository = git_repository(&env, "project");
     // A host tool that records how it was called.
     let bin = env.path().join("bin");
@@ -211,7 +249,7 @@ fn metacharacters_never_auto_run_and_prefix_boundaries_hold() {
     for name in ["a;b", "a|b", "$(id)", "a`b", "c#d"] {
         assert!(!created.contains(&name.to_owned()), "{name} must not have been created: {created:?}");
     }
-    assert!(text.contains("prefix=0"), "`lzt-tool test --x` matches the rule `lzt-tool test`: {text}");
+    assert!(text.contains("prefix=0"), "`lzt-tool test --x` matches the rule `lzt-tool test *`: {text}");
     assert!(text.contains("longer-word=98") && text.contains("shorter=98"), "{text}");
     assert_eq!(std::fs::read_to_string(repository.join("ran.log")).expect("ran"), "test --x\n", "only the prefix match ran");
 }
@@ -318,7 +356,7 @@ fn forged_replayed_and_unauthenticated_requests_are_refused_and_audited() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    escalation_config(&env, &["touch"], 5);
+    escalation_config(&env, &["touch *"], 5);
     let repository = git_repository(&env, "project");
     let mut child = env
         .lazaret()
@@ -407,7 +445,7 @@ fn editing_a_stored_audit_record_is_detected() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
-    escalation_config(&env, &["touch"], 5);
+    escalation_config(&env, &["touch *"], 5);
     let repository = git_repository(&env, "project");
     let output = agent(&env, &repository, "lazaret-escalate -- touch one; lazaret-escalate -- touch two; lazaret-escalate -- touch three");
     assert!(output.status.success(), "{}", stderr(&output));

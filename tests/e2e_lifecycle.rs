@@ -425,7 +425,7 @@ fn rootless_run_works_for_an_ordinary_user() {
     let as_user = |script: &str| user.run(script);
     let script = format!(
         "mkdir -p {workspace} && cd {workspace} && git init -q && git -c user.name=u -c user.email=u@x commit -q --allow-empty -m init && cd && \
-         mkdir -p $HOME/.config/lazaret && printf '[escalation]\\nenabled = true\\nsocket_dir = \"/run/user/{uid}/lazaret\"\\nauto_approve = [\"touch\"]\\napproval_timeout_seconds = 5\\n' > $HOME/.config/lazaret/config.toml && \
+         mkdir -p $HOME/.config/lazaret && printf '[escalation]\\nenabled = true\\nsocket_dir = \"/run/user/{uid}/lazaret\"\\nauto_approve = [\"touch *\"]\\napproval_timeout_seconds = 5\\n' > $HOME/.config/lazaret/config.toml && \
          {lazaret} run --workspace {workspace} -- sh -c 'dmesg | head -n 1; id -u; git log --oneline; lazaret-escalate -- touch escalated-rootless || echo escalation-failed; exit 42'",
         lazaret = lazaret.display()
     );

@@ -26,15 +26,20 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let rules: Vec<policy::AutoApproveRule> =
-        ["cargo check", "npm test", "make", "ls"].iter().filter_map(|entry| policy::parse_auto_approve_entry(entry).ok()).collect();
+        ["cargo check *", "npm test", "make *", "ls"].iter().filter_map(|entry| policy::parse_auto_approve_entry(entry).ok()).collect();
     let _ = policy::parse_auto_approve_entry(&argv.join(" "));
     let _ = policy::display_command(&argv);
     let _ = policy::risk_notes(&argv);
     match policy::decide(&EscalationRequest { argv: argv.clone() }, &rules) {
         Decision::AutoApprove { rule_index } => {
             assert!(argv.iter().all(|word| policy::has_forbidden_characters(word).is_none()), "forbidden character auto-approved: {argv:?}");
-            let rule = &rules[rule_index].argv;
-            assert!(rule.len() <= argv.len() && rule[..] == argv[..rule.len()], "not a token prefix: {rule:?} / {argv:?}");
+            let rule = &rules[rule_index];
+            let words = &rule.argv;
+            assert!(words.len() <= argv.len() && words[..] == argv[..words.len()], "not a token prefix: {words:?} / {argv:?}");
+            assert!(rule.trailing_arguments || words.len() == argv.len(), "an exact rule approved more: {words:?} / {argv:?}");
+            for extra in &argv[words.len()..] {
+                assert!(policy::path_out_of_project_note(extra).is_none(), "a path out of the project auto-approved: {argv:?}");
+            }
         }
         Decision::NeedsHuman { .. } => {}
     }

@@ -12,13 +12,19 @@
 //! - **The argv is authoritative** (D9). [`EscalationRequest::argv`] is what
 //!   runs (through `execve`, never a shell); [`display_command`] renders it
 //!   for the prompt only.
-//! - **Token prefix, equal length included.** A request is auto-approved only
-//!   if some rule's argv is a token prefix of the request's argv: the rule is
-//!   not longer and equal element by element. An exact match counts (the
-//!   `npm test` rule approves `npm test` itself) and so do extra trailing
-//!   arguments (`npm test --x`); `npm testx` and `npm` do not match. When
-//!   several rules match, the longest one (then the first) is reported, and
-//!   the arguments beyond it are the "extra" arguments below.
+//! - **Exact argv, unless the rule says otherwise** (DECISIONS D11). The rule
+//!   `cat /etc/hostname` approves `cat /etc/hostname` and nothing else: not
+//!   `cat /etc/hostname ~/.ssh/id_ed25519`. A rule whose last word is a lone
+//!   `*` (`cargo check *`) also takes further arguments: its words are then
+//!   a token prefix of the request (`cargo check`, `cargo check --tests`;
+//!   not `cargo checkx`). When several rules match, the longest one (then
+//!   the first) is reported, and the arguments beyond it are the "extra"
+//!   arguments below.
+//! - **Extra arguments stay in the project.** An extra argument that is an
+//!   absolute path, starts with `~`, or has a `..` segment (also as the value
+//!   of `--opt=VALUE` or `-oVALUE`) sends the request to the human: host
+//!   commands run in the user's project directory, and a path out of it can
+//!   name any file of the user's.
 //! - **No forbidden character** in any argument ([`has_forbidden_characters`]):
 //!   shell metacharacters, `#`, quotes, backslash, newline, carriage return,
 //!   NUL, every control character (so ANSI escapes), Unicode bidi controls,
@@ -98,8 +104,14 @@ pub enum PolicyError {
 /// A parsed and validated `auto_approve` entry.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AutoApproveRule {
+    /// The words of the entry, without a trailing `*`.
     pub argv: Vec<String>,
+    /// The entry ended in ` *`: further arguments are accepted (each checked).
+    pub trailing_arguments: bool,
 }
+
+/// The last word of an entry that accepts further arguments (`cargo check *`).
+pub const TRAILING_ARGUMENTS_MARK: &str = "*";
 
 /// What the sandbox asked to run. The argv is authoritative (D9): it is what
 /// the human approves and what runs.
@@ -120,7 +132,8 @@ pub enum Decision {
 }
 
 /// Parses and validates one configured `auto_approve` entry such as
-/// `cargo check` or `npm test`.
+/// `cargo check` (exactly that argv) or `cargo check *` (that, or that
+/// followed by further arguments).
 ///
 /// Refused, with the entry and the reason: an empty entry; any forbidden
 /// character ([`has_forbidden_characters`]; quotes included, so an entry is
@@ -133,6 +146,14 @@ pub fn parse_auto_approve_entry(text: &str) -> Result<AutoApproveRule, PolicyErr
     if text.trim().is_empty() {
         return Err(PolicyError::EmptyEntry { entry: escape_for_message(text) });
     }
+    let (words, trailing_arguments) = match text.trim_end().strip_suffix(TRAILING_ARGUMENTS_MARK) {
+        Some(rest) if rest.ends_with(' ') => (rest, true),
+        _ => (text, false),
+    };
+    if words.trim().is_empty() {
+        return Err(refuse("`*` alone would approve any command; name the command before it".to_owned()));
+    }
+    let text = words;
     if let Some(reason) = has_forbidden_characters(text) {
         return Err(refuse(reason));
     }
@@ -156,7 +177,7 @@ pub fn parse_auto_approve_entry(text: &str) -> Result<AutoApproveRule, PolicyErr
     if let Some(note) = exec_subcommand_notes(&argv).into_iter().next() {
         return Err(refuse(format!("it includes a subcommand that runs any program: {note}")));
     }
-    Ok(AutoApproveRule { argv })
+    Ok(AutoApproveRule { argv, trailing_arguments })
 }
 
 /// Renders an argv for display (the prompt, logs): each argument quoted with
@@ -196,12 +217,20 @@ pub fn decide(request: &EscalationRequest, rules: &[AutoApproveRule]) -> Decisio
     }
     reasons.extend(exec_subcommand_notes(argv));
     match longest_matching_rule(argv, rules) {
-        None => reasons.push(format!("no auto_approve rule is a token prefix of {}", display_command(argv))),
+        None => reasons.push(format!(
+            "no auto_approve rule matches {} (a rule matches its exact argv; one ending in ` *` also takes further arguments)",
+            display_command(argv)
+        )),
         Some(rule_index) => {
             let rule_length = rules.get(rule_index).map_or(argv.len(), |rule| rule.argv.len());
             let rule_display = display_command(argv.get(..rule_length).unwrap_or(argv));
             for note in argument_notes(argv, rule_length) {
-                reasons.push(format!("beyond the auto_approve rule `{rule_display}`: {note}"));
+                reasons.push(format!("beyond the auto_approve rule `{rule_display} *`: {note}"));
+            }
+            for argument in argv.iter().skip(rule_length.max(1)) {
+                if let Some(note) = path_out_of_project_note(argument) {
+                    reasons.push(format!("beyond the auto_approve rule `{rule_display} *`: {} {note}", display_argument(argument)));
+                }
             }
             if reasons.is_empty() {
                 return Decision::AutoApprove { rule_index };
@@ -356,12 +385,49 @@ fn is_token_prefix(rule: &[String], argv: &[String]) -> bool {
     !rule.is_empty() && rule.len() <= argv.len() && rule.iter().zip(argv).all(|(rule_word, argument)| rule_word == argument)
 }
 
-/// The index of the longest rule that is a token prefix of `argv` (the first
-/// one among equals).
+/// Whether `rule` matches `argv`: exactly, or (a rule ending in ` *`) as a
+/// token prefix.
+fn rule_matches(rule: &AutoApproveRule, argv: &[String]) -> bool {
+    if rule.trailing_arguments {
+        is_token_prefix(&rule.argv, argv)
+    } else {
+        !rule.argv.is_empty() && rule.argv == argv
+    }
+}
+
+/// Why an extra argument may name something outside the project directory:
+/// an absolute path, a home directory (`~`), or a `..` segment, also as the
+/// value of `--opt=VALUE` or a short option's attached `-oVALUE`.
+pub fn path_out_of_project_note(argument: &str) -> Option<&'static str> {
+    let mut values = vec![argument];
+    if argument.starts_with('-') {
+        if let Some((_, value)) = argument.split_once('=') {
+            values.push(value);
+        }
+        if !argument.starts_with("--") {
+            values.push(argument.get(2..).unwrap_or(""));
+        }
+    }
+    for value in values {
+        if value.starts_with('/') {
+            return Some("is an absolute path: it can name any file on the host, not only the project's");
+        }
+        if value.starts_with('~') {
+            return Some("names a home directory: outside the project");
+        }
+        if value.split('/').any(|segment| segment == "..") {
+            return Some("has a `..` segment: it can leave the project directory");
+        }
+    }
+    None
+}
+
+/// The index of the longest rule that matches `argv` (the first one among
+/// equals).
 fn longest_matching_rule(argv: &[String], rules: &[AutoApproveRule]) -> Option<usize> {
     let mut best: Option<(usize, usize)> = None;
     for (index, rule) in rules.iter().enumerate() {
-        if is_token_prefix(&rule.argv, argv) && best.is_none_or(|(_, length)| rule.argv.len() > length) {
+        if rule_matches(rule, argv) && best.is_none_or(|(_, length)| rule.argv.len() > length) {
             best = Some((index, rule.argv.len()));
         }
     }

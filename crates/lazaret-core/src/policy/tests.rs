@@ -304,7 +304,22 @@ fn entries_parse_into_words() {
         ("cargo check --config=net.offline=true", &["cargo", "check", "--config=net.offline=true"]),
     ];
     for (text, expected) in cases {
-        assert_eq!(parse_auto_approve_entry(text), Ok(AutoApproveRule { argv: expected.iter().map(|word| word.to_string()).collect() }));
+        assert_eq!(
+            parse_auto_approve_entry(text),
+            Ok(AutoApproveRule { argv: expected.iter().map(|word| word.to_string()).collect(), trailing_arguments: false })
+        );
+        let open = format!("{text} *");
+        assert_eq!(
+            parse_auto_approve_entry(&open),
+            Ok(AutoApproveRule { argv: expected.iter().map(|word| word.to_string()).collect(), trailing_arguments: true })
+        );
+    }
+}
+
+#[test]
+fn a_star_is_only_a_trailing_word_and_never_alone() {
+    for text in ["*", "  * ", "cargo check*", "cargo * check", "cargo check **"] {
+        assert!(parse_auto_approve_entry(text).is_err(), "{text:?}");
     }
 }
 
@@ -379,8 +394,26 @@ fn make_is_allowed_as_an_entry() {
 // ------------------------------------------------------------------ decide
 
 #[test]
-fn prefix_boundaries() {
-    let rules = [rule("npm test")];
+fn a_rule_matches_its_exact_argv_only() {
+    // D11: the attack review read host files with `cat /etc/hostname ANY-FILE`.
+    let rules = [rule("cat /etc/hostname"), rule("touch /tmp/ok")];
+    for (text, auto) in [
+        ("cat /etc/hostname", true),
+        ("touch /tmp/ok", true),
+        ("cat /etc/hostname /any/host/file", false),
+        ("cat /etc/hostname .git/config", false),
+        ("touch /tmp/ok /tmp/anything", false),
+        ("touch /tmp/ok -- -x", false),
+        ("cat", false),
+    ] {
+        let decision = decide(&request(text), &rules);
+        assert_eq!(matches!(decision, Decision::AutoApprove { .. }), auto, "{text}: {decision:?}");
+    }
+}
+
+#[test]
+fn a_trailing_star_takes_further_arguments_as_a_token_prefix() {
+    let rules = [rule("npm test *")];
     let cases: &[(&str, bool)] = &[
         ("npm test", true),
         ("npm test --x", true),
@@ -401,13 +434,42 @@ fn prefix_boundaries() {
 }
 
 #[test]
+fn extra_arguments_that_leave_the_project_need_human() {
+    let rules = [rule("cat *"), rule("cargo check *")];
+    for (text, auto) in [
+        ("cat README.md", true),
+        ("cat src/lib.rs docs/a.md", true),
+        ("cat /etc/shadow", false),
+        ("cat README.md /proc/1/environ", false),
+        ("cat ../other/secret", false),
+        ("cat src/../../x", false),
+        ("cat ..", false),
+        ("cat ~/.ssh/id_ed25519", false),
+        ("cat ~", false),
+        ("cargo check --target-dir=/tmp/x", false),
+        ("cargo check --target-dir=target/x", true),
+        ("cargo check -p/x", false),
+        ("cargo check --message-format=short", true),
+    ] {
+        let decision = decide(&request(text), &rules);
+        assert_eq!(matches!(decision, Decision::AutoApprove { .. }), auto, "{text}: {decision:?}");
+    }
+    let reasons = reasons_of(&decide(&request("cat /etc/shadow"), &rules));
+    assert_eq!(
+        reasons,
+        ["beyond the auto_approve rule `cat *`: /etc/shadow is an absolute path: it can name any file on the host, not only the project's"]
+    );
+}
+
+#[test]
 fn equal_length_prefix_auto_approves() {
     assert_eq!(decide(&request("cargo check"), &[rule("cargo check")]), Decision::AutoApprove { rule_index: 0 });
+    assert_eq!(decide(&request("cargo check"), &[rule("cargo check *")]), Decision::AutoApprove { rule_index: 0 });
 }
 
 #[test]
 fn longest_rule_then_first_is_reported() {
-    let rules = [rule("cargo"), rule("cargo test"), rule("cargo test")];
+    let rules = [rule("cargo *"), rule("cargo test *"), rule("cargo test *")];
     assert_eq!(decide(&request("cargo test --release"), &rules), Decision::AutoApprove { rule_index: 1 });
     assert_eq!(decide(&request("cargo build"), &rules), Decision::AutoApprove { rule_index: 0 });
 }
@@ -415,25 +477,28 @@ fn longest_rule_then_first_is_reported() {
 #[test]
 fn no_rules_or_no_match_needs_human() {
     let reasons = reasons_of(&decide(&request("cargo check"), &[]));
-    assert_eq!(reasons, ["no auto_approve rule is a token prefix of cargo check"]);
+    let no_match = |command: &str| {
+        format!("no auto_approve rule matches {command} (a rule matches its exact argv; one ending in ` *` also takes further arguments)")
+    };
+    assert_eq!(reasons, [no_match("cargo check")]);
     let reasons = reasons_of(&decide(&request("cargo build"), &[rule("cargo check")]));
-    assert_eq!(reasons, ["no auto_approve rule is a token prefix of cargo build"]);
+    assert_eq!(reasons, [no_match("cargo build")]);
 }
 
 #[test]
 fn empty_request_and_empty_rule_never_auto_approve() {
-    let empty_rule = AutoApproveRule { argv: Vec::new() };
+    let empty_rule = AutoApproveRule { argv: Vec::new(), trailing_arguments: true };
     let reasons = reasons_of(&decide(&EscalationRequest { argv: Vec::new() }, std::slice::from_ref(&empty_rule)));
     assert_eq!(reasons, ["the request names no program (its argv is empty)"]);
     assert!(matches!(decide(&request("ls"), &[empty_rule]), Decision::NeedsHuman { .. }));
     let empty_program = EscalationRequest { argv: vec![String::new()] };
-    let reasons = reasons_of(&decide(&empty_program, &[AutoApproveRule { argv: vec![String::new()] }]));
+    let reasons = reasons_of(&decide(&empty_program, &[AutoApproveRule { argv: vec![String::new()], trailing_arguments: true }]));
     assert!(reasons.contains(&"the program name is empty".to_owned()), "{reasons:?}");
 }
 
 #[test]
 fn forbidden_characters_in_any_argument_need_human() {
-    let rules = [rule("npm test")];
+    let rules = [rule("npm test *")];
     for character in FORBIDDEN_CHARACTERS {
         for argv in [
             vec!["npm".to_owned(), "test".to_owned(), format!("a{character}b")],
@@ -455,18 +520,18 @@ fn forbidden_characters_in_any_argument_need_human() {
 #[test]
 fn banned_programs_never_auto_approve_even_with_a_hand_built_rule() {
     for program in BRIEF_BANNED_PROGRAMS {
-        let rules = [AutoApproveRule { argv: vec![program.to_string()] }];
+        let rules = [AutoApproveRule { argv: vec![program.to_string()], trailing_arguments: true }];
         let reasons = reasons_of(&decide(&EscalationRequest { argv: vec![program.to_string(), "status".into()] }, &rules));
         assert!(reasons.iter().any(|reason| reason.contains("never auto-approved")), "{program}: {reasons:?}");
     }
-    let rules = [AutoApproveRule { argv: words("git status") }];
+    let rules = [AutoApproveRule { argv: words("git status"), trailing_arguments: true }];
     assert!(matches!(decide(&request("git status"), &rules), Decision::NeedsHuman { .. }));
 }
 
 #[test]
 fn programs_named_by_path_need_human() {
     for program in ["./x", "/usr/bin/cargo", "bin/x"] {
-        let rules = [AutoApproveRule { argv: vec![program.to_owned()] }];
+        let rules = [AutoApproveRule { argv: vec![program.to_owned()], trailing_arguments: true }];
         let reasons = reasons_of(&decide(&EscalationRequest { argv: vec![program.to_owned()] }, &rules));
         assert!(reasons.iter().any(|reason| reason.contains("contains `/`")), "{reasons:?}");
     }
@@ -513,14 +578,14 @@ fn command_running_options_beyond_the_rule_need_human() {
         ("npm test", "npm test x", false),
     ];
     for (rule_text, request_text, auto) in cases {
-        let decision = decide(&request(request_text), &[rule(rule_text)]);
+        let decision = decide(&request(request_text), &[rule(&format!("{rule_text} *"))]);
         assert_eq!(matches!(decision, Decision::AutoApprove { .. }), *auto, "{rule_text} / {request_text}: {decision:?}");
         if !auto {
             assert!(!reasons_of(&decision).is_empty());
         }
     }
-    let reasons = reasons_of(&decide(&request("npm test --exe=x"), &[rule("npm test")]));
-    assert_eq!(reasons, ["beyond the auto_approve rule `npm test`: '--exe=x' (abbreviates `--exec`): runs a command or code given as its value or in the following arguments"]);
+    let reasons = reasons_of(&decide(&request("npm test --exe=x"), &[rule("npm test *")]));
+    assert_eq!(reasons, ["beyond the auto_approve rule `npm test *`: '--exe=x' (abbreviates `--exec`): runs a command or code given as its value or in the following arguments"]);
 }
 
 #[test]
@@ -531,7 +596,7 @@ fn all_reasons_are_collected() {
     assert!(reasons[0].starts_with("argument 1 'a;b' contains `;`"), "{reasons:?}");
     assert!(reasons[1].starts_with("argument 2 $'c\\u202E' contains a Unicode bidirectional"), "{reasons:?}");
     assert!(reasons[2].starts_with("git is never auto-approved"), "{reasons:?}");
-    assert!(reasons[3].starts_with("no auto_approve rule is a token prefix of git 'a;b' $'c\\u202E'"), "{reasons:?}");
+    assert!(reasons[3].starts_with("no auto_approve rule matches git 'a;b' $'c\\u202E'"), "{reasons:?}");
 }
 
 // ------------------------------------------------------------ display_command
@@ -762,7 +827,7 @@ proptest! {
         position in any::<prop::sample::Index>(),
     ) {
         let rule_length = rule_length.min(argv.len());
-        let rules = [AutoApproveRule { argv: argv[..rule_length].to_vec() }, AutoApproveRule { argv: argv.clone() }];
+        let rules = [AutoApproveRule { argv: argv[..rule_length].to_vec(), trailing_arguments: true }, AutoApproveRule { argv: argv.clone(), trailing_arguments: true }];
         let mut tainted = argv.clone();
         let word = &mut tainted[target.index(argv.len())];
         let mut characters: Vec<char> = word.chars().collect();
@@ -781,21 +846,24 @@ proptest! {
     }
 
     #[test]
-    fn auto_approval_implies_a_token_prefix_rule(
+    fn auto_approval_implies_a_matching_rule(
         argv in small_vocabulary_argv(),
-        rules in prop::collection::vec(small_vocabulary_argv(), 0..4),
+        rules in prop::collection::vec((small_vocabulary_argv(), any::<bool>()), 0..4),
     ) {
-        let rules: Vec<AutoApproveRule> = rules.into_iter().map(|argv| AutoApproveRule { argv }).collect();
+        let rules: Vec<AutoApproveRule> =
+            rules.into_iter().map(|(argv, trailing_arguments)| AutoApproveRule { argv, trailing_arguments }).collect();
         let decision = decide(&EscalationRequest { argv: argv.clone() }, &rules);
-        let some_prefix = rules.iter().any(|rule| is_token_prefix(&rule.argv, &argv));
+        let some_match = rules.iter().any(|rule| rule_matches(rule, &argv));
         if let Decision::AutoApprove { rule_index } = decision {
             let rule = &rules[rule_index];
             prop_assert!(!rule.argv.is_empty());
             prop_assert!(rule.argv.len() <= argv.len());
             prop_assert_eq!(&rule.argv[..], &argv[..rule.argv.len()]);
-            prop_assert!(rules.iter().all(|other| !is_token_prefix(&other.argv, &argv) || other.argv.len() <= rule.argv.len()));
+            // D11: a rule without ` *` approves only its exact argv.
+            prop_assert!(rule.trailing_arguments || rule.argv.len() == argv.len());
+            prop_assert!(rules.iter().all(|other| !rule_matches(other, &argv) || other.argv.len() <= rule.argv.len()));
         }
-        if !some_prefix {
+        if !some_match {
             let needs_human = matches!(decide(&EscalationRequest { argv }, &rules), Decision::NeedsHuman { .. });
             prop_assert!(needs_human);
         }
@@ -803,13 +871,14 @@ proptest! {
 
     #[test]
     fn a_rule_auto_approves_itself_and_harmless_extensions(entry in prop::collection::vec(plain_word(), 1..4), extra in prop::collection::vec("[a-z]{1,6}", 0..3)) {
-        let Ok(rule) = parse_auto_approve_entry(&entry.join(" ")) else { return Ok(()) };
+        let Ok(rule) = parse_auto_approve_entry(&format!("{} *", entry.join(" "))) else { return Ok(()) };
         prop_assume!(extra.iter().all(|word| parse_auto_approve_entry(&format!("{} {word}", entry.join(" "))).is_ok()));
         prop_assert_eq!(decide(&EscalationRequest { argv: rule.argv.clone() }, std::slice::from_ref(&rule)), Decision::AutoApprove { rule_index: 0 });
         let mut longer = rule.argv.clone();
         longer.extend(extra);
         let decision = decide(&EscalationRequest { argv: longer.clone() }, std::slice::from_ref(&rule));
-        let flagged = !argument_notes(&longer, rule.argv.len()).is_empty();
+        let flagged = !argument_notes(&longer, rule.argv.len()).is_empty()
+            || longer[rule.argv.len()..].iter().any(|argument| path_out_of_project_note(argument).is_some());
         prop_assert_eq!(matches!(decision, Decision::AutoApprove { rule_index: 0 }), !flagged);
     }
 
@@ -830,7 +899,7 @@ proptest! {
         for note in risk_notes(&argv) {
             prop_assert!(!note.chars().any(is_display_unsafe), "{:?}", note);
         }
-        let rules = [AutoApproveRule { argv: argv.iter().take(1).cloned().collect() }];
+        let rules = [AutoApproveRule { argv: argv.iter().take(1).cloned().collect(), trailing_arguments: true }];
         for reason in reasons_of(&decide(&EscalationRequest { argv }, &rules)) {
             prop_assert!(!reason.chars().any(is_display_unsafe), "{:?}", reason);
         }
