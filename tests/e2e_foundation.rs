@@ -28,8 +28,9 @@ fn domain_hash_is_sha256_of_profile_and_canonical_workspace_even_through_a_symli
         assert_eq!(json["domain_hash"], expected.as_str());
         assert_eq!(json["container_name"], format!("lazaret-claude-{expected}").as_str());
         assert_eq!(json["sidecar_name"], format!("lazaret-net-{expected}").as_str());
-        assert_eq!(json["lockfile"], format!("/tmp/lazaret_coord_{expected}.lock").as_str());
-        let socket_dir = env.path().join("run/lazaret").join(&expected);
+        let socket_root = env.path().join("run/lazaret");
+        assert_eq!(json["lockfile"], socket_root.join(format!("lazaret_coord_{expected}.lock")).to_str().expect("utf8"), "D12");
+        let socket_dir = socket_root.join(&expected);
         assert_eq!(json["control_socket"], socket_dir.join("control.sock").to_str().expect("utf8"));
         assert_eq!(json["escalation_socket"], socket_dir.join("escalate.sock").to_str().expect("utf8"));
         assert_eq!(json["domain_dir"], env.path().join("data/lazaret/domains").join(&expected).to_str().expect("utf8"));

@@ -395,6 +395,34 @@ fn a_second_process_opening_the_state_store_gets_a_clear_error() {
     assert_eq!(store.sessions(10).expect("sessions").len(), 1);
 }
 
+/// DECISIONS D12 (attack review finding 4): another user who creates the
+/// design document's `/tmp/lazaret_coord_<hash>.lock` first blocked the
+/// domain for good (exit 77). The lock now lives in the user's private
+/// socket directory, so that file changes nothing.
+#[test]
+fn a_lockfile_planted_in_tmp_by_another_user_blocks_nothing() {
+    if !require_root("to create a file owned by another user") {
+        return;
+    }
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = git_repository(&env, "ws");
+    let domain = domain_json(&env, "default", &workspace);
+    let hash = domain["domain_hash"].as_str().expect("hash");
+    let planted = std::path::PathBuf::from(format!("/tmp/lazaret_coord_{hash}.lock"));
+    std::fs::write(&planted, b"").expect("create");
+    let chown = Command::new("chown").arg("65534:65534").arg(&planted).status().expect("chown");
+    assert!(chown.success());
+    let output = run(env.lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "true"]));
+    let _ = std::fs::remove_file(&planted);
+    assert_eq!(output.status.code(), Some(0), "a planted /tmp lockfile does not block the domain: {}", stderr(&output));
+    let lockfile = Path::new(domain["lockfile"].as_str().expect("lockfile"));
+    let parent = std::fs::metadata(lockfile.parent().expect("parent")).expect("stat");
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&parent.permissions()) & 0o777, 0o700, "the lock's directory is private");
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)));
+}
+
 #[test]
 fn a_lockfile_owned_by_another_user_is_refused() {
     if !require_root("to create a file owned by another user") {
@@ -404,6 +432,9 @@ fn a_lockfile_owned_by_another_user_is_refused() {
     let workspace = git_repository(&env, "ws");
     let domain = domain_json(&env, "default", &workspace);
     let lockfile = Path::new(domain["lockfile"].as_str().expect("lockfile")).to_path_buf();
+    // Only root can put it in the private directory; the check stays as
+    // defense in depth (D12 keeps other users out of that directory).
+    std::fs::create_dir_all(lockfile.parent().expect("parent")).expect("mkdir");
     std::fs::write(&lockfile, b"").expect("create");
     let chown = Command::new("chown").arg("65534:65534").arg(&lockfile).status().expect("chown");
     assert!(chown.success());

@@ -71,7 +71,8 @@ impl DomainResources {
             control_socket: socket_dir.join("control.sock"),
             escalation_socket: socket_dir.join("escalate.sock"),
             socket_dir,
-            lockfile: PathBuf::from(format!("/tmp/lazaret_coord_{hash}.lock")),
+            // D12: in the user's private socket directory, never in /tmp.
+            lockfile: socket_root.join(format!("lazaret_coord_{hash}.lock")),
             domain_dir: data_root.join("domains").join(hash),
         }
     }
@@ -100,7 +101,7 @@ mod tests {
         assert_eq!(resources.sidecar_name, "lazaret-net-0123456789ab");
         assert_eq!(resources.control_socket, Path::new("/run/user/1000/lazaret/0123456789ab/control.sock"));
         assert_eq!(resources.escalation_socket, Path::new("/run/user/1000/lazaret/0123456789ab/escalate.sock"));
-        assert_eq!(resources.lockfile, Path::new("/tmp/lazaret_coord_0123456789ab.lock"));
+        assert_eq!(resources.lockfile, Path::new("/run/user/1000/lazaret/lazaret_coord_0123456789ab.lock"));
         assert_eq!(resources.domain_dir, Path::new("/data/domains/0123456789ab"));
     }
 }

@@ -1,6 +1,9 @@
 //! The Hold-to-Bind lockfile (design document section 4.3 step 1, DECISIONS
-//! D7): `/tmp/lazaret_coord_<hash>.lock`, opened with `O_NOFOLLOW` and
-//! refused when another user owns it. `flock` via `std::fs::File::lock`.
+//! D7 and D12): `<socket_dir>/lazaret_coord_<hash>.lock`, in the user's
+//! private (0700) socket directory, so no other user can create it first
+//! (the design document's `/tmp` name let anyone block a domain). Opened with
+//! `O_NOFOLLOW` and refused when another user owns it. `flock` via
+//! `std::fs::File::lock`.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -18,6 +21,9 @@ impl DomainLock {
     /// file or a file owned by another user is a security abort: in a shared
     /// `/tmp` another user could pre-create it.
     pub fn open(path: &Path) -> Result<DomainLock> {
+        if let Some(dir) = path.parent() {
+            crate::private_dirs::ensure_private_dir(dir)?;
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
