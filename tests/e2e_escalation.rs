@@ -129,6 +129,48 @@ fn an_auto_approved_command_runs_on_the_host_and_its_output_and_status_come_back
     assert_eq!(records[0]["executedArgv"][0], "/usr/bin/touch", "resolved on the host's PATH");
 }
 
+/// Attack review finding 7: the command timeout applied only while output
+/// was open, so a host command that closed stdout and stderr and kept
+/// running was waited for forever. Its whole process group is killed at the
+/// deadline.
+#[test]
+fn a_host_command_that_closes_its_output_is_still_killed_at_the_deadline() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    env.write_config(&format!(
+        "[escalation]\nenabled = true\nsocket_dir = \"{}\"\nauto_approve = [\"lzt-detach\"]\ncommand_timeout_seconds = 2\n",
+        env.path().join("run/lazaret").display()
+    ));
+    let repository = git_repository(&env, "project");
+    let bin = env.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let pids = env.path().join("pids");
+    std::fs::write(
+        bin.join("lzt-detach"),
+        format!("#!/bin/sh\nexec >/dev/null 2>&1 </dev/null\nsleep 60 &\necho $$ $! > {}\nwait\n", pids.display()),
+    )
+    .expect("write");
+    std::fs::set_permissions(bin.join("lzt-detach"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let script = "start=$(date +%s); lazaret-escalate -- lzt-detach; echo status=$?; echo took=$(( $(date +%s) - start ))";
+    let started = std::time::Instant::now();
+    let output = run(env.lazaret().env("PATH", &path).args(["run", "--workspace"]).arg(&repository).args(["--", "sh", "-c", script]));
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}{}", stderr(&output));
+    assert!(text.contains("status=98"), "the client hears that the command was killed: {text}");
+    let took: u64 = text.lines().find_map(|line| line.strip_prefix("took=")).and_then(|value| value.parse().ok()).expect("took");
+    assert!(took <= 6, "killed at the 2 s deadline, not after the command's 60 s ({took} s; whole run {:?})", started.elapsed());
+    let recorded = std::fs::read_to_string(&pids).expect("the command ran on the host");
+    for pid in recorded.split_whitespace() {
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ");
+        assert!(!alive, "process {pid} of the command's group is gone");
+    }
+    let records = audit(&env, &repository);
+    assert_eq!(records[0]["reason"], "killed after 2 s", "{records:?}");
+}
+
 /// DECISIONS D11, from the attack review: with `cat /etc/hostname` allowed,
 /// `cat /etc/hostname ANY-FILE` printed 0600 host files and the host's
 /// unredacted `.git/config`. A rule is its exact argv; under a ` *` rule an

@@ -82,15 +82,24 @@ where
             _ = &mut deadline => { timed_out = true; break; }
         }
     }
-    if timed_out {
+    // Output closed is not the end: a command that closes stdout and stderr
+    // and keeps running is still bound by the same deadline.
+    let status = if timed_out {
+        None
+    } else {
+        tokio::select! {
+            status = child.wait() => Some(status?),
+            _ = &mut deadline => None,
+        }
+    };
+    let Some(status) = status else {
         if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
             // The whole process group, so helpers the command started go too.
             let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
         let _ = child.wait().await;
         return Ok(Finished { exit_status: None, timed_out: true });
-    }
-    let status = child.wait().await?;
+    };
     let exit_status = status.code().or_else(|| std::os::unix::process::ExitStatusExt::signal(&status).map(|signal| 128 + signal));
     Ok(Finished { exit_status, timed_out: false })
 }
