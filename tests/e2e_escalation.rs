@@ -171,6 +171,49 @@ fn a_host_command_that_closes_its_output_is_still_killed_at_the_deadline() {
     assert_eq!(records[0]["reason"], "killed after 2 s", "{records:?}");
 }
 
+/// Attack review finding 9: a client that hung up left its request in
+/// `escalation/list` and `lazaret pending` until the approval timeout.
+#[test]
+fn a_request_whose_client_went_away_leaves_the_pending_queue() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &[], 120);
+    let repository = git_repository(&env, "project");
+    let pending_count = || {
+        let output = run(env.lazaret().args(["pending", "--json"]));
+        serde_json::from_slice::<Vec<serde_json::Value>>(&output.stdout).map(|list| list.len()).unwrap_or(usize::MAX)
+    };
+    let mut session = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&repository)
+        // The session outlives the client: the domain (and its queue) stays up.
+        .args(["--", "sh", "-c", "lazaret-escalate -- touch never & echo $! > /tmp/lzt-client; sleep 30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(20), || pending_count() == 1), "the request is pending");
+    let container = domain_json(&env, "default", &repository)["container_name"].as_str().expect("name").to_owned();
+    let kill = std::process::Command::new("podman")
+        .args(["exec", &container, "sh", "-c", "kill -9 $(cat /tmp/lzt-client)"])
+        .output()
+        .expect("podman exec");
+    assert!(kill.status.success(), "{}", stderr(&kill));
+    let gone_at = std::time::Instant::now();
+    assert!(wait_until(Duration::from_secs(2), || pending_count() == 0), "the request leaves the queue when its client goes away");
+    eprintln!("withdrawn after {:?}", gone_at.elapsed());
+    assert!(session.try_wait().expect("try_wait").is_none(), "the session (and its domain) still runs");
+    let _ = session.kill();
+    let _ = session.wait();
+    let domain = domain_json(&env, "default", &repository);
+    assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)));
+    let records = audit(&env, &repository);
+    assert_eq!(records[0]["outcome"], "denied", "{records:?}");
+    assert_eq!(records[0]["decidedBy"], "client", "{records:?}");
+}
+
 /// DECISIONS D11, from the attack review: with `cat /etc/hostname` allowed,
 /// `cat /etc/hostname ANY-FILE` printed 0600 host files and the host's
 /// unredacted `.git/config`. A rule is its exact argv; under a ` *` rule an

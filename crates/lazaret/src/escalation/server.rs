@@ -190,8 +190,12 @@ async fn decide_and_run(
             let answer = tokio::select! {
                 answer = answer => answer.ok(),
                 _ = tokio::time::sleep(timeout) => None,
-                // The client hung up: nobody is waiting for the answer any more.
-                _ = wait_for_hangup(tls) => Some(Answer::Deny { reason: "the requesting process went away".to_owned(), decided_by: "client".to_owned() }),
+                // The client hung up: nobody is waiting for the answer any
+                // more, so the request leaves every client's queue now.
+                _ = wait_for_hangup(tls) => {
+                    domain.broker.withdraw(&payload.request_id);
+                    Some(Answer::Deny { reason: "the requesting process went away".to_owned(), decided_by: "client".to_owned() })
+                }
             };
             record.decided_at_ms = Some(now_ms());
             match answer {
