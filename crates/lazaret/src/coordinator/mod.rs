@@ -382,13 +382,58 @@ async fn lock_for_teardown(path: &Path) -> Option<DomainLock> {
     }
 }
 
-/// Binds a Unix socket that only its owner can connect to: created under a
-/// 0077 umask (so it is never briefly world-accessible), then chmod 0600.
+/// Binds a Unix socket that only its owner can connect to. Its directory is
+/// made (or checked to be) ours and 0700 first, so no other user can reach
+/// the socket even in the instant before the chmod to 0600. The process
+/// umask is never changed: other threads create files meanwhile (attack
+/// review finding 12).
 fn bind_private(path: &Path) -> Result<tokio::net::UnixListener> {
-    let previous = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    let bound = tokio::net::UnixListener::bind(path);
-    nix::sys::stat::umask(previous);
-    let listener = bound.with_context(|| format!("cannot bind the control socket {}", path.display()))?;
+    let dir = path.parent().with_context(|| format!("{} has no parent directory", path.display()))?;
+    crate::private_dirs::ensure_private_dir(dir)?;
+    let listener = tokio::net::UnixListener::bind(path).with_context(|| format!("cannot bind the socket {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn current_umask() -> u32 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        let line = status.lines().find(|line| line.starts_with("Umask:")).expect("Umask line");
+        u32::from_str_radix(line.trim_start_matches("Umask:").trim(), 8).expect("octal")
+    }
+
+    /// Finding 12: the old `bind_private` set a 0077 umask around `bind`,
+    /// for the whole process, while other threads ran. Another thread
+    /// watches the umask during many binds and must never see it change.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn binding_a_private_socket_leaves_the_process_umask_alone() {
+        let before = current_umask();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut seen = std::collections::BTreeSet::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    seen.insert(current_umask());
+                }
+                seen
+            })
+        };
+        for index in 0..2000 {
+            let path = dir.path().join(format!("s{index}.sock"));
+            let _listener = bind_private(&path).expect("bind");
+            let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+            std::fs::remove_file(&path).expect("remove");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = watcher.join().expect("watcher");
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![before], "the umask never changed");
+        let dir_mode = std::fs::metadata(dir.path()).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(dir_mode, 0o700, "the socket's directory is private");
+    }
 }
