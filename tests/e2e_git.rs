@@ -336,3 +336,58 @@ fn stale_git_lock_files_of_a_killed_sandbox_do_not_block_the_next_start() {
     assert!(second.status.success(), "the next start recovers: {}", stderr(&second));
     assert_eq!(stdout(&second), "lazaret/agent-default\n0\n");
 }
+
+/// Attack review finding 3: a file named `ESC[1A ESC[2K`… erased the D4
+/// warning block from `lazaret diff`, and an OSC title sequence in a patch
+/// reached the terminal raw. Every agent-controlled string is neutralized,
+/// while the sandbox runs (the coordinator's view, with uncommitted files)
+/// and after.
+#[test]
+fn escape_sequences_in_agent_file_names_and_patches_never_reach_the_terminal() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    let script = "cd /workspace; erase=$(printf 'x\\033[1A\\033[2K\\033[1A\\033[2K\\033[1A\\033[2Ky'); \
+                  printf 'ok\\n' > \"$erase\"; printf '\\033]0;pwned\\007title\\n' > osc.txt; echo 'export A=1' > .envrc; \
+                  git add -A; git commit -qm 'escapes'; printf 'u\\n' > \"$(printf 'u\\033[2Jv')\"; \
+                  touch /tmp/ready; sleep 20";
+    let mut session = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&repository)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let container = domain_json(&env, "default", &repository)["container_name"].as_str().expect("name").to_owned();
+    let ready = wait_until(Duration::from_secs(30), || {
+        Command::new("podman").args(["exec", &container, "test", "-e", "/tmp/ready"]).output().is_ok_and(|o| o.status.success())
+            && git(&repository, &["for-each-ref", "--format=%(refname)", &format!("refs/heads/{BRANCH}")]).contains(BRANCH)
+    });
+    assert!(ready, "the agent committed and the branch reached the host");
+    let check = |when: &str| {
+        let output = run(env.lazaret().args(["diff", "--workspace"]).arg(&repository));
+        assert!(output.status.success(), "{when}: {}", stderr(&output));
+        let bytes = &output.stdout;
+        assert!(
+            !bytes.contains(&0x1b) && !bytes.contains(&0x07) && !bytes.contains(&b'\r'),
+            "{when}: raw control bytes: {:?}",
+            stdout(&output)
+        );
+        let text = stdout(&output);
+        assert!(text.contains("WARNING: the agent changed files that make hosts run code"), "{when}: {text}");
+        assert!(text.contains(".envrc"), "{when}: {text}");
+        assert!(text.contains("x\\e[1A\\e[2K"), "{when}: the name is shown, escaped: {text}");
+        assert!(text.contains("\\e]0;pwned\\x07title"), "{when}: the patch line is shown, escaped: {text}");
+        text
+    };
+    let live = check("while the sandbox runs");
+    assert!(live.contains("u\\e[2Jv"), "the uncommitted file is listed, escaped: {live}");
+    let _ = session.kill();
+    let _ = session.wait();
+    let domain = domain_json(&env, "default", &repository);
+    assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)));
+    check("after the session");
+}

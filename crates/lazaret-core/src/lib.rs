@@ -19,5 +19,6 @@ pub mod image_reference;
 pub mod location;
 pub mod paths;
 pub mod policy;
+pub mod terminal_text;
 
 pub use error::{Error, Result};

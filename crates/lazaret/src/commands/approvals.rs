@@ -97,13 +97,15 @@ pub fn pending(config_path: Option<&Path>, json: bool) -> Result<u8> {
         println!("no pending escalations");
     }
     for (_, escalation) in &pending {
-        println!("{}  {} ({})  {}", escalation.request_id, escalation.profile, escalation.domain_hash, escalation.display);
-        println!("    in {}", escalation.cwd);
+        // The request id and the justification come from the sandbox.
+        let name = lazaret_core::terminal_text::name;
+        println!("{}  {} ({})  {}", name(&escalation.request_id), escalation.profile, escalation.domain_hash, name(&escalation.display));
+        println!("    in {}", name(&escalation.cwd));
         if let Some(justification) = &escalation.justification {
-            println!("    justification: {justification}");
+            println!("    justification: {}", name(justification));
         }
         for note in &escalation.risk_notes {
-            println!("    RISK: {note}");
+            println!("    RISK: {}", name(note));
         }
     }
     Ok(0)
@@ -130,7 +132,8 @@ pub fn respond(
         let (client, _) = RpcClient::connect(socket).await?;
         let params = serde_json::json!({ "requestId": escalation.request_id, "decision": decision, "argv": argv, "reason": reason, "client": "cli" });
         let _: bool = client.call("escalation/respond", params).await?;
-        println!("{decision}: {} ({})", escalation.request_id, escalation.display);
+        let name = lazaret_core::terminal_text::name;
+        println!("{decision}: {} ({})", name(&escalation.request_id), name(&escalation.display));
         Ok(0)
     })
 }

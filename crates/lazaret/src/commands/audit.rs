@@ -67,7 +67,7 @@ pub fn list(config_path: Option<&Path>, target: &DomainTarget, limit: usize, jso
             record.decided_by.as_deref().unwrap_or("-"),
             status,
             lazaret_core::policy::display_command(argv),
-            record.reason.as_deref().map(|reason| format!("  ({reason})")).unwrap_or_default()
+            record.reason.as_deref().map(|reason| format!("  ({})", lazaret_core::terminal_text::name(reason))).unwrap_or_default()
         );
     }
     if records.is_empty() {

@@ -12,6 +12,7 @@ use crate::git_sentry::{self, agent_branch, HostRepository};
 use crate::hold_to_bind::socket_is_live;
 use crate::rpc::client::RpcClient;
 use crate::workspace::{load_config, resolve_target};
+use lazaret_core::terminal_text;
 
 pub fn run(config_path: Option<&Path>, target: &DomainTarget, stat: bool, json: bool) -> Result<u8> {
     let config = load_config(config_path)?;
@@ -50,7 +51,7 @@ fn print_text(diff: &BranchDiff, stat: bool) {
         println!();
         println!("WARNING: the agent changed files that make hosts run code; review them before merging or opening the folder:");
         for warning in &diff.warnings {
-            println!("  ! {}  ({})", warning.path, warning.reason);
+            println!("  ! {}  ({})", terminal_text::name(&warning.path), warning.reason);
         }
     }
     println!();
@@ -60,23 +61,23 @@ fn print_text(diff: &BranchDiff, stat: bool) {
     };
     println!("committed ({} files):", diff.files.len());
     for file in &diff.files {
-        println!("  {:<2} {:<12} {}", file.status, counts(file.additions, file.deletions), file.path);
+        println!("  {:<2} {:<12} {}", file.status, counts(file.additions, file.deletions), terminal_text::name(&file.path));
     }
     match &diff.uncommitted {
         None => println!("uncommitted: (sandbox not running)"),
         Some(uncommitted) => {
             println!("uncommitted ({} files):", uncommitted.files.len());
             for file in &uncommitted.files {
-                println!("  {:<2} {:<12} {}", file.status, counts(file.additions, file.deletions), file.path);
+                println!("  {:<2} {:<12} {}", file.status, counts(file.additions, file.deletions), terminal_text::name(&file.path));
             }
         }
     }
     if !stat {
         if !diff.patch.is_empty() {
-            println!("\n{}", diff.patch);
+            println!("\n{}", terminal_text::block(&diff.patch));
         }
         if let Some(uncommitted) = diff.uncommitted.as_ref().filter(|u| !u.patch.is_empty()) {
-            println!("\n# uncommitted\n{}", uncommitted.patch);
+            println!("\n# uncommitted\n{}", terminal_text::block(&uncommitted.patch));
         }
     }
 }

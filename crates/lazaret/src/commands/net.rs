@@ -39,7 +39,7 @@ pub fn call(config_path: Option<&Path>, target: &DomainTarget, method: &str, par
         println!(
             "learned:   {} ({}; {} s left)",
             learned["address"].as_str().unwrap_or_default(),
-            names.unwrap_or_default(),
+            lazaret_core::terminal_text::name(&names.unwrap_or_default()),
             learned["expiresInSeconds"]
         );
     }

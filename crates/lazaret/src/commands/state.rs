@@ -52,7 +52,8 @@ pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path
         println!("no changes in {}", dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "));
     }
     for change in &changes {
-        println!("{change}");
+        // Paths under the persistent directories are the agent's names.
+        println!("{}", lazaret_core::terminal_text::block(&change.to_string()));
     }
     Ok(0)
 }

@@ -49,8 +49,8 @@ pub fn status(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> 
                     "  {}  pid {:<7} {:<6} {}",
                     &session.session_id[..12.min(session.session_id.len())],
                     session.pid,
-                    session.client,
-                    session.command.join(" ")
+                    lazaret_core::terminal_text::name(&session.client),
+                    lazaret_core::policy::display_command(&session.command)
                 );
             }
         }
@@ -94,8 +94,8 @@ pub fn sessions(config_path: Option<&Path>, target: &DomainTarget, limit: usize,
             &session.session_id[..12.min(session.session_id.len())],
             seconds,
             status,
-            session.end_reason,
-            session.command.join(" ")
+            lazaret_core::terminal_text::name(&session.end_reason),
+            lazaret_core::policy::display_command(&session.command)
         );
     }
     Ok(0)

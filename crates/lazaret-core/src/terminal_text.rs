@@ -1,0 +1,106 @@
+//! Agent-controlled text on the user's terminal. File names, patches,
+//! justifications and audit reasons come from the sandbox; printed raw, an
+//! escape sequence in them can erase or rewrite what the user reads (the
+//! attack review erased `lazaret diff`'s warning block with a file name made
+//! of `ESC[1A ESC[2K`). Everything the CLI prints from the agent goes
+//! through [`name`] (one-line values, quoted as git's `core.quotePath` does)
+//! or [`block`] (multi-line text such as a patch, lines kept).
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// Characters that must not reach a terminal as they are: every control
+/// character (C0, DEL, C1; so ESC, BEL, CR, backspace) and the Unicode
+/// formatting characters that reorder or hide text (bidi controls, zero-width
+/// characters, the byte-order mark).
+pub fn is_unsafe(character: char) -> bool {
+    character.is_control()
+        || matches!(character,
+            '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+}
+
+fn escape(character: char, out: &mut String) {
+    match character {
+        '\n' => out.push_str("\\n"),
+        '\t' => out.push_str("\\t"),
+        '\r' => out.push_str("\\r"),
+        '\u{1b}' => out.push_str("\\e"),
+        '\\' => out.push_str("\\\\"),
+        '"' => out.push_str("\\\""),
+        c if (c as u32) < 0x100 => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c => {
+            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+        }
+    }
+}
+
+/// A one-line value (a path, a name, a reason): as it is when it holds
+/// nothing unsafe, a double quote or a backslash; otherwise in double quotes
+/// with C-style escapes (`"a\e[2Kb"`), so it can neither act on the terminal
+/// nor pass for another value.
+pub fn name(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| is_unsafe(c) || c == '"' || c == '\\') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push('"');
+    for character in text.chars() {
+        if is_unsafe(character) || character == '"' || character == '\\' {
+            escape(character, &mut out);
+        } else {
+            out.push(character);
+        }
+    }
+    out.push('"');
+    Cow::Owned(out)
+}
+
+/// Multi-line text (a patch): newlines and tabs stay; every other unsafe
+/// character is shown escaped (`\e`, `\x07`, `\u{202e}`).
+pub fn block(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| is_unsafe(c) && c != '\n' && c != '\t') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for character in text.chars() {
+        if is_unsafe(character) && character != '\n' && character != '\t' {
+            escape(character, &mut out);
+        } else {
+            out.push(character);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_text_is_unchanged() {
+        assert!(matches!(name("src/lib.rs"), Cow::Borrowed("src/lib.rs")));
+        assert!(matches!(block("+a\n-b\tc\n"), Cow::Borrowed(_)));
+        assert_eq!(name("ünïcode ok"), "ünïcode ok");
+    }
+
+    #[test]
+    fn escapes_are_neutralized() {
+        assert_eq!(name("x\u{1b}[1A\u{1b}[2Ky"), "\"x\\e[1A\\e[2Ky\"");
+        assert_eq!(name("a\"b"), "\"a\\\"b\"");
+        assert_eq!(name("a\\b"), "\"a\\\\b\"");
+        assert_eq!(name("evil\u{202e}txt.exe"), "\"evil\\u{202e}txt.exe\"");
+        assert_eq!(name("cr\rlf\n"), "\"cr\\rlf\\n\"");
+        assert_eq!(block("+\u{1b}]0;pwned\u{7}\n+ok\r\n"), "+\\e]0;pwned\\x07\n+ok\\r\n");
+    }
+
+    #[test]
+    fn no_output_holds_an_unsafe_character() {
+        let samples = ["\u{1b}[31m", "\u{7}\u{8}\u{7f}", "\u{9b}2J", "\u{2066}x\u{2069}", "\u{200b}", "\u{feff}"];
+        for sample in samples {
+            assert!(!name(sample).chars().any(is_unsafe), "{sample:?}");
+            assert!(!block(sample).chars().any(|c| is_unsafe(c) && c != '\n' && c != '\t'), "{sample:?}");
+        }
+    }
+}
