@@ -391,3 +391,29 @@ fn escape_sequences_in_agent_file_names_and_patches_never_reach_the_terminal() {
     assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)));
     check("after the session");
 }
+
+/// Attack review finding 8: the export and the uncommitted diff ran the
+/// sandbox's `git` through `podman exec` without a time limit, and the end of
+/// a session waits for the export: a `git` that hangs held the session (and
+/// teardown) forever. Both are bounded; the domain ends and stays usable.
+#[test]
+fn a_git_that_hangs_inside_the_sandbox_cannot_hold_the_session_or_teardown() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    let script = "cd /workspace; mkdir -p /usr/local/bin; printf '#!/bin/sh\\nsleep 3600\\n' > /usr/local/bin/git; \
+                  chmod +x /usr/local/bin/git; echo a > a; /usr/bin/git add a; /usr/bin/git commit -qm a; sleep 1";
+    let started = Instant::now();
+    let output = run_agent(&env, &repository, script);
+    let took = started.elapsed();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(took < Duration::from_secs(45), "the session ended although git hangs inside ({took:?})");
+    let domain = domain_json(&env, "default", &repository);
+    assert!(wait_until(Duration::from_secs(30), || domain_is_torn_down(&domain, &repository)), "teardown finished");
+    // The domain stays usable: the next session starts (a fresh container,
+    // without the agent's wrapper) and its commit reaches the host.
+    let next = run_agent(&env, &repository, "cd /workspace; echo b > b; git add b; git commit -qm b; git log --oneline | wc -l");
+    assert!(next.status.success(), "{}", stderr(&next));
+    assert!(git(&repository, &["log", "--format=%s", BRANCH]).contains('b'), "the next commit is exported");
+}

@@ -62,6 +62,24 @@ impl Podman {
     }
 }
 
+/// Runs a `podman exec` (or any podman command whose length the sandbox
+/// controls) for at most `limit`; past it the podman process is killed and
+/// the call fails, so an agent that makes a command hang inside cannot hold
+/// the coordinator (attack review finding 8).
+pub async fn output_within(
+    mut command: tokio::process::Command,
+    limit: std::time::Duration,
+    what: &str,
+) -> anyhow::Result<std::process::Output> {
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let child = command.spawn().map_err(|error| anyhow::anyhow!("cannot run podman for {what}: {error}"))?;
+    match tokio::time::timeout(limit, child.wait_with_output()).await {
+        Ok(output) => Ok(output?),
+        // Dropping the future drops the child: kill_on_drop ends podman.
+        Err(_) => anyhow::bail!("{what} did not finish within {} s inside the sandbox; stopped", limit.as_secs()),
+    }
+}
+
 /// The only host variables podman gets (D10): what podman itself needs.
 pub fn environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     [

@@ -47,10 +47,8 @@ pub async fn add_uncommitted(diff: &mut BranchDiff, container: &str, with_patch:
                   git ls-files --others --exclude-standard -z && printf '\\0\\036\\0' && \
                   { [ \"$1\" = patch ] && git diff --no-ext-diff --no-color HEAD || true; }";
     let mut command = tokio::process::Command::from(Podman::default().command());
-    command
-        .args(["exec", container, "sh", "-c", script, "lazaret-diff", if with_patch { "patch" } else { "no-patch" }])
-        .stdin(std::process::Stdio::null());
-    let output = command.output().await?;
+    command.args(["exec", container, "sh", "-c", script, "lazaret-diff", if with_patch { "patch" } else { "no-patch" }]);
+    let output = crate::podman::output_within(command, super::sync::EXPORT_LIMIT, "git diff of the uncommitted changes").await?;
     if !output.status.success() {
         anyhow::bail!("git inside the sandbox failed: {}", String::from_utf8_lossy(&output.stderr).trim());
     }

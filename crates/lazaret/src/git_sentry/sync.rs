@@ -16,6 +16,8 @@ use crate::podman::Podman;
 const MIRROR_POLL: Duration = Duration::from_millis(150);
 /// How often the agent branch's ref files are polled.
 pub const EXPORT_POLL: Duration = Duration::from_millis(100);
+/// How long git inside the sandbox may take to write the branch's bundle.
+pub const EXPORT_LIMIT: Duration = Duration::from_secs(15);
 /// Ref files of the agent read by the host: at most this many bytes.
 const MAX_REF_FILE: u64 = 4 << 20;
 
@@ -104,8 +106,8 @@ pub async fn export_once(layout: &GitLayout, container: &str) -> Result<Export> 
     let host_head = layout.host.resolve("HEAD");
     let host_has: Vec<String> = host_branch.iter().chain(host_head.iter()).cloned().collect();
     let mut command = tokio::process::Command::from(Podman::default().command());
-    command.args(["exec", container, "sh", "-c", &layout.export_script(&host_has)]).stdin(std::process::Stdio::null());
-    let output = command.output().await.context("cannot run podman exec")?;
+    command.args(["exec", container, "sh", "-c", &layout.export_script(&host_has)]);
+    let output = crate::podman::output_within(command, EXPORT_LIMIT, "the export of the agent branch").await?;
     if !output.status.success() {
         return Ok(Export::NoBranch);
     }
