@@ -1,6 +1,7 @@
 //! `lazaret`: the host CLI. Parses the command line, installs the tracing
 //! subscriber, dispatches to `commands`, and maps errors to exit statuses.
 
+mod accept;
 mod cli;
 mod commands;
 mod coordinator;

@@ -28,8 +28,9 @@ pub struct EscalationServer {
 }
 
 pub async fn serve(listener: UnixListener, server: Arc<EscalationServer>, domain: Arc<Domain>) {
+    let mut backoff = crate::accept::Backoff::default();
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let stream = crate::accept::next(&listener, &mut backoff, "escalation").await;
         let server = server.clone();
         let domain = domain.clone();
         tokio::spawn(async move { handle(stream, &server, &domain).await });

@@ -68,8 +68,9 @@ pub async fn serve(
     let next_id = AtomicUsize::new(1);
     let own_uid = nix::unistd::getuid().as_raw();
     let config = Arc::new(config);
+    let mut backoff = crate::accept::Backoff::default();
     loop {
-        let (stream, _addr) = listener.accept().await?;
+        let stream = crate::accept::next(&listener, &mut backoff, "control").await;
         let peer = stream.peer_cred().ok();
         if peer.map(|cred| cred.uid()) != Some(own_uid) {
             tracing::warn!(?peer, "refusing a control connection from another user");
