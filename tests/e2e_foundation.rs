@@ -164,6 +164,11 @@ fn doctor_reports_every_check_and_passes_the_runtime() {
         assert_eq!(status_of(name).as_deref(), Some("pass"), "{name}: {json}");
     }
     assert!(status_of("runsc features").is_some(), "runsc's version, platform and features are reported: {json}");
+    // The newest runsc is chosen: the current one scripts/install-deps builds.
+    let runsc = checks.iter().find(|c| c["name"] == "runsc").and_then(|c| c["detail"].as_str()).unwrap_or_default().to_owned();
+    if std::env::var_os("LAZARET_RUNSC").is_none() && !runsc.starts_with("/usr/local/lib/lazaret/runsc-") {
+        missing_requirement(&format!("the current runsc that scripts/install-deps builds from its Go module (doctor chose {runsc})"));
+    }
     for check in checks {
         if check["status"] != "pass" {
             assert!(check["fix"].is_string(), "a non-passing check needs a fix: {check}");

@@ -50,8 +50,15 @@ struct RawConfig {
     data_root: Option<Spanned<String>>,
     network: Option<RawNetwork>,
     escalation: Option<RawEscalation>,
+    runtime: Option<RawRuntime>,
     #[serde(default)]
     profiles: BTreeMap<Spanned<String>, Spanned<RawProfile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRuntime {
+    runsc: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -135,6 +142,9 @@ pub struct Config {
     pub auto_approve_rules: Vec<crate::policy::AutoApproveRule>,
     pub escalation_timeouts: EscalationTimeouts,
     pub profiles: BTreeMap<String, ProfileConfig>,
+    /// `[runtime] runsc`: the runsc binary to run sandboxes with (absolute,
+    /// canonical, existing). `None`: the newest runsc found.
+    pub runsc: Option<PathBuf>,
     pub warnings: Vec<Diagnostic>,
 }
 
@@ -193,6 +203,8 @@ pub struct ResolvedProfile {
     #[serde(skip)]
     pub auto_approve_rules: Vec<crate::policy::AutoApproveRule>,
     pub escalation_timeouts: EscalationTimeouts,
+    /// `[runtime] runsc`, if configured.
+    pub runsc: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -327,6 +339,17 @@ impl Config {
                 }
             })
             .collect();
+        let runsc = raw.runtime.as_ref().and_then(|runtime| runtime.runsc.as_ref()).and_then(|value| {
+            let path = checker.host_directory("runtime.runsc", value, host)?;
+            match host.canonicalize(&path) {
+                Ok(path) => Some(path),
+                Err(error) => {
+                    let location = Some(checker.locate(value.span()));
+                    checker.error("runtime.runsc", format!("`{}` cannot be used: {error}", value.get_ref()), location);
+                    None
+                }
+            }
+        });
         let global_egress = raw.network.as_ref().map(|n| checker.egress("network.allow_egress", &n.allow_egress)).unwrap_or_default();
         let podman_network = match raw.network.as_ref().and_then(|network| network.podman_network.as_ref()) {
             Some(name) => {
@@ -382,6 +405,7 @@ impl Config {
             auto_approve_rules,
             escalation_timeouts,
             profiles,
+            runsc,
             warnings: checker.warnings,
         })
     }
@@ -504,6 +528,7 @@ impl Config {
             escalation_enabled: self.escalation_enabled,
             auto_approve_rules: self.auto_approve_rules.clone(),
             escalation_timeouts: self.escalation_timeouts,
+            runsc: self.runsc.clone(),
         })
     }
 

@@ -118,8 +118,9 @@ pub fn ulimit_arguments() -> Vec<String> {
 ///
 /// `sidecar`: the container whose network namespace the sandbox joins (with
 /// runsc's hostinet, D5); without one the sandbox has no network at all.
-pub fn runsc_arguments(sidecar: Option<&str>) -> Vec<String> {
-    let mut arguments: Vec<String> = vec!["--runtime=runsc".into(), "--runtime-flag=ignore-cgroups".into(), "--http-proxy=false".into()];
+pub fn runsc_arguments(runsc: &std::path::Path, sidecar: Option<&str>) -> Vec<String> {
+    let mut arguments: Vec<String> =
+        vec![format!("--runtime={}", runsc.display()), "--runtime-flag=ignore-cgroups".into(), "--http-proxy=false".into()];
     match sidecar {
         Some(name) => arguments.extend([format!("--network=container:{name}"), "--runtime-flag=network=host".to_owned()]),
         None => arguments.extend(["--network=none".to_owned(), "--runtime-flag=network=none".to_owned()]),

@@ -1,8 +1,78 @@
-//! What the installed runsc can do, read from `runsc --version` and `runsc
-//! flags` (no sandbox is started). `lazaret doctor` reports it; the features
-//! Lazaret relies on are named here once.
+//! Which runsc runs the sandboxes, and what it can do, read from `runsc
+//! --version` and `runsc flags` (no sandbox is started). `lazaret doctor`
+//! reports it; the features Lazaret relies on are named here once.
+//!
+//! The choice, in order: `$LAZARET_RUNSC`, `[runtime] runsc` of the
+//! configuration, else the newest (by the build date in its version) of
+//! podman's default runsc and the builds `scripts/install-deps` makes in
+//! `/usr/local/lib/lazaret/runsc-<date>/runsc`.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+use anyhow::{bail, Result};
+
+/// Where `scripts/install-deps` puts the runsc it builds from the Go module.
+pub const BUILT_RUNSC_DIR: &str = "/usr/local/lib/lazaret";
+
+/// The runsc chosen, and why.
+#[derive(Debug, Clone)]
+pub struct Selected {
+    pub path: PathBuf,
+    pub version: String,
+    pub date: Option<u32>,
+    pub why: &'static str,
+}
+
+/// Chooses the runsc (see the module documentation).
+pub fn select(configured: Option<&Path>) -> Result<Selected> {
+    let explicit =
+        std::env::var_os("LAZARET_RUNSC").filter(|value| !value.is_empty()).map(|value| (PathBuf::from(value), "$LAZARET_RUNSC"));
+    if let Some((path, why)) = explicit.or_else(|| configured.map(|path| (path.to_path_buf(), "[runtime] runsc"))) {
+        let Some((version, date)) = version_of(&path) else {
+            bail!("the runsc named by {why}, {}, does not run (`{} --version` failed)", path.display(), path.display());
+        };
+        return Ok(Selected { path, version, date, why });
+    }
+    let mut best: Option<Selected> = None;
+    for path in candidates() {
+        let Some((version, date)) = version_of(&path) else { continue };
+        if best.as_ref().is_none_or(|best| date.unwrap_or(0) > best.date.unwrap_or(0)) {
+            best = Some(Selected { path, version, date, why: "the newest runsc found" });
+        }
+    }
+    match best {
+        Some(selected) => Ok(selected),
+        None => {
+            bail!("no runsc found (looked in podman's paths and {BUILT_RUNSC_DIR}/runsc-*): apt-get install runsc, or scripts/install-deps")
+        }
+    }
+}
+
+/// podman's default runsc, then the builds in [`BUILT_RUNSC_DIR`].
+pub fn candidates() -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = podman_default().into_iter().collect();
+    let mut built: Vec<PathBuf> = std::fs::read_dir(BUILT_RUNSC_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.file_name().to_str().is_some_and(|name| name.starts_with("runsc-")))
+        .map(|entry| entry.path().join("runsc"))
+        .filter(|path| path.is_file())
+        .collect();
+    built.sort();
+    paths.extend(built);
+    paths
+}
+
+fn version_of(path: &Path) -> Option<(String, Option<u32>)> {
+    let output = Command::new(path).arg("--version").stdin(Stdio::null()).output().ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    let features = Features::parse(&String::from_utf8_lossy(&output.stdout), "");
+    Some((features.version, features.date))
+}
 
 /// The runsc podman runs for `--runtime=runsc`: the first of podman's
 /// built-in search paths that exists (containers.conf `[engine.runtimes]`).

@@ -243,3 +243,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn runtime_runsc_is_an_absolute_path_without_parent_segments() {
+    let config = parse("[runtime]\nrunsc = \"/usr/local/lib/lazaret/runsc-20260905/runsc\"\n").expect("valid");
+    assert_eq!(config.runsc.as_deref(), Some(Path::new("/usr/local/lib/lazaret/runsc-20260905/runsc")));
+    let resolved = resolve("[runtime]\nrunsc = \"~/bin/runsc\"\n", "default").expect("valid");
+    assert_eq!(resolved.runsc.as_deref(), Some(Path::new("/home/u/bin/runsc")));
+    assert_eq!(parse("").expect("valid").runsc, None, "no key: the newest runsc found is used");
+
+    let relative = parse("[runtime]\nrunsc = \"bin/runsc\"\n").expect_err("relative");
+    assert!(message(&relative).contains("`bin/runsc` is not an absolute path"), "{}", message(&relative));
+    assert!(message(&relative).contains("runtime.runsc"), "{}", message(&relative));
+    let parent = parse("[runtime]\nrunsc = \"/usr/../tmp/runsc\"\n").expect_err("dot-dot");
+    assert_eq!(parent.exit_status(), crate::exit_status::SECURITY_ABORT, "{}", message(&parent));
+    let unknown = parse("[runtime]\nrunc = \"/usr/bin/runc\"\n").expect_err("unknown key");
+    assert!(message(&unknown).contains("runc"), "{}", message(&unknown));
+}

@@ -67,12 +67,13 @@ pub fn run(config_path: Option<&Path>, json: bool) -> Result<u8> {
 
 fn all_checks(config_path: Option<&Path>) -> Vec<Check> {
     let uid = nix::unistd::getuid().as_raw();
-    let runsc = first_line_of("runsc", &["--version"]);
+    let config = crate::workspace::load_config(config_path);
+    let selected = crate::runsc::select(config.as_ref().ok().and_then(|config| config.runsc.as_deref()));
     let mut checks = vec![
         tool("podman", &["--version"], "apt-get install podman"),
-        tool("runsc", &["--version"], "apt-get install runsc"),
-        runsc_features(),
-        netstack(runsc.as_deref()),
+        runsc_choice(&selected),
+        runsc_features(selected.as_ref().ok()),
+        netstack(selected.as_ref().ok().map(|selected| selected.version.as_str())),
         tool("runc", &["--version"], "apt-get install runc"),
         tool("fuse-overlayfs", &["--version"], "apt-get install fuse-overlayfs"),
         git(),
@@ -80,19 +81,27 @@ fn all_checks(config_path: Option<&Path>) -> Vec<Check> {
     checks.extend(rootless(uid));
     checks.extend(helpers());
     checks.push(default_image());
-    let config = crate::workspace::load_config(config_path);
     if let Err(error) = &config {
         checks.push(Check::fail("configuration", format!("{error:#}"), "lazaret config check"));
     }
-    checks.extend(probes(config.ok().as_ref()));
+    checks.extend(probes(config.ok().as_ref(), selected.ok().as_ref()));
     checks
 }
 
-/// The runsc podman will run, and the features Lazaret relies on.
-fn runsc_features() -> Check {
+/// Which runsc the sandboxes run with, and why (`$LAZARET_RUNSC`,
+/// `[runtime] runsc`, or the newest found).
+fn runsc_choice(selected: &anyhow::Result<crate::runsc::Selected>) -> Check {
+    match selected {
+        Ok(selected) => Check::pass("runsc", format!("{} ({}; {})", selected.path.display(), selected.version, selected.why)),
+        Err(error) => Check::fail("runsc", format!("{error:#}"), "apt-get install runsc, or scripts/install-deps for a current one"),
+    }
+}
+
+/// The features of the chosen runsc that Lazaret relies on.
+fn runsc_features(selected: Option<&crate::runsc::Selected>) -> Check {
     const NAME: &str = "runsc features";
-    let Some(path) = crate::runsc::podman_default() else {
-        return Check::fail(NAME, "no runsc in podman's search paths (/usr/bin, /usr/local/bin, ...)", "apt-get install runsc");
+    let Some(path) = selected.map(|selected| selected.path.clone()) else {
+        return Check::fail(NAME, "no usable runsc", "apt-get install runsc");
     };
     let Some(features) = crate::runsc::Features::probe(&path) else {
         return Check::fail(NAME, format!("{} does not run", path.display()), "reinstall runsc");
@@ -137,7 +146,10 @@ fn yes_no(value: bool) -> &'static str {
 /// sidecar's. Both run the static sidecar binary's `--version` from the
 /// sidecar image (`FROM scratch`, which Lazaret builds anyway), under a
 /// throwaway name, removed afterwards.
-fn probes(config: Option<&lazaret_core::config::Config>) -> Vec<Check> {
+fn probes(config: Option<&lazaret_core::config::Config>, runsc: Option<&crate::runsc::Selected>) -> Vec<Check> {
+    let Some(runsc) = runsc else {
+        return vec![Check::fail("sandbox start", "no usable runsc to start a sandbox with", "apt-get install runsc")];
+    };
     let podman = Podman::default();
     let image = match crate::network::ensure_image(&podman) {
         Ok(image) => image,
@@ -149,7 +161,7 @@ fn probes(config: Option<&lazaret_core::config::Config>) -> Vec<Check> {
             )];
         }
     };
-    let mut sandbox = crate::coordinator::sandbox::runtime_arguments(None);
+    let mut sandbox = crate::coordinator::sandbox::runtime_arguments(&runsc.path, None);
     sandbox.push(crate::coordinator::sandbox::HOST_UDS_ARGUMENT.to_owned());
     let mut checks = vec![probe(&podman, "sandbox start", "a gVisor sandbox (runsc, --init, ulimits, no network)", &sandbox, &image)];
     let egress_network = config.and_then(|config| {

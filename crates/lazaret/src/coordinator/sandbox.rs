@@ -33,7 +33,9 @@ pub fn run_arguments(resolved: &ResolvedProfile, workspace_mounts: &[String], si
     push(format!("--label={DOMAIN_LABEL}={}", domain.domain_hash));
     push(format!("--label=io.lazaret.profile={}", resolved.profile));
     push(format!("--hostname=lazaret-{}", resolved.profile));
-    for argument in runtime_arguments(sidecar) {
+    let runsc = crate::runsc::select(resolved.runsc.as_deref())?;
+    tracing::info!(runsc = %runsc.path.display(), version = %runsc.version, why = runsc.why, "sandbox runtime");
+    for argument in runtime_arguments(&runsc.path, sidecar) {
         push(argument);
     }
     push("--workdir=/workspace".into());
@@ -64,8 +66,8 @@ pub fn run_arguments(resolved: &ResolvedProfile, workspace_mounts: &[String], si
 /// How every agent sandbox runs, whatever its profile: gVisor with the flags
 /// these machines need, podman's init (catatonit) as PID 1, no privilege
 /// gain. `lazaret doctor` starts its probe sandbox with exactly these.
-pub fn runtime_arguments(sidecar: Option<&str>) -> Vec<String> {
-    let mut arguments = crate::podman::runsc_arguments(sidecar);
+pub fn runtime_arguments(runsc: &std::path::Path, sidecar: Option<&str>) -> Vec<String> {
+    let mut arguments = crate::podman::runsc_arguments(runsc, sidecar);
     arguments.push("--init".into());
     arguments.push("--security-opt=no-new-privileges".into());
     arguments
