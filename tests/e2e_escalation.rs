@@ -214,6 +214,94 @@ fn a_request_whose_client_went_away_leaves_the_pending_queue() {
     assert_eq!(records[0]["decidedBy"], "client", "{records:?}");
 }
 
+/// Attack review finding 15: 300 requests of about 600 KB took the
+/// coordinator to 2 GB and the store to 637 MB, and `lazaret pending` then
+/// printed "no pending escalations". Oversized requests are refused before
+/// anything waits on them and audited only as a bounded prefix with a digest;
+/// a session can keep at most 8 requests waiting for a human.
+#[test]
+fn oversized_requests_and_a_flood_of_pending_requests_are_refused() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &[], 120);
+    let repository = git_repository(&env, "project");
+    let pending = || -> Vec<serde_json::Value> {
+        let output = run(env.lazaret().args(["pending", "--json"]));
+        assert!(output.status.success(), "lazaret pending: {}", stderr(&output));
+        serde_json::from_slice(&output.stdout).expect("json")
+    };
+    let script = "big=$(head -c 100000 /dev/zero | tr '\\0' a); lazaret-escalate --justification \"$big\" -- touch big; echo big=$?; \
+                  for i in 1 2 3 4 5 6 7 8 9 10; do (lazaret-escalate -- touch flood-$i >/dev/null 2>&1; echo flood=$? >> /tmp/flood) & done; \
+                  sleep 4; cat /tmp/flood; touch /tmp/done; sleep 30";
+    let mut session = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&repository)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let container = domain_json(&env, "default", &repository)["container_name"].as_str().expect("name").to_owned();
+    let done = || {
+        std::process::Command::new("podman")
+            .args(["exec", &container, "test", "-e", "/tmp/done"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    assert!(wait_until(Duration::from_secs(40), done), "the flood was sent");
+    let waiting = pending();
+    assert_eq!(waiting.len(), 8, "at most 8 requests of one session wait for a human: {}", waiting.len());
+    let _ = session.kill();
+    let output = session.wait_with_output().expect("wait");
+    let text = stdout(&output);
+    assert!(text.contains("big=99"), "the oversized request is refused at once: {text}");
+    assert_eq!(text.matches("flood=99").count(), 2, "the requests beyond the cap are refused: {text}");
+    let domain = domain_json(&env, "default", &repository);
+    assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)));
+    let records = audit(&env, &repository);
+    let big =
+        records.iter().find(|record| record["reason"].as_str().is_some_and(|reason| reason.contains("justification is"))).expect("audited");
+    let kept = big["justification"].as_str().expect("justification");
+    assert!(kept.len() < 1200 && kept.contains("[truncated: 100000 bytes, sha256 "), "bounded in the store: {} bytes", kept.len());
+    let refused =
+        records.iter().filter(|record| record["reason"].as_str().is_some_and(|reason| reason.contains("already has 8 requests"))).count();
+    assert_eq!(refused, 2, "{records:?}");
+}
+
+/// `lazaret pending` never reports "nothing pending" for a domain it could
+/// not ask (finding 15): the error is printed and the exit status is 1.
+#[test]
+fn pending_reports_a_domain_it_cannot_list() {
+    let env = TestEnv::new();
+    let socket_dir = env.path().join("run/lazaret/0123456789ab");
+    std::fs::create_dir_all(&socket_dir).expect("mkdir");
+    std::fs::set_permissions(env.path().join("run/lazaret"), std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
+    let listener = std::os::unix::net::UnixListener::bind(socket_dir.join("control.sock")).expect("bind");
+    // A coordinator that answers every call with an error, as one whose
+    // answer was too big did.
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut writer = stream;
+            // Until the client hangs up (an empty buffer is end of stream).
+            while reader.fill_buf().is_ok_and(|buffer| !buffer.is_empty()) {
+                let request = read_frame(&mut reader);
+                let reply =
+                    serde_json::json!({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32008, "message": "Response is too big"}});
+                write_frame(&mut writer, &reply);
+            }
+        }
+    });
+    for arguments in [&["pending"][..], &["pending", "--json"][..]] {
+        let output = run(env.lazaret().args(arguments));
+        assert_eq!(output.status.code(), Some(1), "{arguments:?}: {}{}", stdout(&output), stderr(&output));
+        assert!(stderr(&output).contains("Response is too big"), "{arguments:?}: {}", stderr(&output));
+        assert!(!stdout(&output).contains("no pending escalations"), "{arguments:?}: {}", stdout(&output));
+    }
+}
+
 /// DECISIONS D11, from the attack review: with `cat /etc/hostname` allowed,
 /// `cat /etc/hostname ANY-FILE` printed 0600 host files and the host's
 /// unredacted `.git/config`. A rule is its exact argv; under a ` *` rule an

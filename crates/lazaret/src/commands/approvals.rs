@@ -75,25 +75,41 @@ pub fn editor_info(config_path: Option<&Path>, json: bool) -> Result<u8> {
 }
 
 /// Every pending escalation of every running domain, with its socket.
-async fn all_pending(socket_root: &Path) -> Vec<(PathBuf, PendingEscalation)> {
+/// The pending requests of every running domain, and a message for each
+/// domain that could not be asked (never silently dropped: an empty list
+/// must mean nothing waits, attack review finding 15).
+async fn all_pending(socket_root: &Path) -> (Vec<(PathBuf, PendingEscalation)>, Vec<String>) {
     let mut pending = Vec::new();
+    let mut failures = Vec::new();
     for socket in live_sockets(socket_root).await {
-        let Ok((client, _)) = RpcClient::connect(&socket).await else { continue };
-        if let Ok(list) = client.call::<_, Vec<PendingEscalation>>("escalation/list", serde_json::json!({})).await {
-            pending.extend(list.into_iter().map(|escalation| (socket.clone(), escalation)));
+        let listed = match RpcClient::connect(&socket).await {
+            Ok((client, _)) => client.call::<_, Vec<PendingEscalation>>("escalation/list", serde_json::json!({})).await,
+            Err(error) => Err(error),
+        };
+        match listed {
+            Ok(list) => pending.extend(list.into_iter().map(|escalation| (socket.clone(), escalation))),
+            Err(error) => failures.push(format!("cannot list the pending requests of {}: {error:#}", socket.display())),
         }
     }
-    pending
+    (pending, failures)
+}
+
+/// Says every failure on stderr; the exit status for a listing with them.
+fn report_failures(failures: &[String]) -> u8 {
+    for failure in failures {
+        eprintln!("lazaret: error: {failure}");
+    }
+    u8::from(!failures.is_empty())
 }
 
 pub fn pending(config_path: Option<&Path>, json: bool) -> Result<u8> {
     let config = load_config(config_path)?;
-    let pending = runtime()?.block_on(all_pending(&config.socket_root));
+    let (pending, failures) = runtime()?.block_on(all_pending(&config.socket_root));
     if json {
         super::print_json(&pending.iter().map(|(_, escalation)| escalation).collect::<Vec<_>>())?;
-        return Ok(0);
+        return Ok(report_failures(&failures));
     }
-    if pending.is_empty() {
+    if pending.is_empty() && failures.is_empty() {
         println!("no pending escalations");
     }
     for (_, escalation) in &pending {
@@ -108,7 +124,7 @@ pub fn pending(config_path: Option<&Path>, json: bool) -> Result<u8> {
             println!("    RISK: {}", name(note));
         }
     }
-    Ok(0)
+    Ok(report_failures(&failures))
 }
 
 /// Answers request `request_id` (a unique prefix is enough) in whichever
@@ -122,10 +138,13 @@ pub fn respond(
 ) -> Result<u8> {
     let config = load_config(config_path)?;
     runtime()?.block_on(async {
-        let pending = all_pending(&config.socket_root).await;
+        let (pending, failures) = all_pending(&config.socket_root).await;
         let matching: Vec<&(PathBuf, PendingEscalation)> = pending.iter().filter(|(_, e)| e.request_id.starts_with(request_id)).collect();
         let (socket, escalation) = match matching.as_slice() {
             [one] => *one,
+            [] if !failures.is_empty() => {
+                bail!("no pending escalation `{request_id}` found, but some domains could not be asked: {}", failures.join("; "))
+            }
             [] => bail!("no pending escalation `{request_id}` (lazaret pending lists them)"),
             _ => bail!("`{request_id}` matches {} pending escalations; give more of the id", matching.len()),
         };

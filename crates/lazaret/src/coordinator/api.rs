@@ -225,7 +225,8 @@ impl Domain {
 
     /// Appends an audit record (on the blocking pool); failures are logged,
     /// never swallowed silently.
-    pub async fn audit(&self, record: lazaret_store::AuditRecord) {
+    pub async fn audit(&self, mut record: lazaret_store::AuditRecord) {
+        crate::escalation::limits::bound_for_audit(&mut record);
         let store = self.store.clone();
         match tokio::task::spawn_blocking(move || store.append_audit(record)).await {
             Ok(Ok(record)) => {

@@ -4,6 +4,7 @@
 //! direct execution and the audit trail.
 
 pub mod execute;
+pub mod limits;
 pub mod server;
 pub mod trust_anchor;
 pub mod verify;

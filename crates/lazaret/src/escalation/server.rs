@@ -134,6 +134,16 @@ async fn handle(stream: UnixStream, server: &EscalationServer, domain: &Arc<Doma
             return;
         }
     };
+    if let Some(reason) = super::limits::oversize(&payload) {
+        let mut record = blank_record(&payload.request_id, &payload.session_id, received_at_ms);
+        record.verified = true;
+        record.requested_argv = payload.argv;
+        record.justification = payload.justification;
+        record.reason = Some(reason.clone());
+        domain.audit(record).await;
+        send(&mut tls, &ServerFrame::Refused { reason }).await;
+        return;
+    }
     decide_and_run(&mut tls, domain, payload, received_at_ms).await;
 }
 
@@ -163,6 +173,26 @@ async fn decide_and_run(
     let (argv, outcome, decided_by) = match decision {
         Decision::AutoApprove { .. } => (payload.argv.clone(), "auto".to_owned(), "policy".to_owned()),
         Decision::NeedsHuman { reasons } => {
+            // A sandbox cannot fill the queue the human reads.
+            let pending = domain.broker.pending();
+            let of_session = pending.iter().filter(|escalation| escalation.session_id == payload.session_id).count();
+            let full = if of_session >= super::limits::MAX_PENDING_PER_SESSION {
+                Some(format!(
+                    "this session already has {of_session} requests waiting for a human (at most {})",
+                    super::limits::MAX_PENDING_PER_SESSION
+                ))
+            } else if pending.len() >= super::limits::MAX_PENDING_PER_DOMAIN {
+                Some(format!(
+                    "{} requests already wait for a human in this domain (at most {})",
+                    pending.len(),
+                    super::limits::MAX_PENDING_PER_DOMAIN
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = full {
+                return finish_without_running(tls, domain, record, "rejected", "policy", ServerFrame::Refused { reason }).await;
+            }
             let timeout = Duration::from_secs(resolved.escalation_timeouts.approval_seconds);
             let escalation = PendingEscalation {
                 request_id: payload.request_id.clone(),
@@ -288,7 +318,7 @@ async fn finish_without_running(
 ) {
     record.outcome = outcome.to_owned();
     record.decided_by = Some(decided_by.to_owned());
-    if let ServerFrame::Denied { reason } | ServerFrame::TimedOut { reason } = &frame {
+    if let ServerFrame::Denied { reason } | ServerFrame::TimedOut { reason } | ServerFrame::Refused { reason } = &frame {
         record.reason = Some(reason.clone());
     }
     record.finished_at_ms = Some(now_ms());
