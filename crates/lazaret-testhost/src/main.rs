@@ -16,6 +16,10 @@
 //!   connects; prints `mark=ok|<error> connect=ok|<error>`.
 //! - `udp-listen PORT`: prints `got FROM` for every datagram on port PORT (IPv4 and IPv6,
 //!   broadcast and all-hosts multicast included).
+//! - `uds-flood PATH COUNT`: COUNT times connects to the Unix socket PATH, writes 16
+//!   junk bytes and closes; prints `flooded COUNT` (connections refused count too).
+//! - `uds-hold PATH COUNT SECONDS`: opens up to COUNT connections to PATH at once and
+//!   holds them SECONDS; prints `held N`.
 //! - `udp-send ADDRESS PORT [INTERFACE [pktinfo]]`: sends one datagram with SO_BROADCAST
 //!   set; for an IPv4 multicast ADDRESS with INTERFACE, chooses it with IP_MULTICAST_IF
 //!   (skipping the routing rules' usual path), for IPv6 uses it as the scope; with
@@ -40,6 +44,8 @@ fn main() -> ExitCode {
         Some("mark-connect") => mark_connect(&args[1..]),
         Some("udp-listen") => udp_listen(&args[1..]),
         Some("udp-send") => udp_send(&args[1..]),
+        Some("uds-flood") => uds_flood(&args[1..]),
+        Some("uds-hold") => uds_hold(&args[1..]),
         _ => Err("usage: lazaret-testhost dns|sink|bench|mark-connect ... (see the source)".to_owned()),
     };
     match result {
@@ -191,6 +197,31 @@ fn udp_listen(args: &[String]) -> Result<(), String> {
             let _ = std::io::stdout().flush();
         }
     }
+}
+
+fn uds_flood(args: &[String]) -> Result<(), String> {
+    let path: String = arg(args, 0, "PATH")?;
+    let count: usize = arg(args, 1, "COUNT")?;
+    for _ in 0..count {
+        if let Ok(mut stream) = std::os::unix::net::UnixStream::connect(&path) {
+            let _ = stream.write_all(b"\x16\x03\x01junk-junk-junk");
+        }
+    }
+    println!("flooded {count}");
+    Ok(())
+}
+
+fn uds_hold(args: &[String]) -> Result<(), String> {
+    let path: String = arg(args, 0, "PATH")?;
+    let count: usize = arg(args, 1, "COUNT")?;
+    let seconds: u64 = arg(args, 2, "SECONDS")?;
+    let held: Vec<std::os::unix::net::UnixStream> =
+        (0..count).filter_map(|_| std::os::unix::net::UnixStream::connect(&path).ok()).collect();
+    println!("held {}", held.len());
+    let _ = std::io::stdout().flush();
+    std::thread::sleep(Duration::from_secs(seconds));
+    drop(held);
+    Ok(())
 }
 
 fn udp_send(args: &[String]) -> Result<(), String> {

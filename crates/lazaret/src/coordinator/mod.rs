@@ -210,6 +210,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
         }
     });
 
+    let escalation_server = escalation.as_ref().map(|prepared| prepared.server.clone());
     let escalation_task =
         escalation.map(|prepared| tokio::spawn(crate::escalation::server::serve(prepared.listener, prepared.server, domain.clone())));
 
@@ -274,6 +275,10 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
             Err(error) => tracing::error!(%error, "state anchor task failed"),
         }
     }
+    // Refusals counted in the last, unfinished window are recorded too.
+    if let Some(server) = &escalation_server {
+        server.write_remaining_refusals(&domain).await;
+    }
     if let Some(task) = escalation_task {
         task.abort();
     }
@@ -334,10 +339,7 @@ fn prepare_escalation(resolved: &ResolvedProfile) -> Result<PreparedEscalation> 
     trust_anchor::write_credentials(&tls_dir, anchor.ca_pem(), &credentials)?;
     let _ = std::fs::remove_file(&domain.escalation_socket);
     let listener = bind_private(&domain.escalation_socket)?;
-    let server = crate::escalation::server::EscalationServer {
-        acceptor: tokio_rustls::TlsAcceptor::from(anchor.server_config()?),
-        expected_identity: identity,
-    };
+    let server = crate::escalation::server::EscalationServer::new(tokio_rustls::TlsAcceptor::from(anchor.server_config()?), identity);
     let podman_arguments = vec![
         sandbox::HOST_UDS_ARGUMENT.to_owned(),
         format!("--volume={}:/run/lazaret/tls:ro", tls_dir.display()),

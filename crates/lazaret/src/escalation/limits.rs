@@ -18,6 +18,59 @@ pub const MAX_PENDING_PER_SESSION: usize = 8;
 pub const MAX_PENDING_PER_DOMAIN: usize = 32;
 /// Longest value an audit record keeps whole.
 pub const MAX_AUDIT_VALUE_BYTES: usize = 1024;
+/// Escalation connections served at once, per domain (finding 14: 19,865
+/// connections held open took the coordinator to 17,810 descriptors).
+pub const MAX_CONNECTIONS: usize = 64;
+/// Host commands running at once, per domain (finding 6).
+pub const MAX_RUNNING_COMMANDS: usize = 8;
+/// Refusals of one kind in this window after the first are only counted.
+pub const REFUSAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Refusals of unauthenticated connections: the first of each kind in a
+/// window is recorded, the rest counted and written as one summary record
+/// when the window ends (as the sidecar's DNS refusals are).
+#[derive(Debug, Default)]
+pub struct RefusalLog {
+    window_started: Option<std::time::Instant>,
+    seen: std::collections::BTreeSet<String>,
+    suppressed: std::collections::BTreeMap<String, u64>,
+}
+
+impl RefusalLog {
+    /// Notes one refusal of `kind`: whether to record it now, and the
+    /// summaries of a window that just ended.
+    pub fn note(&mut self, kind: &str, now: std::time::Instant) -> (bool, Vec<(String, u64)>) {
+        let summaries = self.flush(now);
+        if self.window_started.is_none() {
+            self.window_started = Some(now);
+        }
+        if self.seen.insert(kind.to_owned()) {
+            (true, summaries)
+        } else {
+            *self.suppressed.entry(kind.to_owned()).or_insert(0) += 1;
+            (false, summaries)
+        }
+    }
+
+    /// Ends the window now, over or not: the counts of what was not recorded.
+    pub fn drain(&mut self) -> Vec<(String, u64)> {
+        self.window_started = None;
+        self.seen.clear();
+        std::mem::take(&mut self.suppressed).into_iter().collect()
+    }
+
+    /// Ends the window if it is over: the counts of what was not recorded.
+    pub fn flush(&mut self, now: std::time::Instant) -> Vec<(String, u64)> {
+        match self.window_started {
+            Some(started) if now.duration_since(started) >= REFUSAL_WINDOW => {
+                self.window_started = None;
+                self.seen.clear();
+                std::mem::take(&mut self.suppressed).into_iter().collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
 
 /// Why the request is too large, if it is.
 pub fn oversize(payload: &RequestPayload) -> Option<String> {
@@ -77,6 +130,21 @@ pub fn bound_for_audit(record: &mut lazaret_store::AuditRecord) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_are_recorded_once_per_kind_and_window_then_summarised() {
+        let mut log = RefusalLog::default();
+        let start = std::time::Instant::now();
+        assert_eq!(log.note("tls", start), (true, vec![]));
+        for _ in 0..2999 {
+            assert_eq!(log.note("tls", start), (false, vec![]));
+        }
+        assert_eq!(log.note("timeout", start), (true, vec![]), "another kind is recorded once too");
+        let later = start + REFUSAL_WINDOW;
+        assert_eq!(log.note("tls", later), (true, vec![("tls".to_owned(), 2999)]), "the window's count, then a new window");
+        assert_eq!(log.flush(later), vec![], "the new window is not over");
+        assert_eq!(log.flush(later + REFUSAL_WINDOW), vec![], "nothing was suppressed in it");
+    }
 
     #[test]
     fn long_values_keep_a_prefix_their_length_and_digest() {

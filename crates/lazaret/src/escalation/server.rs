@@ -25,15 +25,85 @@ pub struct EscalationServer {
     pub acceptor: TlsAcceptor,
     /// The URI SAN the client certificate must carry.
     pub expected_identity: String,
+    /// Connections being served (handshake, request, wait, run).
+    pub connections: Arc<tokio::sync::Semaphore>,
+    /// Host commands running at once.
+    pub running: Arc<tokio::sync::Semaphore>,
+    /// Refusals of connections that never authenticated, summarised.
+    pub refusals: std::sync::Mutex<super::limits::RefusalLog>,
+}
+
+impl EscalationServer {
+    pub fn new(acceptor: TlsAcceptor, expected_identity: String) -> EscalationServer {
+        EscalationServer {
+            acceptor,
+            expected_identity,
+            connections: Arc::new(tokio::sync::Semaphore::new(super::limits::MAX_CONNECTIONS)),
+            running: Arc::new(tokio::sync::Semaphore::new(super::limits::MAX_RUNNING_COMMANDS)),
+            refusals: std::sync::Mutex::new(super::limits::RefusalLog::default()),
+        }
+    }
+
+    /// Audits a refusal of an unauthenticated connection, or counts it for
+    /// the window's summary (attack review finding 14: 3,000 junk
+    /// connections wrote 3,000 records in 1.9 s).
+    async fn refuse_unauthenticated(&self, domain: &Domain, kind: &str, detail: String, received_at_ms: u64) {
+        let (audit_now, summaries) =
+            self.refusals.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).note(kind, std::time::Instant::now());
+        write_summaries(domain, summaries).await;
+        if audit_now {
+            let mut record = blank_record("-", "-", received_at_ms);
+            record.reason = Some(detail);
+            domain.audit(record).await;
+        }
+    }
+}
+
+impl EscalationServer {
+    /// Writes the counts of a window that has not ended (at teardown).
+    pub async fn write_remaining_refusals(&self, domain: &Domain) {
+        let summaries = self.refusals.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).drain();
+        write_summaries(domain, summaries).await;
+    }
+}
+
+async fn write_summaries(domain: &Domain, summaries: Vec<(String, u64)>) {
+    for (kind, count) in summaries {
+        let mut record = blank_record("-", "-", now_ms());
+        record.reason = Some(format!(
+            "{count} more connections refused ({kind}) within {} s; counted, not recorded one by one",
+            super::limits::REFUSAL_WINDOW.as_secs()
+        ));
+        domain.audit(record).await;
+    }
 }
 
 pub async fn serve(listener: UnixListener, server: Arc<EscalationServer>, domain: Arc<Domain>) {
     let mut backoff = crate::accept::Backoff::default();
+    let mut flush = tokio::time::interval(super::limits::REFUSAL_WINDOW);
     loop {
-        let stream = crate::accept::next(&listener, &mut backoff, "escalation").await;
+        let stream = tokio::select! {
+            stream = crate::accept::next(&listener, &mut backoff, "escalation") => stream,
+            _ = flush.tick() => {
+                let summaries = server.refusals.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).flush(std::time::Instant::now());
+                write_summaries(&domain, summaries).await;
+                continue;
+            }
+        };
+        // A cap on connections at once: past it a connection is closed
+        // unread, and counted.
+        let Ok(permit) = server.connections.clone().try_acquire_owned() else {
+            drop(stream);
+            let detail = format!("more than {} connections at once; closed unread", super::limits::MAX_CONNECTIONS);
+            server.refuse_unauthenticated(&domain, "too many connections", detail, now_ms()).await;
+            continue;
+        };
         let server = server.clone();
         let domain = domain.clone();
-        tokio::spawn(async move { handle(stream, &server, &domain).await });
+        tokio::spawn(async move {
+            handle(stream, &server, &domain).await;
+            drop(permit);
+        });
     }
 }
 
@@ -70,15 +140,11 @@ async fn handle(stream: UnixStream, server: &EscalationServer, domain: &Arc<Doma
     let tls = match tokio::time::timeout(REQUEST_READ_TIMEOUT, server.acceptor.accept(stream)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(error)) => {
-            let mut record = blank_record("-", "-", received_at_ms);
-            record.reason = Some(format!("TLS handshake failed: {error}"));
-            domain.audit(record).await;
+            server.refuse_unauthenticated(domain, "TLS handshake failed", format!("TLS handshake failed: {error}"), received_at_ms).await;
             return;
         }
         Err(_) => {
-            let mut record = blank_record("-", "-", received_at_ms);
-            record.reason = Some("TLS handshake timed out".to_owned());
-            domain.audit(record).await;
+            server.refuse_unauthenticated(domain, "TLS handshake timed out", "TLS handshake timed out".to_owned(), received_at_ms).await;
             return;
         }
     };
@@ -92,25 +158,20 @@ async fn handle(stream: UnixStream, server: &EscalationServer, domain: &Arc<Doma
         .map(|leaf| super::trust_anchor::uri_sans(leaf))
         .unwrap_or_default();
     if !identities.contains(&server.expected_identity) {
-        let mut record = blank_record("-", "-", received_at_ms);
-        record.reason = Some(format!("client certificate identity {identities:?} is not this sandbox's"));
-        domain.audit(record).await;
+        let detail = format!("client certificate identity {identities:?} is not this sandbox's");
+        server.refuse_unauthenticated(domain, "foreign client certificate", detail, received_at_ms).await;
         send(&mut tls, &ServerFrame::Refused { reason: "this certificate does not belong to this sandbox".to_owned() }).await;
         return;
     }
     let signed = match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_request(&mut tls)).await {
         Ok(Ok(signed)) => signed,
         Ok(Err(reason)) => {
-            let mut record = blank_record("-", "-", received_at_ms);
-            record.reason = Some(reason.clone());
-            domain.audit(record).await;
+            server.refuse_unauthenticated(domain, "unreadable request", reason.clone(), received_at_ms).await;
             send(&mut tls, &ServerFrame::Refused { reason }).await;
             return;
         }
         Err(_) => {
-            let mut record = blank_record("-", "-", received_at_ms);
-            record.reason = Some("no request within 10 s".to_owned());
-            domain.audit(record).await;
+            server.refuse_unauthenticated(domain, "no request in time", "no request within 10 s".to_owned(), received_at_ms).await;
             return;
         }
     };
@@ -144,7 +205,7 @@ async fn handle(stream: UnixStream, server: &EscalationServer, domain: &Arc<Doma
         send(&mut tls, &ServerFrame::Refused { reason }).await;
         return;
     }
-    decide_and_run(&mut tls, domain, payload, received_at_ms).await;
+    decide_and_run(&mut tls, server, domain, payload, received_at_ms).await;
 }
 
 async fn read_request(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Result<SignedRequest, String> {
@@ -158,6 +219,7 @@ async fn read_request(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Resul
 
 async fn decide_and_run(
     tls: &mut (impl AsyncWrite + tokio::io::AsyncRead + Unpin),
+    server: &EscalationServer,
     domain: &Arc<Domain>,
     payload: RequestPayload,
     received_at_ms: u64,
@@ -272,6 +334,20 @@ async fn decide_and_run(
     executed.extend(argv[1..].iter().cloned());
     record.executed_argv = Some(executed);
     send(tls, &ServerFrame::Running { request_id: payload.request_id.clone(), argv: argv.clone(), decision: outcome }).await;
+    // A cap on host commands running at once (finding 6: ten `cat /dev/zero`
+    // ran side by side, each allowed 600 s).
+    let Ok(_running) = server.running.clone().try_acquire_owned() else {
+        let reason = format!(
+            "{} host commands of this sandbox are already running (at most that many at once)",
+            super::limits::MAX_RUNNING_COMMANDS
+        );
+        record.executed_argv = None;
+        record.reason = Some(reason.clone());
+        record.finished_at_ms = Some(now_ms());
+        domain.audit(record).await;
+        send(tls, &ServerFrame::Refused { reason }).await;
+        return;
+    };
     let command_timeout = Duration::from_secs(resolved.escalation_timeouts.command_seconds);
     let tls_cell = tokio::sync::Mutex::new(&mut *tls);
     let finished = execute::run(&program, &argv[1..], &resolved.workspace, &host_path, command_timeout, |frame| {
