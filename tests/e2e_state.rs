@@ -237,3 +237,31 @@ fn persistent_directories_work_rootless() {
     });
     assert!(mounted, "no overlay left in the rootless mount namespace");
 }
+
+/// Attack review finding 10: a start that failed after the State Anchor was
+/// mounted left the overlays mounted until the next start. Here the Network
+/// Sidecar cannot start (its podman network does not exist), after the
+/// overlays are up: the start fails with podman's message and nothing of
+/// the domain stays mounted.
+#[test]
+fn a_start_that_fails_after_the_overlays_are_mounted_unmounts_them() {
+    if !require_root("to read the host's mount table for the overlays") {
+        return;
+    }
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    env.write_config(&format!(
+        "[network]\npodman_network = \"lzt-no-such-network\"\n\n[profiles.keep]\nimage = \"{DEFAULT_IMAGE}\"\npersistent_dirs = [\"/usr\"]\nallow_egress = [\"10.213.251.0/24\"]\n"
+    ));
+    let repository = git_repository(&env, "project");
+    let domain = domain_json(&env, "keep", &repository);
+    let domain_dir = domain["domain_dir"].as_str().expect("dir").to_owned();
+    let output = run(env.lazaret().args(["run", "--profile", "keep", "--workspace"]).arg(&repository).args(["--", "true"]));
+    assert!(!output.status.success(), "the start fails: {}", stdout(&output));
+    assert!(stderr(&output).contains("lzt-no-such-network"), "with podman's message: {}", stderr(&output));
+    assert!(Path::new(&domain_dir).join("usr_merged").is_dir(), "the overlays had been mounted before the failure");
+    let mounted = || std::fs::read_to_string("/proc/mounts").expect("mounts").contains(&domain_dir);
+    assert!(wait_until(Duration::from_secs(10), || !mounted()), "nothing of the domain stays mounted");
+    assert!(wait_until(Duration::from_secs(10), || coordinator_pids(&repository).is_empty()), "the coordinator is gone");
+}

@@ -98,7 +98,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     crate::private_dirs::ensure_private_dir(&domain_resources.socket_dir)?;
     // Until the control socket is bound, a failure removes what this start
     // created (sockets, TLS files), so nothing half-made is left behind.
-    let mut startup = StartupCleanup { resources: domain_resources.clone(), armed: true };
+    let mut startup = StartupCleanup { resources: domain_resources.clone(), armed: true, state_anchor: None };
 
     let store_path = domain_resources.domain_dir.join(STORE_FILE);
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await.context("store task failed")??;
@@ -130,6 +130,9 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
             .await
             .context("state anchor task failed")??;
         sandbox_arguments.extend(anchor.podman_arguments());
+        let anchor = Arc::new(anchor);
+        // Until the domain serves, a failure unmounts it (finding 10).
+        startup.state_anchor = Some(anchor.clone());
         Some(anchor)
     };
     if let Some(prepared) = &escalation {
@@ -297,12 +300,20 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
 struct StartupCleanup {
     resources: lazaret_core::domain::DomainResources,
     armed: bool,
+    /// Mounted before a later step failed: unmounted, not left until the
+    /// next start (attack review finding 10).
+    state_anchor: Option<Arc<crate::state_anchor::StateAnchor>>,
 }
 
 impl Drop for StartupCleanup {
     fn drop(&mut self) {
         if !self.armed {
             return;
+        }
+        if let Some(anchor) = self.state_anchor.take() {
+            if let Err(error) = anchor.unmount() {
+                tracing::error!(error = %format!("{error:#}"), "could not unmount the state anchor of a failed start");
+            }
         }
         let resources = &self.resources;
         let _ = std::fs::remove_file(&resources.escalation_socket);
