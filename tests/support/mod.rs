@@ -299,9 +299,8 @@ impl Subject {
     pub fn rootless() -> Option<Subject> {
         let user = RootlessUser::required()?;
         let env = TestEnv::new();
-        let chown = Command::new("chown").arg("-R").arg(format!("{}:", user.name)).arg(env.path()).status().expect("chown");
-        assert!(chown.success(), "chown the test home to {}", user.name);
         let subject = Subject { env, user: Some(user) };
+        subject.write_config("");
         // The user's podman has its own images: build the default one once,
         // so no test's timing includes that first build.
         static USER_IMAGE: Once = Once::new();
@@ -322,7 +321,12 @@ impl Subject {
 
     /// The real `lazaret` with this subject's environment. As the rootless
     /// user it is exec'd through `setpriv` (no intermediate process), so the
-    /// child's pid is the CLI's own and signals reach it directly.
+    /// child's pid is the CLI's own and signals reach it directly. The
+    /// user's XDG directories stay the real ones: rootless podman keeps its
+    /// storage and reads its `storage.conf` there, and a per-test
+    /// `XDG_CONFIG_HOME` made the first podman call initialise the user's
+    /// storage with `vfs` on a fresh machine. The test's configuration and
+    /// data go through `--config` (with `data_root`) instead.
     pub fn lazaret(&self) -> Command {
         let Some(user) = &self.user else { return self.env.lazaret() };
         let gid = stdout(&Command::new("id").args(["-g", &user.name]).output().expect("id -g")).trim().to_owned();
@@ -330,13 +334,13 @@ impl Subject {
         command
             .args(["--reuid", &user.uid, "--regid", &gid, "--init-groups", "--"])
             .arg(user.lazaret())
+            .arg("--config")
+            .arg(self.env.config_file())
             .env_clear()
             .env("HOME", &user.home)
             .env("USER", &user.name)
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("XDG_RUNTIME_DIR", format!("/run/user/{}", user.uid))
-            .env("XDG_CONFIG_HOME", self.env.path().join("config"))
-            .env("XDG_DATA_HOME", self.env.path().join("data"))
             .current_dir(self.env.path());
         command
     }
@@ -351,11 +355,16 @@ impl Subject {
         repository
     }
 
+    /// Writes the configuration; as the rootless user with the test's own
+    /// `data_root` first (see [`Subject::lazaret`]).
     pub fn write_config(&self, text: &str) {
-        self.env.write_config(text);
-        if let Some(user) = &self.user {
-            let chown = Command::new("chown").arg(format!("{}:", user.name)).arg(self.env.config_file()).status().expect("chown");
-            assert!(chown.success());
+        match &self.user {
+            None => self.env.write_config(text),
+            Some(user) => {
+                self.env.write_config(&format!("data_root = \"{}\"\n{text}", self.env.path().join("data").display()));
+                let chown = Command::new("chown").arg("-R").arg(format!("{}:", user.name)).arg(self.env.path()).status().expect("chown");
+                assert!(chown.success(), "chown the test home to {}", user.name);
+            }
         }
     }
 
