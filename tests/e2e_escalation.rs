@@ -319,7 +319,7 @@ fn a_flood_of_unauthenticated_connections_is_capped_and_summarised() {
         testhost.display()
     ));
     let repository = git_repository(&env, "project");
-    let socket = lazaret_protocol_socket();
+    let socket = lazaret_protocol::escalation::paths::SOCKET;
     let script =
         format!("/opt/testhost uds-flood {socket} 3000; /opt/testhost uds-hold {socket} 600 6; lazaret-escalate -- true; echo after=$?");
     let mut session = env
@@ -377,10 +377,6 @@ fn at_most_eight_host_commands_run_at_once() {
     assert_eq!(text.matches("status=0").count(), 8, "eight run: {text}");
     assert_eq!(text.matches("status=99").count(), 3, "the rest are refused: {text}");
     assert!(text.contains("host commands of this sandbox are already running"), "with the reason: {text}");
-}
-
-fn lazaret_protocol_socket() -> &'static str {
-    "/run/lazaret/escalate.sock"
 }
 
 /// DECISIONS D11, from the attack review: with `cat /etc/hostname` allowed,

@@ -651,7 +651,7 @@ fn code_point(character: char) -> String {
 
 /// Everything forbidden except the shell metacharacters: the characters that
 /// must not reach the human's terminal unescaped.
-fn is_display_unsafe(character: char) -> bool {
+pub(crate) fn is_display_unsafe(character: char) -> bool {
     character.is_control()
         || bidi_control_name(character).is_some()
         || is_invisible(character)

@@ -10,13 +10,12 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// Characters that must not reach a terminal as they are: every control
-/// character (C0, DEL, C1; so ESC, BEL, CR, backspace) and the Unicode
-/// formatting characters that reorder or hide text (bidi controls, zero-width
-/// characters, the byte-order mark).
+/// character (C0, DEL, C1; so ESC, BEL, CR, backspace), the Unicode
+/// formatting characters that reorder or hide text (bidi controls,
+/// invisible characters) and whitespace other than the space: the same set
+/// the policy engine escapes when it shows a command to the human.
 pub fn is_unsafe(character: char) -> bool {
-    character.is_control()
-        || matches!(character,
-            '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+    crate::policy::is_display_unsafe(character)
 }
 
 fn escape(character: char, out: &mut String) {

@@ -100,11 +100,17 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     // created (sockets, TLS files), so nothing half-made is left behind.
     let mut startup = StartupCleanup { resources: domain_resources.clone(), armed: true, state_anchor: None };
 
+    // Choosing runsc runs `--version` of each candidate (about 40 ms each):
+    // done beside the store and workspace preparation, not after them.
+    let configured_runsc = resolved.runsc.clone();
+    let runsc = tokio::task::spawn_blocking(move || crate::runsc::select(configured_runsc.as_deref()));
     let store_path = domain_resources.domain_dir.join(STORE_FILE);
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await.context("store task failed")??;
     let prepare_resolved = resolved.clone();
     let (git, workspace_mounts) =
         tokio::task::spawn_blocking(move || prepare_workspace(&prepare_resolved, mode)).await.context("workspace task failed")??;
+    let runsc = runsc.await.context("runsc task failed")??;
+    tracing::info!(runsc = %runsc.path.display(), version = %runsc.version, why = runsc.why, "sandbox runtime");
     let domain = Arc::new(Domain::new(resolved, Arc::new(store), git.clone()));
     let podman = Podman::default();
 
@@ -185,7 +191,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
         // (aborted at teardown; the loops it spawns are ended with the runtime)
         let (default_command, started) = tokio::join!(
             sandbox::default_command(&start_podman, &start_domain.resolved.image),
-            sandbox::start(&start_podman, &start_domain.resolved, &sandbox_arguments, sidecar_name.as_deref())
+            sandbox::start(&start_podman, &start_domain.resolved, &runsc.path, &sandbox_arguments, sidecar_name.as_deref())
         );
         start_domain.set_default_command(default_command);
         let container = start_domain.resolved.domain.container_name.clone();

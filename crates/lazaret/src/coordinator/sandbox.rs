@@ -19,8 +19,14 @@ pub struct RunInvocation {
 }
 
 /// `workspace_mounts` are the podman arguments that provide `/workspace`
-/// (the agent's checkout, see `git_sentry`, or the workspace itself).
-pub fn run_arguments(resolved: &ResolvedProfile, workspace_mounts: &[String], sidecar: Option<&str>) -> Result<RunInvocation> {
+/// (the agent's checkout, see `git_sentry`, or the workspace itself);
+/// `runsc` is the runtime `crate::runsc::select` chose.
+pub fn run_arguments(
+    resolved: &ResolvedProfile,
+    runsc: &std::path::Path,
+    workspace_mounts: &[String],
+    sidecar: Option<&str>,
+) -> Result<RunInvocation> {
     let domain = &resolved.domain;
     let mut arguments: Vec<OsString> = Vec::new();
     let mut push = |argument: String| arguments.push(OsString::from(argument));
@@ -33,9 +39,7 @@ pub fn run_arguments(resolved: &ResolvedProfile, workspace_mounts: &[String], si
     push(format!("--label={DOMAIN_LABEL}={}", domain.domain_hash));
     push(format!("--label=io.lazaret.profile={}", resolved.profile));
     push(format!("--hostname=lazaret-{}", resolved.profile));
-    let runsc = crate::runsc::select(resolved.runsc.as_deref())?;
-    tracing::info!(runsc = %runsc.path.display(), version = %runsc.version, why = runsc.why, "sandbox runtime");
-    for argument in runtime_arguments(&runsc.path, sidecar) {
+    for argument in runtime_arguments(runsc, sidecar) {
         push(argument);
     }
     push("--workdir=/workspace".into());
@@ -78,8 +82,14 @@ pub fn runtime_arguments(runsc: &std::path::Path, sidecar: Option<&str>) -> Vec<
 pub const HOST_UDS_ARGUMENT: &str = "--runtime-flag=host-uds=open";
 
 /// Starts the sandbox; fails with podman's message.
-pub async fn start(podman: &Podman, resolved: &ResolvedProfile, workspace_mounts: &[String], sidecar: Option<&str>) -> Result<()> {
-    let invocation = run_arguments(resolved, workspace_mounts, sidecar)?;
+pub async fn start(
+    podman: &Podman,
+    resolved: &ResolvedProfile,
+    runsc: &std::path::Path,
+    workspace_mounts: &[String],
+    sidecar: Option<&str>,
+) -> Result<()> {
+    let invocation = run_arguments(resolved, runsc, workspace_mounts, sidecar)?;
     let mut command = tokio::process::Command::from(podman.command());
     command.args(&invocation.arguments).envs(invocation.environment).stdin(std::process::Stdio::null());
     let output = command.output().await.context("cannot run podman")?;
