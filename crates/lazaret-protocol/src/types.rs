@@ -1,0 +1,501 @@
+//! The wire types of the control socket: parameters, results and events.
+//! Every field is camelCase on the wire; times are Unix milliseconds.
+
+use serde::{Deserialize, Serialize};
+
+/// The state of the domain's sandbox container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum ContainerState {
+    Starting,
+    Running,
+    Failed,
+    Stopping,
+}
+
+/// The answer to `session/register`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterResult {
+    pub domain_hash: String,
+    pub container_name: String,
+    /// The sandbox's default command (the image's CMD), for sessions that
+    /// name none.
+    pub default_command: Vec<String>,
+    /// Live sessions after this registration.
+    pub session_count: usize,
+}
+
+/// A session that is live now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct LiveSession {
+    pub session_id: String,
+    pub pid: u32,
+    /// Self-declared by the client that registered it (`cli`, an editor name).
+    pub client: String,
+    pub command: Vec<String>,
+    pub started_at_ms: u64,
+}
+
+/// The answer to `domain/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct DomainStatus {
+    pub api_version: u32,
+    pub domain_hash: String,
+    pub profile: String,
+    pub workspace: String,
+    pub image: String,
+    pub container_name: String,
+    pub container_state: ContainerState,
+    /// Why the container failed, when `containerState` is `failed`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub container_error: Option<String>,
+    pub coordinator_pid: u32,
+    pub started_at_ms: u64,
+    pub sessions: Vec<LiveSession>,
+    /// `lazaret/agent-<profile>`, `None` for a directly mounted workspace.
+    #[serde(default)]
+    pub agent_branch: Option<String>,
+    /// The agent branch's commit on the host, once it exists there.
+    #[serde(default)]
+    pub agent_branch_head: Option<String>,
+}
+
+/// A session that ended, from the state store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct CompletedSession {
+    pub session_id: String,
+    pub pid: u32,
+    pub command: Vec<String>,
+    pub started_at_ms: u64,
+    pub ended_at_ms: u64,
+    pub exit_status: Option<i32>,
+    /// `exited`, `disconnected` or `sandbox-failed`.
+    pub end_reason: String,
+}
+
+/// One record of the escalation audit trail (hash-chained).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AuditRecord {
+    /// Position in the chain, from 1.
+    pub sequence: u64,
+    /// `hash` of the record before (empty for the first).
+    pub previous_hash: String,
+    /// SHA-256 (hex) over `previousHash` and this record with `hash` empty.
+    pub hash: String,
+    pub request_id: String,
+    /// The session the request claimed; `verified` says whether its
+    /// signature checked out (`-` for network changes).
+    pub session_id: String,
+    pub verified: bool,
+    /// `rejected`, `auto`, `approved`, `edited`, `denied`, `aborted`,
+    /// `timedOut`, or for network changes `networkAllowed`,
+    /// `networkDenied`, `networkReloaded`.
+    pub outcome: String,
+    /// Why (a refusal's reason, a denial's reason).
+    pub reason: Option<String>,
+    /// `policy`, `terminal`, `rpc:<client>` (the client name is
+    /// self-declared by the answering process) or `timeout`.
+    pub decided_by: Option<String>,
+    pub justification: Option<String>,
+    pub requested_argv: Vec<String>,
+    /// What ran (differs from the request when edited).
+    pub executed_argv: Option<Vec<String>>,
+    pub exit_status: Option<i32>,
+    pub received_at_ms: u64,
+    pub decided_at_ms: Option<u64>,
+    pub finished_at_ms: Option<u64>,
+}
+
+/// The result of `audit/verify`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AuditVerification {
+    pub records: u64,
+    pub intact: bool,
+    /// The first record that breaks the chain, and why.
+    pub problem_at: Option<u64>,
+    pub problem: Option<String>,
+}
+
+/// One changed file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct FileChange {
+    pub path: String,
+    /// git's status letter: `A`, `M`, `D`, `R`, `T`, or `??` (untracked).
+    pub status: String,
+    /// `None` for binary files.
+    pub additions: Option<u64>,
+    pub deletions: Option<u64>,
+}
+
+/// A changed file that makes hosts run code (DECISIONS D4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct PathWarning {
+    pub path: String,
+    pub reason: String,
+}
+
+/// The agent's uncommitted changes inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct UncommittedChanges {
+    pub files: Vec<FileChange>,
+    pub patch: String,
+}
+
+/// The agent branch against its base on the host, plus the agent's
+/// uncommitted changes when the sandbox runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct BranchDiff {
+    /// `lazaret/agent-<profile>`.
+    pub branch: String,
+    /// The host commit the agent branch started from (merge base with the
+    /// host's `HEAD`); `None` while the branch does not exist on the host.
+    pub base: Option<String>,
+    /// The agent branch's commit on the host.
+    pub head: Option<String>,
+    pub files: Vec<FileChange>,
+    pub patch: String,
+    /// `None` when the sandbox is not running.
+    pub uncommitted: Option<UncommittedChanges>,
+    pub warnings: Vec<PathWarning>,
+}
+
+/// One side of a file for a diff editor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct FileVersion {
+    /// Whether the path exists on this side.
+    pub exists: bool,
+    /// NUL bytes or invalid UTF-8: `text` is `None`.
+    pub binary: bool,
+    /// `text` holds only the first `MAX_FILE_TEXT` bytes.
+    pub truncated: bool,
+    /// Size in bytes (0 when absent).
+    pub size: u64,
+    pub text: Option<String>,
+}
+
+/// Largest text of one [`FileVersion`], in bytes.
+pub const MAX_FILE_TEXT: usize = 1 << 20;
+
+/// The answer to `branch/fileContents`: one path at the agent branch's
+/// base, at its head on the host, and in the sandbox's working tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct FileContents {
+    pub path: String,
+    /// The base commit the diff starts from (`BranchDiff.base`).
+    pub base_commit: Option<String>,
+    /// The agent branch's commit on the host (`BranchDiff.head`).
+    pub head_commit: Option<String>,
+    pub base: FileVersion,
+    pub head: FileVersion,
+    /// The file in the sandbox's `/workspace`, uncommitted changes
+    /// included. Written by the agent: treat as untrusted. `None` when the
+    /// sandbox is not running or the workspace is mounted directly.
+    pub working: Option<FileVersion>,
+}
+
+/// How a path under a persistent directory differs from the image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum StateChangeKind {
+    /// `A`: not in the image.
+    Added,
+    /// `M`: the agent's version hides the image's.
+    Modified,
+    /// `M!`: modified, and the image changed this path since; the agent's
+    /// version wins.
+    ModifiedConflict,
+    /// `D`: deleted; the image still has it.
+    Deleted,
+    /// `D!`: deleted, and the image changed this path since.
+    DeletedConflict,
+}
+
+impl StateChangeKind {
+    /// The one- or two-letter code `lazaret state diff` prints.
+    pub fn code(self) -> &'static str {
+        match self {
+            StateChangeKind::Added => "A",
+            StateChangeKind::Modified => "M",
+            StateChangeKind::ModifiedConflict => "M!",
+            StateChangeKind::Deleted => "D",
+            StateChangeKind::DeletedConflict => "D!",
+        }
+    }
+}
+
+/// One change of the agent in a persistent directory (the State Anchor).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct StateChange {
+    /// The persistent directory (container path).
+    pub dir: String,
+    /// The changed path (container path; the agent chose it).
+    pub path: String,
+    pub kind: StateChangeKind,
+}
+
+/// The egress policy the Network Sidecar enforces now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicy {
+    /// Allowed CIDRs and DNS names (`github.com`, `*.npmjs.org`).
+    pub allow: Vec<String>,
+    /// Denied CIDRs and names (holes in wider allows).
+    pub deny: Vec<String>,
+    /// Addresses reachable now because an allowed name resolved to them.
+    pub learned: Vec<LearnedAddress>,
+    /// The resolvers the sidecar forwards allowed questions to.
+    pub upstreams: Vec<String>,
+    /// How many kernel rules enforce it.
+    pub rules: u64,
+}
+
+/// An address learned from an answer to an allowed DNS name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct LearnedAddress {
+    pub address: String,
+    pub names: Vec<String>,
+    pub expires_in_seconds: u64,
+}
+
+/// A request from inside the sandbox waiting for a human.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct PendingEscalation {
+    pub request_id: String,
+    pub domain_hash: String,
+    pub profile: String,
+    /// The verified session the request came from.
+    pub session_id: String,
+    /// Exactly what would run (the program is resolved on the host).
+    pub argv: Vec<String>,
+    /// The argv quoted for display only.
+    pub display: String,
+    /// The agent's words: untrusted.
+    pub justification: Option<String>,
+    /// The host directory the command would run in.
+    pub cwd: String,
+    /// Why this was not auto-approved.
+    pub reasons: Vec<String>,
+    /// Warnings: commands that run project code or take command-running options.
+    pub risk_notes: Vec<String>,
+    pub received_at_ms: u64,
+    /// When the request is denied if nobody answers.
+    pub expires_at_ms: u64,
+}
+
+/// An answer to a pending escalation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum Decision {
+    /// Run the argv as requested.
+    Approve,
+    /// Refuse it (`reason` goes back to the sandbox and into the audit).
+    Deny,
+    /// Run `argv` instead (recorded as edited, with both argvs).
+    Edit,
+    /// Refuse it, recorded as aborted (the terminal prompt's [Q] Abort,
+    /// which then ends the domain with `domain/shutdown`).
+    Abort,
+}
+
+/// The domain events of `events/subscribe`: the payload of
+/// [`SequencedEvent`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "kind")]
+pub enum Event {
+    SessionRegistered {
+        session_id: String,
+        pid: u32,
+        session_count: usize,
+    },
+    SessionEnded {
+        session_id: String,
+        exit_status: Option<i32>,
+        end_reason: String,
+        session_count: usize,
+    },
+    ContainerState {
+        state: ContainerState,
+        message: Option<String>,
+    },
+    ShuttingDown {
+        reason: String,
+    },
+    /// The agent branch reached the host at `commit`.
+    BranchUpdated {
+        branch: String,
+        commit: String,
+        previous: Option<String>,
+    },
+    /// An export from the sandbox was refused (e.g. objects failed fsck);
+    /// the host branch did not move.
+    BranchRejected {
+        branch: String,
+        reason: String,
+    },
+    /// A request needs a human: answer it with `escalation/respond`.
+    EscalationPending {
+        escalation: PendingEscalation,
+    },
+    /// A request was decided (`outcome`: auto, approved, edited, denied,
+    /// aborted, timedOut); `argv` is what runs, if anything.
+    EscalationResolved {
+        request_id: String,
+        outcome: String,
+        decided_by: String,
+        argv: Option<Vec<String>>,
+    },
+    /// A host command requested from the sandbox finished.
+    EscalationFinished {
+        request_id: String,
+        exit_status: Option<i32>,
+    },
+    /// The egress policy changed (`network/allow`, `network/deny`,
+    /// `network/reload`; for a reload `rule` lists the new allowlist).
+    NetworkChanged {
+        action: String,
+        rule: String,
+    },
+    /// The Network Sidecar refused a DNS question from the sandbox; nothing
+    /// went upstream. `reason`: notAllowlisted, denied, recordType,
+    /// longLabel, tooManyLabels, badCharacters or malformed. `suppressed`:
+    /// refusals dropped by the rate limit since the last event.
+    NetworkDnsRefused {
+        name: String,
+        record_type: String,
+        reason: String,
+        message: String,
+        suppressed: Option<u64>,
+    },
+    /// An allowlisted name was resolved; its `addresses` are reachable now.
+    NetworkDnsResolved {
+        name: String,
+        record_type: String,
+        addresses: Vec<String>,
+    },
+    /// This subscriber fell behind and `dropped` events were lost. Resync:
+    /// call `escalation/list` and `domain/status` again.
+    EventsLagged {
+        dropped: u64,
+    },
+}
+
+/// What `events/event` notifications carry: the event and its number.
+/// `seq` counts from 1 per subscription, with no gaps (a dropped stretch
+/// is itself reported, as `eventsLagged`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SequencedEvent {
+    pub seq: u64,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// A running domain as `lazaret editor-info` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RunningDomain {
+    pub control_socket: String,
+    #[serde(flatten)]
+    pub status: DomainStatus,
+}
+
+/// The domain of a folder (running or not), as `lazaret editor-info
+/// --workspace DIR` names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct FolderDomain {
+    /// The folder as given, made absolute.
+    pub workspace: String,
+    pub profile: String,
+    pub domain_hash: String,
+    pub control_socket: String,
+    /// Whether a coordinator answers on `controlSocket` now.
+    pub running: bool,
+}
+
+/// What `lazaret editor-info --json` prints: how an editor finds the
+/// coordinators without reading the configuration itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct EditorInfo {
+    /// The API version this `lazaret` speaks (`API_VERSION`).
+    pub api_version: u32,
+    /// The `lazaret` version, e.g. `0.1.0`.
+    pub version: String,
+    /// Always `Content-Length` (LSP-style framing).
+    pub framing: String,
+    /// The user's socket directory.
+    pub socket_root: String,
+    /// `<socketRoot>/<domainHash>/control.sock`.
+    pub control_socket_pattern: String,
+    /// The profile `lazaret run` uses without `--profile`.
+    pub default_profile: String,
+    /// Every configured profile (the built-in `default` included).
+    pub profiles: Vec<String>,
+    /// Every running domain of the user.
+    pub domains: Vec<RunningDomain>,
+    /// The default profile's domain of each `--workspace` folder.
+    pub folders: Vec<FolderDomain>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_names_are_camel_case() {
+        let event = Event::SessionEnded { session_id: "s".into(), exit_status: Some(1), end_reason: "exited".into(), session_count: 0 };
+        let json = serde_json::to_value(SequencedEvent { seq: 7, event }).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({"seq": 7, "kind": "sessionEnded", "sessionId": "s", "exitStatus": 1, "endReason": "exited", "sessionCount": 0})
+        );
+        let back: SequencedEvent = serde_json::from_value(json).expect("round trip");
+        assert_eq!(back.seq, 7);
+        let state = serde_json::to_value(ContainerState::Running).expect("json");
+        assert_eq!(state, "running");
+        assert_eq!(serde_json::to_value(Decision::Approve).expect("json"), "approve");
+        assert_eq!(serde_json::to_value(StateChangeKind::ModifiedConflict).expect("json"), "modifiedConflict");
+        let lagged = serde_json::to_value(SequencedEvent { seq: 3, event: Event::EventsLagged { dropped: 9 } }).expect("json");
+        assert_eq!(lagged, serde_json::json!({"seq": 3, "kind": "eventsLagged", "dropped": 9}));
+    }
+}

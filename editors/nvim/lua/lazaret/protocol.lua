@@ -1,0 +1,296 @@
+--- Generated from crates/lazaret-protocol by its tests/generated.rs; do not edit.
+--- Regenerate: LAZARET_UPDATE_GENERATED=1 cargo test -p lazaret-protocol --test generated
+--- The control protocol's method names and API version, and LuaLS annotations of its wire types.
+
+---@class lazaret.AuditRecord
+---@field decidedAtMs? integer
+---@field decidedBy? string `policy`, `terminal`, `rpc:<client>` (the client name is self-declared by the answering process) or `timeout`.
+---@field executedArgv? string[] What ran (differs from the request when edited).
+---@field exitStatus? integer
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) over `previousHash` and this record with `hash` empty.
+---@field justification? string
+---@field outcome string `rejected`, `auto`, `approved`, `edited`, `denied`, `aborted`, `timedOut`, or for network changes `networkAllowed`, `networkDenied`, `networkReloaded`.
+---@field previousHash string `hash` of the record before (empty for the first).
+---@field reason? string Why (a refusal's reason, a denial's reason).
+---@field receivedAtMs integer
+---@field requestId string
+---@field requestedArgv string[]
+---@field sequence integer Position in the chain, from 1.
+---@field sessionId string The session the request claimed; `verified` says whether its signature checked out (`-` for network changes).
+---@field verified boolean
+
+---@class lazaret.AuditVerification
+---@field intact boolean
+---@field problem? string
+---@field problemAt? integer The first record that breaks the chain, and why.
+---@field records integer
+
+---@class lazaret.BranchDiff
+---@field base? string The host commit the agent branch started from (merge base with the host's `HEAD`); `None` while the branch does not exist on the host.
+---@field branch string `lazaret/agent-<profile>`.
+---@field files lazaret.FileChange[]
+---@field head? string The agent branch's commit on the host.
+---@field patch string
+---@field uncommitted? lazaret.UncommittedChanges `None` when the sandbox is not running.
+---@field warnings lazaret.PathWarning[]
+
+---@class lazaret.CompletedSession
+---@field command string[]
+---@field endReason string `exited`, `disconnected` or `sandbox-failed`.
+---@field endedAtMs integer
+---@field exitStatus? integer
+---@field pid integer
+---@field sessionId string
+---@field startedAtMs integer
+
+---@alias lazaret.ContainerState 'starting' | 'running' | 'failed' | 'stopping'
+
+---@alias lazaret.Decision 'approve' | 'deny' | 'edit' | 'abort'
+
+---@class lazaret.DomainStatus
+---@field agentBranch? string `lazaret/agent-<profile>`, `None` for a directly mounted workspace.
+---@field agentBranchHead? string The agent branch's commit on the host, once it exists there.
+---@field apiVersion integer
+---@field containerError? string Why the container failed, when `containerState` is `failed`.
+---@field containerName string
+---@field containerState lazaret.ContainerState
+---@field coordinatorPid integer
+---@field domainHash string
+---@field image string
+---@field profile string
+---@field sessions lazaret.LiveSession[]
+---@field startedAtMs integer
+---@field workspace string
+
+---@class lazaret.EditorInfo
+---@field apiVersion integer The API version this `lazaret` speaks (`API_VERSION`).
+---@field controlSocketPattern string `<socketRoot>/<domainHash>/control.sock`.
+---@field defaultProfile string The profile `lazaret run` uses without `--profile`.
+---@field domains lazaret.RunningDomain[] Every running domain of the user.
+---@field folders lazaret.FolderDomain[] The default profile's domain of each `--workspace` folder.
+---@field framing string Always `Content-Length` (LSP-style framing).
+---@field profiles string[] Every configured profile (the built-in `default` included).
+---@field socketRoot string The user's socket directory.
+---@field version string The `lazaret` version, e.g. `0.1.0`.
+
+---@class lazaret.FileChange
+---@field additions? integer `None` for binary files.
+---@field deletions? integer
+---@field path string
+---@field status string git's status letter: `A`, `M`, `D`, `R`, `T`, or `??` (untracked).
+
+---@class lazaret.FileContents
+---@field base lazaret.FileVersion
+---@field baseCommit? string The base commit the diff starts from (`BranchDiff.base`).
+---@field head lazaret.FileVersion
+---@field headCommit? string The agent branch's commit on the host (`BranchDiff.head`).
+---@field path string
+---@field working? lazaret.FileVersion The file in the sandbox's `/workspace`, uncommitted changes included. Written by the agent: treat as untrusted. `None` when the sandbox is not running or the workspace is mounted directly.
+
+---@class lazaret.FileVersion
+---@field binary boolean NUL bytes or invalid UTF-8: `text` is `None`.
+---@field exists boolean Whether the path exists on this side.
+---@field size integer Size in bytes (0 when absent).
+---@field text? string
+---@field truncated boolean `text` holds only the first `MAX_FILE_TEXT` bytes.
+
+---@class lazaret.FolderDomain
+---@field controlSocket string
+---@field domainHash string
+---@field profile string
+---@field running boolean Whether a coordinator answers on `controlSocket` now.
+---@field workspace string The folder as given, made absolute.
+
+---@class lazaret.LearnedAddress
+---@field address string
+---@field expiresInSeconds integer
+---@field names string[]
+
+---@class lazaret.LiveSession
+---@field client string Self-declared by the client that registered it (`cli`, an editor name).
+---@field command string[]
+---@field pid integer
+---@field sessionId string
+---@field startedAtMs integer
+
+---@class lazaret.NetworkPolicy
+---@field allow string[] Allowed CIDRs and DNS names (`github.com`, `*.npmjs.org`).
+---@field deny string[] Denied CIDRs and names (holes in wider allows).
+---@field learned lazaret.LearnedAddress[] Addresses reachable now because an allowed name resolved to them.
+---@field rules integer How many kernel rules enforce it.
+---@field upstreams string[] The resolvers the sidecar forwards allowed questions to.
+
+---@class lazaret.PathWarning
+---@field path string
+---@field reason string
+
+---@class lazaret.PendingEscalation
+---@field argv string[] Exactly what would run (the program is resolved on the host).
+---@field cwd string The host directory the command would run in.
+---@field display string The argv quoted for display only.
+---@field domainHash string
+---@field expiresAtMs integer When the request is denied if nobody answers.
+---@field justification? string The agent's words: untrusted.
+---@field profile string
+---@field reasons string[] Why this was not auto-approved.
+---@field receivedAtMs integer
+---@field requestId string
+---@field riskNotes string[] Warnings: commands that run project code or take command-running options.
+---@field sessionId string The verified session the request came from.
+
+---@class lazaret.RegisterResult
+---@field containerName string
+---@field defaultCommand string[] The sandbox's default command (the image's CMD), for sessions that name none.
+---@field domainHash string
+---@field sessionCount integer Live sessions after this registration.
+
+---@class lazaret.RunningDomain
+---@field agentBranch? string `lazaret/agent-<profile>`, `None` for a directly mounted workspace.
+---@field agentBranchHead? string The agent branch's commit on the host, once it exists there.
+---@field apiVersion integer
+---@field containerError? string Why the container failed, when `containerState` is `failed`.
+---@field containerName string
+---@field containerState lazaret.ContainerState
+---@field controlSocket string
+---@field coordinatorPid integer
+---@field domainHash string
+---@field image string
+---@field profile string
+---@field sessions lazaret.LiveSession[]
+---@field startedAtMs integer
+---@field workspace string
+
+---@alias lazaret.Event lazaret.SessionRegisteredEvent|lazaret.SessionEndedEvent|lazaret.ContainerStateEvent|lazaret.ShuttingDownEvent|lazaret.BranchUpdatedEvent|lazaret.BranchRejectedEvent|lazaret.EscalationPendingEvent|lazaret.EscalationResolvedEvent|lazaret.EscalationFinishedEvent|lazaret.NetworkChangedEvent|lazaret.NetworkDnsRefusedEvent|lazaret.NetworkDnsResolvedEvent|lazaret.EventsLaggedEvent
+
+---@class lazaret.SessionRegisteredEvent
+---@field seq integer
+---@field kind 'sessionRegistered'
+---@field pid integer
+---@field sessionCount integer
+---@field sessionId string
+
+---@class lazaret.SessionEndedEvent
+---@field seq integer
+---@field endReason string
+---@field exitStatus? integer
+---@field kind 'sessionEnded'
+---@field sessionCount integer
+---@field sessionId string
+
+---@class lazaret.ContainerStateEvent
+---@field seq integer
+---@field kind 'containerState'
+---@field message? string
+---@field state lazaret.ContainerState
+
+---@class lazaret.ShuttingDownEvent
+---@field seq integer
+---@field kind 'shuttingDown'
+---@field reason string
+
+---@class lazaret.BranchUpdatedEvent
+---@field seq integer
+---@field branch string
+---@field commit string
+---@field kind 'branchUpdated'
+---@field previous? string
+
+---@class lazaret.BranchRejectedEvent
+---@field seq integer
+---@field branch string
+---@field kind 'branchRejected'
+---@field reason string
+
+---@class lazaret.EscalationPendingEvent
+---@field seq integer
+---@field escalation lazaret.PendingEscalation
+---@field kind 'escalationPending'
+
+---@class lazaret.EscalationResolvedEvent
+---@field seq integer
+---@field argv? string[]
+---@field decidedBy string
+---@field kind 'escalationResolved'
+---@field outcome string
+---@field requestId string
+
+---@class lazaret.EscalationFinishedEvent
+---@field seq integer
+---@field exitStatus? integer
+---@field kind 'escalationFinished'
+---@field requestId string
+
+---@class lazaret.NetworkChangedEvent
+---@field seq integer
+---@field action string
+---@field kind 'networkChanged'
+---@field rule string
+
+---@class lazaret.NetworkDnsRefusedEvent
+---@field seq integer
+---@field kind 'networkDnsRefused'
+---@field message string
+---@field name string
+---@field reason string
+---@field recordType string
+---@field suppressed? integer
+
+---@class lazaret.NetworkDnsResolvedEvent
+---@field seq integer
+---@field addresses string[]
+---@field kind 'networkDnsResolved'
+---@field name string
+---@field recordType string
+
+---@class lazaret.EventsLaggedEvent
+---@field seq integer
+---@field dropped integer
+---@field kind 'eventsLagged'
+
+---@alias lazaret.SequencedEvent lazaret.Event
+
+---@class lazaret.StateChange
+---@field dir string The persistent directory (container path).
+---@field kind lazaret.StateChangeKind
+---@field path string The changed path (container path; the agent chose it).
+
+---@alias lazaret.StateChangeKind 'added' | 'modified' | 'modifiedConflict' | 'deleted' | 'deletedConflict'
+
+---@class lazaret.UncommittedChanges
+---@field files lazaret.FileChange[]
+---@field patch string
+
+local M = {}
+
+--- The API version these declarations describe.
+M.API_VERSION = 1
+
+--- Method names by their Rust name.
+M.methods = {
+  session_register = 'session/register',
+  session_unregister = 'session/unregister',
+  session_list = 'session/list',
+  domain_status = 'domain/status',
+  domain_shutdown = 'domain/shutdown',
+  network_show = 'network/show',
+  network_allow = 'network/allow',
+  network_deny = 'network/deny',
+  network_reload = 'network/reload',
+  escalation_list = 'escalation/list',
+  escalation_respond = 'escalation/respond',
+  audit_list = 'audit/list',
+  audit_verify = 'audit/verify',
+  branch_diff = 'branch/diff',
+  branch_file_contents = 'branch/fileContents',
+  state_diff = 'state/diff',
+}
+
+--- The event subscription.
+M.subscription = {
+  subscribe = 'events/subscribe',
+  notification = 'events/event',
+  unsubscribe = 'events/unsubscribe',
+}
+
+return M

@@ -1,0 +1,543 @@
+// Generated from crates/lazaret-protocol by its tests/generated.rs; do not edit.
+// Regenerate: LAZARET_UPDATE_GENERATED=1 cargo test -p lazaret-protocol --test generated
+/* eslint-disable */
+
+/** The API version these types describe (`domain/status`.apiVersion). */
+export const API_VERSION = 1;
+
+/** One record of the escalation audit trail (hash-chained). */
+export interface AuditRecord {
+  decidedAtMs?: number | null;
+  /** `policy`, `terminal`, `rpc:<client>` (the client name is self-declared by the answering process) or `timeout`. */
+  decidedBy?: string | null;
+  /** What ran (differs from the request when edited). */
+  executedArgv?: string[] | null;
+  exitStatus?: number | null;
+  finishedAtMs?: number | null;
+  /** SHA-256 (hex) over `previousHash` and this record with `hash` empty. */
+  hash: string;
+  justification?: string | null;
+  /** `rejected`, `auto`, `approved`, `edited`, `denied`, `aborted`, `timedOut`, or for network changes `networkAllowed`, `networkDenied`, `networkReloaded`. */
+  outcome: string;
+  /** `hash` of the record before (empty for the first). */
+  previousHash: string;
+  /** Why (a refusal's reason, a denial's reason). */
+  reason?: string | null;
+  receivedAtMs: number;
+  requestId: string;
+  requestedArgv: string[];
+  /** Position in the chain, from 1. */
+  sequence: number;
+  /** The session the request claimed; `verified` says whether its signature checked out (`-` for network changes). */
+  sessionId: string;
+  verified: boolean;
+}
+
+/** The result of `audit/verify`. */
+export interface AuditVerification {
+  intact: boolean;
+  problem?: string | null;
+  /** The first record that breaks the chain, and why. */
+  problemAt?: number | null;
+  records: number;
+}
+
+/** The agent branch against its base on the host, plus the agent's uncommitted changes when the sandbox runs. */
+export interface BranchDiff {
+  /** The host commit the agent branch started from (merge base with the host's `HEAD`); `None` while the branch does not exist on the host. */
+  base?: string | null;
+  /** `lazaret/agent-<profile>`. */
+  branch: string;
+  files: FileChange[];
+  /** The agent branch's commit on the host. */
+  head?: string | null;
+  patch: string;
+  /** `None` when the sandbox is not running. */
+  uncommitted?: UncommittedChanges | null;
+  warnings: PathWarning[];
+}
+
+/** A session that ended, from the state store. */
+export interface CompletedSession {
+  command: string[];
+  /** `exited`, `disconnected` or `sandbox-failed`. */
+  endReason: string;
+  endedAtMs: number;
+  exitStatus?: number | null;
+  pid: number;
+  sessionId: string;
+  startedAtMs: number;
+}
+
+/** The state of the domain's sandbox container. */
+export type ContainerState = "starting" | "running" | "failed" | "stopping";
+
+/** An answer to a pending escalation. */
+export type Decision = "approve" | "deny" | "edit" | "abort";
+
+/** The answer to `domain/status`. */
+export interface DomainStatus {
+  /** `lazaret/agent-<profile>`, `None` for a directly mounted workspace. */
+  agentBranch?: string | null;
+  /** The agent branch's commit on the host, once it exists there. */
+  agentBranchHead?: string | null;
+  apiVersion: number;
+  /** Why the container failed, when `containerState` is `failed`. */
+  containerError?: string | null;
+  containerName: string;
+  containerState: ContainerState;
+  coordinatorPid: number;
+  domainHash: string;
+  image: string;
+  profile: string;
+  sessions: LiveSession[];
+  startedAtMs: number;
+  workspace: string;
+}
+
+/** What `lazaret editor-info --json` prints: how an editor finds the coordinators without reading the configuration itself. */
+export interface EditorInfo {
+  /** The API version this `lazaret` speaks (`API_VERSION`). */
+  apiVersion: number;
+  /** `<socketRoot>/<domainHash>/control.sock`. */
+  controlSocketPattern: string;
+  /** The profile `lazaret run` uses without `--profile`. */
+  defaultProfile: string;
+  /** Every running domain of the user. */
+  domains: RunningDomain[];
+  /** The default profile's domain of each `--workspace` folder. */
+  folders: FolderDomain[];
+  /** Always `Content-Length` (LSP-style framing). */
+  framing: string;
+  /** Every configured profile (the built-in `default` included). */
+  profiles: string[];
+  /** The user's socket directory. */
+  socketRoot: string;
+  /** The `lazaret` version, e.g. `0.1.0`. */
+  version: string;
+}
+
+/** One changed file. */
+export interface FileChange {
+  /** `None` for binary files. */
+  additions?: number | null;
+  deletions?: number | null;
+  path: string;
+  /** git's status letter: `A`, `M`, `D`, `R`, `T`, or `??` (untracked). */
+  status: string;
+}
+
+/** The answer to `branch/fileContents`: one path at the agent branch's base, at its head on the host, and in the sandbox's working tree. */
+export interface FileContents {
+  base: FileVersion;
+  /** The base commit the diff starts from (`BranchDiff.base`). */
+  baseCommit?: string | null;
+  head: FileVersion;
+  /** The agent branch's commit on the host (`BranchDiff.head`). */
+  headCommit?: string | null;
+  path: string;
+  /** The file in the sandbox's `/workspace`, uncommitted changes included. Written by the agent: treat as untrusted. `None` when the sandbox is not running or the workspace is mounted directly. */
+  working?: FileVersion | null;
+}
+
+/** One side of a file for a diff editor. */
+export interface FileVersion {
+  /** NUL bytes or invalid UTF-8: `text` is `None`. */
+  binary: boolean;
+  /** Whether the path exists on this side. */
+  exists: boolean;
+  /** Size in bytes (0 when absent). */
+  size: number;
+  text?: string | null;
+  /** `text` holds only the first `MAX_FILE_TEXT` bytes. */
+  truncated: boolean;
+}
+
+/** The domain of a folder (running or not), as `lazaret editor-info --workspace DIR` names it. */
+export interface FolderDomain {
+  controlSocket: string;
+  domainHash: string;
+  profile: string;
+  /** Whether a coordinator answers on `controlSocket` now. */
+  running: boolean;
+  /** The folder as given, made absolute. */
+  workspace: string;
+}
+
+/** An address learned from an answer to an allowed DNS name. */
+export interface LearnedAddress {
+  address: string;
+  expiresInSeconds: number;
+  names: string[];
+}
+
+/** A session that is live now. */
+export interface LiveSession {
+  /** Self-declared by the client that registered it (`cli`, an editor name). */
+  client: string;
+  command: string[];
+  pid: number;
+  sessionId: string;
+  startedAtMs: number;
+}
+
+/** The egress policy the Network Sidecar enforces now. */
+export interface NetworkPolicy {
+  /** Allowed CIDRs and DNS names (`github.com`, `*.npmjs.org`). */
+  allow: string[];
+  /** Denied CIDRs and names (holes in wider allows). */
+  deny: string[];
+  /** Addresses reachable now because an allowed name resolved to them. */
+  learned: LearnedAddress[];
+  /** How many kernel rules enforce it. */
+  rules: number;
+  /** The resolvers the sidecar forwards allowed questions to. */
+  upstreams: string[];
+}
+
+/** A changed file that makes hosts run code (DECISIONS D4). */
+export interface PathWarning {
+  path: string;
+  reason: string;
+}
+
+/** A request from inside the sandbox waiting for a human. */
+export interface PendingEscalation {
+  /** Exactly what would run (the program is resolved on the host). */
+  argv: string[];
+  /** The host directory the command would run in. */
+  cwd: string;
+  /** The argv quoted for display only. */
+  display: string;
+  domainHash: string;
+  /** When the request is denied if nobody answers. */
+  expiresAtMs: number;
+  /** The agent's words: untrusted. */
+  justification?: string | null;
+  profile: string;
+  /** Why this was not auto-approved. */
+  reasons: string[];
+  receivedAtMs: number;
+  requestId: string;
+  /** Warnings: commands that run project code or take command-running options. */
+  riskNotes: string[];
+  /** The verified session the request came from. */
+  sessionId: string;
+}
+
+/** The answer to `session/register`. */
+export interface RegisterResult {
+  containerName: string;
+  /** The sandbox's default command (the image's CMD), for sessions that name none. */
+  defaultCommand: string[];
+  domainHash: string;
+  /** Live sessions after this registration. */
+  sessionCount: number;
+}
+
+/** A running domain as `lazaret editor-info` lists it. */
+export interface RunningDomain {
+  /** `lazaret/agent-<profile>`, `None` for a directly mounted workspace. */
+  agentBranch?: string | null;
+  /** The agent branch's commit on the host, once it exists there. */
+  agentBranchHead?: string | null;
+  apiVersion: number;
+  /** Why the container failed, when `containerState` is `failed`. */
+  containerError?: string | null;
+  containerName: string;
+  containerState: ContainerState;
+  controlSocket: string;
+  coordinatorPid: number;
+  domainHash: string;
+  image: string;
+  profile: string;
+  sessions: LiveSession[];
+  startedAtMs: number;
+  workspace: string;
+}
+
+/** What `events/event` notifications carry: the event and its number. `seq` counts from 1 per subscription, with no gaps (a dropped stretch is itself reported, as `eventsLagged`). */
+export type SequencedEvent = {
+  seq: number;
+} & Event;
+
+/** Every event kind. */
+export type Event =
+  | SessionRegisteredEvent
+  | SessionEndedEvent
+  | ContainerStateEvent
+  | ShuttingDownEvent
+  | BranchUpdatedEvent
+  | BranchRejectedEvent
+  | EscalationPendingEvent
+  | EscalationResolvedEvent
+  | EscalationFinishedEvent
+  | NetworkChangedEvent
+  | NetworkDnsRefusedEvent
+  | NetworkDnsResolvedEvent
+  | EventsLaggedEvent;
+
+export interface SessionRegisteredEvent {
+  kind: "sessionRegistered";
+  pid: number;
+  sessionCount: number;
+  sessionId: string;
+}
+
+export interface SessionEndedEvent {
+  endReason: string;
+  exitStatus?: number | null;
+  kind: "sessionEnded";
+  sessionCount: number;
+  sessionId: string;
+}
+
+export interface ContainerStateEvent {
+  kind: "containerState";
+  message?: string | null;
+  state: ContainerState;
+}
+
+export interface ShuttingDownEvent {
+  kind: "shuttingDown";
+  reason: string;
+}
+
+/** The agent branch reached the host at `commit`. */
+export interface BranchUpdatedEvent {
+  branch: string;
+  commit: string;
+  kind: "branchUpdated";
+  previous?: string | null;
+}
+
+/** An export from the sandbox was refused (e.g. objects failed fsck); the host branch did not move. */
+export interface BranchRejectedEvent {
+  branch: string;
+  kind: "branchRejected";
+  reason: string;
+}
+
+/** A request needs a human: answer it with `escalation/respond`. */
+export interface EscalationPendingEvent {
+  escalation: PendingEscalation;
+  kind: "escalationPending";
+}
+
+/** A request was decided (`outcome`: auto, approved, edited, denied, aborted, timedOut); `argv` is what runs, if anything. */
+export interface EscalationResolvedEvent {
+  argv?: string[] | null;
+  decidedBy: string;
+  kind: "escalationResolved";
+  outcome: string;
+  requestId: string;
+}
+
+/** A host command requested from the sandbox finished. */
+export interface EscalationFinishedEvent {
+  exitStatus?: number | null;
+  kind: "escalationFinished";
+  requestId: string;
+}
+
+/** The egress policy changed (`network/allow`, `network/deny`, `network/reload`; for a reload `rule` lists the new allowlist). */
+export interface NetworkChangedEvent {
+  action: string;
+  kind: "networkChanged";
+  rule: string;
+}
+
+/** The Network Sidecar refused a DNS question from the sandbox; nothing went upstream. `reason`: notAllowlisted, denied, recordType, longLabel, tooManyLabels, badCharacters or malformed. `suppressed`: refusals dropped by the rate limit since the last event. */
+export interface NetworkDnsRefusedEvent {
+  kind: "networkDnsRefused";
+  message: string;
+  name: string;
+  reason: string;
+  recordType: string;
+  suppressed?: number | null;
+}
+
+/** An allowlisted name was resolved; its `addresses` are reachable now. */
+export interface NetworkDnsResolvedEvent {
+  addresses: string[];
+  kind: "networkDnsResolved";
+  name: string;
+  recordType: string;
+}
+
+/** This subscriber fell behind and `dropped` events were lost. Resync: call `escalation/list` and `domain/status` again. */
+export interface EventsLaggedEvent {
+  dropped: number;
+  kind: "eventsLagged";
+}
+
+/** One change of the agent in a persistent directory (the State Anchor). */
+export interface StateChange {
+  /** The persistent directory (container path). */
+  dir: string;
+  kind: StateChangeKind;
+  /** The changed path (container path; the agent chose it). */
+  path: string;
+}
+
+/** How a path under a persistent directory differs from the image. */
+export type StateChangeKind = "added" | "modified" | "modifiedConflict" | "deleted" | "deletedConflict";
+
+/** The agent's uncommitted changes inside the sandbox. */
+export interface UncommittedChanges {
+  files: FileChange[];
+  patch: string;
+}
+
+/** Parameters of `session/register`. */
+export interface SessionRegisterParams {
+  client?: string;
+  command?: string[];
+  pid: number;
+  publicKey?: string;
+  sessionId: string;
+}
+
+/** Parameters of `session/unregister`. */
+export interface SessionUnregisterParams {
+  exitStatus?: number;
+  sessionId: string;
+}
+
+/** Parameters of `session/list`. */
+export interface SessionListParams {
+  limit?: number;
+}
+
+/** Parameters of `domain/status`. */
+export interface DomainStatusParams {
+}
+
+/** Parameters of `domain/shutdown`. */
+export interface DomainShutdownParams {
+  reason?: string;
+}
+
+/** Parameters of `network/show`. */
+export interface NetworkShowParams {
+}
+
+/** Parameters of `network/allow`. */
+export interface NetworkAllowParams {
+  rule: string;
+}
+
+/** Parameters of `network/deny`. */
+export interface NetworkDenyParams {
+  rule: string;
+}
+
+/** Parameters of `network/reload`. */
+export interface NetworkReloadParams {
+}
+
+/** Parameters of `escalation/list`. */
+export interface EscalationListParams {
+}
+
+/** Parameters of `escalation/respond`. */
+export interface EscalationRespondParams {
+  argv?: string[];
+  client?: string;
+  decision: Decision;
+  reason?: string;
+  requestId: string;
+}
+
+/** Parameters of `audit/list`. */
+export interface AuditListParams {
+  limit?: number;
+}
+
+/** Parameters of `audit/verify`. */
+export interface AuditVerifyParams {
+}
+
+/** Parameters of `branch/diff`. */
+export interface BranchDiffParams {
+  patch?: boolean;
+}
+
+/** Parameters of `branch/fileContents`. */
+export interface BranchFileContentsParams {
+  path: string;
+}
+
+/** Parameters of `state/diff`. */
+export interface StateDiffParams {
+  dir?: string;
+}
+
+/** Every method: its parameters (sent by name) and its result. */
+export interface Methods {
+  /** Registers a client session; resolves once the sandbox is running. The session counts as live until `session/unregister` or until its connection closes (reference-counted teardown). */
+  "session/register": { params: SessionRegisterParams; result: RegisterResult };
+  /** Ends a session of this connection and records it. */
+  "session/unregister": { params: SessionUnregisterParams; result: boolean };
+  /** Completed sessions from the state store, oldest first (`limit` most recent, 50 by default). */
+  "session/list": { params: SessionListParams; result: CompletedSession[] };
+  /** The domain: profile, workspace, container state, live sessions. */
+  "domain/status": { params: DomainStatusParams; result: DomainStatus };
+  /** Tears the whole domain down (every session ends, the sandbox is removed), as the prompt's [Q] Abort does. */
+  "domain/shutdown": { params: DomainShutdownParams; result: boolean };
+  /** The sandbox's egress policy as the Network Sidecar enforces it. */
+  "network/show": { params: NetworkShowParams; result: NetworkPolicy };
+  /** Allows a CIDR, an address or a DNS name (`github.com`, `*.npmjs.org`) live, without restarting the sandbox. */
+  "network/allow": { params: NetworkAllowParams; result: NetworkPolicy };
+  /** Denies a CIDR or a name live (removes an allow entry, or carves a hole in a wider one). */
+  "network/deny": { params: NetworkDenyParams; result: NetworkPolicy };
+  /** Re-reads the configuration file and replaces the live policy with its merged allowlist (live `allow`/`deny` changes are dropped). An invalid configuration changes nothing. */
+  "network/reload": { params: NetworkReloadParams; result: NetworkPolicy };
+  /** Requests waiting for a human, oldest first. */
+  "escalation/list": { params: EscalationListParams; result: PendingEscalation[] };
+  /** Answers a pending request: `edit` runs `argv` instead. The first answer wins; later ones fail with code 1007. `client` names the answering client for the audit trail (`terminal`, `vscode`, `neovim`, ...); it is self-declared, any process of the user may answer. */
+  "escalation/respond": { params: EscalationRespondParams; result: boolean };
+  /** The escalation audit trail, oldest first (`limit` most recent). */
+  "audit/list": { params: AuditListParams; result: AuditRecord[] };
+  /** Verifies the audit hash chain. */
+  "audit/verify": { params: AuditVerifyParams; result: AuditVerification };
+  /** The agent branch against its base, plus uncommitted changes. `patch: false` leaves the patch texts empty. */
+  "branch/diff": { params: BranchDiffParams; result: BranchDiff };
+  /** One path (relative to the workspace) at the agent branch's base, at its head, and in the sandbox's working tree, for a diff editor. */
+  "branch/fileContents": { params: BranchFileContentsParams; result: FileContents };
+  /** What the agent changed in the profile's persistent directories (all, or the one named by `dir`), as `lazaret state diff` shows it. */
+  "state/diff": { params: StateDiffParams; result: StateChange[] };
+}
+
+/** Method names by their camelCase Rust name. */
+export const METHODS = {
+  sessionRegister: "session/register",
+  sessionUnregister: "session/unregister",
+  sessionList: "session/list",
+  domainStatus: "domain/status",
+  domainShutdown: "domain/shutdown",
+  networkShow: "network/show",
+  networkAllow: "network/allow",
+  networkDeny: "network/deny",
+  networkReload: "network/reload",
+  escalationList: "escalation/list",
+  escalationRespond: "escalation/respond",
+  auditList: "audit/list",
+  auditVerify: "audit/verify",
+  branchDiff: "branch/diff",
+  branchFileContents: "branch/fileContents",
+  stateDiff: "state/diff",
+} as const;
+
+/** Domain events as `events/event` notifications ([`SequencedEvent`]). */
+export const SUBSCRIPTION = {
+  subscribe: "events/subscribe",
+  notification: "events/event",
+  unsubscribe: "events/unsubscribe",
+} as const;
+
+/** The params of a `events/event` notification. */
+export interface EventNotification {
+  subscription: string;
+  result: SequencedEvent;
+}
