@@ -1,0 +1,298 @@
+//! End-to-end tests of the control protocol as an editor speaks it, against
+//! a live domain (real coordinator, real gVisor sandbox, real git): methods
+//! without params take `[]`, `{}` or nothing; `branch/fileContents` serves
+//! both sides of what the agent committed and what it left uncommitted;
+//! `state/diff` matches `lazaret state diff`; a subscriber that falls
+//! behind is told how much it lost, and sequence numbers have no gaps.
+//!
+//! With `LAZARET_RPC_TRANSCRIPT=FILE` every exchange is appended to FILE
+//! (the transcripts in docs/rpc.md come from there).
+
+mod support;
+
+use std::io::{BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::*;
+
+/// A raw JSON-RPC connection, as an editor has one.
+struct Rpc {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next_id: u64,
+}
+
+impl Rpc {
+    fn connect(socket: &Path) -> Rpc {
+        let stream = UnixStream::connect(socket).expect("connect control socket");
+        stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+        Rpc { writer: stream.try_clone().expect("clone"), reader: BufReader::new(stream), next_id: 0 }
+    }
+
+    fn send(&mut self, message: &Value) {
+        write_frame(&mut self.writer, message);
+        self.writer.flush().expect("flush");
+    }
+
+    /// Sends a request whose `params` member is given literally (`None`:
+    /// no `params` at all) and returns the response.
+    fn request(&mut self, method: &str, params: Option<Value>) -> Value {
+        self.next_id += 1;
+        let mut message = json!({"jsonrpc": "2.0", "id": self.next_id, "method": method});
+        if let Some(params) = params {
+            message["params"] = params;
+        }
+        self.send(&message);
+        loop {
+            let response = read_frame(&mut self.reader);
+            if response["id"] == self.next_id {
+                transcript(&message, &response);
+                return response;
+            }
+        }
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        let response = self.request(method, Some(params));
+        assert!(response.get("error").is_none(), "{method}: {response}");
+        response["result"].clone()
+    }
+}
+
+fn transcript(request: &Value, response: &Value) {
+    let Some(file) = std::env::var_os("LAZARET_RPC_TRANSCRIPT") else { return };
+    let mut response = response.clone();
+    // Keep long texts readable in the documentation.
+    shorten(&mut response);
+    let mut out = std::fs::OpenOptions::new().create(true).append(true).open(file).expect("transcript");
+    writeln!(out, "--> {request}\n<-- {response}\n").expect("write transcript");
+}
+
+fn shorten(value: &mut Value) {
+    match value {
+        Value::String(text) if text.len() > 200 => *text = format!("{}…", &text[..text.floor_char_boundary(120)]),
+        Value::Array(items) => {
+            items.truncate(3);
+            items.iter_mut().for_each(shorten);
+        }
+        Value::Object(map) => map.values_mut().for_each(shorten),
+        _ => {}
+    }
+}
+
+fn keep_config(env: &TestEnv) {
+    env.write_config(&format!("[profiles.keep]\nimage = \"{DEFAULT_IMAGE}\"\npersistent_dirs = [\"/usr\"]\n"));
+}
+
+fn lazaret_run(env: &TestEnv, repository: &Path) -> std::process::Command {
+    let mut command = env.lazaret();
+    command.args(["run", "--profile", "keep", "--workspace"]).arg(repository).arg("--");
+    command
+}
+
+/// Keeps the domain up for the whole test (the first session).
+struct Keeper(Child);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_domain(env: &TestEnv, repository: &Path) -> (Keeper, PathBuf, Value) {
+    let domain = domain_json(env, "keep", repository);
+    let keeper = lazaret_run(env, repository).args(["sleep", "600"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
+    let socket = PathBuf::from(domain["control_socket"].as_str().expect("socket"));
+    let keeper = Keeper(keeper);
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            socket.exists() && UnixStream::connect(&socket).is_ok_and(|_| {
+                let mut rpc = Rpc::connect(&socket);
+                rpc.request("domain/status", None)["result"]["containerState"] == "running"
+            })
+        }),
+        "the domain started"
+    );
+    (keeper, socket, domain)
+}
+
+fn agent(env: &TestEnv, repository: &Path, script: &str) {
+    let output = run(lazaret_run(env, repository).args(["sh", "-c", script]));
+    assert!(output.status.success(), "{script}: {}{}", stdout(&output), stderr(&output));
+}
+
+#[test]
+fn methods_for_editors_serve_file_contents_state_changes_and_take_empty_params() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    keep_config(&env);
+    let repository = git_repository(&env, "project");
+    let (_keeper, socket, domain) = start_domain(&env, &repository);
+
+    // The agent commits a change, a binary file and a file over the text
+    // cap, leaves another change uncommitted, and installs a tool in /usr.
+    agent(
+        &env,
+        &repository,
+        "cd /workspace && printf 'pub fn answer() -> u32 { 43 }\\n' > src/lib.rs && printf 'a\\000b' > blob.bin && \
+         head -c 2097152 /dev/zero | tr '\\000' x > big.txt && git add -A && git commit -qm 'agent change' && \
+         printf '# project, edited\\n' > README.md && echo tool > /usr/local/bin/agent-tool",
+    );
+    let branch = "refs/heads/lazaret/agent-keep";
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            std::process::Command::new("git")
+                .arg("-C")
+                .arg(&repository)
+                .args(["show", &format!("{branch}:src/lib.rs")])
+                .output()
+                .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).contains("43"))
+        }),
+        "the agent's commit reached the host"
+    );
+
+    let mut rpc = Rpc::connect(&socket);
+    // Methods without (required) params: `[]` (what Neovim sends for `{}`),
+    // `{}`, and no params at all.
+    for method in ["domain/status", "escalation/list", "branch/diff", "audit/list", "audit/verify", "session/list", "state/diff"] {
+        for params in [Some(json!([])), Some(json!({})), None] {
+            let response = rpc.request(method, params.clone());
+            assert!(response.get("result").is_some(), "{method} with params {params:?}: {response}");
+        }
+    }
+    let status = rpc.call("domain/status", json!({}));
+    assert_eq!(status["domainHash"], domain["domain_hash"]);
+
+    let diff = rpc.call("branch/diff", json!({"patch": false}));
+    let committed: Vec<&str> = diff["files"].as_array().expect("files").iter().filter_map(|file| file["path"].as_str()).collect();
+    assert!(committed.contains(&"src/lib.rs") && committed.contains(&"blob.bin"), "{diff}");
+    let uncommitted = &diff["uncommitted"]["files"];
+    assert!(uncommitted.as_array().expect("uncommitted").iter().any(|file| file["path"] == "README.md"), "{diff}");
+
+    let lib = rpc.call("branch/fileContents", json!({"path": "src/lib.rs"}));
+    assert_eq!(lib["base"]["text"], "pub fn answer() -> u32 { 42 }\n", "{lib}");
+    assert_eq!(lib["head"]["text"], "pub fn answer() -> u32 { 43 }\n", "{lib}");
+    assert_eq!(lib["working"]["text"], "pub fn answer() -> u32 { 43 }\n", "{lib}");
+    assert_eq!(lib["baseCommit"], diff["base"]);
+    assert_eq!(lib["headCommit"], diff["head"]);
+
+    let readme = rpc.call("branch/fileContents", json!({"path": "README.md"}));
+    assert_eq!(readme["base"]["text"], "# project\n");
+    assert_eq!(readme["head"]["text"], "# project\n", "not committed: the head is unchanged");
+    assert_eq!(readme["working"]["text"], "# project, edited\n", "the uncommitted change is on the working side");
+
+    let blob = rpc.call("branch/fileContents", json!({"path": "blob.bin"}));
+    assert_eq!((blob["base"]["exists"].clone(), blob["head"]["exists"].clone()), (json!(false), json!(true)), "{blob}");
+    assert_eq!(blob["head"]["binary"], true);
+    assert_eq!(blob["head"]["text"], Value::Null);
+    assert_eq!(blob["head"]["size"], 3);
+
+    let big = rpc.call("branch/fileContents", json!({"path": "big.txt"}));
+    assert_eq!(big["head"]["size"], 2_097_152);
+    assert_eq!(big["head"]["truncated"], true);
+    assert_eq!(big["head"]["text"].as_str().map(str::len), Some(1 << 20), "cut at MAX_FILE_TEXT");
+    assert_eq!(big["working"]["truncated"], true);
+
+    let missing = rpc.call("branch/fileContents", json!({"path": "no/such/file"}));
+    for side in ["base", "head", "working"] {
+        assert_eq!(missing[side]["exists"], false, "{missing}");
+    }
+    for bad in ["../outside", "/etc/passwd", "src/../../x", ".git/config", ""] {
+        let response = rpc.request("branch/fileContents", Some(json!({"path": bad})));
+        assert_eq!(response["error"]["code"], 1004, "{bad:?} is refused: {response}");
+    }
+
+    // state/diff is what `lazaret state diff --json` prints.
+    let over_rpc = rpc.call("state/diff", json!({}));
+    let output = run(env.lazaret().args(["state", "diff", "--json", "--profile", "keep", "--workspace"]).arg(&repository));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let from_cli: Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(over_rpc, from_cli);
+    assert!(over_rpc.as_array().expect("changes").iter().any(|change| change["path"] == "/usr/local/bin/agent-tool" && change["kind"] == "added"));
+    let only_usr = rpc.call("state/diff", json!({"dir": "/usr"}));
+    assert_eq!(only_usr, over_rpc);
+    let bad_dir = rpc.request("state/diff", Some(json!({"dir": "/etc"})));
+    assert_eq!(bad_dir["error"]["code"], 1004, "{bad_dir}");
+}
+
+/// Registers and ends `count` sessions on `rpc`: two events each.
+fn churn_sessions(rpc: &mut Rpc, count: usize) {
+    for index in 0..count {
+        let session_id = format!("{:032x}", 0xfeed_0000_u64 + index as u64);
+        rpc.call("session/register", json!({"sessionId": session_id, "pid": std::process::id(), "client": "churn"}));
+        rpc.call("session/unregister", json!({"sessionId": session_id}));
+    }
+}
+
+fn subscribe(socket: &Path) -> Rpc {
+    let mut rpc = Rpc::connect(socket);
+    let subscription = rpc.call("events/subscribe", json!([]));
+    assert!(subscription.is_string() || subscription.is_number(), "{subscription}");
+    rpc
+}
+
+/// Reads `events/event` notifications until `done` says the stream has
+/// reached its end; returns their `result`s.
+fn read_events(rpc: &mut Rpc, mut done: impl FnMut(&[Value]) -> bool) -> Vec<Value> {
+    let mut events = Vec::new();
+    while !done(&events) {
+        let message = read_frame(&mut rpc.reader);
+        if message["method"] == "events/event" {
+            events.push(message["params"]["result"].clone());
+        }
+    }
+    events
+}
+
+#[test]
+fn a_subscriber_that_falls_behind_is_told_how_many_events_it_lost() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    keep_config(&env);
+    let repository = git_repository(&env, "project");
+    let (_keeper, socket, _domain) = start_domain(&env, &repository);
+
+    // One subscriber reads along, one does not read at all.
+    let mut reader = subscribe(&socket);
+    let mut stalled = subscribe(&socket);
+    let sessions = 1500;
+    let mut churn = Rpc::connect(&socket);
+    let started = std::time::Instant::now();
+    let expected = 2 * sessions;
+    let churner = std::thread::spawn(move || {
+        churn_sessions(&mut churn, sessions);
+        churn
+    });
+    let events = read_events(&mut reader, |events| events.len() >= expected);
+    let _churn = churner.join().expect("churn");
+    eprintln!("{expected} events in {:?}", started.elapsed());
+
+    let numbers: Vec<u64> = events.iter().map(|event| event["seq"].as_u64().expect("seq")).collect();
+    assert_eq!(numbers, (1..=expected as u64).collect::<Vec<_>>(), "a subscriber that keeps up sees every number once, in order");
+    assert!(events.iter().all(|event| event["kind"] != "eventsLagged"));
+
+    // The stalled one: its numbers have no gaps either, and what it missed
+    // is reported, so that delivered plus dropped is everything.
+    let mut dropped = 0;
+    let mut delivered = 0;
+    let stalled_events = read_events(&mut stalled, |events| {
+        let lost: u64 = events.iter().filter(|event| event["kind"] == "eventsLagged").map(|event| event["dropped"].as_u64().unwrap_or(0)).sum();
+        let seen = events.iter().filter(|event| event["kind"] != "eventsLagged").count() as u64;
+        dropped = lost;
+        delivered = seen;
+        lost + seen >= expected as u64
+    });
+    let numbers: Vec<u64> = stalled_events.iter().map(|event| event["seq"].as_u64().expect("seq")).collect();
+    assert_eq!(numbers, (1..=stalled_events.len() as u64).collect::<Vec<_>>(), "no gaps in the numbering");
+    assert!(dropped > 0, "the stalled subscriber lost events and was told ({delivered} delivered)");
+    assert_eq!(dropped + delivered, expected as u64);
+    let lag = stalled_events.iter().find(|event| event["kind"] == "eventsLagged").expect("an eventsLagged event");
+    eprintln!("stalled subscriber: {delivered} delivered, {dropped} dropped, first report {lag}");
+}
