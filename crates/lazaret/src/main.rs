@@ -1,24 +1,12 @@
 //! `lazaret`: the host CLI. Parses the command line, installs the tracing
 //! subscriber, dispatches to `commands`, and maps errors to exit statuses.
 
-mod accept;
 mod cli;
 mod commands;
-mod coordinator;
-mod domain_lock;
-mod escalation;
-mod git_sentry;
-mod helper_binaries;
 mod hold_to_bind;
-mod network;
-mod podman;
-mod private_dirs;
 mod process;
 mod prompt;
-mod rpc;
-mod runsc;
 mod session;
-mod state_anchor;
 mod workspace;
 
 use std::process::ExitCode;
@@ -51,11 +39,17 @@ fn render(error: &anyhow::Error) -> String {
     text
 }
 
+/// The exit status of the first configuration or security error in the
+/// chain; the coordinator library's error carries one inside its context.
 fn exit_status_of(error: &anyhow::Error) -> u8 {
     error
         .chain()
-        .find_map(|cause| cause.downcast_ref::<lazaret_core::Error>())
-        .map(lazaret_core::Error::exit_status)
+        .find_map(|cause| {
+            if let Some(core) = cause.downcast_ref::<lazaret_core::Error>() {
+                return Some(core.exit_status());
+            }
+            cause.downcast_ref::<lazaret_coordinator::Error>().and_then(lazaret_coordinator::Error::exit_status)
+        })
         .unwrap_or(exit_status::FAILURE)
 }
 

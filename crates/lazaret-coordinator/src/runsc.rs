@@ -10,7 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{bail, Result};
+use crate::bail;
+use crate::error::Result;
 
 /// Where `scripts/install-deps` puts the runsc it builds from the Go module.
 pub const BUILT_RUNSC_DIR: &str = "/usr/local/lib/lazaret";

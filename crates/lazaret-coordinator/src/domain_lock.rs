@@ -9,7 +9,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 
 pub struct DomainLock {
     file: File,
@@ -34,13 +34,16 @@ impl DomainLock {
             .open(path)
             .map_err(|error| {
                 if error.raw_os_error() == Some(nix::libc::ELOOP) {
-                    anyhow::Error::new(lazaret_core::Error::security(
+                    crate::Error::from(lazaret_core::Error::security(
                         "lockfile",
                         format!("{} is a symbolic link; refusing to follow it", path.display()),
                         None,
                     ))
                 } else {
-                    anyhow::Error::new(error).context(format!("cannot open the domain lockfile {}", path.display()))
+                    crate::Error::Context {
+                        context: format!("cannot open the domain lockfile {}", path.display()),
+                        source: Box::new(error.into()),
+                    }
                 }
             })?;
         let metadata = file.metadata().with_context(|| format!("cannot stat {}", path.display()))?;

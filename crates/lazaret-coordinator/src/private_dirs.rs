@@ -4,7 +4,7 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 
 /// Creates `path` (and missing parents, 0700) or checks the existing one:
 /// it must be a real directory (not a symlink) owned by us and not a shared
@@ -53,7 +53,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).expect("chmod");
         let error = ensure_private_dir(dir.path()).expect_err("refused");
-        assert!(format!("{error:#}").contains("shared with other users (mode 1777)"), "{error:#}");
+        assert!(error.chained().contains("shared with other users (mode 1777)"), "{}", error.chained());
         let mode = std::fs::metadata(dir.path()).expect("stat").permissions().mode() & 0o7777;
         assert_eq!(mode, 0o1777, "the shared directory is not changed");
     }

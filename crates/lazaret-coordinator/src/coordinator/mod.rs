@@ -12,17 +12,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use api::{Api, Domain};
 use lazaret_core::config::ResolvedProfile;
 use lazaret_protocol::{ContainerState, Event, LazaretApiServer};
+use lazaret_rpc::server::{self, ConnectionEvent};
 use lazaret_store::Store;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::domain_lock::DomainLock;
+use crate::error::{Context, Result};
 use crate::git_sentry::{self, GitLayout, HostRepository};
 use crate::podman::Podman;
-use crate::rpc::server::{self, ConnectionEvent};
-use api::{Api, Domain};
 
 /// How long a new coordinator waits for its first session before giving up
 /// (the CLI that started it may have died).
@@ -53,11 +53,11 @@ async fn watch_sidecar(domain: Arc<Domain>, socket: std::path::PathBuf) {
         while let Some(event) = events.next().await? {
             domain.sidecar_event(event).await;
         }
-        anyhow::Ok(())
+        Ok::<(), crate::Error>(())
     };
     match ended.await {
         Ok(()) => tracing::info!("the Network Sidecar's event stream ended"),
-        Err(error) => tracing::warn!(error = %format!("{error:#}"), "the Network Sidecar's event stream ended"),
+        Err(error) => tracing::warn!(error = %error.chained(), "the Network Sidecar's event stream ended"),
     }
 }
 
@@ -214,7 +214,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
             }
             Err(error) => {
                 tracing::error!(%error, "sandbox failed to start");
-                start_domain.set_container_state(ContainerState::Failed, Some(format!("{error:#}")));
+                start_domain.set_container_state(ContainerState::Failed, Some(error.chained()));
             }
         }
     });
@@ -280,13 +280,13 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     if let Some(anchor) = state_anchor {
         match tokio::task::spawn_blocking(move || anchor.unmount()).await {
             Ok(Ok(())) => tracing::info!("state anchor unmounted"),
-            Ok(Err(error)) => tracing::error!(error = %format!("{error:#}"), "could not unmount the state anchor"),
+            Ok(Err(error)) => tracing::error!(error = %error.chained(), "could not unmount the state anchor"),
             Err(error) => tracing::error!(%error, "state anchor task failed"),
         }
     }
     // Refusals counted in the last, unfinished window are recorded too.
     if let Some(server) = &escalation_server {
-        server.write_remaining_refusals(&domain).await;
+        server.write_remaining_refusals(&*domain).await;
     }
     if let Some(task) = escalation_task {
         task.abort();
@@ -318,7 +318,7 @@ impl Drop for StartupCleanup {
         }
         if let Some(anchor) = self.state_anchor.take() {
             if let Err(error) = anchor.unmount() {
-                tracing::error!(error = %format!("{error:#}"), "could not unmount the state anchor of a failed start");
+                tracing::error!(error = %error.chained(), "could not unmount the state anchor of a failed start");
             }
         }
         let resources = &self.resources;
@@ -349,14 +349,18 @@ fn prepare_escalation(resolved: &ResolvedProfile) -> Result<PreparedEscalation> 
         .context("the static lazaret-escalate binary was not found (build it: scripts/build), or set [escalation] enabled = false")?;
     let domain = &resolved.domain;
     let anchor = TrustAnchor::generate()?;
-    let sandbox_id = crate::commands::random_hex(8)?;
+    let sandbox_id = lazaret_core::ids::random_hex(8)?;
     let identity = trust_anchor::sandbox_identity(&resolved.profile, &domain.domain_hash, &sandbox_id);
     let credentials = anchor.client_credentials(&identity)?;
     let tls_dir = trust_anchor::credentials_directory(&domain.domain_hash, &domain.socket_dir);
     trust_anchor::write_credentials(&tls_dir, anchor.ca_pem(), &credentials)?;
     let _ = std::fs::remove_file(&domain.escalation_socket);
     let listener = bind_private(&domain.escalation_socket)?;
-    let server = crate::escalation::server::EscalationServer::new(tokio_rustls::TlsAcceptor::from(anchor.server_config()?), identity);
+    let server = crate::escalation::server::EscalationServer::new(
+        tokio_rustls::TlsAcceptor::from(anchor.server_config()?),
+        identity,
+        crate::escalation::EscalationSettings::of(resolved),
+    );
     let podman_arguments = vec![
         sandbox::HOST_UDS_ARGUMENT.to_owned(),
         format!("--volume={}:/run/lazaret/tls:ro", tls_dir.display()),

@@ -24,8 +24,10 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
 use lazaret_core::config::ResolvedProfile;
+
+use crate::bail;
+use crate::error::{Context, Result};
 
 pub use host_git::HostRepository;
 

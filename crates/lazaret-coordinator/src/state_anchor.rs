@@ -70,11 +70,12 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::error::{Context, Result};
 use crate::podman::Podman;
+use crate::{bail, format_err};
 
 /// Suffix of the upper directory.
 pub const CHANGES_SUFFIX: &str = "_changes";
@@ -140,7 +141,7 @@ pub fn dir_name(container_path: &Path) -> Result<String> {
             hasher.update(b"/");
             hasher.update(segment);
         }
-        name = format!("%%{}", hex(&hasher.finalize()));
+        name = format!("%%{}", lazaret_core::ids::hex(&hasher.finalize()));
     }
     Ok(name)
 }
@@ -307,7 +308,7 @@ impl Reach {
     /// Mounts each overlay, in order, stopping at the first failure. Returns
     /// which are mounted and, on failure, the index that failed and why.
     /// Rootless, all run in one `podman unshare`.
-    fn mount_overlays(&self, overlays: &[Overlay]) -> (Vec<bool>, Option<(usize, anyhow::Error)>) {
+    fn mount_overlays(&self, overlays: &[Overlay]) -> (Vec<bool>, Option<(usize, crate::Error)>) {
         let mut mounted = vec![false; overlays.len()];
         match self.namespace {
             Namespace::Host => {
@@ -486,7 +487,7 @@ impl Reach {
                     let mut file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
                     let mut hasher = Sha256::new();
                     std::io::copy(&mut file, &mut hasher).with_context(|| format!("cannot read {}", path.display()))?;
-                    Ok(hex(&hasher.finalize()))
+                    Ok(lazaret_core::ids::hex(&hasher.finalize()))
                 })
                 .collect(),
             Namespace::Rootless => {
@@ -504,7 +505,7 @@ impl Reach {
                 }
                 paths
                     .iter()
-                    .map(|path| hashes.remove(path).ok_or_else(|| anyhow!("sha256sum printed no hash for {}", path.display())))
+                    .map(|path| hashes.remove(path).ok_or_else(|| format_err!("sha256sum printed no hash for {}", path.display())))
                     .collect()
             }
         }
@@ -578,10 +579,6 @@ fn argument_chunks(paths: &[PathBuf]) -> Vec<&[PathBuf]> {
         start = end;
     }
     chunks
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// find's complaints about starting points that do not exist.
@@ -766,11 +763,11 @@ fn parse_find_output(output: &[u8]) -> Result<Vec<(PathBuf, Fingerprint)>> {
     }
     let text = |field: &[u8]| String::from_utf8_lossy(field).into_owned();
     let number = |field: &[u8], radix: u32| -> Result<u64> {
-        u64::from_str_radix(&text(field), radix).map_err(|_| anyhow!("unexpected number {:?} in find output", text(field)))
+        u64::from_str_radix(&text(field), radix).map_err(|_| format_err!("unexpected number {:?} in find output", text(field)))
     };
     let mut records = Vec::new();
     for record in records_fields {
-        let kind = record[0].first().map(|&byte| char::from(byte)).ok_or_else(|| anyhow!("empty kind in find output"))?;
+        let kind = record[0].first().map(|&byte| char::from(byte)).ok_or_else(|| format_err!("empty kind in find output"))?;
         let (mtime_sec, mtime_nsec) = parse_find_time(&text(record[2]))?;
         let fingerprint = Fingerprint {
             kind,
@@ -792,12 +789,12 @@ fn parse_find_output(output: &[u8]) -> Result<Vec<(PathBuf, Fingerprint)>> {
 /// `%T@`: seconds, a dot and up to 10 fractional digits.
 fn parse_find_time(text: &str) -> Result<(i64, u32)> {
     let (seconds, fraction) = text.split_once('.').unwrap_or((text, ""));
-    let seconds: i64 = seconds.parse().map_err(|_| anyhow!("unexpected time {text:?} in find output"))?;
+    let seconds: i64 = seconds.parse().map_err(|_| format_err!("unexpected time {text:?} in find output"))?;
     let mut digits: String = fraction.chars().take(9).collect();
     while digits.len() < 9 {
         digits.push('0');
     }
-    let nanoseconds: u32 = digits.parse().map_err(|_| anyhow!("unexpected time {text:?} in find output"))?;
+    let nanoseconds: u32 = digits.parse().map_err(|_| format_err!("unexpected time {text:?} in find output"))?;
     Ok((seconds, nanoseconds))
 }
 
@@ -1247,14 +1244,14 @@ impl StateAnchor {
             dirs: planned.iter().map(|(dir, _)| dir.clone()).collect(),
         };
         let written = serde_json::to_vec(&record)
-            .map_err(anyhow::Error::from)
-            .and_then(|bytes| std::fs::write(domain_dir.join(STATE_FILE), bytes).map_err(anyhow::Error::from))
+            .map_err(crate::Error::from)
+            .and_then(|bytes| std::fs::write(domain_dir.join(STATE_FILE), bytes).map_err(crate::Error::from))
             .with_context(|| format!("cannot write {}", domain_dir.join(STATE_FILE).display()));
         let result = written.and_then(|()| anchor.mount_overlays(&image_mount.root, &planned));
         anchor.planned = planned;
         if let Err(error) = result {
             if let Err(cleanup) = anchor.unmount() {
-                tracing::error!(error = %format!("{cleanup:#}"), "cannot undo a partial State Anchor mount");
+                tracing::error!(error = %cleanup.chained(), "cannot undo a partial State Anchor mount");
             }
             return Err(error);
         }
@@ -1372,7 +1369,7 @@ impl StateAnchor {
         if let (true, Some(image)) = (mounted.image, &self.image) {
             let planned: Vec<(PathBuf, String)> = self.planned[..self.mounts.len()].to_vec();
             if let Err(error) = record_bases(&self.reach, &self.domain_dir, &planned, &image.root) {
-                tracing::warn!(error = %format!("{error:#}"), "cannot record the image's versions of changed files; `state diff` will not flag conflicts for them");
+                tracing::warn!(error = %error.chained(), "cannot record the image's versions of changed files; `state diff` will not flag conflicts for them");
             }
         }
         let merged: Vec<PathBuf> =
@@ -1442,7 +1439,7 @@ pub fn recover(domain_dir: &Path) -> Result<()> {
     if let Some(record) = image_mounted {
         let recorded = plan(&record.dirs).and_then(|planned| record_bases(&reach, domain_dir, &planned, &record.image_root));
         if let Err(error) = recorded {
-            tracing::warn!(error = %format!("{error:#}"), "cannot record the image's versions of changed files");
+            tracing::warn!(error = %error.chained(), "cannot record the image's versions of changed files");
         }
     }
     if !stale.is_empty() {
@@ -1457,7 +1454,7 @@ pub fn recover(domain_dir: &Path) -> Result<()> {
     }
     if let Some(record) = image_mounted {
         if let Err(error) = reach.unmount_image(&record.image_id) {
-            tracing::warn!(error = %format!("{error:#}"), "cannot release the image mount of the previous coordinator");
+            tracing::warn!(error = %error.chained(), "cannot release the image mount of the previous coordinator");
         }
     }
     Ok(())
@@ -1477,7 +1474,7 @@ pub fn diff(domain_dir: &Path, image: &str, persistent_dirs: &[PathBuf]) -> Resu
     let image_mount = reach.mount_image(image)?;
     let result = diff_against(&reach, domain_dir, &planned, &image_mount.root);
     if let Err(error) = reach.unmount_image(&image_mount.id) {
-        tracing::warn!(error = %format!("{error:#}"), "cannot release the image mount");
+        tracing::warn!(error = %error.chained(), "cannot release the image mount");
     }
     result
 }

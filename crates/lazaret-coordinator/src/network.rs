@@ -13,10 +13,11 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
 use lazaret_core::config::ResolvedProfile;
 use sha2::{Digest, Sha256};
 
+use crate::bail;
+use crate::error::{Context, Result};
 use crate::podman::Podman;
 
 /// Inside the sidecar: where its control socket lives.
@@ -28,7 +29,7 @@ pub fn ensure_image(podman: &Podman) -> Result<String> {
         .filter(|path| crate::helper_binaries::linkage(path).is_ok_and(|linkage| linkage == crate::helper_binaries::Linkage::Static))
         .context("the static lazaret-sidecar binary was not found (build it: scripts/build)")?;
     let bytes = std::fs::read(&binary)?;
-    let hash: String = Sha256::digest(&bytes).iter().take(6).map(|byte| format!("{byte:02x}")).collect();
+    let hash = lazaret_core::ids::hex(&Sha256::digest(&bytes)[..6]);
     let tag = format!("localhost/lazaret-sidecar:{hash}");
     if podman.image_exists(&tag) {
         return Ok(tag);
@@ -49,7 +50,7 @@ pub fn ensure_image(podman: &Podman) -> Result<String> {
 }
 
 fn tempfile_dir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("lazaret-sidecar-build-{}", crate::commands::random_hex(6)?));
+    let dir = std::env::temp_dir().join(format!("lazaret-sidecar-build-{}", lazaret_core::ids::random_hex(6)?));
     crate::private_dirs::ensure_private_dir(&dir)?;
     Ok(dir)
 }

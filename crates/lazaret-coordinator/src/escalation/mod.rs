@@ -10,10 +10,58 @@ pub mod trust_anchor;
 pub mod verify;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Mutex;
+use std::time::Duration;
 
-use lazaret_protocol::PendingEscalation;
+use lazaret_core::config::ResolvedProfile;
+use lazaret_core::policy::AutoApproveRule;
+use lazaret_protocol::{Event, PendingEscalation};
+use lazaret_store::AuditRecord;
 use tokio::sync::oneshot;
+
+/// What the Escalation Socket needs of the domain it serves, and no more:
+/// the coordinator's `Domain` implements it. The server never sees the
+/// session map, the store or the container, only these.
+pub trait EscalationDomain: Send + Sync + 'static {
+    /// The registered Session Anchor key of a live session (its delegation
+    /// key is checked against it).
+    fn session_public_key(&self, session_id: &str) -> Option<ed25519_dalek::VerifyingKey>;
+    /// Requests waiting for a human, and the replay guard.
+    fn broker(&self) -> &Broker;
+    /// Publishes an event to the domain's subscribers.
+    fn emit(&self, event: Event);
+    /// Appends an audit record; failures are logged.
+    fn audit(&self, record: AuditRecord) -> impl Future<Output = ()> + Send;
+}
+
+/// The domain's identity and escalation policy, as the server applies it.
+#[derive(Debug, Clone)]
+pub struct EscalationSettings {
+    pub domain_hash: String,
+    pub profile: String,
+    /// Where host commands run (the workspace).
+    pub workspace: PathBuf,
+    pub auto_approve_rules: Vec<AutoApproveRule>,
+    /// How long a request waits for a human.
+    pub approval_timeout: Duration,
+    /// How long an approved host command may run.
+    pub command_timeout: Duration,
+}
+
+impl EscalationSettings {
+    pub fn of(resolved: &ResolvedProfile) -> EscalationSettings {
+        EscalationSettings {
+            domain_hash: resolved.domain.domain_hash.clone(),
+            profile: resolved.profile.clone(),
+            workspace: resolved.workspace.clone(),
+            auto_approve_rules: resolved.auto_approve_rules.clone(),
+            approval_timeout: Duration::from_secs(resolved.escalation_timeouts.approval_seconds),
+            command_timeout: Duration::from_secs(resolved.escalation_timeouts.command_seconds),
+        }
+    }
+}
 
 /// A human's (or editor's) answer to a pending request.
 #[derive(Debug, Clone, PartialEq, Eq)]

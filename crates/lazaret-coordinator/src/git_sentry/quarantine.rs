@@ -16,10 +16,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
-use anyhow::{bail, Context, Result};
 use lazaret_core::git_bundle::BundleHeader;
 
 use super::HostRepository;
+use crate::bail;
+use crate::error::{Context, Result};
 
 /// Prefix of quarantine directories inside the host's `objects/`.
 pub const QUARANTINE_PREFIX: &str = "lazaret-incoming-";
@@ -87,7 +88,7 @@ struct Quarantine {
 
 impl Quarantine {
     fn create(objects: &Path) -> Result<Quarantine> {
-        let suffix = crate::commands::random_hex(8)?;
+        let suffix = lazaret_core::ids::random_hex(8)?;
         let root = objects.join(format!("{QUARANTINE_PREFIX}{suffix}"));
         let received = root.join("received");
         let checked = root.join("checked");

@@ -5,26 +5,22 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use jsonrpsee::core::{async_trait, RpcResult, SubscriptionResult};
 use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{ConnectionId, Extensions, PendingSubscriptionSink, SubscriptionMessage};
 use lazaret_core::config::ResolvedProfile;
+use lazaret_core::time::now_ms;
 use lazaret_protocol::{
     error_code, AuditVerification, BranchDiff, CompletedSession, ContainerState, DomainStatus, Event, LazaretApiServer, LiveSession,
     PendingEscalation, RegisterResult, API_VERSION,
 };
+use lazaret_store::{SessionRecord, Store};
+use tokio::sync::{broadcast, watch, Notify};
 
 use crate::escalation::Answer;
 use crate::git_sentry::sync::Export;
 use crate::git_sentry::{self, GitLayout};
-use lazaret_store::{SessionRecord, Store};
-use tokio::sync::{broadcast, watch, Notify};
-
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_millis() as u64).unwrap_or(0)
-}
 
 fn rpc_error(code: i32, message: impl Into<String>) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(code, message.into(), None::<()>)
@@ -139,7 +135,7 @@ impl Domain {
     }
 
     /// Announces (and logs) the outcome of an export of the agent branch.
-    fn report_export(&self, branch: &str, result: anyhow::Result<Export>) {
+    fn report_export(&self, branch: &str, result: crate::Result<Export>) {
         match result {
             Ok(Export::Updated { previous, commit }) => {
                 tracing::info!(branch, commit, "agent branch updated on the host");
@@ -147,8 +143,8 @@ impl Domain {
             }
             Ok(Export::Unchanged | Export::NoBranch) => {}
             Err(error) => {
-                tracing::warn!(branch, error = %format!("{error:#}"), "export of the agent branch refused");
-                self.emit(Event::BranchRejected { branch: branch.to_owned(), reason: format!("{error:#}") });
+                tracing::warn!(branch, error = %error.chained(), "export of the agent branch refused");
+                self.emit(Event::BranchRejected { branch: branch.to_owned(), reason: error.chained() });
             }
         }
     }
@@ -206,7 +202,7 @@ impl Domain {
         tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
             .await
             .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
-            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, format!("{error:#}")))
+            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.chained()))
     }
 
     /// Runs a store query on the blocking pool (section 4.4), as an RPC result.
@@ -295,8 +291,27 @@ impl Domain {
     }
 }
 
+/// The Escalation Socket's view of the domain.
+impl crate::escalation::EscalationDomain for Domain {
+    fn session_public_key(&self, session_id: &str) -> Option<ed25519_dalek::VerifyingKey> {
+        Domain::session_public_key(self, session_id)
+    }
+
+    fn broker(&self) -> &crate::escalation::Broker {
+        &self.broker
+    }
+
+    fn emit(&self, event: Event) {
+        Domain::emit(self, event);
+    }
+
+    fn audit(&self, record: lazaret_store::AuditRecord) -> impl std::future::Future<Output = ()> + Send {
+        Domain::audit(self, record)
+    }
+}
+
 /// Re-reads the configuration and returns the domain's merged allowlist.
-pub type EgressReloader = Arc<dyn Fn() -> anyhow::Result<Vec<lazaret_core::egress::EgressRule>> + Send + Sync>;
+pub type EgressReloader = Arc<dyn Fn() -> crate::Result<Vec<lazaret_core::egress::EgressRule>> + Send + Sync>;
 
 /// An audit record of a network event (policy change or refused question).
 fn network_audit_record(outcome: &str, reason: Option<String>, decided_by: &str, argv: Vec<String>) -> lazaret_store::AuditRecord {
@@ -499,7 +514,7 @@ impl LazaretApiServer for Api {
         let rules = tokio::task::spawn_blocking(move || reloader())
             .await
             .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
-            .map_err(|error| rpc_error(error_code::INVALID_VALUE, format!("{error:#}")))?;
+            .map_err(|error| rpc_error(error_code::INVALID_VALUE, error.chained()))?;
         let entries: Vec<String> = rules.iter().map(|rule| rule.to_string()).collect();
         let answer = self.0.sidecar(serde_json::json!({ "set": { "allow": entries } })).await;
         let outcome = if answer.is_ok() { "networkReloaded" } else { "rejected" };
@@ -572,11 +587,11 @@ impl LazaretApiServer for Api {
         let mut diff = tokio::task::spawn_blocking(move || git_sentry::diff::committed(&host, &branch, with_patch))
             .await
             .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))?
-            .map_err(|error| rpc_error(error_code::GIT_FAILED, format!("{error:#}")))?;
+            .map_err(|error| rpc_error(error_code::GIT_FAILED, error.chained()))?;
         if self.0.container_is_running() {
             git_sentry::diff::add_uncommitted(&mut diff, &self.0.resolved.domain.container_name, with_patch)
                 .await
-                .map_err(|error| rpc_error(error_code::GIT_FAILED, format!("{error:#}")))?;
+                .map_err(|error| rpc_error(error_code::GIT_FAILED, error.chained()))?;
         }
         Ok(diff)
     }

@@ -14,7 +14,7 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::framing::{read_message, write_message};
+use crate::framing::{read_message, write_message};
 
 const MAX_MESSAGE: usize = 16 << 20;
 

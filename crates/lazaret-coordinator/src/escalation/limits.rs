@@ -97,7 +97,7 @@ pub fn bounded(text: &str) -> String {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    let digest: String = Sha256::digest(text.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect();
+    let digest = lazaret_core::ids::hex(&Sha256::digest(text.as_bytes()));
     format!("{}… [truncated: {} bytes, sha256 {digest}]", &text[..end], text.len())
 }
 

@@ -3,9 +3,10 @@
 
 use std::ffi::OsString;
 
-use anyhow::{bail, Context, Result};
 use lazaret_core::config::ResolvedProfile;
 
+use crate::bail;
+use crate::error::{Context, Result};
 use crate::podman::Podman;
 
 /// Label carrying the domain hash on every container Lazaret starts.

@@ -22,7 +22,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use super::framing::{read_message, write_message};
+use crate::framing::{read_message, write_message};
 
 /// Limits for one connection.
 #[derive(Debug, Clone)]

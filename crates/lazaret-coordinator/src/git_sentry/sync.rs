@@ -8,9 +8,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-
 use super::GitLayout;
+use crate::error::{Context, Result};
 use crate::podman::Podman;
 
 const MIRROR_POLL: Duration = Duration::from_millis(150);

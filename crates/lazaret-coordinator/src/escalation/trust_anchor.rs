@@ -8,11 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use lazaret_protocol::escalation::paths;
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use lazaret_protocol::escalation::paths;
+use crate::error::{Context, Result};
 
 /// Client certificates expire after this long; a domain that runs longer
 /// gets new ones on its next start.

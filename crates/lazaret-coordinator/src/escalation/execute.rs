@@ -7,11 +7,12 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::Result;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use lazaret_protocol::escalation::ServerFrame;
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::error::Result;
 
 /// Bytes of stdout and of stderr forwarded per command; the rest is dropped
 /// with a note.
@@ -61,7 +62,7 @@ where
         .kill_on_drop(true);
     let mut child = command.spawn()?;
     let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        anyhow::bail!("the command's output pipes are missing");
+        crate::bail!("the command's output pipes are missing");
     };
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);

@@ -70,13 +70,13 @@ pub async fn output_within(
     mut command: tokio::process::Command,
     limit: std::time::Duration,
     what: &str,
-) -> anyhow::Result<std::process::Output> {
+) -> crate::Result<std::process::Output> {
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let child = command.spawn().map_err(|error| anyhow::anyhow!("cannot run podman for {what}: {error}"))?;
+    let child = command.spawn().map_err(|error| crate::format_err!("cannot run podman for {what}: {error}"))?;
     match tokio::time::timeout(limit, child.wait_with_output()).await {
         Ok(output) => Ok(output?),
         // Dropping the future drops the child: kill_on_drop ends podman.
-        Err(_) => anyhow::bail!("{what} did not finish within {} s inside the sandbox; stopped", limit.as_secs()),
+        Err(_) => crate::bail!("{what} did not finish within {} s inside the sandbox; stopped", limit.as_secs()),
     }
 }
 

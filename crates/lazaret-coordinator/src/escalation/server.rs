@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lazaret_core::policy::{self, Decision, EscalationRequest};
+use lazaret_core::time::now_ms;
 use lazaret_protocol::escalation::{encode_frame, frame_length, RequestPayload, ServerFrame, SignedRequest};
 use lazaret_protocol::{Event, PendingEscalation};
 use lazaret_store::AuditRecord;
@@ -15,8 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_rustls::TlsAcceptor;
 
-use super::{execute, verify, Answer};
-use crate::coordinator::api::{now_ms, Domain};
+use super::{execute, verify, Answer, EscalationDomain, EscalationSettings};
 
 /// How long a client has for the handshake and its request.
 const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -25,6 +25,8 @@ pub struct EscalationServer {
     pub acceptor: TlsAcceptor,
     /// The URI SAN the client certificate must carry.
     pub expected_identity: String,
+    /// The domain's escalation policy, timeouts and identity.
+    pub settings: EscalationSettings,
     /// Connections being served (handshake, request, wait, run).
     pub connections: Arc<tokio::sync::Semaphore>,
     /// Host commands running at once.
@@ -34,10 +36,11 @@ pub struct EscalationServer {
 }
 
 impl EscalationServer {
-    pub fn new(acceptor: TlsAcceptor, expected_identity: String) -> EscalationServer {
+    pub fn new(acceptor: TlsAcceptor, expected_identity: String, settings: EscalationSettings) -> EscalationServer {
         EscalationServer {
             acceptor,
             expected_identity,
+            settings,
             connections: Arc::new(tokio::sync::Semaphore::new(super::limits::MAX_CONNECTIONS)),
             running: Arc::new(tokio::sync::Semaphore::new(super::limits::MAX_RUNNING_COMMANDS)),
             refusals: std::sync::Mutex::new(super::limits::RefusalLog::default()),
@@ -47,7 +50,7 @@ impl EscalationServer {
     /// Audits a refusal of an unauthenticated connection, or counts it for
     /// the window's summary (attack review finding 14: 3,000 junk
     /// connections wrote 3,000 records in 1.9 s).
-    async fn refuse_unauthenticated(&self, domain: &Domain, kind: &str, detail: String, received_at_ms: u64) {
+    async fn refuse_unauthenticated(&self, domain: &impl EscalationDomain, kind: &str, detail: String, received_at_ms: u64) {
         let (audit_now, summaries) =
             self.refusals.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).note(kind, std::time::Instant::now());
         write_summaries(domain, summaries).await;
@@ -61,13 +64,13 @@ impl EscalationServer {
 
 impl EscalationServer {
     /// Writes the counts of a window that has not ended (at teardown).
-    pub async fn write_remaining_refusals(&self, domain: &Domain) {
+    pub async fn write_remaining_refusals(&self, domain: &impl EscalationDomain) {
         let summaries = self.refusals.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).drain();
         write_summaries(domain, summaries).await;
     }
 }
 
-async fn write_summaries(domain: &Domain, summaries: Vec<(String, u64)>) {
+async fn write_summaries(domain: &impl EscalationDomain, summaries: Vec<(String, u64)>) {
     for (kind, count) in summaries {
         let mut record = blank_record("-", "-", now_ms());
         record.reason = Some(format!(
@@ -78,15 +81,15 @@ async fn write_summaries(domain: &Domain, summaries: Vec<(String, u64)>) {
     }
 }
 
-pub async fn serve(listener: UnixListener, server: Arc<EscalationServer>, domain: Arc<Domain>) {
-    let mut backoff = crate::accept::Backoff::default();
+pub async fn serve<D: EscalationDomain>(listener: UnixListener, server: Arc<EscalationServer>, domain: Arc<D>) {
+    let mut backoff = lazaret_rpc::accept::Backoff::default();
     let mut flush = tokio::time::interval(super::limits::REFUSAL_WINDOW);
     loop {
         let stream = tokio::select! {
-            stream = crate::accept::next(&listener, &mut backoff, "escalation") => stream,
+            stream = lazaret_rpc::accept::next(&listener, &mut backoff, "escalation") => stream,
             _ = flush.tick() => {
                 let summaries = server.refusals.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).flush(std::time::Instant::now());
-                write_summaries(&domain, summaries).await;
+                write_summaries(&*domain, summaries).await;
                 continue;
             }
         };
@@ -95,13 +98,13 @@ pub async fn serve(listener: UnixListener, server: Arc<EscalationServer>, domain
         let Ok(permit) = server.connections.clone().try_acquire_owned() else {
             drop(stream);
             let detail = format!("more than {} connections at once; closed unread", super::limits::MAX_CONNECTIONS);
-            server.refuse_unauthenticated(&domain, "too many connections", detail, now_ms()).await;
+            server.refuse_unauthenticated(&*domain, "too many connections", detail, now_ms()).await;
             continue;
         };
         let server = server.clone();
         let domain = domain.clone();
         tokio::spawn(async move {
-            handle(stream, &server, &domain).await;
+            handle(stream, &server, &*domain).await;
             drop(permit);
         });
     }
@@ -135,7 +138,7 @@ async fn send(stream: &mut (impl AsyncWrite + Unpin), frame: &ServerFrame) {
     }
 }
 
-async fn handle(stream: UnixStream, server: &EscalationServer, domain: &Arc<Domain>) {
+async fn handle<D: EscalationDomain>(stream: UnixStream, server: &EscalationServer, domain: &D) {
     let received_at_ms = now_ms();
     let tls = match tokio::time::timeout(REQUEST_READ_TIMEOUT, server.acceptor.accept(stream)).await {
         Ok(Ok(tls)) => tls,
@@ -176,7 +179,7 @@ async fn handle(stream: UnixStream, server: &EscalationServer, domain: &Arc<Doma
         }
     };
     let verified = {
-        let mut guard = domain.broker.replay_guard.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut guard = domain.broker().replay_guard.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         verify::verify(&signed, |session_id| domain.session_public_key(session_id), now_ms(), &mut guard)
     };
     let payload = match verified {
@@ -217,26 +220,26 @@ async fn read_request(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Resul
     serde_json::from_slice(&body).map_err(|error| format!("malformed request: {error}"))
 }
 
-async fn decide_and_run(
+async fn decide_and_run<D: EscalationDomain>(
     tls: &mut (impl AsyncWrite + tokio::io::AsyncRead + Unpin),
     server: &EscalationServer,
-    domain: &Arc<Domain>,
+    domain: &D,
     payload: RequestPayload,
     received_at_ms: u64,
 ) {
-    let resolved = &domain.resolved;
+    let settings = &server.settings;
     let mut record = blank_record(&payload.request_id, &payload.session_id, received_at_ms);
     record.verified = true;
     record.requested_argv = payload.argv.clone();
     record.justification = payload.justification.clone();
     let host_path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned());
 
-    let decision = policy::decide(&EscalationRequest { argv: payload.argv.clone() }, &resolved.auto_approve_rules);
+    let decision = policy::decide(&EscalationRequest { argv: payload.argv.clone() }, &settings.auto_approve_rules);
     let (argv, outcome, decided_by) = match decision {
         Decision::AutoApprove { .. } => (payload.argv.clone(), "auto".to_owned(), "policy".to_owned()),
         Decision::NeedsHuman { reasons } => {
             // A sandbox cannot fill the queue the human reads.
-            let pending = domain.broker.pending();
+            let pending = domain.broker().pending();
             let of_session = pending.iter().filter(|escalation| escalation.session_id == payload.session_id).count();
             let full = if of_session >= super::limits::MAX_PENDING_PER_SESSION {
                 Some(format!(
@@ -255,22 +258,22 @@ async fn decide_and_run(
             if let Some(reason) = full {
                 return finish_without_running(tls, domain, record, "rejected", "policy", ServerFrame::Refused { reason }).await;
             }
-            let timeout = Duration::from_secs(resolved.escalation_timeouts.approval_seconds);
+            let timeout = settings.approval_timeout;
             let escalation = PendingEscalation {
                 request_id: payload.request_id.clone(),
-                domain_hash: resolved.domain.domain_hash.clone(),
-                profile: resolved.profile.clone(),
+                domain_hash: settings.domain_hash.clone(),
+                profile: settings.profile.clone(),
                 session_id: payload.session_id.clone(),
                 argv: payload.argv.clone(),
                 display: policy::display_command(&payload.argv),
                 justification: payload.justification.clone(),
-                cwd: resolved.workspace.display().to_string(),
+                cwd: settings.workspace.display().to_string(),
                 reasons,
                 risk_notes: policy::risk_notes(&payload.argv),
                 received_at_ms,
                 expires_at_ms: received_at_ms + timeout.as_millis() as u64,
             };
-            let answer = domain.broker.add(escalation.clone());
+            let answer = domain.broker().add(escalation.clone());
             domain.emit(Event::EscalationPending { escalation });
             send(
                 tls,
@@ -286,7 +289,7 @@ async fn decide_and_run(
                 // The client hung up: nobody is waiting for the answer any
                 // more, so the request leaves every client's queue now.
                 _ = wait_for_hangup(tls) => {
-                    domain.broker.withdraw(&payload.request_id);
+                    domain.broker().withdraw(&payload.request_id);
                     Some(Answer::Deny { reason: "the requesting process went away".to_owned(), decided_by: "client".to_owned() })
                 }
             };
@@ -302,7 +305,7 @@ async fn decide_and_run(
                     return finish_without_running(tls, domain, record, "aborted", &decided_by, frame).await;
                 }
                 None => {
-                    domain.broker.withdraw(&payload.request_id);
+                    domain.broker().withdraw(&payload.request_id);
                     let reason = format!("nobody approved the request within {} s", timeout.as_secs());
                     return finish_without_running(tls, domain, record, "timedOut", "timeout", ServerFrame::TimedOut { reason }).await;
                 }
@@ -348,9 +351,9 @@ async fn decide_and_run(
         send(tls, &ServerFrame::Refused { reason }).await;
         return;
     };
-    let command_timeout = Duration::from_secs(resolved.escalation_timeouts.command_seconds);
+    let command_timeout = settings.command_timeout;
     let tls_cell = tokio::sync::Mutex::new(&mut *tls);
-    let finished = execute::run(&program, &argv[1..], &resolved.workspace, &host_path, command_timeout, |frame| {
+    let finished = execute::run(&program, &argv[1..], &settings.workspace, &host_path, command_timeout, |frame| {
         let tls_cell = &tls_cell;
         async move {
             let mut guard = tls_cell.lock().await;
@@ -386,7 +389,7 @@ async fn decide_and_run(
 
 async fn finish_without_running(
     tls: &mut (impl AsyncWrite + Unpin),
-    domain: &Arc<Domain>,
+    domain: &impl EscalationDomain,
     mut record: AuditRecord,
     outcome: &str,
     decided_by: &str,

@@ -3,10 +3,10 @@
 //! is imported data there), and the agent's uncommitted changes, computed by
 //! git inside the sandbox. Paths that make hosts run code are flagged (D4).
 
-use anyhow::Result;
 use lazaret_protocol::{BranchDiff, FileChange, PathWarning, UncommittedChanges};
 
 use super::HostRepository;
+use crate::error::Result;
 use crate::podman::Podman;
 
 /// Largest patch text returned; longer ones are cut with a note.
@@ -50,7 +50,7 @@ pub async fn add_uncommitted(diff: &mut BranchDiff, container: &str, with_patch:
     command.args(["exec", container, "sh", "-c", script, "lazaret-diff", if with_patch { "patch" } else { "no-patch" }]);
     let output = crate::podman::output_within(command, super::sync::EXPORT_LIMIT, "git diff of the uncommitted changes").await?;
     if !output.status.success() {
-        anyhow::bail!("git inside the sandbox failed: {}", String::from_utf8_lossy(&output.stderr).trim());
+        crate::bail!("git inside the sandbox failed: {}", String::from_utf8_lossy(&output.stderr).trim());
     }
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     let parts: Vec<&str> = text.split("\0\u{1e}\0").collect();
