@@ -1,6 +1,8 @@
-//! The one place that spawns `podman`. Every invocation goes through
-//! [`Podman::command`], so flags that these machines need (DECISIONS D10,
-//! ENVIRONMENT.md) are set in one spot.
+//! Starting `podman`: every invocation that can goes through
+//! [`Podman::command`], so the program (`$LAZARET_PODMAN` or `podman`), the
+//! cleared environment and the flags these machines need (DECISIONS D10,
+//! ENVIRONMENT.md) are set in one spot. The State Anchor as root and the
+//! CLI's PTY session start the same program with [`environment`] themselves.
 
 use std::process::{Command, Stdio};
 

@@ -64,3 +64,19 @@ fn install_tracing(verbose: u8) {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(ansi).init();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_security_error_under_coordinator_context_keeps_its_status_and_prints_once() {
+        let core = lazaret_core::Error::security("directory", "/tmp is shared with other users", None);
+        let coordinator = lazaret_coordinator::Error::Context { context: "cannot start".to_owned(), source: Box::new(core.into()) };
+        let error = anyhow::Error::new(coordinator).context("outer");
+        assert_eq!(exit_status_of(&error), exit_status::SECURITY_ABORT);
+        let text = render(&error);
+        assert_eq!(text.matches("shared with other users").count(), 1, "{text}");
+        assert!(text.starts_with("outer\n  caused by: cannot start\n  caused by: "), "{text}");
+    }
+}
