@@ -21,11 +21,15 @@ fn main() {
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=LAZARET_GIT_COMMIT={commit}");
     // Build again when HEAD moves: HEAD itself, the branch it names, packed refs.
+    // In a linked worktree HEAD is in its own git directory, while branches and
+    // packed refs are in the common one.
     if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {
         let git_dir = Path::new(&git_dir);
-        let mut watched = vec![git_dir.join("HEAD"), git_dir.join("packed-refs")];
+        let common_dir = git(&["rev-parse", "--path-format=absolute", "--git-common-dir"]).unwrap_or_else(|| git_dir.display().to_string());
+        let common_dir = Path::new(&common_dir);
+        let mut watched = vec![git_dir.join("HEAD"), common_dir.join("packed-refs")];
         if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            watched.push(git_dir.join(branch));
+            watched.push(common_dir.join(branch));
         }
         for path in watched.into_iter().filter(|path| path.exists()) {
             println!("cargo:rerun-if-changed={}", path.display());

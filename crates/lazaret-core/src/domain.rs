@@ -34,10 +34,7 @@ impl DomainAnchor {
 /// First 12 hex digits of SHA-256 of `"<profile>:<canonical workspace>"`.
 pub fn domain_hash(profile: &str, canonical_workspace: &str) -> String {
     let digest = Sha256::digest(format!("{profile}:{canonical_workspace}").as_bytes());
-    let mut hex = String::with_capacity(64);
-    for byte in digest.iter() {
-        hex.push_str(&format!("{byte:02x}"));
-    }
+    let mut hex = crate::ids::hex(&digest);
     hex.truncate(DOMAIN_HASH_LENGTH);
     hex
 }

@@ -15,10 +15,12 @@ pub mod git_bundle;
 pub mod git_config_mirror;
 pub mod host;
 pub mod host_code_files;
+pub mod ids;
 pub mod image_reference;
 pub mod location;
 pub mod paths;
 pub mod policy;
 pub mod terminal_text;
+pub mod time;
 
 pub use error::{Error, Result};

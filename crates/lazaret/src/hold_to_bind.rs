@@ -11,12 +11,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use lazaret_coordinator::coordinator;
+use lazaret_coordinator::domain_lock::DomainLock;
 use lazaret_core::config::ResolvedProfile;
 use lazaret_protocol::{error_code, RegisterResult};
-
-use crate::coordinator;
-use crate::domain_lock::DomainLock;
-use crate::rpc::client::{RpcClient, RpcError};
+use lazaret_rpc::client::{RpcClient, RpcError};
 
 /// How long the leader waits for a new coordinator's socket.
 const BIND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -33,7 +32,7 @@ pub struct Joined {
 pub struct CoordinatorLaunch<'a> {
     pub config_path: Option<&'a Path>,
     pub resolved: &'a ResolvedProfile,
-    pub mode: crate::coordinator::WorkspaceMode,
+    pub mode: lazaret_coordinator::coordinator::WorkspaceMode,
 }
 
 pub async fn join(launch: &CoordinatorLaunch<'_>, session_id: &str, public_key: &str, command: &[String]) -> Result<Joined> {
@@ -102,7 +101,7 @@ pub async fn socket_is_live(path: &Path) -> bool {
 /// session and terminal with `setsid`, its output going to the domain log.
 fn spawn_coordinator(launch: &CoordinatorLaunch<'_>) -> Result<Child> {
     let domain = &launch.resolved.domain;
-    crate::private_dirs::ensure_private_dir(&domain.domain_dir)?;
+    lazaret_coordinator::private_dirs::ensure_private_dir(&domain.domain_dir)?;
     let log_path = domain.domain_dir.join(coordinator::LOG_FILE);
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -120,7 +119,7 @@ fn spawn_coordinator(launch: &CoordinatorLaunch<'_>) -> Result<Child> {
         .arg(&launch.resolved.profile)
         .arg("--workspace")
         .arg(&launch.resolved.workspace)
-        .args(if launch.mode == crate::coordinator::WorkspaceMode::Direct { &["--mount-workspace"][..] } else { &[][..] })
+        .args(if launch.mode == lazaret_coordinator::coordinator::WorkspaceMode::Direct { &["--mount-workspace"][..] } else { &[][..] })
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);

@@ -1,24 +1,12 @@
 //! `lazaret`: the host CLI. Parses the command line, installs the tracing
 //! subscriber, dispatches to `commands`, and maps errors to exit statuses.
 
-mod accept;
 mod cli;
 mod commands;
-mod coordinator;
-mod domain_lock;
-mod escalation;
-mod git_sentry;
-mod helper_binaries;
 mod hold_to_bind;
-mod network;
-mod podman;
-mod private_dirs;
 mod process;
 mod prompt;
-mod rpc;
-mod runsc;
 mod session;
-mod state_anchor;
 mod workspace;
 
 use std::process::ExitCode;
@@ -51,11 +39,17 @@ fn render(error: &anyhow::Error) -> String {
     text
 }
 
+/// The exit status of the first configuration or security error in the
+/// chain; the coordinator library's error carries one inside its context.
 fn exit_status_of(error: &anyhow::Error) -> u8 {
     error
         .chain()
-        .find_map(|cause| cause.downcast_ref::<lazaret_core::Error>())
-        .map(lazaret_core::Error::exit_status)
+        .find_map(|cause| {
+            if let Some(core) = cause.downcast_ref::<lazaret_core::Error>() {
+                return Some(core.exit_status());
+            }
+            cause.downcast_ref::<lazaret_coordinator::Error>().and_then(lazaret_coordinator::Error::exit_status)
+        })
         .unwrap_or(exit_status::FAILURE)
 }
 
@@ -69,4 +63,20 @@ fn install_tracing(verbose: u8) {
         tracing_subscriber::EnvFilter::try_from_env("LAZARET_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(ansi).init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_security_error_under_coordinator_context_keeps_its_status_and_prints_once() {
+        let core = lazaret_core::Error::security("directory", "/tmp is shared with other users", None);
+        let coordinator = lazaret_coordinator::Error::Context { context: "cannot start".to_owned(), source: Box::new(core.into()) };
+        let error = anyhow::Error::new(coordinator).context("outer");
+        assert_eq!(exit_status_of(&error), exit_status::SECURITY_ABORT);
+        let text = render(&error);
+        assert_eq!(text.matches("shared with other users").count(), 1, "{text}");
+        assert!(text.starts_with("outer\n  caused by: cannot start\n  caused by: "), "{text}");
+    }
 }

@@ -18,11 +18,10 @@ use std::os::fd::BorrowedFd;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
-use crate::prompt::{keys, PromptAction, PromptState};
-
 use anyhow::{Context, Result};
+use lazaret_coordinator::podman::{self, Podman};
 
-use crate::podman::{self, Podman};
+use crate::prompt::{keys, PromptAction, PromptState};
 
 /// The user's screen as the sandbox drew it (a vt100 emulator fed with all
 /// output) and the approval prompt that may cover it. While the prompt

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use lazaret_protocol::{DomainStatus, PendingEscalation, API_VERSION};
+use lazaret_rpc::client::RpcClient;
 
 use crate::hold_to_bind::socket_is_live;
-use crate::rpc::client::RpcClient;
 use crate::workspace::load_config;
 
 /// The live control sockets under the configured socket directory.

@@ -5,14 +5,14 @@
 use std::path::Path;
 
 use anyhow::Result;
+use lazaret_coordinator::coordinator::api::audit_verification;
+use lazaret_coordinator::domain_lock::DomainLock;
 use lazaret_protocol::AuditVerification;
+use lazaret_rpc::client::RpcClient;
 use lazaret_store::{AuditRecord, Store};
 
 use crate::cli::DomainTarget;
-use crate::coordinator::api::audit_verification;
-use crate::domain_lock::DomainLock;
 use crate::hold_to_bind::socket_is_live;
-use crate::rpc::client::RpcClient;
 use crate::workspace::{load_config, resolve_target};
 
 /// Runs `with_coordinator` over RPC when the domain runs, else opens the
@@ -39,7 +39,7 @@ where
     })? {
         return Ok(result);
     }
-    let store_path = domain.domain_dir.join(crate::coordinator::STORE_FILE);
+    let store_path = domain.domain_dir.join(lazaret_coordinator::coordinator::STORE_FILE);
     if !store_path.exists() {
         anyhow::bail!("domain {} has no state store yet (no session has run)", domain.domain_hash);
     }

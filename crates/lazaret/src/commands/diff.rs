@@ -5,14 +5,14 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use lazaret_coordinator::git_sentry::{self, agent_branch, HostRepository};
+use lazaret_core::terminal_text;
 use lazaret_protocol::BranchDiff;
+use lazaret_rpc::client::RpcClient;
 
 use crate::cli::DomainTarget;
-use crate::git_sentry::{self, agent_branch, HostRepository};
 use crate::hold_to_bind::socket_is_live;
-use crate::rpc::client::RpcClient;
 use crate::workspace::{load_config, resolve_target};
-use lazaret_core::terminal_text;
 
 pub fn run(config_path: Option<&Path>, target: &DomainTarget, stat: bool, json: bool) -> Result<u8> {
     let config = load_config(config_path)?;

@@ -8,11 +8,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::Result;
+use lazaret_coordinator::helper_binaries::{self, Linkage};
+use lazaret_coordinator::podman::Podman;
 use lazaret_core::config::DEFAULT_IMAGE;
 use serde::Serialize;
-
-use crate::helper_binaries::{self, Linkage};
-use crate::podman::Podman;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -68,7 +67,7 @@ pub fn run(config_path: Option<&Path>, json: bool) -> Result<u8> {
 fn all_checks(config_path: Option<&Path>) -> Vec<Check> {
     let uid = nix::unistd::getuid().as_raw();
     let config = crate::workspace::load_config(config_path);
-    let selected = crate::runsc::select(config.as_ref().ok().and_then(|config| config.runsc.as_deref()));
+    let selected = lazaret_coordinator::runsc::select(config.as_ref().ok().and_then(|config| config.runsc.as_deref()));
     let mut checks = vec![
         tool("podman", &["--version"], "apt-get install podman"),
         runsc_choice(&selected),
@@ -90,20 +89,20 @@ fn all_checks(config_path: Option<&Path>) -> Vec<Check> {
 
 /// Which runsc the sandboxes run with, and why (`$LAZARET_RUNSC`,
 /// `[runtime] runsc`, or the newest found).
-fn runsc_choice(selected: &anyhow::Result<crate::runsc::Selected>) -> Check {
+fn runsc_choice(selected: &lazaret_coordinator::Result<lazaret_coordinator::runsc::Selected>) -> Check {
     match selected {
         Ok(selected) => Check::pass("runsc", format!("{} ({}; {})", selected.path.display(), selected.version, selected.why)),
-        Err(error) => Check::fail("runsc", format!("{error:#}"), "apt-get install runsc, or scripts/install-deps for a current one"),
+        Err(error) => Check::fail("runsc", error.chained(), "apt-get install runsc, or scripts/install-deps for a current one"),
     }
 }
 
 /// The features of the chosen runsc that Lazaret relies on.
-fn runsc_features(selected: Option<&crate::runsc::Selected>) -> Check {
+fn runsc_features(selected: Option<&lazaret_coordinator::runsc::Selected>) -> Check {
     const NAME: &str = "runsc features";
     let Some(path) = selected.map(|selected| selected.path.clone()) else {
         return Check::fail(NAME, "no usable runsc", "apt-get install runsc");
     };
-    let Some(features) = crate::runsc::Features::probe(&path) else {
+    let Some(features) = lazaret_coordinator::runsc::Features::probe(&path) else {
         return Check::fail(NAME, format!("{} does not run", path.display()), "reinstall runsc");
     };
     let platform = features.default_platform.clone().unwrap_or_else(|| "unknown".to_owned());
@@ -146,23 +145,23 @@ fn yes_no(value: bool) -> &'static str {
 /// sidecar's. Both run the static sidecar binary's `--version` from the
 /// sidecar image (`FROM scratch`, which Lazaret builds anyway), under a
 /// throwaway name, removed afterwards.
-fn probes(config: Option<&lazaret_core::config::Config>, runsc: Option<&crate::runsc::Selected>) -> Vec<Check> {
+fn probes(config: Option<&lazaret_core::config::Config>, runsc: Option<&lazaret_coordinator::runsc::Selected>) -> Vec<Check> {
     let Some(runsc) = runsc else {
         return vec![Check::fail("sandbox start", "no usable runsc to start a sandbox with", "apt-get install runsc")];
     };
     let podman = Podman::default();
-    let image = match crate::network::ensure_image(&podman) {
+    let image = match lazaret_coordinator::network::ensure_image(&podman) {
         Ok(image) => image,
         Err(error) => {
             return vec![Check::fail(
                 "sandbox start",
-                format!("cannot build the probe image: {error:#}"),
+                format!("cannot build the probe image: {}", error.chained()),
                 "scripts/build, then run doctor again",
             )];
         }
     };
-    let mut sandbox = crate::coordinator::sandbox::runtime_arguments(&runsc.path, None);
-    sandbox.push(crate::coordinator::sandbox::HOST_UDS_ARGUMENT.to_owned());
+    let mut sandbox = lazaret_coordinator::coordinator::sandbox::runtime_arguments(&runsc.path, None);
+    sandbox.push(lazaret_coordinator::coordinator::sandbox::HOST_UDS_ARGUMENT.to_owned());
     let mut checks = vec![probe(&podman, "sandbox start", "a gVisor sandbox (runsc, --init, ulimits, no network)", &sandbox, &image)];
     let egress_network = config.and_then(|config| {
         let any_egress = !config.allow_egress.is_empty() || config.profiles.values().any(|profile| !profile.allow_egress.is_empty());
@@ -170,7 +169,7 @@ fn probes(config: Option<&lazaret_core::config::Config>, runsc: Option<&crate::r
     });
     match egress_network {
         Some(network) => {
-            let arguments = crate::network::container_arguments(&network);
+            let arguments = lazaret_coordinator::network::container_arguments(&network);
             checks.push(probe(
                 &podman,
                 "sidecar start",
@@ -185,7 +184,7 @@ fn probes(config: Option<&lazaret_core::config::Config>, runsc: Option<&crate::r
 }
 
 fn probe(podman: &Podman, name: &'static str, what: &str, arguments: &[String], image: &str) -> Check {
-    let container = match crate::commands::random_hex(6) {
+    let container = match lazaret_core::ids::random_hex(6) {
         Ok(suffix) => format!("lazaret-doctor-{suffix}"),
         Err(error) => return Check::fail(name, format!("{error:#}"), "check /dev/urandom"),
     };

@@ -16,9 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use lazaret_coordinator::podman::Podman;
 use sha2::{Digest, Sha256};
-
-use crate::podman::Podman;
 
 /// Bump when the recipe (packages, generated files, image settings) changes.
 const RECIPE_VERSION: &str = "5";
@@ -238,7 +237,7 @@ fn content_key(entries: &BTreeMap<PathBuf, Entry>) -> String {
         };
         hasher.update(line.as_bytes());
     }
-    hasher.finalize().iter().map(|byte| format!("{byte:02x}")).collect()
+    lazaret_core::ids::hex(&hasher.finalize())
 }
 
 fn import(podman: &Podman, tag: &str, key: &str, entries: &BTreeMap<PathBuf, Entry>, total_bytes: u64) -> Result<()> {

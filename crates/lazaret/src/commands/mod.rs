@@ -54,32 +54,25 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             let config = crate::workspace::load_config(config_path)?;
             let resolved = crate::workspace::resolve_target(&config, &target)?;
             let mode =
-                if mount_workspace { crate::coordinator::WorkspaceMode::Direct } else { crate::coordinator::WorkspaceMode::AgentBranch };
+                if mount_workspace { lazaret_coordinator::WorkspaceMode::Direct } else { lazaret_coordinator::WorkspaceMode::AgentBranch };
             // `network/reload` re-reads the same file for the same domain.
             let reload_path = config_path.map(|path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()));
             let domain_hash = resolved.domain.domain_hash.clone();
-            let reloader: crate::coordinator::api::EgressReloader = std::sync::Arc::new(move || {
-                let config = crate::workspace::load_config(reload_path.as_deref())?;
-                let reloaded = crate::workspace::resolve_target(&config, &target)?;
-                if reloaded.domain.domain_hash != domain_hash {
-                    anyhow::bail!("the configuration now gives this workspace another domain ({})", reloaded.domain.domain_hash);
-                }
-                Ok(reloaded.allow_egress)
+            let reloader: lazaret_coordinator::EgressReloader = std::sync::Arc::new(move || {
+                let reload = || -> Result<_> {
+                    let config = crate::workspace::load_config(reload_path.as_deref())?;
+                    let reloaded = crate::workspace::resolve_target(&config, &target)?;
+                    if reloaded.domain.domain_hash != domain_hash {
+                        anyhow::bail!("the configuration now gives this workspace another domain ({})", reloaded.domain.domain_hash);
+                    }
+                    Ok(reloaded.allow_egress)
+                };
+                // The coordinator reports the whole chain, as one line.
+                reload().map_err(|error| lazaret_coordinator::Error::msg(format!("{error:#}")))
             });
-            crate::coordinator::run(resolved, mode, reloader)
+            Ok(lazaret_coordinator::run(resolved, mode, reloader)?)
         }
     }
-}
-
-/// `bytes` random bytes from the kernel's CSPRNG, as hex.
-pub fn random_hex(bytes: usize) -> anyhow::Result<String> {
-    Ok(random_bytes(bytes)?.iter().map(|byte| format!("{byte:02x}")).collect())
-}
-
-pub fn random_bytes(count: usize) -> anyhow::Result<Vec<u8>> {
-    let mut bytes = vec![0u8; count];
-    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
-    Ok(bytes)
 }
 
 /// Prints `value` as pretty JSON on stdout.

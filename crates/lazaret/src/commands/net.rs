@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use anyhow::{bail, Result};
+use lazaret_rpc::client::RpcClient;
 
 use crate::cli::DomainTarget;
 use crate::hold_to_bind::socket_is_live;
-use crate::rpc::client::RpcClient;
 use crate::workspace::{load_config, resolve_target};
 
 pub fn call(config_path: Option<&Path>, target: &DomainTarget, method: &str, params: serde_json::Value, json: bool) -> Result<u8> {

@@ -4,13 +4,13 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use lazaret_coordinator::coordinator::WorkspaceMode;
+use lazaret_coordinator::git_sentry::{agent_branch, HostRepository};
+use lazaret_coordinator::podman::Podman;
 use lazaret_core::config::DEFAULT_IMAGE;
 
 use crate::cli::DomainTarget;
-use crate::coordinator::WorkspaceMode;
-use crate::git_sentry::{agent_branch, HostRepository};
 use crate::hold_to_bind::{self, CoordinatorLaunch};
-use crate::podman::Podman;
 use crate::session::{self, SessionCommand};
 use crate::workspace::{load_config, resolve_target};
 
@@ -23,7 +23,8 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
     // The Session Anchor: this process's key, registered with the
     // coordinator; the command inside gets a delegated key and credential.
     let session_key = ed25519_dalek::SigningKey::from_bytes(&random_key()?);
-    let credential = crate::escalation::verify::delegate::issue(&session_key, &session_id, random_key()?, credential_expiry_ms());
+    let credential =
+        lazaret_coordinator::escalation::verify::delegate::issue(&session_key, &session_id, random_key()?, credential_expiry_ms());
     let credential = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, serde_json::to_vec(&credential)?);
     let public_key = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, session_key.verifying_key().to_bytes());
     let runtime =
@@ -89,7 +90,7 @@ async fn show_escalations(
 /// Sends the prompt's decisions; [Q] also tears the domain down.
 async fn answer_escalations(
     mut actions: tokio::sync::mpsc::UnboundedReceiver<crate::prompt::PromptAction>,
-    client: std::sync::Arc<crate::rpc::client::RpcClient>,
+    client: std::sync::Arc<lazaret_rpc::client::RpcClient>,
 ) {
     use crate::prompt::PromptAction;
     while let Some(action) = actions.recv().await {
@@ -164,19 +165,15 @@ fn ensure_image(image: &str) -> Result<()> {
 const CREDENTIAL_LIFETIME_MS: u64 = 24 * 60 * 60 * 1000;
 
 fn credential_expiry_ms() -> u64 {
-    crate::coordinator::api::now_ms() + CREDENTIAL_LIFETIME_MS
+    lazaret_core::time::now_ms() + CREDENTIAL_LIFETIME_MS
 }
 
 fn random_key() -> Result<[u8; 32]> {
-    let bytes = super::random_bytes(32)?;
+    let bytes = lazaret_core::ids::random_bytes(32)?;
     bytes.try_into().map_err(|_| anyhow::anyhow!("short read from /dev/urandom"))
 }
 
 /// 128 random bits as hex, from the kernel's CSPRNG.
 fn new_session_id() -> Result<String> {
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut bytes))
-        .context("cannot read /dev/urandom")?;
-    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+    lazaret_core::ids::random_hex(16).context("cannot read /dev/urandom")
 }

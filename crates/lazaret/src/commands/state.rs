@@ -5,13 +5,12 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-
+use lazaret_coordinator::domain_lock::DomainLock;
+use lazaret_coordinator::state_anchor;
 use lazaret_core::config::ResolvedProfile;
 
 use crate::cli::DomainTarget;
-use crate::domain_lock::DomainLock;
 use crate::hold_to_bind::socket_is_live;
-use crate::state_anchor;
 use crate::workspace::{load_config, resolve_target};
 
 /// The persistent directories to act on: all, or the one named by `--dir`

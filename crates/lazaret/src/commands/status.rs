@@ -5,13 +5,13 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use lazaret_coordinator::domain_lock::DomainLock;
 use lazaret_protocol::{CompletedSession, DomainStatus};
+use lazaret_rpc::client::RpcClient;
 use lazaret_store::Store;
 
 use crate::cli::DomainTarget;
-use crate::domain_lock::DomainLock;
 use crate::hold_to_bind::socket_is_live;
-use crate::rpc::client::RpcClient;
 use crate::workspace::{load_config, resolve_target};
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -69,7 +69,7 @@ pub fn sessions(config_path: Option<&Path>, target: &DomainTarget, limit: usize,
         }
         // No coordinator: hold the domain lock (so none can start meanwhile)
         // and read the store ourselves.
-        let store_path = domain.domain_dir.join(crate::coordinator::STORE_FILE);
+        let store_path = domain.domain_dir.join(lazaret_coordinator::coordinator::STORE_FILE);
         if !store_path.exists() {
             return Ok(Vec::new());
         }
@@ -77,7 +77,7 @@ pub fn sessions(config_path: Option<&Path>, target: &DomainTarget, limit: usize,
         lock.lock()?;
         let records = Store::open(&store_path).and_then(|store| store.sessions(limit));
         lock.unlock();
-        Ok(records?.into_iter().map(crate::coordinator::api::completed_session).collect())
+        Ok(records?.into_iter().map(lazaret_coordinator::coordinator::api::completed_session).collect())
     })?;
     if json {
         super::print_json(&sessions)?;

@@ -1,0 +1,640 @@
+//! The coordinator's in-memory state and its implementation of the
+//! `LazaretApi` JSON-RPC trait. Sessions are keyed by id and owned by the
+//! control connection that registered them, so a vanished client (even one
+//! killed with SIGKILL) is unregistered when its connection closes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use jsonrpsee::core::{async_trait, RpcResult, SubscriptionResult};
+use jsonrpsee::types::ErrorObjectOwned;
+use jsonrpsee::{ConnectionId, Extensions, PendingSubscriptionSink, SubscriptionMessage};
+use lazaret_core::config::ResolvedProfile;
+use lazaret_core::time::now_ms;
+use lazaret_protocol::{
+    error_code, AuditVerification, BranchDiff, CompletedSession, ContainerState, DomainStatus, Event, LazaretApiServer, LiveSession,
+    PendingEscalation, RegisterResult, API_VERSION,
+};
+use lazaret_store::{SessionRecord, Store};
+use tokio::sync::{broadcast, watch, Notify};
+
+use crate::escalation::Answer;
+use crate::git_sentry::sync::Export;
+use crate::git_sentry::{self, GitLayout};
+
+fn rpc_error(code: i32, message: impl Into<String>) -> ErrorObjectOwned {
+    ErrorObjectOwned::owned(code, message.into(), None::<()>)
+}
+
+struct Session {
+    connection: ConnectionId,
+    live: LiveSession,
+    /// The client's Session Anchor public key.
+    public_key: Option<ed25519_dalek::VerifyingKey>,
+}
+
+#[derive(Default)]
+struct Sessions {
+    by_id: HashMap<String, Session>,
+    shutting_down: bool,
+    ever_registered: bool,
+}
+
+/// Shared by the RPC handlers and the coordinator's main loop.
+pub struct Domain {
+    pub resolved: ResolvedProfile,
+    /// The agent-branch layout, `None` for a directly mounted workspace.
+    pub git: Option<GitLayout>,
+    pub store: Arc<Store>,
+    pub started_at_ms: u64,
+    sessions: Mutex<Sessions>,
+    container: watch::Sender<(ContainerState, Option<String>)>,
+    default_command: Mutex<Vec<String>>,
+    events: broadcast::Sender<Event>,
+    /// Signalled whenever the live session count drops to zero.
+    pub idle: Notify,
+    /// Signalled by `domain/shutdown`.
+    pub shutdown_requested: Notify,
+    /// The Network Sidecar's control socket, when the domain has one.
+    sidecar_control: Mutex<Option<std::path::PathBuf>>,
+    /// Re-reads the configuration: the merged allowlist (`network/reload`).
+    egress_reloader: Mutex<Option<EgressReloader>>,
+    /// Escalation requests waiting for a human.
+    pub broker: crate::escalation::Broker,
+    /// One export of the agent branch at a time; holds the fingerprint of
+    /// the branch as last exported (or as seeded).
+    export_lock: tokio::sync::Mutex<Option<git_sentry::sync::BranchFingerprint>>,
+}
+
+impl Domain {
+    pub fn new(resolved: ResolvedProfile, store: Arc<Store>, git: Option<GitLayout>) -> Domain {
+        Domain {
+            resolved,
+            git,
+            store,
+            started_at_ms: now_ms(),
+            sessions: Mutex::default(),
+            container: watch::channel((ContainerState::Starting, None)).0,
+            default_command: Mutex::new(Vec::new()),
+            events: broadcast::channel(256).0,
+            idle: Notify::new(),
+            shutdown_requested: Notify::new(),
+            sidecar_control: Mutex::new(None),
+            egress_reloader: Mutex::new(None),
+            broker: crate::escalation::Broker::default(),
+            export_lock: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
+        // A panic while holding this lock cannot leave the map half-updated
+        // (every update is a single insert or remove), so keep going.
+        self.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn emit(&self, event: Event) {
+        let _ = self.events.send(event);
+    }
+
+    pub fn set_container_state(&self, state: ContainerState, message: Option<String>) {
+        self.container.send_replace((state, message.clone()));
+        self.emit(Event::ContainerState { state, message });
+    }
+
+    pub fn set_default_command(&self, command: Vec<String>) {
+        *self.default_command.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = command;
+    }
+
+    pub fn container_is_running(&self) -> bool {
+        self.container.borrow().0 == ContainerState::Running
+    }
+
+    /// Records the agent branch as it is right after seeding: an unchanged
+    /// branch is not exported.
+    pub async fn mark_branch_seeded(&self) {
+        if let Some(layout) = &self.git {
+            *self.export_lock.lock().await = Some(git_sentry::sync::branch_fingerprint(layout));
+        }
+    }
+
+    /// Exports the agent branch to the host if it changed since the last
+    /// export (one export at a time), and announces the outcome.
+    pub async fn export_agent_branch(&self) {
+        let Some(layout) = &self.git else { return };
+        if !self.container_is_running() {
+            return;
+        }
+        let mut last_exported = self.export_lock.lock().await;
+        let fingerprint = git_sentry::sync::branch_fingerprint(layout);
+        if last_exported.as_ref() == Some(&fingerprint) {
+            return;
+        }
+        let result = git_sentry::sync::export_once(layout, &self.resolved.domain.container_name).await;
+        *last_exported = Some(fingerprint);
+        self.report_export(&layout.branch, result);
+    }
+
+    /// Announces (and logs) the outcome of an export of the agent branch.
+    fn report_export(&self, branch: &str, result: crate::Result<Export>) {
+        match result {
+            Ok(Export::Updated { previous, commit }) => {
+                tracing::info!(branch, commit, "agent branch updated on the host");
+                self.emit(Event::BranchUpdated { branch: branch.to_owned(), commit, previous });
+            }
+            Ok(Export::Unchanged | Export::NoBranch) => {}
+            Err(error) => {
+                tracing::warn!(branch, error = %error.chained(), "export of the agent branch refused");
+                self.emit(Event::BranchRejected { branch: branch.to_owned(), reason: error.chained() });
+            }
+        }
+    }
+
+    pub fn set_sidecar_control(&self, socket: Option<std::path::PathBuf>) {
+        *self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = socket;
+    }
+
+    pub fn set_egress_reloader(&self, reloader: EgressReloader) {
+        *self.egress_reloader.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(reloader);
+    }
+
+    /// An event from the Network Sidecar's stream: refused DNS questions go
+    /// to subscribers and the audit store, answered ones to subscribers.
+    pub async fn sidecar_event(&self, event: serde_json::Value) {
+        let text = |key: &str| event[key].as_str().unwrap_or_default().to_owned();
+        match event["event"].as_str() {
+            Some("dnsRefused") => {
+                let (name, record_type, reason) = (text("name"), text("type"), text("reason"));
+                tracing::warn!(%name, %record_type, %reason, "DNS question refused");
+                self.emit(Event::NetworkDnsRefused {
+                    name: name.clone(),
+                    record_type: record_type.clone(),
+                    reason: reason.clone(),
+                    message: text("message"),
+                    suppressed: event["suppressed"].as_u64(),
+                });
+                let mut argv = vec!["dns".to_owned(), name, record_type];
+                if let Some(suppressed) = event["suppressed"].as_u64() {
+                    argv.push(format!("(+{suppressed} refusals not recorded: rate limit)"));
+                }
+                self.audit(network_audit_record("dnsRefused", Some(format!("{reason}: {}", text("message"))), "networkSidecar", argv))
+                    .await;
+            }
+            Some("dnsResolved") => self.emit(Event::NetworkDnsResolved {
+                name: text("name"),
+                record_type: text("type"),
+                addresses: event["addresses"]
+                    .as_array()
+                    .map(|items| items.iter().filter_map(|item| item.as_str().map(str::to_owned)).collect())
+                    .unwrap_or_default(),
+            }),
+            _ => tracing::debug!(%event, "unknown sidecar event"),
+        }
+    }
+
+    /// Sends one request to the Network Sidecar (on the blocking pool).
+    async fn sidecar(&self, request: serde_json::Value) -> RpcResult<serde_json::Value> {
+        let socket = self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or_else(|| {
+            rpc_error(
+                error_code::NETWORK_FAILED,
+                "this domain has no Network Sidecar: its allowlist was empty when it started, so the sandbox has no network at all",
+            )
+        })?;
+        tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
+            .await
+            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.chained()))
+    }
+
+    /// Runs a store query on the blocking pool (section 4.4), as an RPC result.
+    async fn read_store<T: Send + 'static>(&self, query: impl FnOnce(&Store) -> lazaret_store::Result<T> + Send + 'static) -> RpcResult<T> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || query(&store))
+            .await
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))
+    }
+
+    /// The registered Session Anchor key of a live session.
+    pub fn session_public_key(&self, session_id: &str) -> Option<ed25519_dalek::VerifyingKey> {
+        self.sessions().by_id.get(session_id).and_then(|session| session.public_key)
+    }
+
+    /// Appends an audit record (on the blocking pool); failures are logged,
+    /// never swallowed silently.
+    pub async fn audit(&self, mut record: lazaret_store::AuditRecord) {
+        crate::escalation::limits::bound_for_audit(&mut record);
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.append_audit(record)).await {
+            Ok(Ok(record)) => {
+                tracing::info!(request = %record.request_id, outcome = %record.outcome, sequence = record.sequence, "audited")
+            }
+            Ok(Err(error)) => tracing::error!(%error, "cannot write the audit record"),
+            Err(error) => tracing::error!(%error, "audit task failed"),
+        }
+    }
+
+    pub fn live_count(&self) -> usize {
+        self.sessions().by_id.len()
+    }
+
+    pub fn ever_registered(&self) -> bool {
+        self.sessions().ever_registered
+    }
+
+    /// Marks the domain as shutting down if no session is live; returns
+    /// whether it did. New registrations are refused from then on.
+    pub fn begin_shutdown_if_idle(&self, force: bool) -> bool {
+        let mut sessions = self.sessions();
+        if !force && !sessions.by_id.is_empty() {
+            return false;
+        }
+        sessions.shutting_down = true;
+        true
+    }
+
+    /// Ends every session of a closed connection.
+    pub async fn connection_closed(&self, connection: ConnectionId) {
+        let ended: Vec<LiveSession> = {
+            let mut sessions = self.sessions();
+            let ids: Vec<String> = sessions.by_id.iter().filter(|(_, s)| s.connection == connection).map(|(id, _)| id.clone()).collect();
+            ids.into_iter().filter_map(|id| sessions.by_id.remove(&id)).map(|session| session.live).collect()
+        };
+        for live in ended {
+            self.finish(live, None, "disconnected").await;
+        }
+    }
+
+    /// Records an ended session, announces it, and wakes the main loop when
+    /// it was the last one.
+    async fn finish(&self, live: LiveSession, exit_status: Option<i32>, end_reason: &str) {
+        let record = SessionRecord {
+            session_id: live.session_id.clone(),
+            pid: live.pid,
+            command: live.command.clone(),
+            started_at_ms: live.started_at_ms,
+            ended_at_ms: now_ms(),
+            exit_status,
+            end_reason: end_reason.to_owned(),
+        };
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.record_session(&record)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::error!(%error, "cannot record a completed session"),
+            Err(error) => tracing::error!(%error, "session recording task failed"),
+        }
+        let session_count = self.live_count();
+        tracing::info!(session = %live.session_id, end_reason, session_count, "session ended");
+        self.emit(Event::SessionEnded { session_id: live.session_id, exit_status, end_reason: end_reason.to_owned(), session_count });
+        if session_count == 0 {
+            self.idle.notify_one();
+        }
+    }
+}
+
+/// The Escalation Socket's view of the domain.
+impl crate::escalation::EscalationDomain for Domain {
+    fn session_public_key(&self, session_id: &str) -> Option<ed25519_dalek::VerifyingKey> {
+        Domain::session_public_key(self, session_id)
+    }
+
+    fn broker(&self) -> &crate::escalation::Broker {
+        &self.broker
+    }
+
+    fn emit(&self, event: Event) {
+        Domain::emit(self, event);
+    }
+
+    fn audit(&self, record: lazaret_store::AuditRecord) -> impl std::future::Future<Output = ()> + Send {
+        Domain::audit(self, record)
+    }
+}
+
+/// Re-reads the configuration and returns the domain's merged allowlist.
+pub type EgressReloader = Arc<dyn Fn() -> crate::Result<Vec<lazaret_core::egress::EgressRule>> + Send + Sync>;
+
+/// An audit record of a network event (policy change or refused question).
+fn network_audit_record(outcome: &str, reason: Option<String>, decided_by: &str, argv: Vec<String>) -> lazaret_store::AuditRecord {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let now = now_ms();
+    let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    lazaret_store::AuditRecord {
+        sequence: 0,
+        previous_hash: String::new(),
+        hash: String::new(),
+        request_id: format!("network-{now}-{number}"),
+        session_id: "-".to_owned(),
+        verified: true,
+        outcome: outcome.to_owned(),
+        reason,
+        decided_by: Some(decided_by.to_owned()),
+        justification: None,
+        requested_argv: argv,
+        executed_argv: None,
+        exit_status: None,
+        received_at_ms: now,
+        decided_at_ms: Some(now),
+        finished_at_ms: Some(now),
+    }
+}
+
+/// The RPC face of a [`Domain`].
+#[derive(Clone)]
+pub struct Api(pub Arc<Domain>);
+
+impl Api {
+    async fn change_network(&self, action: &str, rule: String) -> RpcResult<serde_json::Value> {
+        let parsed: lazaret_core::egress::EgressRule =
+            rule.parse().map_err(|message: String| rpc_error(error_code::INVALID_VALUE, message))?;
+        let answer = self.0.sidecar(serde_json::json!({ action: parsed.to_string() })).await;
+        // Policy changes are audited next to escalations, refused ones too.
+        let outcome = match &answer {
+            Ok(_) if action == "allow" => "networkAllowed",
+            Ok(_) => "networkDenied",
+            Err(_) => "rejected",
+        };
+        let reason = answer.as_ref().err().map(|error| error.message().to_owned());
+        self.0.audit(network_audit_record(outcome, reason, "rpc", vec![format!("network/{action}"), parsed.to_string()])).await;
+        let answer = answer?;
+        tracing::info!(action, rule = %parsed, "egress policy changed");
+        self.0.emit(Event::NetworkChanged { action: action.to_owned(), rule: parsed.to_string() });
+        Ok(answer)
+    }
+}
+
+fn connection_of(extensions: &Extensions) -> RpcResult<ConnectionId> {
+    extensions.get::<ConnectionId>().copied().ok_or_else(|| rpc_error(-32603, "no connection id"))
+}
+
+fn valid_session_id(id: &str) -> bool {
+    (16..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+#[async_trait]
+impl LazaretApiServer for Api {
+    async fn session_register(
+        &self,
+        extensions: &Extensions,
+        session_id: String,
+        pid: u32,
+        command: Option<Vec<String>>,
+        client: Option<String>,
+        public_key: Option<String>,
+    ) -> RpcResult<RegisterResult> {
+        let connection = connection_of(extensions)?;
+        if !valid_session_id(&session_id) {
+            return Err(rpc_error(error_code::INVALID_VALUE, format!("sessionId `{session_id}` must be 16 to 64 hex digits")));
+        }
+        let public_key = match public_key {
+            Some(text) => Some(
+                crate::escalation::verify::decode_public_key(&text)
+                    .ok_or_else(|| rpc_error(error_code::INVALID_VALUE, "publicKey must be a base64 ed25519 public key"))?,
+            ),
+            None => None,
+        };
+        let domain = &self.0;
+        let session_count = {
+            let mut sessions = domain.sessions();
+            if sessions.shutting_down {
+                return Err(rpc_error(error_code::SHUTTING_DOWN, "the domain is shutting down; start a new session"));
+            }
+            if sessions.by_id.contains_key(&session_id) {
+                return Err(rpc_error(error_code::INVALID_VALUE, format!("session {session_id} is already registered")));
+            }
+            let live = LiveSession {
+                session_id: session_id.clone(),
+                pid,
+                client: client.unwrap_or_else(|| "cli".to_owned()),
+                command: command.unwrap_or_default(),
+                started_at_ms: now_ms(),
+            };
+            sessions.by_id.insert(session_id.clone(), Session { connection, live, public_key });
+            sessions.ever_registered = true;
+            sessions.by_id.len()
+        };
+        tracing::info!(session = %session_id, pid, session_count, "session registered");
+        domain.emit(Event::SessionRegistered { session_id: session_id.clone(), pid, session_count });
+
+        // Resolve once the sandbox is up (or has failed).
+        let mut container = domain.container.subscribe();
+        let state = match container.wait_for(|(state, _)| *state != ContainerState::Starting).await {
+            Ok(state) => state.clone(),
+            Err(_) => (ContainerState::Failed, Some("the coordinator is stopping".to_owned())),
+        };
+        if state.0 != ContainerState::Running {
+            let removed = domain.sessions().by_id.remove(&session_id);
+            if let Some(session) = removed {
+                domain.finish(session.live, None, "sandbox-failed").await;
+            }
+            let message = state.1.unwrap_or_else(|| format!("the sandbox is {:?}", state.0));
+            return Err(rpc_error(error_code::SANDBOX_FAILED, message));
+        }
+        let default_command = domain.default_command.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        Ok(RegisterResult {
+            domain_hash: domain.resolved.domain.domain_hash.clone(),
+            container_name: domain.resolved.domain.container_name.clone(),
+            default_command,
+            session_count,
+        })
+    }
+
+    async fn session_unregister(&self, extensions: &Extensions, session_id: String, exit_status: Option<i32>) -> RpcResult<bool> {
+        let connection = connection_of(extensions)?;
+        let removed = {
+            let mut sessions = self.0.sessions();
+            match sessions.by_id.get(&session_id) {
+                Some(session) if session.connection == connection => sessions.by_id.remove(&session_id),
+                _ => None,
+            }
+        };
+        match removed {
+            Some(session) => {
+                // The session's last commits are on the host before its CLI exits.
+                self.0.export_agent_branch().await;
+                self.0.finish(session.live, exit_status, "exited").await;
+                Ok(true)
+            }
+            None => Err(rpc_error(error_code::UNKNOWN_SESSION, format!("no session {session_id} on this connection"))),
+        }
+    }
+
+    async fn session_list(&self, limit: Option<usize>) -> RpcResult<Vec<CompletedSession>> {
+        let limit = limit.unwrap_or(50).min(10_000);
+        let records = self.0.read_store(move |store| store.sessions(limit)).await?;
+        Ok(records.into_iter().map(completed_session).collect())
+    }
+
+    async fn domain_status(&self) -> RpcResult<DomainStatus> {
+        let domain = &self.0;
+        let (container_state, container_error) = domain.container.borrow().clone();
+        let mut sessions: Vec<LiveSession> = domain.sessions().by_id.values().map(|session| session.live.clone()).collect();
+        sessions.sort_by_key(|session| session.started_at_ms);
+        Ok(DomainStatus {
+            api_version: API_VERSION,
+            domain_hash: domain.resolved.domain.domain_hash.clone(),
+            profile: domain.resolved.profile.clone(),
+            workspace: domain.resolved.workspace.display().to_string(),
+            image: domain.resolved.image.clone(),
+            container_name: domain.resolved.domain.container_name.clone(),
+            container_state,
+            container_error,
+            coordinator_pid: std::process::id(),
+            started_at_ms: domain.started_at_ms,
+            sessions,
+            agent_branch: domain.git.as_ref().map(|layout| layout.branch.clone()),
+            agent_branch_head: match domain.git.clone() {
+                Some(layout) => tokio::task::spawn_blocking(move || layout.host.resolve(&layout.branch_ref())).await.ok().flatten(),
+                None => None,
+            },
+        })
+    }
+
+    async fn domain_shutdown(&self, reason: Option<String>) -> RpcResult<bool> {
+        tracing::info!(reason = reason.as_deref().unwrap_or("requested"), "shutdown requested over JSON-RPC");
+        self.0.shutdown_requested.notify_one();
+        Ok(true)
+    }
+
+    async fn network_show(&self) -> RpcResult<serde_json::Value> {
+        self.0.sidecar(serde_json::json!({ "show": true })).await
+    }
+
+    async fn network_allow(&self, rule: String) -> RpcResult<serde_json::Value> {
+        self.change_network("allow", rule).await
+    }
+
+    async fn network_deny(&self, rule: String) -> RpcResult<serde_json::Value> {
+        self.change_network("deny", rule).await
+    }
+
+    async fn network_reload(&self) -> RpcResult<serde_json::Value> {
+        let reloader = self.0.egress_reloader.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        let reloader =
+            reloader.ok_or_else(|| rpc_error(error_code::NETWORK_FAILED, "this coordinator cannot re-read its configuration"))?;
+        let rules = tokio::task::spawn_blocking(move || reloader())
+            .await
+            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::INVALID_VALUE, error.chained()))?;
+        let entries: Vec<String> = rules.iter().map(|rule| rule.to_string()).collect();
+        let answer = self.0.sidecar(serde_json::json!({ "set": { "allow": entries } })).await;
+        let outcome = if answer.is_ok() { "networkReloaded" } else { "rejected" };
+        let reason = answer.as_ref().err().map(|error| error.message().to_owned());
+        let mut argv = vec!["network/reload".to_owned()];
+        argv.extend(entries.iter().cloned());
+        self.0.audit(network_audit_record(outcome, reason, "rpc", argv)).await;
+        let answer = answer?;
+        tracing::info!(allow = ?entries, "egress policy reloaded from the configuration");
+        self.0.emit(Event::NetworkChanged { action: "reload".to_owned(), rule: entries.join(" ") });
+        Ok(answer)
+    }
+
+    async fn escalation_list(&self) -> RpcResult<Vec<PendingEscalation>> {
+        Ok(self.0.broker.pending())
+    }
+
+    async fn escalation_respond(
+        &self,
+        request_id: String,
+        decision: String,
+        argv: Option<Vec<String>>,
+        reason: Option<String>,
+        client: Option<String>,
+    ) -> RpcResult<bool> {
+        let decided_by = client.map(|name| format!("rpc:{name}")).unwrap_or_else(|| "rpc".to_owned());
+        let answer = match decision.as_str() {
+            "approve" => Answer::Approve { decided_by },
+            "abort" => Answer::Abort { decided_by },
+            "deny" => Answer::Deny { reason: reason.unwrap_or_else(|| "denied on the host".to_owned()), decided_by },
+            "edit" => {
+                let argv = argv
+                    .filter(|argv| !argv.is_empty() && !argv[0].is_empty())
+                    .ok_or_else(|| rpc_error(error_code::INVALID_VALUE, "decision `edit` needs a non-empty argv: what runs instead"))?;
+                if argv.iter().any(|word| word.contains('\0')) {
+                    return Err(rpc_error(error_code::INVALID_VALUE, "argv must not contain NUL bytes"));
+                }
+                Answer::Edit { argv, decided_by }
+            }
+            other => return Err(rpc_error(error_code::INVALID_VALUE, format!("decision `{other}` is not approve, deny, edit or abort"))),
+        };
+        if self.0.broker.answer(&request_id, answer) {
+            Ok(true)
+        } else {
+            Err(rpc_error(
+                error_code::ESCALATION_NOT_PENDING,
+                format!("request {request_id} is not pending (unknown, or already answered)"),
+            ))
+        }
+    }
+
+    async fn audit_list(&self, limit: Option<usize>) -> RpcResult<Vec<serde_json::Value>> {
+        let limit = limit.unwrap_or(100).min(100_000);
+        let records = self.0.read_store(move |store| store.audit_records(limit)).await?;
+        Ok(records.into_iter().filter_map(|record| serde_json::to_value(record).ok()).collect())
+    }
+
+    async fn audit_verify(&self) -> RpcResult<AuditVerification> {
+        let verification = self.0.read_store(|store| store.verify_audit()).await?;
+        Ok(audit_verification(verification))
+    }
+
+    async fn branch_diff(&self, patch: Option<bool>) -> RpcResult<BranchDiff> {
+        let Some(layout) = self.0.git.clone() else {
+            return Err(rpc_error(error_code::INVALID_VALUE, "this domain mounts its workspace directly; there is no agent branch"));
+        };
+        let with_patch = patch.unwrap_or(true);
+        let host = layout.host.clone();
+        let branch = layout.branch.clone();
+        let mut diff = tokio::task::spawn_blocking(move || git_sentry::diff::committed(&host, &branch, with_patch))
+            .await
+            .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::GIT_FAILED, error.chained()))?;
+        if self.0.container_is_running() {
+            git_sentry::diff::add_uncommitted(&mut diff, &self.0.resolved.domain.container_name, with_patch)
+                .await
+                .map_err(|error| rpc_error(error_code::GIT_FAILED, error.chained()))?;
+        }
+        Ok(diff)
+    }
+
+    async fn events_subscribe(&self, pending: PendingSubscriptionSink) -> SubscriptionResult {
+        let mut events = self.0.events.subscribe();
+        let sink = pending.accept().await?;
+        loop {
+            tokio::select! {
+                _ = sink.closed() => return Ok(()),
+                event = events.recv() => match event {
+                    Ok(event) => {
+                        let message = SubscriptionMessage::from(serde_json::value::to_raw_value(&event)?);
+                        if sink.send(message).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(missed)) => tracing::warn!(missed, "an event subscriber lagged"),
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
+    }
+}
+
+/// A stored session in wire form.
+pub fn completed_session(record: SessionRecord) -> CompletedSession {
+    CompletedSession {
+        session_id: record.session_id,
+        pid: record.pid,
+        command: record.command,
+        started_at_ms: record.started_at_ms,
+        ended_at_ms: record.ended_at_ms,
+        exit_status: record.exit_status,
+        end_reason: record.end_reason,
+    }
+}
+
+/// The store's verification in wire form.
+pub fn audit_verification(verification: lazaret_store::AuditVerification) -> AuditVerification {
+    let (problem_at, problem) = match verification.first_problem {
+        Some((at, problem)) => (Some(at), Some(problem)),
+        None => (None, None),
+    };
+    AuditVerification { records: verification.records, intact: problem.is_none(), problem_at, problem }
+}

@@ -1,0 +1,462 @@
+//! The Session Coordinator: one background process per domain (the
+//! `lazaret` binary re-executed, detached with `setsid`). It owns the
+//! sandbox container, the control socket and the state store, serves the
+//! JSON-RPC API, counts live sessions and tears everything down when the
+//! count reaches zero or on SIGINT/SIGTERM/SIGHUP (NFR-2).
+
+pub mod api;
+pub mod sandbox;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::{Api, Domain};
+use lazaret_core::config::ResolvedProfile;
+use lazaret_protocol::{ContainerState, Event, LazaretApiServer};
+use lazaret_rpc::server::{self, ConnectionEvent};
+use lazaret_store::Store;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::domain_lock::DomainLock;
+use crate::error::{Context, Result};
+use crate::git_sentry::{self, GitLayout, HostRepository};
+use crate::podman::Podman;
+
+/// How long a new coordinator waits for its first session before giving up
+/// (the CLI that started it may have died).
+const FIRST_SESSION_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long teardown waits for the domain lock before going ahead anyway.
+const TEARDOWN_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// File name of the state store inside the Domain Root.
+pub const STORE_FILE: &str = "state.redb";
+/// File name of the coordinator's log inside the Domain Root.
+pub const LOG_FILE: &str = "coordinator.log";
+
+/// What the sandbox sees at `/workspace`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceMode {
+    /// The agent's own checkout of `lazaret/agent-<profile>` (git_sentry).
+    AgentBranch,
+    /// The workspace itself, read-write: only for directories that are not
+    /// git repositories, on the user's explicit request.
+    Direct,
+}
+
+/// Forwards the Network Sidecar's events to the domain, in order, until the
+/// sidecar goes.
+async fn watch_sidecar(domain: Arc<Domain>, socket: std::path::PathBuf) {
+    let ended = async {
+        let mut events = crate::network::SidecarEvents::connect(&socket).await?;
+        while let Some(event) = events.next().await? {
+            domain.sidecar_event(event).await;
+        }
+        Ok::<(), crate::Error>(())
+    };
+    match ended.await {
+        Ok(()) => tracing::info!("the Network Sidecar's event stream ended"),
+        Err(error) => tracing::warn!(error = %error.chained(), "the Network Sidecar's event stream ended"),
+    }
+}
+
+/// Runs the coordinator of `resolved` until teardown. Blocking.
+pub fn run(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::EgressReloader) -> Result<u8> {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the async runtime")?;
+    let (status, lock) = runtime.block_on(serve(resolved, mode, reloader))?;
+    // Every task (and with them the state store) goes with the runtime; only
+    // then is the domain lock released, so that whoever takes it next finds
+    // the store closed.
+    drop(runtime);
+    drop(lock);
+    Ok(status)
+}
+
+/// Prepares `/workspace` for the sandbox: the git layout, or the direct mount.
+fn prepare_workspace(resolved: &ResolvedProfile, mode: WorkspaceMode) -> Result<(Option<GitLayout>, Vec<String>)> {
+    match mode {
+        WorkspaceMode::Direct => Ok((None, vec![format!("--volume={}:/workspace:rw", resolved.workspace.display())])),
+        WorkspaceMode::AgentBranch => {
+            let host = HostRepository::discover(&resolved.workspace)?
+                .with_context(|| format!("{} is not a git repository", resolved.workspace.display()))?;
+            let layout = GitLayout::new(resolved, host);
+            layout.prepare()?;
+            let mounts = layout.podman_arguments();
+            Ok((Some(layout), mounts))
+        }
+    }
+}
+
+async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::EgressReloader) -> Result<(u8, Option<DomainLock>)> {
+    let domain_resources = resolved.domain.clone();
+    crate::private_dirs::ensure_private_dir(&domain_resources.domain_dir)?;
+    if let Some(socket_root) = domain_resources.socket_dir.parent() {
+        crate::private_dirs::ensure_private_dir(socket_root)?;
+    }
+    crate::private_dirs::ensure_private_dir(&domain_resources.socket_dir)?;
+    // Until the control socket is bound, a failure removes what this start
+    // created (sockets, TLS files), so nothing half-made is left behind.
+    let mut startup = StartupCleanup { resources: domain_resources.clone(), armed: true, state_anchor: None };
+
+    // Choosing runsc runs `--version` of each candidate (about 40 ms each):
+    // done beside the store and workspace preparation, not after them.
+    let configured_runsc = resolved.runsc.clone();
+    let runsc = tokio::task::spawn_blocking(move || crate::runsc::select(configured_runsc.as_deref()));
+    let store_path = domain_resources.domain_dir.join(STORE_FILE);
+    let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await.context("store task failed")??;
+    let prepare_resolved = resolved.clone();
+    let (git, workspace_mounts) =
+        tokio::task::spawn_blocking(move || prepare_workspace(&prepare_resolved, mode)).await.context("workspace task failed")??;
+    let runsc = runsc.await.context("runsc task failed")??;
+    tracing::info!(runsc = %runsc.path.display(), version = %runsc.version, why = runsc.why, "sandbox runtime");
+    let domain = Arc::new(Domain::new(resolved, Arc::new(store), git.clone()));
+    let podman = Podman::default();
+
+    // A coordinator killed with SIGKILL leaves its socket file and maybe its
+    // container behind; the CLI that started us found the socket dead. The
+    // container is replaced by `podman run --replace`.
+    let _ = std::fs::remove_file(&domain_resources.control_socket);
+
+    let escalation = if domain.resolved.escalation_enabled { Some(prepare_escalation(&domain.resolved)?) } else { None };
+    let mut sandbox_arguments = workspace_mounts;
+    // The State Anchor: overlays for the persistent directories, mounted
+    // before the sandbox starts. A leftover container of a killed coordinator
+    // must go first: its runsc gofer still serves the old overlays.
+    let state_anchor = if domain.resolved.persistent_dirs.is_empty() {
+        None
+    } else {
+        if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
+            tracing::warn!(%error, "could not remove a leftover container");
+        }
+        let (domain_dir, image, dirs) =
+            (domain_resources.domain_dir.clone(), domain.resolved.image.clone(), domain.resolved.persistent_dirs.clone());
+        let anchor = tokio::task::spawn_blocking(move || crate::state_anchor::StateAnchor::mount(&domain_dir, &image, &dirs))
+            .await
+            .context("state anchor task failed")??;
+        sandbox_arguments.extend(anchor.podman_arguments());
+        let anchor = Arc::new(anchor);
+        // Until the domain serves, a failure unmounts it (finding 10).
+        startup.state_anchor = Some(anchor.clone());
+        Some(anchor)
+    };
+    if let Some(prepared) = &escalation {
+        sandbox_arguments.extend(prepared.podman_arguments.iter().cloned());
+    }
+
+    // The Network Sidecar, when anything may be reached at all; with an
+    // empty allowlist the sandbox simply has no network.
+    let sidecar_control = if domain.resolved.allow_egress.is_empty() {
+        None
+    } else {
+        let resolved = domain.resolved.clone();
+        let podman_for_sidecar = podman.clone();
+        let control_dir = domain_resources.socket_dir.join("sidecar");
+        let socket = tokio::task::spawn_blocking(move || {
+            let image = crate::network::ensure_image(&podman_for_sidecar)?;
+            crate::network::start(&podman_for_sidecar, &resolved, &image, &control_dir)
+        })
+        .await
+        .context("sidecar task failed")?;
+        match socket {
+            Ok(socket) => Some(socket),
+            Err(error) => {
+                let _ = sandbox::remove(&podman, &domain_resources.sidecar_name).await;
+                return Err(error);
+            }
+        }
+    };
+    domain.set_sidecar_control(sidecar_control.clone());
+    domain.set_egress_reloader(reloader);
+    let sidecar_name = sidecar_control.as_ref().map(|_| domain_resources.sidecar_name.clone());
+    if sidecar_control.is_some() {
+        // The sandbox's only resolver is the sidecar's.
+        sandbox_arguments.push(crate::network::resolv_conf_argument(&domain_resources.socket_dir.join("sandbox"))?);
+    }
+    // Refused DNS questions (and answered ones) from the sidecar's stream.
+    let sidecar_watch = sidecar_control.clone().map(|socket| tokio::spawn(watch_sidecar(domain.clone(), socket)));
+
+    let listener = bind_private(&domain_resources.control_socket)?;
+    tracing::info!(socket = %domain_resources.control_socket.display(), "control socket bound");
+
+    let (connection_events, mut connection_events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let methods = Api(domain.clone()).into_rpc();
+    let server_task = tokio::spawn(server::serve(listener, methods.into(), server::Config::default(), connection_events));
+    startup.armed = false;
+
+    let start_domain = domain.clone();
+    let start_podman = podman.clone();
+    let start_task = tokio::spawn(async move {
+        // (aborted at teardown; the loops it spawns are ended with the runtime)
+        let (default_command, started) = tokio::join!(
+            sandbox::default_command(&start_podman, &start_domain.resolved.image),
+            sandbox::start(&start_podman, &start_domain.resolved, &runsc.path, &sandbox_arguments, sidecar_name.as_deref())
+        );
+        start_domain.set_default_command(default_command);
+        let container = start_domain.resolved.domain.container_name.clone();
+        let seeded = match (&started, &start_domain.git) {
+            (Ok(()), Some(layout)) => sandbox::exec_script(&start_podman, &container, &layout.seed_script())
+                .await
+                .map(|_| ())
+                .context("cannot set up the agent's repository inside the sandbox"),
+            _ => Ok(()),
+        };
+        match started.and(seeded) {
+            Ok(()) => {
+                tracing::info!("sandbox running");
+                start_domain.mark_branch_seeded().await;
+                start_domain.set_container_state(ContainerState::Running, None);
+                if let Some(layout) = start_domain.git.clone() {
+                    tokio::spawn(git_sentry::sync::mirror_config_loop(layout));
+                    tokio::spawn(export_loop(start_domain.clone()));
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "sandbox failed to start");
+                start_domain.set_container_state(ContainerState::Failed, Some(error.chained()));
+            }
+        }
+    });
+
+    let escalation_server = escalation.as_ref().map(|prepared| prepared.server.clone());
+    let escalation_task =
+        escalation.map(|prepared| tokio::spawn(crate::escalation::server::serve(prepared.listener, prepared.server, domain.clone())));
+
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let first_session_deadline = tokio::time::sleep(FIRST_SESSION_TIMEOUT);
+    tokio::pin!(first_session_deadline);
+
+    let reason = loop {
+        tokio::select! {
+            Some(event) = connection_events_rx.recv() => {
+                if let ConnectionEvent::Closed { conn_id } = event {
+                    domain.connection_closed(conn_id).await;
+                }
+            }
+            _ = domain.idle.notified() => {
+                if domain.live_count() == 0 && try_begin_idle_shutdown(&domain).await {
+                    break "no sessions left";
+                }
+            }
+            _ = &mut first_session_deadline, if !domain.ever_registered() => {
+                if domain.live_count() == 0 && try_begin_idle_shutdown(&domain).await {
+                    break "no session registered";
+                }
+            }
+            _ = domain.shutdown_requested.notified() => break "shutdown requested",
+            _ = terminate.recv() => break "SIGTERM",
+            _ = interrupt.recv() => break "SIGINT",
+            _ = hangup.recv() => break "SIGHUP",
+        }
+    };
+
+    tracing::info!(reason, "tearing down");
+    domain.begin_shutdown_if_idle(true);
+    domain.emit(Event::ShuttingDown { reason: reason.to_owned() });
+    // Hold the domain lock while tearing down, so that no new coordinator
+    // starts a container of the same name before ours is gone.
+    let lock = lock_for_teardown(&domain_resources.lockfile).await;
+    let _ = std::fs::remove_file(&domain_resources.control_socket);
+    start_task.abort();
+    // The agent's last commits reach the host before the sandbox goes.
+    domain.export_agent_branch().await;
+    domain.set_container_state(ContainerState::Stopping, None);
+    if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
+        tracing::error!(%error, "could not remove the sandbox");
+    }
+    if let Some(task) = sidecar_watch {
+        task.abort();
+    }
+    if sidecar_control.is_some() {
+        if let Err(error) = sandbox::remove(&podman, &domain_resources.sidecar_name).await {
+            tracing::error!(%error, "could not remove the Network Sidecar");
+        }
+        let _ = std::fs::remove_dir_all(domain_resources.socket_dir.join("sidecar"));
+        let _ = std::fs::remove_dir_all(domain_resources.socket_dir.join("sandbox"));
+    }
+    if let Some(anchor) = state_anchor {
+        match tokio::task::spawn_blocking(move || anchor.unmount()).await {
+            Ok(Ok(())) => tracing::info!("state anchor unmounted"),
+            Ok(Err(error)) => tracing::error!(error = %error.chained(), "could not unmount the state anchor"),
+            Err(error) => tracing::error!(%error, "state anchor task failed"),
+        }
+    }
+    // Refusals counted in the last, unfinished window are recorded too.
+    if let Some(server) = &escalation_server {
+        server.write_remaining_refusals(&*domain).await;
+    }
+    if let Some(task) = escalation_task {
+        task.abort();
+    }
+    let _ = std::fs::remove_file(&domain_resources.escalation_socket);
+    let _ = std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(
+        &domain_resources.domain_hash,
+        &domain_resources.socket_dir,
+    ));
+    let _ = std::fs::remove_dir(&domain_resources.socket_dir);
+    server_task.abort();
+    tracing::info!("teardown complete");
+    Ok((0, lock))
+}
+
+/// Removes the files of a start that failed before the domain was serving.
+struct StartupCleanup {
+    resources: lazaret_core::domain::DomainResources,
+    armed: bool,
+    /// Mounted before a later step failed: unmounted, not left until the
+    /// next start (attack review finding 10).
+    state_anchor: Option<Arc<crate::state_anchor::StateAnchor>>,
+}
+
+impl Drop for StartupCleanup {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Some(anchor) = self.state_anchor.take() {
+            if let Err(error) = anchor.unmount() {
+                tracing::error!(error = %error.chained(), "could not unmount the state anchor of a failed start");
+            }
+        }
+        let resources = &self.resources;
+        let _ = std::fs::remove_file(&resources.escalation_socket);
+        let _ = std::fs::remove_file(&resources.control_socket);
+        let _ = std::fs::remove_dir_all(resources.socket_dir.join("sidecar"));
+        let _ = std::fs::remove_dir_all(resources.socket_dir.join("sandbox"));
+        let _ =
+            std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(&resources.domain_hash, &resources.socket_dir));
+        let _ = std::fs::remove_dir(&resources.socket_dir);
+    }
+}
+
+/// The Escalation Socket and what the sandbox needs to use it.
+struct PreparedEscalation {
+    listener: tokio::net::UnixListener,
+    server: Arc<crate::escalation::server::EscalationServer>,
+    podman_arguments: Vec<String>,
+}
+
+/// Trust Anchor, client credentials on a memory-backed directory, the
+/// socket, and the mounts: the socket is the only host socket the sandbox
+/// gets (D10), which runsc must be told to allow (`host-uds=open`).
+fn prepare_escalation(resolved: &ResolvedProfile) -> Result<PreparedEscalation> {
+    use crate::escalation::trust_anchor::{self, TrustAnchor};
+    let helper = crate::helper_binaries::find("lazaret-escalate")
+        .filter(|path| crate::helper_binaries::linkage(path).is_ok_and(|linkage| linkage == crate::helper_binaries::Linkage::Static))
+        .context("the static lazaret-escalate binary was not found (build it: scripts/build), or set [escalation] enabled = false")?;
+    let domain = &resolved.domain;
+    let anchor = TrustAnchor::generate()?;
+    let sandbox_id = lazaret_core::ids::random_hex(8)?;
+    let identity = trust_anchor::sandbox_identity(&resolved.profile, &domain.domain_hash, &sandbox_id);
+    let credentials = anchor.client_credentials(&identity)?;
+    let tls_dir = trust_anchor::credentials_directory(&domain.domain_hash, &domain.socket_dir);
+    trust_anchor::write_credentials(&tls_dir, anchor.ca_pem(), &credentials)?;
+    let _ = std::fs::remove_file(&domain.escalation_socket);
+    let listener = bind_private(&domain.escalation_socket)?;
+    let server = crate::escalation::server::EscalationServer::new(
+        tokio_rustls::TlsAcceptor::from(anchor.server_config()?),
+        identity,
+        crate::escalation::EscalationSettings::of(resolved),
+    );
+    let podman_arguments = vec![
+        sandbox::HOST_UDS_ARGUMENT.to_owned(),
+        format!("--volume={}:/run/lazaret/tls:ro", tls_dir.display()),
+        format!("--volume={}:{}", domain.escalation_socket.display(), lazaret_protocol::escalation::paths::SOCKET),
+        format!("--volume={}:/run/lazaret/bin/lazaret-escalate:ro", helper.display()),
+    ];
+    Ok(PreparedEscalation { listener, server: Arc::new(server), podman_arguments })
+}
+
+/// Exports the agent branch whenever its ref files change.
+async fn export_loop(domain: Arc<Domain>) {
+    loop {
+        tokio::time::sleep(git_sentry::sync::EXPORT_POLL).await;
+        domain.export_agent_branch().await;
+    }
+}
+
+/// Takes the domain lock, then re-checks that no session arrived meanwhile.
+/// A CLI leader holds the lock while it registers, so this cannot race it.
+async fn try_begin_idle_shutdown(domain: &Arc<Domain>) -> bool {
+    let lock = lock_for_teardown(&domain.resolved.domain.lockfile).await;
+    let idle = domain.begin_shutdown_if_idle(false);
+    if let Some(lock) = lock {
+        lock.unlock();
+    }
+    idle
+}
+
+/// The domain lock, waited for up to [`TEARDOWN_LOCK_TIMEOUT`].
+async fn lock_for_teardown(path: &Path) -> Option<DomainLock> {
+    let lock = DomainLock::open(path).ok()?;
+    let deadline = tokio::time::Instant::now() + TEARDOWN_LOCK_TIMEOUT;
+    loop {
+        if lock.try_lock().unwrap_or(false) {
+            return Some(lock);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!("teardown proceeds without the domain lock");
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Binds a Unix socket that only its owner can connect to. Its directory is
+/// made (or checked to be) ours and 0700 first, so no other user can reach
+/// the socket even in the instant before the chmod to 0600. The process
+/// umask is never changed: other threads create files meanwhile (attack
+/// review finding 12).
+fn bind_private(path: &Path) -> Result<tokio::net::UnixListener> {
+    let dir = path.parent().with_context(|| format!("{} has no parent directory", path.display()))?;
+    crate::private_dirs::ensure_private_dir(dir)?;
+    let listener = tokio::net::UnixListener::bind(path).with_context(|| format!("cannot bind the socket {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn current_umask() -> u32 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        let line = status.lines().find(|line| line.starts_with("Umask:")).expect("Umask line");
+        u32::from_str_radix(line.trim_start_matches("Umask:").trim(), 8).expect("octal")
+    }
+
+    /// Finding 12: the old `bind_private` set a 0077 umask around `bind`,
+    /// for the whole process, while other threads ran. Another thread
+    /// watches the umask during many binds and must never see it change.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn binding_a_private_socket_leaves_the_process_umask_alone() {
+        let before = current_umask();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut seen = std::collections::BTreeSet::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    seen.insert(current_umask());
+                }
+                seen
+            })
+        };
+        for index in 0..2000 {
+            let path = dir.path().join(format!("s{index}.sock"));
+            let _listener = bind_private(&path).expect("bind");
+            let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+            std::fs::remove_file(&path).expect("remove");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = watcher.join().expect("watcher");
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![before], "the umask never changed");
+        let dir_mode = std::fs::metadata(dir.path()).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(dir_mode, 0o700, "the socket's directory is private");
+    }
+}

@@ -1,0 +1,135 @@
+//! The agent sandbox container: the `podman run` arguments that put it under
+//! gVisor on these machines, and its start and removal.
+
+use std::ffi::OsString;
+
+use lazaret_core::config::ResolvedProfile;
+
+use crate::bail;
+use crate::error::{Context, Result};
+use crate::podman::Podman;
+
+/// Label carrying the domain hash on every container Lazaret starts.
+pub const DOMAIN_LABEL: &str = "io.lazaret.domain";
+
+/// A `podman run` invocation: its arguments, and the environment podman
+/// needs to fill `--env NAME` (values never appear on a command line).
+pub struct RunInvocation {
+    pub arguments: Vec<OsString>,
+    pub environment: Vec<(String, String)>,
+}
+
+/// `workspace_mounts` are the podman arguments that provide `/workspace`
+/// (the agent's checkout, see `git_sentry`, or the workspace itself);
+/// `runsc` is the runtime `crate::runsc::select` chose.
+pub fn run_arguments(
+    resolved: &ResolvedProfile,
+    runsc: &std::path::Path,
+    workspace_mounts: &[String],
+    sidecar: Option<&str>,
+) -> Result<RunInvocation> {
+    let domain = &resolved.domain;
+    let mut arguments: Vec<OsString> = Vec::new();
+    let mut push = |argument: String| arguments.push(OsString::from(argument));
+    push("run".into());
+    push("--detach".into());
+    // A container of this name can only be a leftover of a coordinator that
+    // was killed: replace it.
+    push("--replace".into());
+    push(format!("--name={}", domain.container_name));
+    push(format!("--label={DOMAIN_LABEL}={}", domain.domain_hash));
+    push(format!("--label=io.lazaret.profile={}", resolved.profile));
+    push(format!("--hostname=lazaret-{}", resolved.profile));
+    for argument in runtime_arguments(runsc, sidecar) {
+        push(argument);
+    }
+    push("--workdir=/workspace".into());
+    for mount in workspace_mounts {
+        push(mount.clone());
+    }
+    for volume in &resolved.volumes {
+        if !volume.host_exists {
+            if volume.host.starts_with(&resolved.data_root) {
+                crate::private_dirs::ensure_private_dir(&volume.host)?;
+            } else {
+                bail!("volume host path {} does not exist; create it or change the profile", volume.host.display());
+            }
+        }
+        push(format!("--volume={}", volume.podman_argument()));
+    }
+    let mut environment = Vec::new();
+    for (name, value) in &resolved.env {
+        push(format!("--env={name}"));
+        environment.push((name.clone(), value.value.clone()));
+    }
+    push(resolved.image.clone());
+    push("sleep".into());
+    push("infinity".into());
+    Ok(RunInvocation { arguments, environment })
+}
+
+/// How every agent sandbox runs, whatever its profile: gVisor with the flags
+/// these machines need, podman's init (catatonit) as PID 1, no privilege
+/// gain. `lazaret doctor` starts its probe sandbox with exactly these.
+pub fn runtime_arguments(runsc: &std::path::Path, sidecar: Option<&str>) -> Vec<String> {
+    let mut arguments = crate::podman::runsc_arguments(runsc, sidecar);
+    arguments.push("--init".into());
+    arguments.push("--security-opt=no-new-privileges".into());
+    arguments
+}
+
+/// The runsc flag that lets the sandbox connect to the one host socket it
+/// gets, the Escalation Socket (D10).
+pub const HOST_UDS_ARGUMENT: &str = "--runtime-flag=host-uds=open";
+
+/// Starts the sandbox; fails with podman's message.
+pub async fn start(
+    podman: &Podman,
+    resolved: &ResolvedProfile,
+    runsc: &std::path::Path,
+    workspace_mounts: &[String],
+    sidecar: Option<&str>,
+) -> Result<()> {
+    let invocation = run_arguments(resolved, runsc, workspace_mounts, sidecar)?;
+    let mut command = tokio::process::Command::from(podman.command());
+    command.args(&invocation.arguments).envs(invocation.environment).stdin(std::process::Stdio::null());
+    let output = command.output().await.context("cannot run podman")?;
+    if !output.status.success() {
+        bail!("podman could not start the sandbox: {}", String::from_utf8_lossy(&output.stderr).trim());
+    }
+    Ok(())
+}
+
+/// Removes the container (any state) if it exists.
+pub async fn remove(podman: &Podman, name: &str) -> Result<()> {
+    let mut command = tokio::process::Command::from(podman.command());
+    command.args(["rm", "--force", "--time=0", "--ignore", name]).stdin(std::process::Stdio::null());
+    let output = command.output().await.context("cannot run podman")?;
+    if !output.status.success() {
+        bail!("podman could not remove {name}: {}", String::from_utf8_lossy(&output.stderr).trim());
+    }
+    Ok(())
+}
+
+/// The image's default command (`CMD`), for sessions that name none.
+pub async fn default_command(podman: &Podman, image: &str) -> Vec<String> {
+    let mut command = tokio::process::Command::from(podman.command());
+    command.args(["image", "inspect", "--format", "{{json .Config.Cmd}}", image]).stdin(std::process::Stdio::null());
+    let parsed = match command.output().await {
+        Ok(output) if output.status.success() => serde_json::from_slice::<Option<Vec<String>>>(&output.stdout).ok().flatten(),
+        _ => None,
+    };
+    parsed.filter(|cmd| !cmd.is_empty()).unwrap_or_else(|| vec!["/bin/sh".to_owned()])
+}
+
+/// Runs a shell script inside the sandbox; fails with its output.
+pub async fn exec_script(podman: &Podman, container: &str, script: &str) -> Result<String> {
+    let mut command = tokio::process::Command::from(podman.command());
+    command.args(["exec", container, "sh", "-c", script]).stdin(std::process::Stdio::null());
+    let output = command.output().await.context("cannot run podman exec")?;
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    if !output.status.success() {
+        bail!("{}", text.trim());
+    }
+    Ok(text)
+}

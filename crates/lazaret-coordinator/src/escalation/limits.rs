@@ -1,0 +1,176 @@
+//! Bounds on what one sandbox can make the coordinator hold (attack review
+//! finding 15: 300 requests of about 600 KB each took the coordinator to
+//! 2 GB and the store to 637 MB, and blinded `lazaret pending`). A request
+//! larger than these caps is refused before anything waits on it; the
+//! pending queue has a cap per session and per domain; and every audit
+//! record keeps long values only as a prefix with their length and digest.
+
+use lazaret_protocol::escalation::RequestPayload;
+use sha2::{Digest, Sha256};
+
+/// Largest justification accepted, in bytes.
+pub const MAX_JUSTIFICATION_BYTES: usize = 4096;
+/// Most arguments (the program included) and most bytes over all of them.
+pub const MAX_ARGUMENTS: usize = 512;
+pub const MAX_ARGV_BYTES: usize = 64 << 10;
+/// Requests waiting for a human, per session and per domain.
+pub const MAX_PENDING_PER_SESSION: usize = 8;
+pub const MAX_PENDING_PER_DOMAIN: usize = 32;
+/// Longest value an audit record keeps whole.
+pub const MAX_AUDIT_VALUE_BYTES: usize = 1024;
+/// Escalation connections served at once, per domain (finding 14: 19,865
+/// connections held open took the coordinator to 17,810 descriptors).
+pub const MAX_CONNECTIONS: usize = 64;
+/// Host commands running at once, per domain (finding 6).
+pub const MAX_RUNNING_COMMANDS: usize = 8;
+/// Refusals of one kind in this window after the first are only counted.
+pub const REFUSAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Refusals of unauthenticated connections: the first of each kind in a
+/// window is recorded, the rest counted and written as one summary record
+/// when the window ends (as the sidecar's DNS refusals are).
+#[derive(Debug, Default)]
+pub struct RefusalLog {
+    window_started: Option<std::time::Instant>,
+    seen: std::collections::BTreeSet<String>,
+    suppressed: std::collections::BTreeMap<String, u64>,
+}
+
+impl RefusalLog {
+    /// Notes one refusal of `kind`: whether to record it now, and the
+    /// summaries of a window that just ended.
+    pub fn note(&mut self, kind: &str, now: std::time::Instant) -> (bool, Vec<(String, u64)>) {
+        let summaries = self.flush(now);
+        if self.window_started.is_none() {
+            self.window_started = Some(now);
+        }
+        if self.seen.insert(kind.to_owned()) {
+            (true, summaries)
+        } else {
+            *self.suppressed.entry(kind.to_owned()).or_insert(0) += 1;
+            (false, summaries)
+        }
+    }
+
+    /// Ends the window now, over or not: the counts of what was not recorded.
+    pub fn drain(&mut self) -> Vec<(String, u64)> {
+        self.window_started = None;
+        self.seen.clear();
+        std::mem::take(&mut self.suppressed).into_iter().collect()
+    }
+
+    /// Ends the window if it is over: the counts of what was not recorded.
+    pub fn flush(&mut self, now: std::time::Instant) -> Vec<(String, u64)> {
+        match self.window_started {
+            Some(started) if now.duration_since(started) >= REFUSAL_WINDOW => {
+                self.window_started = None;
+                self.seen.clear();
+                std::mem::take(&mut self.suppressed).into_iter().collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Why the request is too large, if it is.
+pub fn oversize(payload: &RequestPayload) -> Option<String> {
+    let justification = payload.justification.as_deref().map_or(0, str::len);
+    if justification > MAX_JUSTIFICATION_BYTES {
+        return Some(format!("the justification is {justification} bytes; at most {MAX_JUSTIFICATION_BYTES} are accepted"));
+    }
+    if payload.argv.len() > MAX_ARGUMENTS {
+        return Some(format!("the command has {} arguments; at most {MAX_ARGUMENTS} are accepted", payload.argv.len()));
+    }
+    let bytes: usize = payload.argv.iter().map(String::len).sum();
+    if bytes > MAX_ARGV_BYTES {
+        return Some(format!("the command is {bytes} bytes long; at most {MAX_ARGV_BYTES} are accepted"));
+    }
+    None
+}
+
+/// `text` whole if short; else its first bytes, its length and SHA-256.
+pub fn bounded(text: &str) -> String {
+    if text.len() <= MAX_AUDIT_VALUE_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_AUDIT_VALUE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let digest = lazaret_core::ids::hex(&Sha256::digest(text.as_bytes()));
+    format!("{}… [truncated: {} bytes, sha256 {digest}]", &text[..end], text.len())
+}
+
+/// Bounds every agent-supplied value of an audit record, and the number of
+/// arguments kept.
+pub fn bound_for_audit(record: &mut lazaret_store::AuditRecord) {
+    let bound_argv = |argv: &mut Vec<String>| {
+        if argv.len() > MAX_ARGUMENTS {
+            let dropped = argv.len() - MAX_ARGUMENTS;
+            argv.truncate(MAX_ARGUMENTS);
+            argv.push(format!("… [{dropped} more arguments dropped]"));
+        }
+        for argument in argv.iter_mut() {
+            *argument = bounded(argument);
+        }
+    };
+    bound_argv(&mut record.requested_argv);
+    if let Some(argv) = record.executed_argv.as_mut() {
+        bound_argv(argv);
+    }
+    for value in [&mut record.justification, &mut record.reason] {
+        if let Some(text) = value.as_mut() {
+            *text = bounded(text);
+        }
+    }
+    record.request_id = bounded(&record.request_id);
+    record.session_id = bounded(&record.session_id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_recorded_once_per_kind_and_window_then_summarised() {
+        let mut log = RefusalLog::default();
+        let start = std::time::Instant::now();
+        assert_eq!(log.note("tls", start), (true, vec![]));
+        for _ in 0..2999 {
+            assert_eq!(log.note("tls", start), (false, vec![]));
+        }
+        assert_eq!(log.note("timeout", start), (true, vec![]), "another kind is recorded once too");
+        let later = start + REFUSAL_WINDOW;
+        assert_eq!(log.note("tls", later), (true, vec![("tls".to_owned(), 2999)]), "the window's count, then a new window");
+        assert_eq!(log.flush(later), vec![], "the new window is not over");
+        assert_eq!(log.flush(later + REFUSAL_WINDOW), vec![], "nothing was suppressed in it");
+    }
+
+    #[test]
+    fn long_values_keep_a_prefix_their_length_and_digest() {
+        let long = "é".repeat(2000);
+        let kept = bounded(&long);
+        assert!(kept.len() < MAX_AUDIT_VALUE_BYTES + 120, "{}", kept.len());
+        assert!(kept.contains("[truncated: 4000 bytes, sha256 "), "{kept}");
+        assert_eq!(bounded("short"), "short");
+    }
+
+    #[test]
+    fn oversized_requests_are_named() {
+        let payload = |argv: Vec<String>, justification: Option<String>| RequestPayload {
+            request_id: "r".into(),
+            session_id: "s".into(),
+            argv,
+            justification,
+            nonce: "n".into(),
+            timestamp_ms: 0,
+        };
+        assert_eq!(oversize(&payload(vec!["ls".into()], Some("why".into()))), None);
+        let big = payload(vec!["ls".into()], Some("a".repeat(MAX_JUSTIFICATION_BYTES + 1)));
+        assert!(oversize(&big).is_some_and(|reason| reason.contains("justification is 4097 bytes")));
+        let many = payload(vec!["x".into(); MAX_ARGUMENTS + 1], None);
+        assert!(oversize(&many).is_some_and(|reason| reason.contains("513 arguments")));
+        let long = payload(vec!["cat".into(), "a".repeat(MAX_ARGV_BYTES)], None);
+        assert!(oversize(&long).is_some_and(|reason| reason.contains("bytes long")));
+    }
+}

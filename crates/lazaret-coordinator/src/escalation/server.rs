@@ -1,0 +1,428 @@
+//! The Escalation Socket: mTLS over a Unix socket bind-mounted into the
+//! sandbox. Per connection: complete the handshake, check the client
+//! certificate's identity against this sandbox before reading a byte of
+//! payload, verify the signed request, decide, wait for a human if needed,
+//! run, stream the output, audit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lazaret_core::policy::{self, Decision, EscalationRequest};
+use lazaret_core::time::now_ms;
+use lazaret_protocol::escalation::{encode_frame, frame_length, RequestPayload, ServerFrame, SignedRequest};
+use lazaret_protocol::{Event, PendingEscalation};
+use lazaret_store::AuditRecord;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio_rustls::TlsAcceptor;
+
+use super::{execute, verify, Answer, EscalationDomain, EscalationSettings};
+
+/// How long a client has for the handshake and its request.
+const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct EscalationServer {
+    pub acceptor: TlsAcceptor,
+    /// The URI SAN the client certificate must carry.
+    pub expected_identity: String,
+    /// The domain's escalation policy, timeouts and identity.
+    pub settings: EscalationSettings,
+    /// Connections being served (handshake, request, wait, run).
+    pub connections: Arc<tokio::sync::Semaphore>,
+    /// Host commands running at once.
+    pub running: Arc<tokio::sync::Semaphore>,
+    /// Refusals of connections that never authenticated, summarised.
+    pub refusals: std::sync::Mutex<super::limits::RefusalLog>,
+}
+
+impl EscalationServer {
+    pub fn new(acceptor: TlsAcceptor, expected_identity: String, settings: EscalationSettings) -> EscalationServer {
+        EscalationServer {
+            acceptor,
+            expected_identity,
+            settings,
+            connections: Arc::new(tokio::sync::Semaphore::new(super::limits::MAX_CONNECTIONS)),
+            running: Arc::new(tokio::sync::Semaphore::new(super::limits::MAX_RUNNING_COMMANDS)),
+            refusals: std::sync::Mutex::new(super::limits::RefusalLog::default()),
+        }
+    }
+
+    /// Audits a refusal of an unauthenticated connection, or counts it for
+    /// the window's summary (attack review finding 14: 3,000 junk
+    /// connections wrote 3,000 records in 1.9 s).
+    async fn refuse_unauthenticated(&self, domain: &impl EscalationDomain, kind: &str, detail: String, received_at_ms: u64) {
+        let (audit_now, summaries) =
+            self.refusals.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).note(kind, std::time::Instant::now());
+        write_summaries(domain, summaries).await;
+        if audit_now {
+            let mut record = blank_record("-", "-", received_at_ms);
+            record.reason = Some(detail);
+            domain.audit(record).await;
+        }
+    }
+}
+
+impl EscalationServer {
+    /// Writes the counts of a window that has not ended (at teardown).
+    pub async fn write_remaining_refusals(&self, domain: &impl EscalationDomain) {
+        let summaries = self.refusals.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).drain();
+        write_summaries(domain, summaries).await;
+    }
+}
+
+async fn write_summaries(domain: &impl EscalationDomain, summaries: Vec<(String, u64)>) {
+    for (kind, count) in summaries {
+        let mut record = blank_record("-", "-", now_ms());
+        record.reason = Some(format!(
+            "{count} more connections refused ({kind}) within {} s; counted, not recorded one by one",
+            super::limits::REFUSAL_WINDOW.as_secs()
+        ));
+        domain.audit(record).await;
+    }
+}
+
+pub async fn serve<D: EscalationDomain>(listener: UnixListener, server: Arc<EscalationServer>, domain: Arc<D>) {
+    let mut backoff = lazaret_rpc::accept::Backoff::default();
+    let mut flush = tokio::time::interval(super::limits::REFUSAL_WINDOW);
+    loop {
+        let stream = tokio::select! {
+            stream = lazaret_rpc::accept::next(&listener, &mut backoff, "escalation") => stream,
+            _ = flush.tick() => {
+                let summaries = server.refusals.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).flush(std::time::Instant::now());
+                write_summaries(&*domain, summaries).await;
+                continue;
+            }
+        };
+        // A cap on connections at once: past it a connection is closed
+        // unread, and counted.
+        let Ok(permit) = server.connections.clone().try_acquire_owned() else {
+            drop(stream);
+            let detail = format!("more than {} connections at once; closed unread", super::limits::MAX_CONNECTIONS);
+            server.refuse_unauthenticated(&*domain, "too many connections", detail, now_ms()).await;
+            continue;
+        };
+        let server = server.clone();
+        let domain = domain.clone();
+        tokio::spawn(async move {
+            handle(stream, &server, &*domain).await;
+            drop(permit);
+        });
+    }
+}
+
+fn blank_record(request_id: &str, session_id: &str, received_at_ms: u64) -> AuditRecord {
+    AuditRecord {
+        sequence: 0,
+        previous_hash: String::new(),
+        hash: String::new(),
+        request_id: request_id.to_owned(),
+        session_id: session_id.to_owned(),
+        verified: false,
+        outcome: "rejected".to_owned(),
+        reason: None,
+        decided_by: None,
+        justification: None,
+        requested_argv: Vec::new(),
+        executed_argv: None,
+        exit_status: None,
+        received_at_ms,
+        decided_at_ms: None,
+        finished_at_ms: None,
+    }
+}
+
+async fn send(stream: &mut (impl AsyncWrite + Unpin), frame: &ServerFrame) {
+    if let Ok(body) = serde_json::to_vec(frame) {
+        let _ = stream.write_all(&encode_frame(&body)).await;
+        let _ = stream.flush().await;
+    }
+}
+
+async fn handle<D: EscalationDomain>(stream: UnixStream, server: &EscalationServer, domain: &D) {
+    let received_at_ms = now_ms();
+    let tls = match tokio::time::timeout(REQUEST_READ_TIMEOUT, server.acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(error)) => {
+            server.refuse_unauthenticated(domain, "TLS handshake failed", format!("TLS handshake failed: {error}"), received_at_ms).await;
+            return;
+        }
+        Err(_) => {
+            server.refuse_unauthenticated(domain, "TLS handshake timed out", "TLS handshake timed out".to_owned(), received_at_ms).await;
+            return;
+        }
+    };
+    let mut tls = tls;
+    // Identity first: nothing of the payload is parsed before this holds.
+    let identities: Vec<String> = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|leaf| super::trust_anchor::uri_sans(leaf))
+        .unwrap_or_default();
+    if !identities.contains(&server.expected_identity) {
+        let detail = format!("client certificate identity {identities:?} is not this sandbox's");
+        server.refuse_unauthenticated(domain, "foreign client certificate", detail, received_at_ms).await;
+        send(&mut tls, &ServerFrame::Refused { reason: "this certificate does not belong to this sandbox".to_owned() }).await;
+        return;
+    }
+    let signed = match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_request(&mut tls)).await {
+        Ok(Ok(signed)) => signed,
+        Ok(Err(reason)) => {
+            server.refuse_unauthenticated(domain, "unreadable request", reason.clone(), received_at_ms).await;
+            send(&mut tls, &ServerFrame::Refused { reason }).await;
+            return;
+        }
+        Err(_) => {
+            server.refuse_unauthenticated(domain, "no request in time", "no request within 10 s".to_owned(), received_at_ms).await;
+            return;
+        }
+    };
+    let verified = {
+        let mut guard = domain.broker().replay_guard.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        verify::verify(&signed, |session_id| domain.session_public_key(session_id), now_ms(), &mut guard)
+    };
+    let payload = match verified {
+        Ok(payload) => payload,
+        Err(reason) => {
+            let (session_id, request_id) = verify::claimed_session(&signed);
+            let mut record = blank_record(&request_id, &session_id, received_at_ms);
+            record.reason = Some(reason.clone());
+            if let Ok(payload) = serde_json::from_str::<RequestPayload>(&signed.payload) {
+                record.requested_argv = payload.argv;
+                record.justification = payload.justification;
+            }
+            tracing::warn!(%reason, "escalation request refused");
+            domain.audit(record).await;
+            send(&mut tls, &ServerFrame::Refused { reason }).await;
+            return;
+        }
+    };
+    if let Some(reason) = super::limits::oversize(&payload) {
+        let mut record = blank_record(&payload.request_id, &payload.session_id, received_at_ms);
+        record.verified = true;
+        record.requested_argv = payload.argv;
+        record.justification = payload.justification;
+        record.reason = Some(reason.clone());
+        domain.audit(record).await;
+        send(&mut tls, &ServerFrame::Refused { reason }).await;
+        return;
+    }
+    decide_and_run(&mut tls, server, domain, payload, received_at_ms).await;
+}
+
+async fn read_request(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Result<SignedRequest, String> {
+    let mut prefix = [0u8; 4];
+    stream.read_exact(&mut prefix).await.map_err(|error| format!("reading the request: {error}"))?;
+    let length = frame_length(prefix).ok_or("request frame too large")?;
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.map_err(|error| format!("reading the request: {error}"))?;
+    serde_json::from_slice(&body).map_err(|error| format!("malformed request: {error}"))
+}
+
+async fn decide_and_run<D: EscalationDomain>(
+    tls: &mut (impl AsyncWrite + tokio::io::AsyncRead + Unpin),
+    server: &EscalationServer,
+    domain: &D,
+    payload: RequestPayload,
+    received_at_ms: u64,
+) {
+    let settings = &server.settings;
+    let mut record = blank_record(&payload.request_id, &payload.session_id, received_at_ms);
+    record.verified = true;
+    record.requested_argv = payload.argv.clone();
+    record.justification = payload.justification.clone();
+    let host_path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned());
+
+    let decision = policy::decide(&EscalationRequest { argv: payload.argv.clone() }, &settings.auto_approve_rules);
+    let (argv, outcome, decided_by) = match decision {
+        Decision::AutoApprove { .. } => (payload.argv.clone(), "auto".to_owned(), "policy".to_owned()),
+        Decision::NeedsHuman { reasons } => {
+            // A sandbox cannot fill the queue the human reads.
+            let pending = domain.broker().pending();
+            let of_session = pending.iter().filter(|escalation| escalation.session_id == payload.session_id).count();
+            let full = if of_session >= super::limits::MAX_PENDING_PER_SESSION {
+                Some(format!(
+                    "this session already has {of_session} requests waiting for a human (at most {})",
+                    super::limits::MAX_PENDING_PER_SESSION
+                ))
+            } else if pending.len() >= super::limits::MAX_PENDING_PER_DOMAIN {
+                Some(format!(
+                    "{} requests already wait for a human in this domain (at most {})",
+                    pending.len(),
+                    super::limits::MAX_PENDING_PER_DOMAIN
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = full {
+                return finish_without_running(tls, domain, record, "rejected", "policy", ServerFrame::Refused { reason }).await;
+            }
+            let timeout = settings.approval_timeout;
+            let escalation = PendingEscalation {
+                request_id: payload.request_id.clone(),
+                domain_hash: settings.domain_hash.clone(),
+                profile: settings.profile.clone(),
+                session_id: payload.session_id.clone(),
+                argv: payload.argv.clone(),
+                display: policy::display_command(&payload.argv),
+                justification: payload.justification.clone(),
+                cwd: settings.workspace.display().to_string(),
+                reasons,
+                risk_notes: policy::risk_notes(&payload.argv),
+                received_at_ms,
+                expires_at_ms: received_at_ms + timeout.as_millis() as u64,
+            };
+            let answer = domain.broker().add(escalation.clone());
+            domain.emit(Event::EscalationPending { escalation });
+            send(
+                tls,
+                &ServerFrame::Pending {
+                    request_id: payload.request_id.clone(),
+                    message: "waiting for a human to approve this request on the host".to_owned(),
+                },
+            )
+            .await;
+            let answer = tokio::select! {
+                answer = answer => answer.ok(),
+                _ = tokio::time::sleep(timeout) => None,
+                // The client hung up: nobody is waiting for the answer any
+                // more, so the request leaves every client's queue now.
+                _ = wait_for_hangup(tls) => {
+                    domain.broker().withdraw(&payload.request_id);
+                    Some(Answer::Deny { reason: "the requesting process went away".to_owned(), decided_by: "client".to_owned() })
+                }
+            };
+            record.decided_at_ms = Some(now_ms());
+            match answer {
+                Some(Answer::Approve { decided_by }) => (payload.argv.clone(), "approved".to_owned(), decided_by),
+                Some(Answer::Edit { argv, decided_by }) => (argv, "edited".to_owned(), decided_by),
+                Some(Answer::Deny { reason, decided_by }) => {
+                    return finish_without_running(tls, domain, record, "denied", &decided_by, ServerFrame::Denied { reason }).await;
+                }
+                Some(Answer::Abort { decided_by }) => {
+                    let frame = ServerFrame::Denied { reason: "the session was aborted on the host".to_owned() };
+                    return finish_without_running(tls, domain, record, "aborted", &decided_by, frame).await;
+                }
+                None => {
+                    domain.broker().withdraw(&payload.request_id);
+                    let reason = format!("nobody approved the request within {} s", timeout.as_secs());
+                    return finish_without_running(tls, domain, record, "timedOut", "timeout", ServerFrame::TimedOut { reason }).await;
+                }
+            }
+        }
+    };
+    record.decided_at_ms.get_or_insert_with(now_ms);
+    record.outcome = outcome.clone();
+    record.decided_by = Some(decided_by.clone());
+    domain.emit(Event::EscalationResolved {
+        request_id: payload.request_id.clone(),
+        outcome: outcome.clone(),
+        decided_by,
+        argv: Some(argv.clone()),
+    });
+
+    // Resolve on the host's PATH: nothing in the request can pick the file.
+    let program = match policy::resolve_program(&argv[0], &host_path, &|path: &std::path::Path| is_executable_file(path)) {
+        Ok(program) => program,
+        Err(error) => {
+            record.reason = Some(error.to_string());
+            record.finished_at_ms = Some(now_ms());
+            domain.audit(record).await;
+            send(tls, &ServerFrame::Denied { reason: error.to_string() }).await;
+            return;
+        }
+    };
+    let mut executed = vec![program.display().to_string()];
+    executed.extend(argv[1..].iter().cloned());
+    record.executed_argv = Some(executed);
+    send(tls, &ServerFrame::Running { request_id: payload.request_id.clone(), argv: argv.clone(), decision: outcome }).await;
+    // A cap on host commands running at once (finding 6: ten `cat /dev/zero`
+    // ran side by side, each allowed 600 s).
+    let Ok(_running) = server.running.clone().try_acquire_owned() else {
+        let reason = format!(
+            "{} host commands of this sandbox are already running (at most that many at once)",
+            super::limits::MAX_RUNNING_COMMANDS
+        );
+        record.executed_argv = None;
+        record.reason = Some(reason.clone());
+        record.finished_at_ms = Some(now_ms());
+        domain.audit(record).await;
+        send(tls, &ServerFrame::Refused { reason }).await;
+        return;
+    };
+    let command_timeout = settings.command_timeout;
+    let tls_cell = tokio::sync::Mutex::new(&mut *tls);
+    let finished = execute::run(&program, &argv[1..], &settings.workspace, &host_path, command_timeout, |frame| {
+        let tls_cell = &tls_cell;
+        async move {
+            let mut guard = tls_cell.lock().await;
+            send(&mut **guard, &frame).await;
+        }
+    })
+    .await;
+    let tls = tls_cell.into_inner();
+    record.finished_at_ms = Some(now_ms());
+    match finished {
+        Ok(finished) if finished.timed_out => {
+            record.reason = Some(format!("killed after {} s", command_timeout.as_secs()));
+            send(
+                tls,
+                &ServerFrame::TimedOut {
+                    reason: format!("the host command ran longer than {} s and was killed", command_timeout.as_secs()),
+                },
+            )
+            .await;
+        }
+        Ok(finished) => {
+            record.exit_status = finished.exit_status;
+            send(tls, &ServerFrame::Exit { status: finished.exit_status.unwrap_or(255) }).await;
+        }
+        Err(error) => {
+            record.reason = Some(format!("could not run: {error}"));
+            send(tls, &ServerFrame::Denied { reason: format!("could not run the command on the host: {error}") }).await;
+        }
+    }
+    domain.emit(Event::EscalationFinished { request_id: payload.request_id.clone(), exit_status: record.exit_status });
+    domain.audit(record).await;
+}
+
+async fn finish_without_running(
+    tls: &mut (impl AsyncWrite + Unpin),
+    domain: &impl EscalationDomain,
+    mut record: AuditRecord,
+    outcome: &str,
+    decided_by: &str,
+    frame: ServerFrame,
+) {
+    record.outcome = outcome.to_owned();
+    record.decided_by = Some(decided_by.to_owned());
+    if let ServerFrame::Denied { reason } | ServerFrame::TimedOut { reason } | ServerFrame::Refused { reason } = &frame {
+        record.reason = Some(reason.clone());
+    }
+    record.finished_at_ms = Some(now_ms());
+    domain.emit(Event::EscalationResolved {
+        request_id: record.request_id.clone(),
+        outcome: outcome.to_owned(),
+        decided_by: decided_by.to_owned(),
+        argv: None,
+    });
+    domain.audit(record).await;
+    send(tls, &frame).await;
+}
+
+/// Resolves when the client closes its side (a read returns EOF or fails).
+async fn wait_for_hangup(stream: &mut (impl tokio::io::AsyncRead + Unpin)) {
+    let mut byte = [0u8; 1];
+    loop {
+        match stream.read(&mut byte).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+fn is_executable_file(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
+}

@@ -1,0 +1,156 @@
+//! The Trust Anchor (design document section 5.1): an in-memory CA that
+//! lives as long as the coordinator, a server certificate for the
+//! coordinator's end of the Escalation Socket, and one short-lived client
+//! certificate per sandbox whose URI SAN names the profile and sandbox id.
+//! The client credentials are written to a memory-backed directory that is
+//! bind-mounted read-only into the sandbox.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use lazaret_protocol::escalation::paths;
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+use crate::error::{Context, Result};
+
+/// Client certificates expire after this long; a domain that runs longer
+/// gets new ones on its next start.
+const CLIENT_CERTIFICATE_LIFETIME: time::Duration = time::Duration::hours(24);
+
+/// The URI SAN of a sandbox's client certificate.
+pub fn sandbox_identity(profile: &str, domain_hash: &str, sandbox_id: &str) -> String {
+    format!("lazaret://sandbox/{profile}/{domain_hash}/{sandbox_id}")
+}
+
+pub struct TrustAnchor {
+    ca_certificate: CertificateDer<'static>,
+    ca_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+/// What the sandbox needs, as PEM.
+pub struct ClientCredentials {
+    pub certificate_pem: String,
+    pub key_pem: String,
+}
+
+impl TrustAnchor {
+    pub fn generate() -> Result<TrustAnchor> {
+        let key = KeyPair::generate().context("cannot generate the CA key")?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, "Lazaret Trust Anchor");
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::minutes(5);
+        params.not_after = now + CLIENT_CERTIFICATE_LIFETIME + time::Duration::hours(1);
+        let certificate = params.self_signed(&key).context("cannot sign the CA certificate")?;
+        Ok(TrustAnchor { ca_certificate: certificate.der().clone(), ca_pem: certificate.pem(), issuer: Issuer::new(params, key) })
+    }
+
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The coordinator's certificate (server name [`paths::SERVER_NAME`]).
+    fn server_certificate(&self) -> Result<(CertificateDer<'static>, PrivateKeyDer<'static>)> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(vec![paths::SERVER_NAME.to_owned()])?;
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::minutes(5);
+        params.not_after = now + CLIENT_CERTIFICATE_LIFETIME;
+        let certificate = params.signed_by(&key, &self.issuer)?;
+        Ok((certificate.der().clone(), PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()))))
+    }
+
+    /// A client certificate whose only SAN is `identity`.
+    pub fn client_credentials(&self, identity: &str) -> Result<ClientCredentials> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.subject_alt_names = vec![SanType::URI(identity.try_into().context("bad identity URI")?)];
+        params.distinguished_name.push(DnType::CommonName, "lazaret sandbox");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::minutes(5);
+        params.not_after = now + CLIENT_CERTIFICATE_LIFETIME;
+        let certificate = params.signed_by(&key, &self.issuer)?;
+        Ok(ClientCredentials { certificate_pem: certificate.pem(), key_pem: key.serialize_pem() })
+    }
+
+    /// TLS 1.3 server configuration that requires a client certificate
+    /// signed by this CA (identity checked after the handshake).
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca_certificate.clone())?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .context("cannot build the client verifier")?;
+        let (certificate, key) = self.server_certificate()?;
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(vec![certificate], key)?;
+        Ok(Arc::new(config))
+    }
+}
+
+/// A memory-backed directory for the sandbox's TLS files: under `/dev/shm`
+/// (tmpfs on Linux), else the socket directory.
+pub fn credentials_directory(domain_hash: &str, fallback: &Path) -> PathBuf {
+    let uid = nix::unistd::getuid().as_raw();
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.join(format!("lazaret-{uid}")).join(domain_hash)
+    } else {
+        fallback.join("tls")
+    }
+}
+
+/// Writes ca.pem, client.pem and client.key (0644, 0644, 0600) into `dir`.
+pub fn write_credentials(dir: &Path, ca_pem: &str, client: &ClientCredentials) -> Result<()> {
+    if let Some(parent) = dir.parent() {
+        crate::private_dirs::ensure_private_dir(parent)?;
+    }
+    crate::private_dirs::ensure_private_dir(dir)?;
+    // The sandbox reads these as its own (mapped) root; in rootless mode the
+    // container root is the host user, so the directory can stay 0700.
+    for (name, contents) in [("ca.pem", ca_pem), ("client.pem", &client.certificate_pem), ("client.key", &client.key_pem)] {
+        std::fs::write(dir.join(name), contents).with_context(|| format!("cannot write {}", dir.join(name).display()))?;
+    }
+    Ok(())
+}
+
+/// The URI SANs of a DER certificate.
+pub fn uri_sans(certificate: &[u8]) -> Vec<String> {
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(certificate) else { return Vec::new() };
+    let Ok(Some(extension)) = parsed.subject_alternative_name() else { return Vec::new() };
+    extension
+        .value
+        .general_names
+        .iter()
+        .filter_map(|name| match name {
+            x509_parser::extensions::GeneralName::URI(uri) => Some((*uri).to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_certificates_carry_the_sandbox_identity() {
+        let anchor = TrustAnchor::generate().expect("ca");
+        let identity = sandbox_identity("claude", "0123456789ab", "abcd");
+        let credentials = anchor.client_credentials(&identity).expect("client");
+        let der = CertificateDer::from_pem_slice(credentials.certificate_pem.as_bytes()).expect("pem");
+        assert_eq!(uri_sans(&der), vec![identity]);
+        anchor.server_config().expect("server config");
+    }
+
+    use rustls::pki_types::pem::PemObject;
+}

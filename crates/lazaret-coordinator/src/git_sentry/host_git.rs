@@ -1,0 +1,110 @@
+//! The host's own git, hardened (DECISIONS D3): it only ever runs in the
+//! user's repository (never in one the agent can write), with hooks,
+//! fsmonitor, automatic maintenance and credential helpers disabled and
+//! object checks on. Its environment carries no `GIT_*` variable.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::bail;
+use crate::error::{Context, Result};
+
+/// `-c` settings applied to every host git invocation.
+const HARDENING: [&str; 14] = [
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.untrackedCache=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "transfer.fsckObjects=true",
+    "fetch.fsckObjects=true",
+    "fetch.writeCommitGraph=false",
+    "credential.helper=",
+    "core.askPass=",
+    "core.sshCommand=false",
+    "protocol.ext.allow=never",
+    "diff.external=",
+    "core.pager=cat",
+];
+
+/// The user's repository: its working tree (the workspace) and its common
+/// git directory.
+#[derive(Debug, Clone)]
+pub struct HostRepository {
+    pub workdir: PathBuf,
+    pub git_common_dir: PathBuf,
+}
+
+impl HostRepository {
+    /// The repository whose top level is `workspace`, or `None` when the
+    /// workspace is not a git working tree at all.
+    pub fn discover(workspace: &Path) -> Result<Option<HostRepository>> {
+        let output =
+            host_git_command(workspace).args(["rev-parse", "--show-toplevel", "--git-common-dir"]).output().context("cannot run git")?;
+        if !output.status.success() {
+            return Ok(None);
+        }
+        let text = String::from_utf8_lossy(&output.stdout);
+        let mut lines = text.lines();
+        let (Some(toplevel), Some(common)) = (lines.next(), lines.next()) else { return Ok(None) };
+        let toplevel = std::fs::canonicalize(toplevel).with_context(|| format!("cannot resolve {toplevel}"))?;
+        if toplevel != workspace {
+            bail!(
+                "{} is inside the git repository {}, not its top level; run Lazaret on the repository's top level (--workspace {})",
+                workspace.display(),
+                toplevel.display(),
+                toplevel.display()
+            );
+        }
+        let common = if Path::new(common).is_absolute() { PathBuf::from(common) } else { workspace.join(common) };
+        Ok(Some(HostRepository { workdir: toplevel, git_common_dir: std::fs::canonicalize(common)? }))
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.git_common_dir.join("config")
+    }
+
+    /// A hardened host git command in this repository, for callers that need
+    /// pipes or extra environment (the quarantined import).
+    pub fn command(&self) -> Command {
+        host_git_command(&self.workdir)
+    }
+
+    /// Runs hardened host git in this repository; fails with git's stderr.
+    pub fn git(&self, arguments: &[&str]) -> Result<Output> {
+        let output = host_git_command(&self.workdir)
+            .args(arguments)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run git {}", arguments.join(" ")))?;
+        if !output.status.success() {
+            bail!("git {} failed: {}", arguments.join(" "), String::from_utf8_lossy(&output.stderr).trim());
+        }
+        Ok(output)
+    }
+
+    pub fn git_text(&self, arguments: &[&str]) -> Result<String> {
+        Ok(String::from_utf8_lossy(&self.git(arguments)?.stdout).trim_end().to_owned())
+    }
+
+    /// The commit a ref points at, `None` if it does not exist.
+    pub fn resolve(&self, reference: &str) -> Option<String> {
+        self.git_text(&["rev-parse", "--verify", "--quiet", &format!("{reference}^{{commit}}")]).ok().filter(|sha| !sha.is_empty())
+    }
+}
+
+fn host_git_command(workdir: &Path) -> Command {
+    let mut command = Command::new("git");
+    command.env_clear();
+    for name in ["PATH", "HOME", "USER", "LANG", "XDG_CONFIG_HOME", "TMPDIR"] {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    command.env("GIT_TERMINAL_PROMPT", "0").env("GIT_OPTIONAL_LOCKS", "0");
+    command.arg("-C").arg(workdir);
+    for setting in HARDENING {
+        command.arg("-c").arg(setting);
+    }
+    command
+}

@@ -1,0 +1,253 @@
+//! Git Sentry and the agent branch (DECISIONS D1-D4).
+//!
+//! The agent never sees the host's `.git`. It works in its own checkout
+//! (`<domain_dir>/checkout`, at `/workspace`) with its own git directory
+//! (`<domain_dir>/agent.git`, at `/workspace/.git`), inside which:
+//! `hooks` is a tmpfs and `config` is a read-only bind mount of a file the
+//! coordinator owns and rewrites in place: the host's config, redacted.
+//!
+//! Data crosses only as git bundles. In: a bundle of the host's `HEAD` (and
+//! of an existing agent branch) seeds the agent's repository; git inside the
+//! sandbox fetches it. Out: when the agent's branch ref changes, git inside
+//! the sandbox writes a bundle of that one branch; the coordinator copies it
+//! to a private directory; the host parses its header, unpacks it into a
+//! quarantine, checks every new object with its own hardened git and only
+//! then moves `refs/heads/lazaret/agent-<profile>` (see `quarantine`, D13).
+//! The host never runs git in a directory the agent can write.
+
+pub mod diff;
+pub mod host_git;
+pub mod quarantine;
+pub mod sync;
+
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use lazaret_core::config::ResolvedProfile;
+
+use crate::bail;
+use crate::error::{Context, Result};
+
+pub use host_git::HostRepository;
+
+/// Inside the sandbox: where the seed bundle is (read-only) and where the
+/// agent's bundles go (read-write).
+pub const TRANSFER_IN_CONTAINER: &str = "/run/lazaret/transfer";
+pub const OUTBOX_IN_CONTAINER: &str = "/run/lazaret/outbox";
+/// Largest bundle the host accepts from the sandbox.
+pub const MAX_BUNDLE_BYTES: u64 = 2 << 30;
+
+/// The agent branch of a profile.
+pub fn agent_branch(profile: &str) -> String {
+    format!("lazaret/agent-{profile}")
+}
+
+/// Paths of one domain's git layout, all under the Domain Root.
+#[derive(Debug, Clone)]
+pub struct GitLayout {
+    pub host: HostRepository,
+    pub branch: String,
+    pub checkout: PathBuf,
+    pub agent_git_dir: PathBuf,
+    pub config_mirror: PathBuf,
+    /// Host-written, mounted read-only: the seed bundle.
+    pub transfer: PathBuf,
+    /// Agent-writable: bundles written inside the sandbox.
+    pub outbox: PathBuf,
+    /// Host-private: bundles copied out of the outbox before import.
+    pub import: PathBuf,
+}
+
+impl GitLayout {
+    pub fn new(resolved: &ResolvedProfile, host: HostRepository) -> GitLayout {
+        let domain_dir = &resolved.domain.domain_dir;
+        GitLayout {
+            host,
+            branch: agent_branch(&resolved.profile),
+            checkout: domain_dir.join("checkout"),
+            agent_git_dir: domain_dir.join("agent.git"),
+            config_mirror: domain_dir.join("git-config"),
+            transfer: domain_dir.join("transfer"),
+            outbox: domain_dir.join("outbox"),
+            import: domain_dir.join("import"),
+        }
+    }
+
+    pub fn branch_ref(&self) -> String {
+        format!("refs/heads/{}", self.branch)
+    }
+
+    pub fn seed_bundle(&self) -> PathBuf {
+        self.transfer.join("seed.bundle")
+    }
+
+    /// Creates the directories, the agent's git directory skeleton (only
+    /// when absent: an existing one is the agent's and is not read), the
+    /// config mirror and the seed bundle. Also makes sure the mount points
+    /// inside the agent's directories are what they must be (a directory
+    /// `hooks`, a regular file `config`): the agent may have replaced them
+    /// with symlinks while the sandbox was running.
+    pub fn prepare(&self) -> Result<()> {
+        for dir in [&self.checkout, &self.transfer, &self.outbox, &self.import] {
+            crate::private_dirs::ensure_private_dir(dir)?;
+        }
+        if std::fs::symlink_metadata(&self.agent_git_dir).is_err() {
+            crate::private_dirs::ensure_private_dir(&self.agent_git_dir)?;
+            for dir in ["objects", "refs/heads", "refs/tags"] {
+                std::fs::create_dir_all(self.agent_git_dir.join(dir))?;
+            }
+            std::fs::write(self.agent_git_dir.join("HEAD"), format!("ref: {}\n", self.branch_ref()))?;
+        } else {
+            crate::private_dirs::ensure_private_dir(&self.agent_git_dir)?;
+        }
+        replace_unless(&self.agent_git_dir.join("hooks"), |m| m.file_type().is_dir(), |path| std::fs::create_dir(path))?;
+        replace_unless(&self.agent_git_dir.join("config"), |m| m.file_type().is_file(), |path| std::fs::write(path, b""))?;
+        replace_unless(&self.checkout.join(".git"), |m| m.file_type().is_dir(), |path| std::fs::create_dir(path))?;
+        sync::write_config_mirror(&self.host.config_path(), &self.config_mirror)?;
+        self.write_seed_bundle()
+    }
+
+    /// A bundle of the host's `HEAD` and, if it exists on the host, of the
+    /// agent branch.
+    fn write_seed_bundle(&self) -> Result<()> {
+        if self.host.resolve("HEAD").is_none() {
+            bail!("the repository {} has no commit yet; commit once, then start the agent", self.host.workdir.display());
+        }
+        let bundle = self.seed_bundle();
+        let _ = std::fs::remove_file(&bundle);
+        let bundle_text = bundle.to_string_lossy().into_owned();
+        let branch_ref = self.branch_ref();
+        let mut arguments = vec!["bundle", "create", "--quiet", bundle_text.as_str(), "HEAD"];
+        if self.host.resolve(&branch_ref).is_some() {
+            arguments.push(&branch_ref);
+        }
+        self.host.git(&arguments)?;
+        Ok(())
+    }
+
+    /// The podman arguments that mount the agent's repository (D2).
+    pub fn podman_arguments(&self) -> Vec<String> {
+        vec![
+            format!("--volume={}:/workspace:rw", self.checkout.display()),
+            format!("--volume={}:/workspace/.git:rw", self.agent_git_dir.display()),
+            "--mount=type=tmpfs,destination=/workspace/.git/hooks,tmpfs-mode=0755".to_owned(),
+            format!("--volume={}:/workspace/.git/config:ro", self.config_mirror.display()),
+            format!("--volume={}:{TRANSFER_IN_CONTAINER}:ro", self.transfer.display()),
+            format!("--volume={}:{OUTBOX_IN_CONTAINER}:rw", self.outbox.display()),
+        ]
+    }
+
+    /// The script git runs inside the sandbox once it is up: fetch the seed,
+    /// then put the agent branch where the host says. If the host has the
+    /// agent branch, the agent continues from it (kept as is when it is
+    /// ahead); if not (first start, or the user deleted it after merging),
+    /// the branch starts afresh at the host's `HEAD`. The checkout is reset
+    /// when the branch moved.
+    pub fn seed_script(&self) -> String {
+        let branch_ref = self.branch_ref();
+        format!(
+            r#"set -e
+cd /workspace
+# A commondir written in an earlier session would point git elsewhere.
+rm -f .git/commondir
+# A sandbox killed in the middle of a git command leaves its lock files; this
+# runs before any session, so no git process of this sandbox holds them.
+find .git -path .git/objects -prune -o -type f -name '*.lock' -exec rm -f {{}} +
+git update-ref -d refs/lazaret/host-branch 2>/dev/null || true
+git fetch --quiet --no-tags --no-write-fetch-head {TRANSFER_IN_CONTAINER}/seed.bundle "+HEAD:refs/lazaret/host-head" 2>&1
+git fetch --quiet --no-tags --no-write-fetch-head {TRANSFER_IN_CONTAINER}/seed.bundle "+{branch_ref}:refs/lazaret/host-branch" 2>/dev/null || true
+current=$(git rev-parse --verify --quiet "{branch_ref}" || true)
+moved=
+if target=$(git rev-parse --verify --quiet refs/lazaret/host-branch); then
+  if [ -z "$current" ] || git merge-base --is-ancestor "$current" "$target"; then
+    if [ "$current" != "$target" ]; then git update-ref "{branch_ref}" "$target"; moved=1; fi
+  fi
+else
+  target=$(git rev-parse refs/lazaret/host-head)
+  if [ "$current" != "$target" ]; then git update-ref "{branch_ref}" "$target"; moved=1; fi
+fi
+git symbolic-ref HEAD "{branch_ref}"
+if [ -n "$moved" ] || [ ! -e .git/index ]; then git reset --quiet --hard; fi
+"#
+        )
+    }
+
+    /// The command git runs inside the sandbox to export the agent branch:
+    /// a bundle of just that branch, thin against what the host already has
+    /// when the sandbox has those commits. Replace refs are ignored, so the
+    /// bundle carries the real objects.
+    pub fn export_script(&self, host_has: &[String]) -> String {
+        let branch_ref = self.branch_ref();
+        let mut exclusions = String::new();
+        for sha in host_has {
+            exclusions.push_str(&format!(" $(git cat-file -e {sha}^{{commit}} 2>/dev/null && echo ^{sha})"));
+        }
+        format!(
+            "export GIT_NO_REPLACE_OBJECTS=1 GIT_CONFIG_NOSYSTEM=1; cd /workspace && git rev-parse --verify --quiet {branch_ref} >/dev/null && \
+             rm -f {OUTBOX_IN_CONTAINER}/agent.bundle.tmp && \
+             (git bundle create --quiet {OUTBOX_IN_CONTAINER}/agent.bundle.tmp {branch_ref}{exclusions} 2>/dev/null || \
+              git bundle create --quiet {OUTBOX_IN_CONTAINER}/agent.bundle.tmp {branch_ref}) && \
+             mv -f {OUTBOX_IN_CONTAINER}/agent.bundle.tmp {OUTBOX_IN_CONTAINER}/agent.bundle"
+        )
+    }
+
+    /// Copies the agent's bundle out of the agent-writable outbox into the
+    /// host-private import directory: a regular file (no symlink, no
+    /// directory that git would treat as a repository), size-capped, with a
+    /// bundle header.
+    pub fn take_exported_bundle(&self) -> Result<PathBuf> {
+        let source = self.outbox.join("agent.bundle");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(&source)
+            .with_context(|| format!("cannot open {}", source.display()))?;
+        let metadata = file.metadata()?;
+        if !metadata.file_type().is_file() || metadata.len() > MAX_BUNDLE_BYTES {
+            bail!("{} is not a regular file under {} bytes", source.display(), MAX_BUNDLE_BYTES);
+        }
+        let mut contents = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
+        file.take(MAX_BUNDLE_BYTES).read_to_end(&mut contents)?;
+        if !(contents.starts_with(b"# v2 git bundle\n") || contents.starts_with(b"# v3 git bundle\n")) {
+            bail!("{} is not a git bundle", source.display());
+        }
+        let target = self.import.join("agent.bundle");
+        std::fs::write(&target, &contents)?;
+        Ok(target)
+    }
+}
+
+/// If `path` is missing or not what `is_expected` accepts (e.g. a symlink
+/// the agent planted), removes it without following it and recreates it.
+fn replace_unless(
+    path: &Path,
+    is_expected: impl Fn(&std::fs::Metadata) -> bool,
+    create: impl Fn(&Path) -> std::io::Result<()>,
+) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if is_expected(&metadata) => return Ok(()),
+        Ok(metadata) if metadata.file_type().is_dir() => std::fs::remove_dir_all(path)?,
+        Ok(_) => std::fs::remove_file(path)?,
+        Err(_) => {}
+    }
+    create(path).with_context(|| format!("cannot create {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn planted_symlinks_are_replaced_not_followed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).expect("mkdir");
+        std::fs::write(outside.join("precious"), b"keep").expect("write");
+        let hooks = dir.path().join("hooks");
+        std::os::unix::fs::symlink(&outside, &hooks).expect("symlink");
+        replace_unless(&hooks, |m| m.file_type().is_dir(), |p| std::fs::create_dir(p)).expect("replace");
+        assert!(std::fs::symlink_metadata(&hooks).expect("stat").file_type().is_dir());
+        assert_eq!(std::fs::read(outside.join("precious")).expect("kept"), b"keep");
+    }
+}

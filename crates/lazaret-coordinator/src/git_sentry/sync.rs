@@ -1,0 +1,126 @@
+//! The two loops that keep the agent's repository and the host in step
+//! while a domain runs: the config mirror (host `.git/config`, redacted,
+//! rewritten in place within a fraction of a second) and the branch export
+//! (each change of the agent branch becomes the host ref within a second).
+
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::time::Duration;
+
+use super::GitLayout;
+use crate::error::{Context, Result};
+use crate::podman::Podman;
+
+const MIRROR_POLL: Duration = Duration::from_millis(150);
+/// How often the agent branch's ref files are polled.
+pub const EXPORT_POLL: Duration = Duration::from_millis(100);
+/// How long git inside the sandbox may take to write the branch's bundle.
+pub const EXPORT_LIMIT: Duration = Duration::from_secs(15);
+/// Ref files of the agent read by the host: at most this many bytes.
+const MAX_REF_FILE: u64 = 4 << 20;
+
+/// Writes the redacted host config into `mirror`, in place (same inode), so
+/// the read-only bind mount inside the sandbox sees the new content.
+pub fn write_config_mirror(host_config: &Path, mirror: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(host_config).with_context(|| format!("cannot read {}", host_config.display()))?;
+    let redacted = lazaret_core::git_config_mirror::redact(&text);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(mirror)
+        .with_context(|| format!("cannot open {}", mirror.display()))?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    file.write_all(redacted.as_bytes())?;
+    file.set_len(redacted.len() as u64)?;
+    file.sync_data()?;
+    Ok(())
+}
+
+/// Identity of a file's current content, as far as a poll can tell.
+fn stat_key(path: &Path) -> Option<(u64, i64, i64, u64, i64)> {
+    let metadata = std::fs::metadata(path).ok()?;
+    Some((metadata.ino(), metadata.mtime(), metadata.mtime_nsec(), metadata.len(), metadata.ctime_nsec()))
+}
+
+/// Rewrites the mirror whenever the host's config changes.
+pub async fn mirror_config_loop(layout: GitLayout) {
+    let host_config = layout.host.config_path();
+    let mut last = stat_key(&host_config);
+    loop {
+        tokio::time::sleep(MIRROR_POLL).await;
+        let current = stat_key(&host_config);
+        if current != last {
+            last = current;
+            match write_config_mirror(&host_config, &layout.config_mirror) {
+                Ok(()) => tracing::info!("host git config changed; mirror rewritten"),
+                Err(error) => tracing::warn!(%error, "cannot mirror the host git config"),
+            }
+        }
+    }
+}
+
+/// Reads an agent-written file without following symlinks or blocking on a
+/// FIFO, capped in size. `None` when absent or not a regular file.
+fn read_agent_file(path: &Path) -> Option<Vec<u8>> {
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK).open(path).ok()?;
+    let metadata = file.metadata().ok()?;
+    if !metadata.file_type().is_file() {
+        return None;
+    }
+    let mut contents = Vec::new();
+    file.take(MAX_REF_FILE).read_to_end(&mut contents).ok()?;
+    Some(contents)
+}
+
+/// The ref files' contents: equal fingerprints mean an unchanged branch.
+pub type BranchFingerprint = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// What the agent's branch points at, as plain file contents (the loose ref
+/// and `packed-refs`); the host runs no git in the agent's repository.
+pub fn branch_fingerprint(layout: &GitLayout) -> BranchFingerprint {
+    let loose = read_agent_file(&layout.agent_git_dir.join(layout.branch_ref()));
+    let packed = read_agent_file(&layout.agent_git_dir.join("packed-refs"));
+    (loose, packed)
+}
+
+/// The outcome of one export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Export {
+    Unchanged,
+    Updated {
+        previous: Option<String>,
+        commit: String,
+    },
+    /// No branch inside (deleted) or no bundle could be made.
+    NoBranch,
+}
+
+/// Exports the agent branch once: bundle inside, copy out, hardened fetch.
+pub async fn export_once(layout: &GitLayout, container: &str) -> Result<Export> {
+    let host_branch = layout.host.resolve(&layout.branch_ref());
+    let host_head = layout.host.resolve("HEAD");
+    let host_has: Vec<String> = host_branch.iter().chain(host_head.iter()).cloned().collect();
+    let mut command = tokio::process::Command::from(Podman::default().command());
+    command.args(["exec", container, "sh", "-c", &layout.export_script(&host_has)]);
+    let output = crate::podman::output_within(command, EXPORT_LIMIT, "the export of the agent branch").await?;
+    if !output.status.success() {
+        return Ok(Export::NoBranch);
+    }
+    let layout = layout.clone();
+    tokio::task::spawn_blocking(move || import_bundle(&layout, host_branch)).await.context("import task failed")?
+}
+
+fn import_bundle(layout: &GitLayout, previous: Option<String>) -> Result<Export> {
+    let bundle = layout.take_exported_bundle()?;
+    let bytes = std::fs::read(&bundle);
+    let _ = std::fs::remove_file(&bundle);
+    let bytes = bytes.with_context(|| format!("cannot read {}", bundle.display()))?;
+    match super::quarantine::import(&layout.host, &bytes, &layout.branch_ref(), previous.as_deref())? {
+        super::quarantine::Imported::Unchanged => Ok(Export::Unchanged),
+        super::quarantine::Imported::Moved { commit } => Ok(Export::Updated { previous, commit }),
+    }
+}

@@ -1,0 +1,31 @@
+//! `lazaret-coordinator`: the Session Coordinator of one domain, as a
+//! library the `lazaret` binary calls ([`run`]) and whose parts its commands
+//! use (`lazaret doctor` starts with the coordinator's own podman arguments,
+//! `lazaret state` reads the State Anchor, `lazaret diff` the agent branch).
+//!
+//! - `coordinator`: the main loop, the in-memory domain and its JSON-RPC
+//!   API, the sandbox container.
+//! - `escalation`: Host Escalation, coordinator side.
+//! - `git_sentry`: the agent's repository and branch.
+//! - `network`: the Network Sidecar, coordinator side.
+//! - `state_anchor`: persistent directories on fuse-overlayfs.
+//! - `podman`, `runsc`, `helper_binaries`: the programs it starts.
+//! - `domain_lock`, `private_dirs`: the lockfile and private directories.
+//!
+//! It installs no tracing subscriber and knows nothing of the command line.
+
+pub mod coordinator;
+pub mod domain_lock;
+pub mod error;
+pub mod escalation;
+pub mod git_sentry;
+pub mod helper_binaries;
+pub mod network;
+pub mod podman;
+pub mod private_dirs;
+pub mod runsc;
+pub mod state_anchor;
+
+pub use coordinator::api::EgressReloader;
+pub use coordinator::{run, WorkspaceMode, LOG_FILE, STORE_FILE};
+pub use error::{Context, Error, Result};

@@ -1,0 +1,132 @@
+//! Starting `podman`: every invocation that can goes through
+//! [`Podman::command`], so the program (`$LAZARET_PODMAN` or `podman`), the
+//! cleared environment and the flags these machines need (DECISIONS D10,
+//! ENVIRONMENT.md) are set in one spot. The State Anchor as root and the
+//! CLI's PTY session start the same program with [`environment`] themselves.
+
+use std::process::{Command, Stdio};
+
+/// Podman invoked as the current user (rootless unless we are root).
+#[derive(Debug, Clone)]
+pub struct Podman {
+    program: String,
+}
+
+impl Default for Podman {
+    fn default() -> Podman {
+        Podman { program: std::env::var("LAZARET_PODMAN").unwrap_or_else(|_| "podman".to_owned()) }
+    }
+}
+
+impl Podman {
+    /// A `podman` command with a clean, explicit environment: podman's own
+    /// needs only, never the agent profile's or proxy variables (D10).
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(&self.program);
+        command.env_clear();
+        command.envs(environment());
+        command
+    }
+
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+
+    /// The value of `label` on a local image, `None` if the image or label is absent.
+    pub fn image_label(&self, image: &str, label: &str) -> Option<String> {
+        let format = format!("{{{{index .Labels \"{label}\"}}}}");
+        let output = self.command().args(["image", "inspect", "--format", &format, image]).stdin(Stdio::null()).output().ok()?;
+        if !output.status.success() {
+            return None;
+        }
+        let value = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        (!value.is_empty() && value != "<no value>").then_some(value)
+    }
+
+    /// Whether the container exists and runs.
+    pub fn container_running(&self, name: &str) -> bool {
+        self.command()
+            .args(["container", "inspect", "--format", "{{.State.Running}}", name])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "true")
+    }
+
+    pub fn image_exists(&self, image: &str) -> bool {
+        self.command()
+            .args(["image", "exists", image])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    }
+}
+
+/// Runs a `podman exec` (or any podman command whose length the sandbox
+/// controls) for at most `limit`; past it the podman process is killed and
+/// the call fails, so an agent that makes a command hang inside cannot hold
+/// the coordinator (attack review finding 8).
+pub async fn output_within(
+    mut command: tokio::process::Command,
+    limit: std::time::Duration,
+    what: &str,
+) -> crate::Result<std::process::Output> {
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let child = command.spawn().map_err(|error| crate::format_err!("cannot run podman for {what}: {error}"))?;
+    match tokio::time::timeout(limit, child.wait_with_output()).await {
+        Ok(output) => Ok(output?),
+        // Dropping the future drops the child: kill_on_drop ends podman.
+        Err(_) => crate::bail!("{what} did not finish within {} s inside the sandbox; stopped", limit.as_secs()),
+    }
+}
+
+/// The only host variables podman gets (D10): what podman itself needs.
+pub fn environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    [
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "XDG_RUNTIME_DIR",
+        "XDG_CONFIG_HOME",
+        "CONTAINERS_CONF",
+        "CONTAINERS_STORAGE_CONF",
+        "TMPDIR",
+        "LANG",
+    ]
+    .into_iter()
+    .filter_map(|name| std::env::var_os(name).map(|value| (std::ffi::OsString::from(name), value)))
+    .collect()
+}
+
+/// `--ulimit` values at or below this host's hard limits: podman's defaults
+/// exceed them on these machines and every start would fail (ENVIRONMENT.md).
+pub fn ulimit_arguments() -> Vec<String> {
+    use nix::sys::resource::{getrlimit, Resource};
+    let mut arguments = Vec::new();
+    for (name, resource, preferred) in [("nofile", Resource::RLIMIT_NOFILE, 65_536u64), ("nproc", Resource::RLIMIT_NPROC, 16_384u64)] {
+        let hard = getrlimit(resource).map(|(_, hard)| hard).unwrap_or(1024);
+        let value = preferred.min(hard);
+        arguments.push(format!("--ulimit={name}={value}:{value}"));
+    }
+    arguments
+}
+
+/// Flags that put a container under gVisor on these machines: the runsc
+/// runtime without cgroups (rootless) and without netstack (D5), no host
+/// proxy variables (D10).
+///
+/// `sidecar`: the container whose network namespace the sandbox joins (with
+/// runsc's hostinet, D5); without one the sandbox has no network at all.
+pub fn runsc_arguments(runsc: &std::path::Path, sidecar: Option<&str>) -> Vec<String> {
+    let mut arguments: Vec<String> =
+        vec![format!("--runtime={}", runsc.display()), "--runtime-flag=ignore-cgroups".into(), "--http-proxy=false".into()];
+    match sidecar {
+        Some(name) => arguments.extend([format!("--network=container:{name}"), "--runtime-flag=network=host".to_owned()]),
+        None => arguments.extend(["--network=none".to_owned(), "--runtime-flag=network=none".to_owned()]),
+    }
+    arguments.extend(ulimit_arguments());
+    arguments
+}

@@ -1,0 +1,18 @@
+//! `lazaret-rpc`: the control socket's transport. LSP-style framing
+//! (`framing`), a jsonrpsee dispatcher over a `UnixListener` with a
+//! `SO_PEERCRED` uid check (`server`; jsonrpsee has no Unix transport), the
+//! CLI's small framed client (`client`) and the accept loop with backoff
+//! that every coordinator socket uses (`accept`).
+//!
+//! It knows framing and transport only: no method name, no wire type.
+
+pub mod accept;
+pub mod client;
+pub mod framing;
+pub mod server;
+
+/// The client's error.
+pub use client::RpcError as Error;
+
+/// A result of a control-socket call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
