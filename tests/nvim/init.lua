@@ -12,3 +12,14 @@ vim.notify = function(msg, level, opts)
   table.insert(_G.lazaret_test_notes, { msg = msg, level = level, at = sec * 1000 + math.floor(usec / 1000) })
   return notify(msg, level, opts)
 end
+-- vim.ui.input / vim.ui.select stay the real ones; their prompts are recorded.
+_G.lazaret_test_prompts = {}
+local input, select = vim.ui.input, vim.ui.select
+vim.ui.input = function(opts, on_confirm)
+  table.insert(_G.lazaret_test_prompts, { kind = 'input', prompt = opts.prompt, default = opts.default })
+  return input(opts, on_confirm)
+end
+vim.ui.select = function(items, opts, on_choice)
+  table.insert(_G.lazaret_test_prompts, { kind = 'select', prompt = opts.prompt, items = items })
+  return select(items, opts, on_choice)
+end
