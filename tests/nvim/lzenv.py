@@ -113,22 +113,16 @@ class LazaretEnv:
         return process
 
     def start_domain(self, repo, script="sleep 600"):
-        """A session that keeps the domain up; returns once the sandbox runs."""
-        process = self.spawn(repo, script)
+        """A session that keeps the domain up; returns once its command runs
+        inside the sandbox (the workspace checkout is in place then)."""
+        process = self.spawn(repo, "echo lazaret-ready; " + script)
         domain = self.domain(repo)
         self.hashes.add(domain["domain_hash"])
-        socket = Path(domain["control_socket"])
-
-        def running():
-            if process.poll() is not None:
-                raise AssertionError(f"session ended early: {process.communicate()}")
-            if not socket.exists():
-                return False
-            status = self.lazaret("status", "--json", "--workspace", repo, check=False)
-            return status.returncode == 0 and '"running"' in status.stdout
-
-        assert wait_until(120, running, 0.2), "the sandbox did not start"
-        return process, socket
+        line = process.stdout.readline()
+        if line.strip() != "lazaret-ready":
+            process.wait(timeout=30)
+            raise AssertionError(f"the session did not start: {line!r} {process.stderr.read()}")
+        return process, Path(domain["control_socket"])
 
     def container(self, repo):
         return self.domain(repo)["container_name"]
