@@ -167,7 +167,7 @@ def test_status_window_and_statusline(domain, editor):
     text = editor.lua("return table.concat(vim.api.nvim_buf_get_lines(require('lazaret.status').buf, 0, -1, false), '\\n')")
     hash_ = env.domain(repo)["domain_hash"]
     for expected in [f"default @ {repo} ({hash_})  [working directory]", "container  lazaret-default-", " running",
-                     "sessions   1", "sh -c 'sleep 600'", "branch     lazaret/agent-default",
+                     "sessions   1", "sh -c 'echo lazaret-ready; sleep 600'", "branch     lazaret/agent-default",
                      "network    no network (no Network Sidecar)", "pending    0"]:
         assert expected in text, f"{expected!r} in\n{text}"
     assert editor.lua("return require('lazaret').statusline()") == ""

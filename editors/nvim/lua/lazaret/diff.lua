@@ -139,7 +139,6 @@ local function scratch(name, lines, path)
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
   vim.bo[buf].bufhidden = 'wipe'
   vim.bo[buf].modifiable = false
-  vim.bo[buf].readonly = true
   if path then
     local ft = vim.filetype.match({ filename = path, buf = buf })
     if ft then
