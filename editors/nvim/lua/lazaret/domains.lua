@@ -1,0 +1,433 @@
+--- The connections to every running coordinator and what they report: the
+--- pending queue, each domain's status and network policy. Connects to new
+--- coordinators (and reconnects to restarted ones) by scanning the socket
+--- directory, follows `events/subscribe`, and resyncs after lost events.
+local config = require('lazaret.config')
+local discovery = require('lazaret.discovery')
+local rpc = require('lazaret.rpc')
+local Queue = require('lazaret.queue')
+local Sequencer = require('lazaret.events')
+
+local M = {}
+
+--- @type lazaret.Queue
+M.queue = Queue.new()
+--- Domains by control socket path.
+--- @type table<string, table>
+M.domains = {}
+--- The last `editor-info` answer.
+M.info = nil
+--- The folder of the working directory (editor-info `folders[1]`).
+M.current = nil
+--- When each request was first seen here (realtime ms), for latency figures.
+M.seen_at = {}
+--- Counters (resyncs, events) for tests and :Lazaret.
+M.stats = { resyncs = 0, events = 0, lagged = 0 }
+
+local timer = nil
+local discovering = false
+local last_discovery = 0
+local listeners = {}
+local deferred_open = false
+
+local function now_ms()
+  local sec, usec = vim.uv.gettimeofday()
+  return sec * 1000 + math.floor(usec / 1000)
+end
+M.now_ms = now_ms
+
+--- Tells the UI parts that something changed (pending window, status,
+--- statusline) and fires `User LazaretChanged`.
+function M.changed()
+  for _, fn in ipairs(listeners) do
+    pcall(fn)
+  end
+  pcall(vim.api.nvim_exec_autocmds, 'User', { pattern = 'LazaretChanged', modeline = false })
+  pcall(vim.cmd.redrawstatus, { bang = true })
+end
+
+--- @param fn fun()
+function M.on_change(fn)
+  table.insert(listeners, fn)
+end
+
+local function label(item)
+  local e = item.escalation
+  local d = M.domains[item.domain]
+  local where = e.profile or (d and d.status and d.status.profile) or '?'
+  return where, e.display or require('lazaret.shell').quote(e.argv or {})
+end
+
+local function open_pending_when_idle()
+  local mode = vim.api.nvim_get_mode().mode
+  if mode:sub(1, 1) == 'n' and not mode:find('o') then
+    require('lazaret.approvals').open()
+    return
+  end
+  if deferred_open then
+    return
+  end
+  deferred_open = true
+  vim.api.nvim_create_autocmd('ModeChanged', {
+    pattern = '*:n',
+    once = true,
+    callback = function()
+      deferred_open = false
+      if M.queue:count() > 0 then
+        vim.schedule(require('lazaret.approvals').open)
+      end
+    end,
+  })
+end
+
+--- A new request in the queue: a notification pointing to :LazaretPending.
+local function announce(id)
+  local item = M.queue:get(id)
+  if not item then
+    return
+  end
+  M.seen_at[id] = M.seen_at[id] or now_ms()
+  local o = config.options
+  if o.notify then
+    local profile, display = label(item)
+    vim.notify(
+      string.format('Lazaret [%s] asks to run on the host: %s  (:LazaretPending to answer)', profile, display),
+      o.notify_level,
+      { title = 'Lazaret' }
+    )
+  end
+  if o.auto_open then
+    open_pending_when_idle()
+  end
+end
+
+local function refresh_status(d)
+  if not d.conn then
+    return
+  end
+  d.conn:request('domain/status', nil, function(err, status)
+    if not err and type(status) == 'table' then
+      d.status = status
+      d.hash = status.domainHash
+      M.changed()
+    end
+  end)
+end
+
+local function refresh_policy(d)
+  if not d.conn then
+    return
+  end
+  d.conn:request('network/show', nil, function(err, policy)
+    if err then
+      d.policy, d.policy_error = nil, rpc.message(err)
+    else
+      d.policy, d.policy_error = policy, nil
+    end
+    M.changed()
+  end)
+end
+
+--- Lists the queue and the status again (after connecting or lost events).
+function M.resync(d)
+  if not d.conn then
+    return
+  end
+  M.stats.resyncs = M.stats.resyncs + 1
+  d.conn:request('escalation/list', nil, function(err, list)
+    if err or type(list) ~= 'table' then
+      return
+    end
+    local added = M.queue:replace(d.path, list)
+    M.changed()
+    for _, id in ipairs(added) do
+      announce(id)
+    end
+  end)
+  refresh_status(d)
+  refresh_policy(d)
+end
+
+local function on_event(d, event)
+  M.stats.events = M.stats.events + 1
+  local apply, resync = d.seq:accept(event)
+  if event.kind == 'eventsLagged' then
+    M.stats.lagged = M.stats.lagged + 1
+  end
+  if resync then
+    M.resync(d)
+  end
+  if not apply then
+    return
+  end
+  local kind = event.kind
+  if kind == 'escalationPending' and type(event.escalation) == 'table' then
+    if M.queue:add(d.path, event.escalation) then
+      M.changed()
+      announce(event.escalation.requestId)
+    end
+  elseif kind == 'escalationResolved' then
+    if M.queue:resolve(event.requestId) then
+      M.changed()
+    end
+  elseif kind == 'shuttingDown' then
+    d.shutting_down = true
+    M.changed()
+  elseif kind == 'networkChanged' then
+    refresh_policy(d)
+  elseif
+    kind == 'sessionRegistered'
+    or kind == 'sessionEnded'
+    or kind == 'containerState'
+    or kind == 'branchUpdated'
+    or kind == 'branchRejected'
+  then
+    refresh_status(d)
+  end
+end
+
+local function on_exit(d)
+  d.conn, d.state, d.sub = nil, 'down', nil
+  M.queue:drop_domain(d.path)
+  M.changed()
+end
+
+--- Connects to one control socket (no-op while connected or connecting).
+--- @param path string
+function M.connect(path)
+  local d = M.domains[path]
+  if not d then
+    d = { path = path, state = 'down', seq = Sequencer.new() }
+    M.domains[path] = d
+  end
+  if d.state ~= 'down' then
+    return
+  end
+  d.state = 'connecting'
+  rpc.probe(path, function(ok)
+    if not ok then
+      d.state = 'down'
+      return
+    end
+    d.seq:reset()
+    d.shutting_down = false
+    d.conn = rpc.connect(path, {
+      notification = function(method, params)
+        if method == 'events/event' and type(params) == 'table' and type(params.result) == 'table' then
+          on_event(d, params.result)
+        end
+      end,
+      exit = function()
+        on_exit(d)
+      end,
+    })
+    d.state = 'connected'
+    d.connected_at = now_ms()
+    -- Subscribe first, then list: nothing falls between the two.
+    d.conn:request('events/subscribe', nil, function(err, id)
+      if not err then
+        d.sub = id
+      end
+    end)
+    M.resync(d)
+  end)
+end
+
+--- Finds the socket root and the working directory's domain.
+function M.discover(callback)
+  if discovering then
+    return
+  end
+  discovering, last_discovery = true, vim.uv.now()
+  local workspace = discovery.workspace()
+  discovery.info(workspace and { workspace } or {}, function(info, err)
+    discovering = false
+    if info then
+      M.info, M.info_error = info, nil
+      M.current = info.folders and info.folders[1] or nil
+      M.tick()
+    else
+      M.info_error = err
+    end
+    M.changed()
+    if callback then
+      callback(info, err)
+    end
+  end)
+end
+
+--- One poll: connect to every coordinator that listens and is not connected.
+function M.tick()
+  if not M.info then
+    if vim.uv.now() - last_discovery > 5000 then
+      M.discover()
+    end
+    return
+  end
+  local paths = discovery.scan(M.info.socketRoot)
+  if M.current and M.current.controlSocket and not vim.tbl_contains(paths, M.current.controlSocket) then
+    if vim.uv.fs_stat(M.current.controlSocket) then
+      table.insert(paths, M.current.controlSocket)
+    end
+  end
+  for _, path in ipairs(paths) do
+    M.connect(path)
+  end
+end
+
+--- Starts watching (idempotent).
+function M.start()
+  if timer then
+    return
+  end
+  timer = assert(vim.uv.new_timer())
+  timer:start(0, config.options.poll_ms, vim.schedule_wrap(M.tick))
+  M.discover()
+  vim.api.nvim_create_autocmd('DirChanged', {
+    group = vim.api.nvim_create_augroup('lazaret.domains', { clear = true }),
+    callback = function()
+      M.discover()
+    end,
+  })
+end
+
+function M.started()
+  return timer ~= nil
+end
+
+--- Stops watching and closes every connection.
+function M.stop()
+  if timer then
+    timer:stop()
+    timer:close()
+    timer = nil
+  end
+  pcall(vim.api.nvim_del_augroup_by_name, 'lazaret.domains')
+  for path, d in pairs(M.domains) do
+    if d.conn then
+      d.conn:close()
+    end
+    M.queue:drop_domain(path)
+  end
+  M.domains = {}
+  M.changed()
+end
+
+--- Connected domains, the working directory's first.
+--- @return table[]
+function M.connected()
+  local out = {}
+  for _, d in pairs(M.domains) do
+    if d.state == 'connected' and d.conn then
+      out[#out + 1] = d
+    end
+  end
+  local current = M.current and M.current.controlSocket
+  table.sort(out, function(a, b)
+    if (a.path == current) ~= (b.path == current) then
+      return a.path == current
+    end
+    return a.path < b.path
+  end)
+  return out
+end
+
+--- A short name of a domain: `profile @ workspace (hash)`.
+function M.name(d)
+  local s = d.status or {}
+  return string.format('%s @ %s (%s)', s.profile or '?', s.workspace or '?', s.domainHash or d.path)
+end
+
+--- Whether discovery and the first connections are still under way.
+function M.settling()
+  if discovering or (M.info == nil and M.info_error == nil) then
+    return true
+  end
+  for _, d in pairs(M.domains) do
+    if d.state == 'connecting' or (d.state == 'connected' and d.status == nil) then
+      return true
+    end
+  end
+  return false
+end
+
+--- Runs `fn` once the first discovery and connections have settled (at most ~3 s).
+function M.when_ready(fn)
+  M.start()
+  local tries = 0
+  local function check()
+    tries = tries + 1
+    if not M.settling() or tries > 60 then
+      return fn()
+    end
+    if M.info and tries == 1 then
+      M.tick()
+    end
+    vim.defer_fn(check, 50)
+  end
+  check()
+end
+
+--- Picks the domain a command acts on: the one matching `arg` (hash prefix,
+--- profile or workspace), else the working directory's, else the only one,
+--- else asks.
+--- @param arg string?
+--- @param callback fun(d: table)
+function M.pick(arg, callback)
+  if M.settling() then
+    return M.when_ready(function()
+      if M.settling() then
+        return vim.notify('Lazaret: the coordinators did not answer in time', vim.log.levels.WARN)
+      end
+      M.pick(arg, callback)
+    end)
+  end
+  local list = M.connected()
+  if arg and arg ~= '' then
+    for _, d in ipairs(list) do
+      local s = d.status or {}
+      if (s.domainHash and vim.startswith(s.domainHash, arg)) or s.profile == arg or s.workspace == arg then
+        return callback(d)
+      end
+    end
+    return vim.notify('Lazaret: no running domain matches ' .. arg, vim.log.levels.ERROR)
+  end
+  if #list == 0 then
+    return vim.notify('Lazaret: no running domain (start one with `lazaret run`)', vim.log.levels.WARN)
+  end
+  local current = M.current and M.current.controlSocket
+  if list[1].path == current or #list == 1 then
+    return callback(list[1])
+  end
+  vim.ui.select(list, { prompt = 'Lazaret domain', format_item = M.name }, function(d)
+    if d then
+      callback(d)
+    end
+  end)
+end
+
+--- Answers a pending request. `extra` may carry `reason` (deny) or `argv` (edit).
+--- @param id string
+--- @param decision 'approve'|'deny'|'edit'|'abort'
+--- @param extra table?
+--- @param callback fun(err: table?)?
+function M.respond(id, decision, extra, callback)
+  callback = callback or function() end
+  local item = M.queue:get(id)
+  local d = item and M.domains[item.domain]
+  if not d or not d.conn then
+    M.queue:resolve(id)
+    M.changed()
+    return callback({ code = rpc.codes.not_pending, message = 'the request is no longer pending' })
+  end
+  local params = vim.tbl_extend('force', { requestId = id, decision = decision, client = config.options.client }, extra or {})
+  d.conn:request('escalation/respond', params, function(err)
+    if not err or err.code == rpc.codes.not_pending then
+      M.queue:resolve(id)
+      M.changed()
+    end
+    callback(err)
+  end)
+end
+
+return M

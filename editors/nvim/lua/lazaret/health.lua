@@ -1,0 +1,122 @@
+--- `:checkhealth lazaret`: the `lazaret` binary and its version, the API
+--- version, the socket directory, and whether each running domain answers.
+local config = require('lazaret.config')
+local discovery = require('lazaret.discovery')
+local rpc = require('lazaret.rpc')
+
+local M = {}
+
+--- The API version this plugin speaks.
+M.API_VERSION = 1
+
+local function probe_sync(path, timeout_ms)
+  local done, ok, err = false, false, nil
+  rpc.probe(path, function(o, e)
+    done, ok, err = true, o, e
+  end)
+  vim.wait(timeout_ms, function()
+    return done
+  end, 10)
+  return done and ok, err or (not done and 'timed out' or nil)
+end
+
+function M.check()
+  local health = vim.health
+  health.start('lazaret: Neovim')
+  if vim.fn.has('nvim-0.10') == 1 then
+    health.ok('Neovim ' .. tostring(vim.version()))
+  else
+    health.error('Neovim 0.10 or newer is needed (vim.lsp.rpc.connect to a Unix socket)')
+  end
+
+  health.start('lazaret: binary')
+  local argv = config.command('--version')
+  local binary = argv[1]
+  local path = vim.fn.exepath(binary)
+  if path == '' then
+    health.error(string.format('`%s` not found or not executable', binary), {
+      'Install lazaret (scripts/install or the Debian package), or set `binary` in setup{} or $LAZARET_BIN',
+    })
+    return
+  end
+  health.ok('binary: ' .. path)
+  local ok, out = pcall(function()
+    return vim.system(argv, { text = true }):wait(10000)
+  end)
+  if ok and out.code == 0 then
+    health.ok('version: ' .. vim.trim(out.stdout))
+  else
+    health.error('`' .. table.concat(argv, ' ') .. '` failed: ' .. vim.trim(ok and (out.stderr or '') or tostring(out)))
+  end
+
+  health.start('lazaret: coordinators')
+  local workspace = discovery.workspace()
+  local info, err = discovery.info_sync(workspace and { workspace } or {}, 15000)
+  if not info then
+    health.error('`lazaret editor-info --json` failed: ' .. tostring(err))
+    return
+  end
+  if info.apiVersion == M.API_VERSION then
+    health.ok(string.format('API version %d (the plugin expects %d)', info.apiVersion, M.API_VERSION))
+  else
+    health.error(
+      string.format('API version %s, but the plugin expects %d', tostring(info.apiVersion), M.API_VERSION),
+      { 'Use a plugin from the same release as the lazaret binary' }
+    )
+  end
+  if info.framing ~= 'Content-Length' then
+    health.error('framing ' .. tostring(info.framing) .. ' (expected Content-Length)')
+  end
+  local root = info.socketRoot
+  local stat = root and vim.uv.fs_stat(root)
+  if stat and stat.type == 'directory' then
+    local mode = string.format('%o', bit.band(stat.mode, 511))
+    if mode == '700' then
+      health.ok('socket directory: ' .. root .. ' (mode 0700)')
+    else
+      health.warn('socket directory: ' .. root .. ' has mode 0' .. mode .. ' (expected 0700)')
+    end
+  else
+    health.info('socket directory: ' .. tostring(root) .. ' does not exist yet (no domain has run)')
+  end
+  if info.legacy then
+    health.warn('this lazaret has no `editor-info --workspace` (protocol v1 additions): the working directory\'s domain is found with `lazaret domain`')
+  end
+  local folder = info.folders and info.folders[1]
+  if folder then
+    health.info(string.format(
+      'working directory: %s (profile %s, domain %s, %s)',
+      folder.workspace or '?',
+      folder.profile or '?',
+      folder.domainHash or '?',
+      folder.running and 'running' or 'not running'
+    ))
+  end
+  local running = type(info.domains) == 'table' and info.domains or {}
+  if #running == 0 then
+    health.info('no running domain')
+  end
+  for _, domain in ipairs(running) do
+    local name = string.format('%s @ %s (%s)', domain.profile or '?', domain.workspace or '?', domain.domainHash or '?')
+    local socket = domain.controlSocket
+    if not socket or not probe_sync(socket, 2000) then
+      health.error('domain ' .. name .. ': control socket ' .. tostring(socket) .. ' does not answer')
+    else
+      local conn = rpc.connect(socket, { notification = function() end, exit = function() end })
+      local e, status = conn:request_sync('domain/status', nil, 5000)
+      conn:close()
+      if e or type(status) ~= 'table' then
+        health.error('domain ' .. name .. ': domain/status failed: ' .. rpc.message(e))
+      else
+        health.ok(string.format(
+          'domain %s reachable: container %s, %d session(s)',
+          name,
+          tostring(status.containerState),
+          type(status.sessions) == 'table' and #status.sessions or 0
+        ))
+      end
+    end
+  end
+end
+
+return M

@@ -1,0 +1,72 @@
+--- Lazaret for Neovim: pending host escalations, sandbox status and the
+--- agent-branch review, from every running Lazaret Session Coordinator.
+--- `require('lazaret').setup{}` is optional; the defaults work.
+local M = {}
+
+--- Sets options (see `:help lazaret-options`) and starts watching the
+--- coordinators unless `auto_start = false`.
+--- @param opts table?
+function M.setup(opts)
+  local options = require('lazaret.config').set(opts)
+  if options.auto_start and vim.v.vim_did_enter == 1 then
+    M.start()
+  end
+end
+
+--- Starts watching the coordinators (idempotent; commands do it too).
+function M.start()
+  require('lazaret.domains').start()
+end
+
+--- Stops watching and closes every connection.
+function M.stop()
+  if package.loaded['lazaret.domains'] then
+    require('lazaret.domains').stop()
+  end
+end
+
+--- A statusline component: `⛨ 2 pending`, or '' when nothing is pending.
+--- Cheap: loads nothing before the plugin has started.
+--- @return string
+function M.statusline()
+  if not package.loaded['lazaret.domains'] then
+    return ''
+  end
+  return require('lazaret.status').statusline()
+end
+
+--- The pending requests, oldest first (PendingEscalation tables).
+--- @return table[]
+function M.pending()
+  if not package.loaded['lazaret.domains'] then
+    return {}
+  end
+  return vim.tbl_map(function(item)
+    return item.escalation
+  end, require('lazaret.domains').queue:list())
+end
+
+function M.open_pending()
+  require('lazaret.approvals').open()
+end
+
+function M.open_status()
+  require('lazaret.status').open()
+end
+
+--- @param domain string? hash prefix, profile or workspace
+function M.diff(domain)
+  require('lazaret.diff').open(domain)
+end
+
+--- @param domain string?
+function M.merge(domain)
+  require('lazaret.diff').merge(domain)
+end
+
+--- @param args string[] show | allow RULE | deny RULE | reload
+function M.net(args)
+  require('lazaret.net').command(args)
+end
+
+return M

@@ -1,0 +1,193 @@
+--- `:Lazaret`: domains, sessions, agent branch and network policy in a
+--- float, kept current by the coordinators' events; and the statusline
+--- component.
+local config = require('lazaret.config')
+local domains = require('lazaret.domains')
+local shell = require('lazaret.shell')
+
+local M = {}
+
+M.win, M.buf = nil, nil
+
+local function is_open()
+  return M.win ~= nil and vim.api.nvim_win_is_valid(M.win)
+end
+
+local function list(value)
+  return type(value) == 'table' and value or {}
+end
+
+--- A policy in one line.
+--- @param d table
+--- @return string
+function M.policy_text(d)
+  if d.policy_error then
+    return d.policy_error:find('1008', 1, true) and 'no network (no Network Sidecar)' or ('unknown: ' .. d.policy_error)
+  end
+  local p = d.policy
+  if type(p) ~= 'table' then
+    return '…'
+  end
+  local parts = {}
+  parts[#parts + 1] = 'allow ' .. (#list(p.allow) > 0 and table.concat(list(p.allow), ' ') or '(nothing)')
+  if #list(p.deny) > 0 then
+    parts[#parts + 1] = 'deny ' .. table.concat(p.deny, ' ')
+  end
+  if #list(p.learned) > 0 then
+    parts[#parts + 1] = #p.learned .. ' learned address' .. (#p.learned == 1 and '' or 'es')
+  end
+  return table.concat(parts, '; ')
+end
+
+--- The lines of the status window (pure over the domains' state).
+--- @return string[]
+function M.lines()
+  local out = {}
+  local connected = domains.connected()
+  local pending = domains.queue:count()
+  out[#out + 1] = string.format(
+    'Lazaret: %d running domain%s, %d pending escalation%s   (r refresh, q close)',
+    #connected,
+    #connected == 1 and '' or 's',
+    pending,
+    pending == 1 and '' or 's'
+  )
+  local info = domains.info
+  if info then
+    out[#out + 1] = string.format(
+      'lazaret %s, API %s, sockets in %s',
+      info.version or '(version unknown)',
+      tostring(info.apiVersion),
+      tostring(info.socketRoot)
+    )
+  elseif domains.info_error then
+    out[#out + 1] = 'lazaret editor-info failed: ' .. domains.info_error
+  end
+  local current = domains.current
+  local current_running = false
+  for _, d in ipairs(connected) do
+    local s = d.status or {}
+    local is_current = current and current.controlSocket == d.path
+    current_running = current_running or is_current
+    out[#out + 1] = ''
+    out[#out + 1] = string.format('● %s%s', domains.name(d), is_current and '  [working directory]' or '')
+    local container = (s.containerName or '?') .. ' ' .. (s.containerState or '?')
+    if s.containerError then
+      container = container .. ': ' .. s.containerError
+    end
+    if d.shutting_down then
+      container = container .. ' (shutting down)'
+    end
+    out[#out + 1] = '    container  ' .. container
+    local sessions = list(s.sessions)
+    out[#out + 1] = string.format('    sessions   %d', #sessions)
+    for _, session in ipairs(sessions) do
+      out[#out + 1] = string.format(
+        '               %s pid %s: %s',
+        session.client or '?',
+        tostring(session.pid),
+        shell.quote(list(session.command))
+      )
+    end
+    out[#out + 1] = string.format(
+      '    branch     %s%s',
+      s.agentBranch or '(workspace mounted directly: no agent branch)',
+      s.agentBranchHead and (' at ' .. s.agentBranchHead:sub(1, 12)) or (s.agentBranch and ' (no agent commit yet)' or '')
+    )
+    out[#out + 1] = '    network    ' .. M.policy_text(d)
+    local mine = 0
+    for _, item in ipairs(domains.queue:list()) do
+      if item.domain == d.path then
+        mine = mine + 1
+      end
+    end
+    out[#out + 1] = string.format('    pending    %d', mine)
+  end
+  if current and not current_running then
+    out[#out + 1] = ''
+    out[#out + 1] = string.format(
+      '○ %s @ %s (%s)  [working directory]: not running',
+      current.profile or '?',
+      current.workspace or '?',
+      current.domainHash or '?'
+    )
+  end
+  if #connected == 0 and not current then
+    out[#out + 1] = ''
+    out[#out + 1] = 'No domain is running. Start one with `lazaret run` in a git repository.'
+  end
+  return out
+end
+
+function M.render()
+  if not is_open() or not vim.api.nvim_buf_is_valid(M.buf) then
+    return
+  end
+  local lines = M.lines()
+  vim.bo[M.buf].modifiable = true
+  vim.api.nvim_buf_set_lines(M.buf, 0, -1, false, lines)
+  vim.bo[M.buf].modifiable = false
+  local width = 40
+  for _, line in ipairs(lines) do
+    width = math.max(width, vim.fn.strdisplaywidth(line) + 2)
+  end
+  vim.api.nvim_win_set_config(M.win, require('lazaret.approvals').geometry(width, #lines))
+end
+
+function M.close()
+  if is_open() then
+    vim.api.nvim_win_close(M.win, true)
+  end
+  M.win = nil
+end
+
+--- Opens the status window (`:Lazaret`).
+function M.open()
+  domains.start()
+  if is_open() then
+    vim.api.nvim_set_current_win(M.win)
+    return M.render()
+  end
+  M.buf = vim.api.nvim_create_buf(false, true)
+  vim.bo[M.buf].bufhidden = 'wipe'
+  vim.bo[M.buf].filetype = 'lazaret'
+  vim.api.nvim_buf_set_name(M.buf, 'lazaret://status')
+  local cfg = require('lazaret.approvals').geometry(60, 5)
+  cfg.style, cfg.border, cfg.title, cfg.title_pos = 'minimal', config.options.border, ' Lazaret ', 'center'
+  M.win = vim.api.nvim_open_win(M.buf, true, cfg)
+  vim.wo[M.win].wrap = false
+  local buf = M.buf
+  vim.keymap.set('n', 'q', M.close, { buffer = buf, nowait = true, desc = 'Lazaret: close' })
+  vim.keymap.set('n', 'r', function()
+    domains.discover()
+    for _, d in ipairs(domains.connected()) do
+      domains.resync(d)
+    end
+  end, { buffer = buf, nowait = true, desc = 'Lazaret: refresh' })
+  vim.api.nvim_create_autocmd('BufWipeout', {
+    buffer = buf,
+    once = true,
+    callback = function()
+      M.win, M.buf = nil, nil
+    end,
+  })
+  M.render()
+end
+
+--- The statusline component: `⛨ 2 pending`, or '' when nothing is pending.
+--- @return string
+function M.statusline()
+  local n = domains.queue:count()
+  if n == 0 then
+    return ''
+  end
+  return string.format('%s %d pending', config.options.statusline_icon, n)
+end
+
+domains.on_change(function()
+  if is_open() then
+    M.render()
+  end
+end)
+
+return M

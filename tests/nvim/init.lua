@@ -1,0 +1,25 @@
+-- Neovim configuration of the end-to-end tests: the plugin is installed the
+-- plain-packpath way (a start package, as the docs describe), and every
+-- vim.notify is recorded with its time so tests can measure latency.
+local pack = assert(vim.env.LAZARET_TEST_PACKPATH, 'LAZARET_TEST_PACKPATH')
+vim.opt.packpath:prepend(pack)
+vim.opt.swapfile = false
+vim.opt.shortmess:append('I')
+_G.lazaret_test_notes = {}
+local notify = vim.notify
+vim.notify = function(msg, level, opts)
+  local sec, usec = vim.uv.gettimeofday()
+  table.insert(_G.lazaret_test_notes, { msg = msg, level = level, at = sec * 1000 + math.floor(usec / 1000) })
+  return notify(msg, level, opts)
+end
+-- vim.ui.input / vim.ui.select stay the real ones; their prompts are recorded.
+_G.lazaret_test_prompts = {}
+local input, select = vim.ui.input, vim.ui.select
+vim.ui.input = function(opts, on_confirm)
+  table.insert(_G.lazaret_test_prompts, { kind = 'input', prompt = opts.prompt, default = opts.default })
+  return input(opts, on_confirm)
+end
+vim.ui.select = function(items, opts, on_choice)
+  table.insert(_G.lazaret_test_prompts, { kind = 'select', prompt = opts.prompt, items = items })
+  return select(items, opts, on_choice)
+end

@@ -1,0 +1,196 @@
+-- Unit tests of lazaret.domains and lazaret.rpc against a fake coordinator
+-- on a Unix socket: empty params, subscribe-then-list, live queue updates,
+-- event sequencing and lag resync, first-answer-wins, and reconnection
+-- when the coordinator restarts.
+local dir = vim.fn.fnamemodify(arg[0], ':p:h')
+local T = dofile(dir .. '/helper.lua')
+local Fake = dofile(dir .. '/fake_coordinator.lua')
+local domains = require('lazaret.domains')
+local rpc = require('lazaret.rpc')
+
+local root = vim.fn.tempname()
+vim.fn.mkdir(root .. '/abc123', 'p')
+local path = root .. '/abc123/control.sock'
+local notes = {}
+vim.notify = function(msg, level)
+  table.insert(notes, { msg = msg, level = level })
+end
+
+local pending = {}
+local function esc(id, at)
+  return { requestId = id, argv = { 'touch', id }, display = 'touch ' .. id, profile = 'default', receivedAtMs = at, reasons = {}, riskNotes = {} }
+end
+local status = { apiVersion = 1, domainHash = 'abc123', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
+local methods = {
+  ['escalation/list'] = function()
+    return pending
+  end,
+  ['domain/status'] = function()
+    return status
+  end,
+  ['network/show'] = function()
+    return nil, { code = 1008, message = 'no Network Sidecar' }
+  end,
+  ['escalation/respond'] = function(params)
+    for i, e in ipairs(pending) do
+      if e.requestId == params.requestId then
+        table.remove(pending, i)
+        return true
+      end
+    end
+    return nil, { code = 1007, message = 'request ' .. params.requestId .. ' is not pending' }
+  end,
+}
+local fake = Fake.new(path, methods)
+domains.info = { socketRoot = root, apiVersion = 1 }
+
+local function ids()
+  return vim.tbl_map(function(item)
+    return item.escalation.requestId
+  end, domains.queue:list())
+end
+
+T.test('empty params go out as an empty object, not []', function()
+  T.eq(vim.json.encode(rpc.params(nil)), '{}')
+  T.eq(vim.json.encode(rpc.params({})), '{}')
+  T.eq(vim.json.encode(rpc.params({ patch = false })), '{"patch":false}')
+end)
+
+T.test('connecting subscribes first, then lists the queue and the status', function()
+  pending = { esc('r1', 1) }
+  domains.tick()
+  T.wait(function()
+    return domains.queue:count() == 1 and domains.domains[path].status ~= nil
+  end, 3000, 'connected and listed')
+  local order = vim.tbl_map(function(m)
+    return m.method
+  end, fake.requests)
+  T.eq({ order[1], order[2] }, { 'events/subscribe', 'escalation/list' })
+  for i, m in ipairs(fake.requests) do
+    if m.method == 'escalation/list' or m.method == 'domain/status' then
+      T.ok(fake.raw[i]:find('"params":{}', 1, true), 'no-params call sends {}: ' .. fake.raw[i])
+    end
+  end
+  T.ok(notes[#notes].msg:find('touch r1', 1, true), 'a notification names the command')
+  T.ok(notes[#notes].msg:find(':LazaretPending', 1, true), 'and points to the queue')
+  T.eq(require('lazaret').statusline(), '⛨ 1 pending')
+end)
+
+T.test('escalationPending and escalationResolved events keep the queue current', function()
+  table.insert(pending, esc('r2', 2))
+  fake:event({ seq = 1, kind = 'escalationPending', escalation = esc('r2', 2) })
+  T.wait(function()
+    return domains.queue:count() == 2
+  end, 2000, 'r2 queued')
+  table.remove(pending, 1)
+  fake:event({ seq = 2, kind = 'escalationResolved', requestId = 'r1', outcome = 'approved', decidedBy = 'rpc:cli' })
+  T.wait(function()
+    return domains.queue:count() == 1
+  end, 2000, 'r1 gone')
+  T.eq(ids(), { 'r2' })
+end)
+
+T.test('eventsLagged makes the plugin list again (resync)', function()
+  local lists = #fake:calls('escalation/list')
+  local statuses = #fake:calls('domain/status')
+  pending = { esc('r2', 2), esc('r3', 3) } -- r3's event was among those dropped
+  fake:event({ seq = 3, kind = 'eventsLagged', dropped = 42 })
+  T.wait(function()
+    return domains.queue:count() == 2
+  end, 2000, 'resynced')
+  T.eq(#fake:calls('escalation/list'), lists + 1)
+  T.ok(#fake:calls('domain/status') > statuses, 'status listed again too')
+  T.eq(ids(), { 'r2', 'r3' })
+end)
+
+T.test('a gap in seq also resyncs; a repeated seq is ignored', function()
+  local lists = #fake:calls('escalation/list')
+  pending = { esc('r3', 3) }
+  fake:event({ seq = 7, kind = 'sessionRegistered', sessionId = 'x', pid = 1, sessionCount = 2 })
+  T.wait(function()
+    return #fake:calls('escalation/list') == lists + 1 and domains.queue:count() == 1
+  end, 2000, 'resync after the gap')
+  fake:event({ seq = 7, kind = 'escalationPending', escalation = esc('dup', 9) })
+  fake:event({ seq = 8, kind = 'containerState', state = 'running' })
+  T.wait(function()
+    return domains.domains[path].seq.last == 8
+  end, 2000, 'seq 8 seen')
+  T.eq(domains.queue:get('dup'), nil, 'the repeated seq 7 was dropped')
+end)
+
+T.test('answers carry client neovim; the first answer wins', function()
+  local answered
+  domains.respond('r3', 'deny', { reason = 'not today' }, function(err)
+    answered = { err = err }
+  end)
+  T.wait(function()
+    return answered ~= nil
+  end, 2000, 'answered')
+  T.eq(answered.err, nil)
+  local call = fake:calls('escalation/respond')[1]
+  T.eq(call.params, { requestId = 'r3', decision = 'deny', reason = 'not today', client = 'neovim' })
+  T.eq(domains.queue:count(), 0)
+  pending = {}
+  -- Answered elsewhere first: 1007, and the request leaves the queue.
+  domains.queue:add(path, esc('r4', 4))
+  answered = nil
+  domains.respond('r4', 'approve', nil, function(err)
+    answered = { err = err }
+  end)
+  T.wait(function()
+    return answered ~= nil
+  end, 2000, 'answered')
+  T.eq(answered.err.code, 1007)
+  T.eq(domains.queue:get('r4'), nil)
+end)
+
+T.test('a coordinator that goes away takes its requests; a new one on the same path is joined', function()
+  pending = { esc('r5', 5) }
+  fake:event({ seq = 9, kind = 'escalationPending', escalation = esc('r5', 5) })
+  T.wait(function()
+    return domains.queue:count() == 1
+  end, 2000, 'r5 queued')
+  fake:close()
+  T.wait(function()
+    return domains.domains[path].state == 'down'
+  end, 2000, 'the plugin saw the connection close')
+  T.eq(domains.queue:count(), 0)
+  local warnings = #notes
+  domains.tick() -- nothing listens: no connection, and no warning about it
+  vim.wait(200)
+  T.eq(domains.domains[path].state, 'down')
+  T.eq(#notes, warnings, 'a missing coordinator is not reported')
+  pending = { esc('r6', 6) }
+  fake = Fake.new(path, methods)
+  domains.tick()
+  T.wait(function()
+    return domains.queue:count() == 1 and domains.domains[path].state == 'connected'
+  end, 3000, 'reconnected and resynced')
+  T.eq(ids(), { 'r6' })
+  T.eq(fake.requests[1].method, 'events/subscribe', 'subscribed again')
+  -- The new subscription numbers its events from 1 again.
+  fake:event({ seq = 1, kind = 'escalationResolved', requestId = 'r6', outcome = 'denied' })
+  T.wait(function()
+    return domains.queue:count() == 0
+  end, 2000, 'seq 1 of the new subscription applied')
+end)
+
+T.test('a stale socket file (no listener) is skipped quietly', function()
+  fake:close()
+  T.wait(function()
+    return domains.domains[path].state == 'down'
+  end, 2000, 'down')
+  local stale = root .. '/dead99'
+  vim.fn.mkdir(stale, 'p')
+  local pipe = vim.uv.new_pipe(false)
+  pipe:bind(stale .. '/control.sock') -- bound, never listening: connect is refused
+  local warnings = #notes
+  domains.tick()
+  vim.wait(300)
+  T.ok(domains.domains[stale .. '/control.sock'].state == 'down', 'not connected')
+  T.eq(#notes, warnings)
+  pipe:close()
+end)
+
+domains.stop()
+T.finish()

@@ -1,0 +1,49 @@
+-- Unit tests of plugin/lazaret.lua: it defines the commands and loads
+-- nothing heavy; the statusline costs nothing before the plugin starts.
+local T = dofile(vim.fn.fnamemodify(arg[0], ':p:h') .. '/helper.lua')
+
+local function loaded()
+  local names = {}
+  for name in pairs(package.loaded) do
+    if name:match('^lazaret') then
+      names[#names + 1] = name
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+T.test('sourcing the plugin file defines every command and requires no module', function()
+  vim.cmd.runtime('plugin/lazaret.lua')
+  local commands = vim.api.nvim_get_commands({})
+  for _, name in ipairs({ 'Lazaret', 'LazaretPending', 'LazaretDiff', 'LazaretMerge', 'LazaretNet' }) do
+    T.ok(commands[name], name .. ' is defined')
+  end
+  T.eq(loaded(), {})
+  T.eq(vim.fn.getcompletion('LazaretNet ', 'cmdline'), { 'show', 'allow', 'deny', 'reload' })
+end)
+
+T.test('the statusline is empty and loads only the entry module before start', function()
+  T.eq(require('lazaret').statusline(), '')
+  T.eq(loaded(), { 'lazaret' })
+end)
+
+T.test('setup{} merges options over the defaults and validates them', function()
+  require('lazaret').setup({ auto_start = false, keys = { approve = 'y' }, client = 'nvim-test' })
+  local o = require('lazaret.config').options
+  T.eq({ o.keys.approve, o.keys.deny, o.client, o.poll_ms }, { 'y', 'd', 'nvim-test', 1000 })
+  T.ok(not pcall(require('lazaret').setup, { poll_ms = 'often' }), 'a wrong type is refused')
+  require('lazaret').setup({})
+  T.eq(require('lazaret.config').options.keys.approve, 'a', 'setup{} again starts from the defaults')
+end)
+
+T.test('the lazaret command line honours $LAZARET_BIN and config_file', function()
+  local config = require('lazaret.config')
+  vim.env.LAZARET_BIN = '/opt/x/lazaret'
+  T.eq(config.command('pending'), { '/opt/x/lazaret', 'pending' })
+  config.set({ binary = '/usr/bin/lazaret', config_file = '/c.toml' })
+  T.eq(config.command('editor-info', '--json'), { '/usr/bin/lazaret', '--config', '/c.toml', 'editor-info', '--json' })
+  config.set({})
+end)
+
+T.finish()
