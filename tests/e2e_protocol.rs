@@ -74,7 +74,7 @@ fn transcript(request: &Value, response: &Value) {
 
 fn shorten(value: &mut Value) {
     match value {
-        Value::String(text) if text.len() > 200 => *text = format!("{}…", &text[..text.floor_char_boundary(120)]),
+        Value::String(text) if text.len() > 200 => *text = format!("{}…", text.chars().take(120).collect::<String>()),
         Value::Array(items) => {
             items.truncate(3);
             items.iter_mut().for_each(shorten);
@@ -111,10 +111,11 @@ fn start_domain(env: &TestEnv, repository: &Path) -> (Keeper, PathBuf, Value) {
     let keeper = Keeper(keeper);
     assert!(
         wait_until(Duration::from_secs(60), || {
-            socket.exists() && UnixStream::connect(&socket).is_ok_and(|_| {
-                let mut rpc = Rpc::connect(&socket);
-                rpc.request("domain/status", None)["result"]["containerState"] == "running"
-            })
+            socket.exists()
+                && UnixStream::connect(&socket).is_ok_and(|_| {
+                    let mut rpc = Rpc::connect(&socket);
+                    rpc.request("domain/status", None)["result"]["containerState"] == "running"
+                })
         }),
         "the domain started"
     );
@@ -214,7 +215,11 @@ fn methods_for_editors_serve_file_contents_state_changes_and_take_empty_params()
     assert!(output.status.success(), "{}", stderr(&output));
     let from_cli: Value = serde_json::from_slice(&output.stdout).expect("json");
     assert_eq!(over_rpc, from_cli);
-    assert!(over_rpc.as_array().expect("changes").iter().any(|change| change["path"] == "/usr/local/bin/agent-tool" && change["kind"] == "added"));
+    assert!(over_rpc
+        .as_array()
+        .expect("changes")
+        .iter()
+        .any(|change| change["path"] == "/usr/local/bin/agent-tool" && change["kind"] == "added"));
     let only_usr = rpc.call("state/diff", json!({"dir": "/usr"}));
     assert_eq!(only_usr, over_rpc);
     let bad_dir = rpc.request("state/diff", Some(json!({"dir": "/etc"})));
@@ -283,7 +288,8 @@ fn a_subscriber_that_falls_behind_is_told_how_many_events_it_lost() {
     let mut dropped = 0;
     let mut delivered = 0;
     let stalled_events = read_events(&mut stalled, |events| {
-        let lost: u64 = events.iter().filter(|event| event["kind"] == "eventsLagged").map(|event| event["dropped"].as_u64().unwrap_or(0)).sum();
+        let lost: u64 =
+            events.iter().filter(|event| event["kind"] == "eventsLagged").map(|event| event["dropped"].as_u64().unwrap_or(0)).sum();
         let seen = events.iter().filter(|event| event["kind"] != "eventsLagged").count() as u64;
         dropped = lost;
         delivered = seen;

@@ -383,6 +383,15 @@ export interface StateChange {
 /** How a path under a persistent directory differs from the image. */
 export type StateChangeKind = "added" | "modified" | "modifiedConflict" | "deleted" | "deletedConflict";
 
+/** What `lazaret status --json` prints. */
+export interface StatusReport {
+  domainHash: string;
+  /** Whether a coordinator answers for the domain. */
+  running: boolean;
+  /** `domain/status`, when running. */
+  status?: DomainStatus | null;
+}
+
 /** The agent's uncommitted changes inside the sandbox. */
 export interface UncommittedChanges {
   files: FileChange[];

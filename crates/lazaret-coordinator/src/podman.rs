@@ -82,6 +82,49 @@ pub async fn output_within(
     }
 }
 
+/// What [`output_capped`] read.
+pub struct CappedOutput {
+    /// At most the requested number of bytes of stdout.
+    pub stdout: Vec<u8>,
+    /// The command wrote more than that (and was killed).
+    pub cut: bool,
+    /// Its exit status, when it ended by itself.
+    pub status: Option<std::process::ExitStatus>,
+}
+
+/// Like [`output_within`], but reads at most `max_stdout` bytes of stdout
+/// and kills the command once it writes more: for output whose size the
+/// sandbox controls (a file the agent wrote, through binaries the agent may
+/// have replaced), so the coordinator never holds more than the cap.
+pub async fn output_capped(
+    mut command: tokio::process::Command,
+    limit: std::time::Duration,
+    max_stdout: usize,
+    what: &str,
+) -> crate::Result<CappedOutput> {
+    use tokio::io::AsyncReadExt;
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
+    let mut child = command.spawn().map_err(|error| crate::format_err!("cannot run podman for {what}: {error}"))?;
+    let mut stdout = child.stdout.take().ok_or_else(|| crate::format_err!("no stdout from podman for {what}"))?;
+    let read = async {
+        let mut buffer = Vec::new();
+        (&mut stdout).take(max_stdout as u64 + 1).read_to_end(&mut buffer).await?;
+        let cut = buffer.len() > max_stdout;
+        buffer.truncate(max_stdout);
+        let status = if cut {
+            child.start_kill()?;
+            None
+        } else {
+            Some(child.wait().await?)
+        };
+        std::io::Result::Ok(CappedOutput { stdout: buffer, cut, status })
+    };
+    match tokio::time::timeout(limit, read).await {
+        Ok(output) => Ok(output?),
+        Err(_) => crate::bail!("{what} did not finish within {} s inside the sandbox; stopped", limit.as_secs()),
+    }
+}
+
 /// The only host variables podman gets (D10): what podman itself needs.
 pub fn environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     [

@@ -28,6 +28,7 @@ pub fn definitions() -> serde_json::Map<String, Value> {
     generator.subschema_for::<Decision>();
     generator.subschema_for::<SequencedEvent>();
     generator.subschema_for::<EditorInfo>();
+    generator.subschema_for::<StatusReport>();
     let mut definitions = serde_json::Map::new();
     for (name, schema) in generator.definitions() {
         definitions.insert(name.clone(), schema.clone());

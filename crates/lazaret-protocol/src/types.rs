@@ -426,6 +426,19 @@ pub struct SequencedEvent {
     pub event: Event,
 }
 
+/// What `lazaret status --json` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    /// Whether a coordinator answers for the domain.
+    pub running: bool,
+    pub domain_hash: String,
+    /// `domain/status`, when running.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub status: Option<DomainStatus>,
+}
+
 /// A running domain as `lazaret editor-info` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

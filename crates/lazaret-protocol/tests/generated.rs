@@ -136,7 +136,11 @@ fn read_methods(definitions: &Map<String, Value>) -> Vec<Method> {
         for input in &function.sig.inputs {
             let syn::FnArg::Typed(typed) = input else { continue };
             let syn::Pat::Ident(ident) = &*typed.pat else { panic!("{name}: unsupported parameter pattern") };
-            let rename = typed.attrs.iter().find(|attribute| attribute.path().is_ident("argument")).and_then(|attribute| quoted_after(&attribute_text(attribute), "rename"));
+            let rename = typed
+                .attrs
+                .iter()
+                .find(|attribute| attribute.path().is_ident("argument"))
+                .and_then(|attribute| quoted_after(&attribute_text(attribute), "rename"));
             let rust = ident.ident.to_string();
             let wire = rename.unwrap_or_else(|| rust.clone());
             assert!(!wire.contains('_'), "{name}: parameter {rust} needs #[argument(rename = \"camelCase\")]");
@@ -144,7 +148,8 @@ fn read_methods(definitions: &Map<String, Value>) -> Vec<Method> {
             params.push(Param { name: wire, schema, required });
         }
         let (result, subscription) = if is_subscription {
-            let item = text.split("item =").nth(1).map(|rest| rest.trim().trim_end_matches(',').trim().to_owned()).expect("subscription item");
+            let item =
+                text.split("item =").nth(1).map(|rest| rest.trim().trim_end_matches(',').trim().to_owned()).expect("subscription item");
             let item_type: syn::Type = syn::parse_str(&item).expect("item type");
             let notification = text.split("=>").nth(1).and_then(|rest| quoted_after(rest, "")).expect("notification name");
             let unsubscribe = quoted_after(&text, "unsubscribe").expect("unsubscribe name");
@@ -313,7 +318,8 @@ fn ts_comment(out: &mut String, indent: &str, text: Option<&str>) {
 }
 
 fn ts_fields(out: &mut String, schema: &Value) {
-    let required: BTreeSet<&str> = schema["required"].as_array().map(|names| names.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let required: BTreeSet<&str> =
+        schema["required"].as_array().map(|names| names.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     if let Some(properties) = schema["properties"].as_object() {
         for (name, property) in properties {
             ts_comment(out, "  ", property["description"].as_str());
@@ -329,10 +335,13 @@ fn typescript(methods: &[Method], definitions: &Map<String, Value>) -> String {
          // Regenerate: LAZARET_UPDATE_GENERATED=1 cargo test -p lazaret-protocol --test generated\n\
          /* eslint-disable */\n\n",
     );
-    out.push_str(&format!("/** The API version these types describe (`domain/status`.apiVersion). */\nexport const API_VERSION = {API_VERSION};\n\n"));
+    out.push_str(&format!(
+        "/** The API version these types describe (`domain/status`.apiVersion). */\nexport const API_VERSION = {API_VERSION};\n\n"
+    ));
     for (name, schema) in definitions {
         ts_comment(&mut out, "", schema["description"].as_str());
-        if let Some(variants) = schema["oneOf"].as_array().filter(|variants| variants.iter().all(|variant| variant_name(variant).is_some())) {
+        if let Some(variants) = schema["oneOf"].as_array().filter(|variants| variants.iter().all(|variant| variant_name(variant).is_some()))
+        {
             // A tagged enum (flattened into `name`): one interface per kind.
             let names: Vec<String> = variants.iter().filter_map(variant_name).collect();
             if schema["properties"].as_object().is_some_and(|properties| !properties.is_empty()) {
@@ -420,7 +429,8 @@ impl Emitter for Lua {
 }
 
 fn lua_fields(out: &mut String, schema: &Value) {
-    let required: BTreeSet<&str> = schema["required"].as_array().map(|names| names.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let required: BTreeSet<&str> =
+        schema["required"].as_array().map(|names| names.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     if let Some(properties) = schema["properties"].as_object() {
         for (name, property) in properties {
             let types: Vec<String> = Lua.types(property).into_iter().filter(|kind| kind != "nil").collect();
@@ -438,9 +448,13 @@ fn lua(methods: &[Method], definitions: &Map<String, Value>) -> String {
          --- The control protocol's method names and API version, and LuaLS annotations of its wire types.\n\n",
     );
     for (name, schema) in definitions {
-        if let Some(variants) = schema["oneOf"].as_array().filter(|variants| variants.iter().all(|variant| variant_name(variant).is_some())) {
+        if let Some(variants) = schema["oneOf"].as_array().filter(|variants| variants.iter().all(|variant| variant_name(variant).is_some()))
+        {
             let names: Vec<String> = variants.iter().filter_map(variant_name).collect();
-            out.push_str(&format!("---@alias lazaret.Event {}\n\n", names.iter().map(|name| format!("lazaret.{name}")).collect::<Vec<_>>().join("|")));
+            out.push_str(&format!(
+                "---@alias lazaret.Event {}\n\n",
+                names.iter().map(|name| format!("lazaret.{name}")).collect::<Vec<_>>().join("|")
+            ));
             for (variant, variant_name) in variants.iter().zip(&names) {
                 out.push_str(&format!("---@class lazaret.{variant_name}\n"));
                 if schema["properties"].as_object().is_some_and(|properties| !properties.is_empty()) {
@@ -569,12 +583,17 @@ fn no_other_crate_spells_the_wire_by_hand() {
     let mut found = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).expect("read");
-        let is_sidecar = file.components().any(|component| component.as_os_str() == "lazaret-sidecar" || component.as_os_str() == "lazaret-dns");
+        let is_sidecar =
+            file.components().any(|component| component.as_os_str() == "lazaret-sidecar" || component.as_os_str() == "lazaret-dns");
         for name in names.iter().chain(fields.iter().filter(|_| !is_sidecar)) {
             if text.contains(&format!("\"{name}\"")) {
                 found.push(format!("{}: \"{name}\"", file.strip_prefix(&crates).unwrap_or(file).display()));
             }
         }
     }
-    assert!(found.is_empty(), "wire names written by hand outside lazaret-protocol (use the typed client and types):\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "wire names written by hand outside lazaret-protocol (use the typed client and types):\n{}",
+        found.join("\n")
+    );
 }

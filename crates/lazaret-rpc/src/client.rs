@@ -1,102 +1,111 @@
-//! A JSON-RPC client over the control socket: requests are matched to
-//! responses by id; notifications go to a channel.
+//! The typed client of the control socket: jsonrpsee's async client over a
+//! Unix socket with LSP framing. Callers use the `LazaretApiClient` trait
+//! that `lazaret-protocol` generates from the same `#[rpc]` definition the
+//! coordinator serves, so no method or field name is written by hand.
 
-use std::collections::HashMap;
+use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-use serde_json::Value;
+use jsonrpsee::core::client::{ClientBuilder, ReceivedMessage, TransportReceiverT, TransportSenderT};
 use tokio::io::BufReader;
-use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, oneshot};
 
 use crate::framing::{read_message, write_message};
 
-const MAX_MESSAGE: usize = 16 << 20;
+pub use jsonrpsee::core::client::{Client, Error as CallError, Subscription};
 
+/// Largest message accepted from the coordinator.
+const MAX_MESSAGE: usize = 16 << 20;
+/// Calls wait at most this long. `session/register` resolves only once the
+/// sandbox runs (an image build or pull can take minutes); every other call
+/// answers at once, and callers bound their own waits where it matters.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Events buffered per subscription before jsonrpsee gives up on a reader
+/// that does not keep up (the coordinator also reports its own drops, as
+/// `eventsLagged`).
+const SUBSCRIPTION_BUFFER: usize = 4096;
+
+/// A failed connection or call.
 #[derive(Debug, thiserror::Error)]
-pub enum RpcError {
+pub enum Error {
     #[error("cannot connect to the control socket {path}: {source}")]
-    Connect { path: String, source: std::io::Error },
-    #[error("control connection: {0}")]
-    Io(#[from] std::io::Error),
+    Connect {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The coordinator answered with an error (`error_code::*` of
+    /// `lazaret-protocol`, or a JSON-RPC one).
+    #[error("{message} (code {code})")]
+    Remote { code: i32, message: String },
     #[error("the coordinator closed the connection")]
     Closed,
-    #[error("{message} (code {code})")]
-    Remote { code: i64, message: String },
-    #[error("unexpected response: {0}")]
-    Decode(String),
+    #[error("control connection: {0}")]
+    Transport(String),
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>>>;
-
-pub struct RpcClient {
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
-    pending: Pending,
-    next_id: AtomicU64,
-    reader: tokio::task::JoinHandle<()>,
-}
-
-impl RpcClient {
-    /// Connects; returns the client and a receiver of server notifications
-    /// (`{"method": ..., "params": ...}` objects).
-    pub async fn connect(path: &Path) -> Result<(RpcClient, mpsc::UnboundedReceiver<Value>), RpcError> {
-        let stream = UnixStream::connect(path).await.map_err(|source| RpcError::Connect { path: path.display().to_string(), source })?;
-        let (read_half, write_half) = stream.into_split();
-        let pending: Pending = Arc::default();
-        let (notifications_tx, notifications) = mpsc::unbounded_channel();
-        let reader_pending = pending.clone();
-        let reader = tokio::spawn(async move {
-            let mut reader = BufReader::new(read_half);
-            while let Ok(Some(body)) = read_message(&mut reader, MAX_MESSAGE).await {
-                let Ok(message) = serde_json::from_slice::<Value>(&body) else { continue };
-                match message.get("id").and_then(Value::as_u64) {
-                    Some(id) if message.get("method").is_none() => {
-                        let result = match message.get("error") {
-                            Some(error) => Err(RpcError::Remote {
-                                code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
-                                message: error.get("message").and_then(Value::as_str).unwrap_or("error").to_owned(),
-                            }),
-                            None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
-                        };
-                        let waiter = reader_pending.lock().ok().and_then(|mut pending| pending.remove(&id));
-                        if let Some(waiter) = waiter {
-                            let _ = waiter.send(result);
-                        }
-                    }
-                    _ => {
-                        let _ = notifications_tx.send(message);
-                    }
-                }
-            }
-            // Connection gone: fail every outstanding call.
-            if let Ok(mut pending) = reader_pending.lock() {
-                for (_, waiter) in pending.drain() {
-                    let _ = waiter.send(Err(RpcError::Closed));
-                }
-            }
-        });
-        Ok((RpcClient { writer: tokio::sync::Mutex::new(write_half), pending, next_id: AtomicU64::new(1), reader }, notifications))
-    }
-
-    pub async fn call<P: Serialize, R: DeserializeOwned>(&self, method: &str, params: P) -> Result<R, RpcError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (sender, receiver) = oneshot::channel();
-        self.pending.lock().map_err(|_| RpcError::Closed)?.insert(id, sender);
-        let request = serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        let body = serde_json::to_vec(&request).map_err(|error| RpcError::Decode(error.to_string()))?;
-        write_message(&mut *self.writer.lock().await, &body).await?;
-        let value = receiver.await.map_err(|_| RpcError::Closed)??;
-        serde_json::from_value(value).map_err(|error| RpcError::Decode(error.to_string()))
+impl Error {
+    /// The coordinator's error code, when it answered with one.
+    pub fn code(&self) -> Option<i32> {
+        match self {
+            Error::Remote { code, .. } => Some(*code),
+            _ => None,
+        }
     }
 }
 
-impl Drop for RpcClient {
-    fn drop(&mut self) {
-        self.reader.abort();
+impl From<CallError> for Error {
+    fn from(error: CallError) -> Error {
+        match error {
+            CallError::Call(object) => Error::Remote { code: object.code(), message: object.message().to_owned() },
+            CallError::RestartNeeded(_) => Error::Closed,
+            other => Error::Transport(other.to_string()),
+        }
+    }
+}
+
+/// `.answered()` turns a typed call's jsonrpsee error into [`Error`].
+pub trait Answered<T> {
+    fn answered(self) -> Result<T, Error>;
+}
+
+impl<T> Answered<T> for Result<T, CallError> {
+    fn answered(self) -> Result<T, Error> {
+        self.map_err(Error::from)
+    }
+}
+
+/// Connects to a coordinator's control socket.
+pub async fn connect(path: &Path) -> Result<Client, Error> {
+    let stream = UnixStream::connect(path).await.map_err(|source| Error::Connect { path: path.display().to_string(), source })?;
+    let (read_half, write_half) = stream.into_split();
+    Ok(ClientBuilder::default()
+        .request_timeout(CALL_TIMEOUT)
+        .max_buffer_capacity_per_subscription(SUBSCRIPTION_BUFFER)
+        .build_with_tokio(Sender(write_half), Receiver(BufReader::new(read_half))))
+}
+
+struct Sender(OwnedWriteHalf);
+
+impl TransportSenderT for Sender {
+    type Error = io::Error;
+
+    async fn send(&mut self, message: String) -> Result<(), io::Error> {
+        write_message(&mut self.0, message.as_bytes()).await
+    }
+}
+
+struct Receiver(BufReader<OwnedReadHalf>);
+
+impl TransportReceiverT for Receiver {
+    type Error = io::Error;
+
+    async fn receive(&mut self) -> Result<ReceivedMessage, io::Error> {
+        match read_message(&mut self.0, MAX_MESSAGE).await? {
+            Some(body) => Ok(ReceivedMessage::Bytes(body)),
+            None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the coordinator closed the connection")),
+        }
     }
 }

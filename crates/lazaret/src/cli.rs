@@ -147,8 +147,14 @@ pub enum Command {
     /// For editors: how to find the coordinators (control socket pattern,
     /// framing, API version) and the running domains.
     EditorInfo {
+        /// Machine-readable output: the `EditorInfo` object of
+        /// docs/protocol.schema.json (the contract editors rely on).
         #[arg(long)]
         json: bool,
+        /// Also name the default profile's domain of this folder (running
+        /// or not) under `folders`; repeatable.
+        #[arg(long = "workspace", value_name = "DIR")]
+        workspaces: Vec<std::path::PathBuf>,
     },
     /// Print a shell completion script for bash, zsh, fish, elvish or
     /// powershell (the Debian package and scripts/install put them in place).

@@ -14,17 +14,18 @@ use anyhow::{bail, Context, Result};
 use lazaret_coordinator::coordinator;
 use lazaret_coordinator::domain_lock::DomainLock;
 use lazaret_core::config::ResolvedProfile;
-use lazaret_protocol::{error_code, RegisterResult};
-use lazaret_rpc::client::{RpcClient, RpcError};
+use lazaret_protocol::{error_code, LazaretApiClient, RegisterResult};
+use lazaret_rpc::client::{Answered, Client};
+use lazaret_rpc::Error as RpcError;
 
 /// How long the leader waits for a new coordinator's socket.
 const BIND_TIMEOUT: Duration = Duration::from_secs(10);
 const ATTEMPTS: usize = 6;
 
 pub struct Joined {
-    pub client: RpcClient,
-    /// Server notifications (the event subscription drives the prompt).
-    pub notifications: tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
+    /// The typed client of the control connection that owns the session
+    /// (closing it ends the session).
+    pub client: Client,
     pub registration: RegisterResult,
 }
 
@@ -73,22 +74,24 @@ pub async fn join(launch: &CoordinatorLaunch<'_>, session_id: &str, public_key: 
 fn is_retryable(error: &RpcError) -> bool {
     match error {
         RpcError::Connect { .. } | RpcError::Closed => true,
-        RpcError::Remote { code, .. } => *code == i64::from(error_code::SHUTTING_DOWN),
+        RpcError::Remote { code, .. } => *code == error_code::SHUTTING_DOWN,
         _ => false,
     }
 }
 
 async fn register(socket: &Path, session_id: &str, public_key: &str, command: &[String]) -> Result<Joined, RpcError> {
-    let (client, notifications) = RpcClient::connect(socket).await?;
-    let params = serde_json::json!({
-        "sessionId": session_id,
-        "publicKey": public_key,
-        "pid": std::process::id(),
-        "command": command,
-        "client": "cli",
-    });
-    let registration: RegisterResult = client.call("session/register", params).await?;
-    Ok(Joined { client, notifications, registration })
+    let client = lazaret_rpc::client::connect(socket).await?;
+    let registration = client
+        .session_register(
+            session_id.to_owned(),
+            std::process::id(),
+            Some(command.to_vec()),
+            Some("cli".to_owned()),
+            Some(public_key.to_owned()),
+        )
+        .await
+        .answered()?;
+    Ok(Joined { client, registration })
 }
 
 /// A socket is live when something accepts on it. A file left by a killed

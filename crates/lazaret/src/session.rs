@@ -77,6 +77,15 @@ impl TerminalUi {
         self.refresh();
     }
 
+    /// Events were lost: the queue becomes what the coordinator lists.
+    pub fn resync(&mut self, pending: &[lazaret_protocol::PendingEscalation]) {
+        let was_active = self.prompt.is_active();
+        self.prompt.resync(pending);
+        if was_active || self.prompt.is_active() {
+            self.refresh();
+        }
+    }
+
     fn refresh(&mut self) {
         if self.prompt.is_active() {
             self.draw_prompt();

@@ -12,8 +12,8 @@ use jsonrpsee::{ConnectionId, Extensions, PendingSubscriptionSink, SubscriptionM
 use lazaret_core::config::ResolvedProfile;
 use lazaret_core::time::now_ms;
 use lazaret_protocol::{
-    error_code, AuditVerification, BranchDiff, CompletedSession, ContainerState, DomainStatus, Event, LazaretApiServer, LiveSession,
-    PendingEscalation, RegisterResult, API_VERSION,
+    error_code, AuditRecord, AuditVerification, BranchDiff, CompletedSession, ContainerState, Decision, DomainStatus, Event, FileContents,
+    LazaretApiServer, LiveSession, NetworkPolicy, PendingEscalation, RegisterResult, SequencedEvent, StateChange, API_VERSION,
 };
 use lazaret_store::{SessionRecord, Store};
 use tokio::sync::{broadcast, watch, Notify};
@@ -192,17 +192,19 @@ impl Domain {
     }
 
     /// Sends one request to the Network Sidecar (on the blocking pool).
-    async fn sidecar(&self, request: serde_json::Value) -> RpcResult<serde_json::Value> {
+    async fn sidecar(&self, request: serde_json::Value) -> RpcResult<NetworkPolicy> {
         let socket = self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or_else(|| {
             rpc_error(
                 error_code::NETWORK_FAILED,
                 "this domain has no Network Sidecar: its allowlist was empty when it started, so the sandbox has no network at all",
             )
         })?;
-        tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
+        let answer = tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
             .await
             .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
-            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.chained()))
+            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.chained()))?;
+        serde_json::from_value(answer)
+            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, format!("the Network Sidecar answered in an unexpected form: {error}")))
     }
 
     /// Runs a store query on the blocking pool (section 4.4), as an RPC result.
@@ -343,7 +345,7 @@ fn network_audit_record(outcome: &str, reason: Option<String>, decided_by: &str,
 pub struct Api(pub Arc<Domain>);
 
 impl Api {
-    async fn change_network(&self, action: &str, rule: String) -> RpcResult<serde_json::Value> {
+    async fn change_network(&self, action: &str, rule: String) -> RpcResult<NetworkPolicy> {
         let parsed: lazaret_core::egress::EgressRule =
             rule.parse().map_err(|message: String| rpc_error(error_code::INVALID_VALUE, message))?;
         let answer = self.0.sidecar(serde_json::json!({ action: parsed.to_string() })).await;
@@ -354,7 +356,7 @@ impl Api {
             Err(_) => "rejected",
         };
         let reason = answer.as_ref().err().map(|error| error.message().to_owned());
-        self.0.audit(network_audit_record(outcome, reason, "rpc", vec![format!("network/{action}"), parsed.to_string()])).await;
+        self.0.audit(network_audit_record(outcome, reason, "rpc", vec!["net".to_owned(), action.to_owned(), parsed.to_string()])).await;
         let answer = answer?;
         tracing::info!(action, rule = %parsed, "egress policy changed");
         self.0.emit(Event::NetworkChanged { action: action.to_owned(), rule: parsed.to_string() });
@@ -495,19 +497,19 @@ impl LazaretApiServer for Api {
         Ok(true)
     }
 
-    async fn network_show(&self) -> RpcResult<serde_json::Value> {
+    async fn network_show(&self) -> RpcResult<NetworkPolicy> {
         self.0.sidecar(serde_json::json!({ "show": true })).await
     }
 
-    async fn network_allow(&self, rule: String) -> RpcResult<serde_json::Value> {
+    async fn network_allow(&self, rule: String) -> RpcResult<NetworkPolicy> {
         self.change_network("allow", rule).await
     }
 
-    async fn network_deny(&self, rule: String) -> RpcResult<serde_json::Value> {
+    async fn network_deny(&self, rule: String) -> RpcResult<NetworkPolicy> {
         self.change_network("deny", rule).await
     }
 
-    async fn network_reload(&self) -> RpcResult<serde_json::Value> {
+    async fn network_reload(&self) -> RpcResult<NetworkPolicy> {
         let reloader = self.0.egress_reloader.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
         let reloader =
             reloader.ok_or_else(|| rpc_error(error_code::NETWORK_FAILED, "this coordinator cannot re-read its configuration"))?;
@@ -519,7 +521,7 @@ impl LazaretApiServer for Api {
         let answer = self.0.sidecar(serde_json::json!({ "set": { "allow": entries } })).await;
         let outcome = if answer.is_ok() { "networkReloaded" } else { "rejected" };
         let reason = answer.as_ref().err().map(|error| error.message().to_owned());
-        let mut argv = vec!["network/reload".to_owned()];
+        let mut argv = vec!["net".to_owned(), "reload".to_owned()];
         argv.extend(entries.iter().cloned());
         self.0.audit(network_audit_record(outcome, reason, "rpc", argv)).await;
         let answer = answer?;
@@ -535,17 +537,17 @@ impl LazaretApiServer for Api {
     async fn escalation_respond(
         &self,
         request_id: String,
-        decision: String,
+        decision: Decision,
         argv: Option<Vec<String>>,
         reason: Option<String>,
         client: Option<String>,
     ) -> RpcResult<bool> {
         let decided_by = client.map(|name| format!("rpc:{name}")).unwrap_or_else(|| "rpc".to_owned());
-        let answer = match decision.as_str() {
-            "approve" => Answer::Approve { decided_by },
-            "abort" => Answer::Abort { decided_by },
-            "deny" => Answer::Deny { reason: reason.unwrap_or_else(|| "denied on the host".to_owned()), decided_by },
-            "edit" => {
+        let answer = match decision {
+            Decision::Approve => Answer::Approve { decided_by },
+            Decision::Abort => Answer::Abort { decided_by },
+            Decision::Deny => Answer::Deny { reason: reason.unwrap_or_else(|| "denied on the host".to_owned()), decided_by },
+            Decision::Edit => {
                 let argv = argv
                     .filter(|argv| !argv.is_empty() && !argv[0].is_empty())
                     .ok_or_else(|| rpc_error(error_code::INVALID_VALUE, "decision `edit` needs a non-empty argv: what runs instead"))?;
@@ -554,7 +556,6 @@ impl LazaretApiServer for Api {
                 }
                 Answer::Edit { argv, decided_by }
             }
-            other => return Err(rpc_error(error_code::INVALID_VALUE, format!("decision `{other}` is not approve, deny, edit or abort"))),
         };
         if self.0.broker.answer(&request_id, answer) {
             Ok(true)
@@ -566,10 +567,10 @@ impl LazaretApiServer for Api {
         }
     }
 
-    async fn audit_list(&self, limit: Option<usize>) -> RpcResult<Vec<serde_json::Value>> {
+    async fn audit_list(&self, limit: Option<usize>) -> RpcResult<Vec<AuditRecord>> {
         let limit = limit.unwrap_or(100).min(100_000);
         let records = self.0.read_store(move |store| store.audit_records(limit)).await?;
-        Ok(records.into_iter().filter_map(|record| serde_json::to_value(record).ok()).collect())
+        Ok(records.into_iter().map(audit_record).collect())
     }
 
     async fn audit_verify(&self) -> RpcResult<AuditVerification> {
@@ -596,22 +597,61 @@ impl LazaretApiServer for Api {
         Ok(diff)
     }
 
+    async fn branch_file_contents(&self, path: String) -> RpcResult<FileContents> {
+        let Some(layout) = self.0.git.clone() else {
+            return Err(rpc_error(error_code::INVALID_VALUE, "this domain mounts its workspace directly; there is no agent branch"));
+        };
+        git_sentry::contents::check_path(&path).map_err(|message| rpc_error(error_code::INVALID_VALUE, message))?;
+        let host = layout.host.clone();
+        let branch = layout.branch.clone();
+        let committed_path = path.clone();
+        let mut contents = tokio::task::spawn_blocking(move || git_sentry::contents::committed(&host, &branch, &committed_path))
+            .await
+            .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::GIT_FAILED, error.chained()))?;
+        if self.0.container_is_running() {
+            let working = git_sentry::contents::working(&self.0.resolved.domain.container_name, &path)
+                .await
+                .map_err(|error| rpc_error(error_code::SANDBOX_NOT_RUNNING, error.chained()))?;
+            contents.working = Some(working);
+        }
+        Ok(contents)
+    }
+
+    async fn state_diff(&self, dir: Option<String>) -> RpcResult<Vec<StateChange>> {
+        let resolved = self.0.resolved.clone();
+        let dirs = crate::state_anchor::selected_dirs(&resolved.persistent_dirs, dir.as_deref().map(std::path::Path::new))
+            .map_err(|error| rpc_error(error_code::INVALID_VALUE, error.chained()))?;
+        let changes = tokio::task::spawn_blocking(move || crate::state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, &dirs))
+            .await
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
+            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.chained()))?;
+        Ok(changes.iter().map(|change| change.wire()).collect())
+    }
+
     async fn events_subscribe(&self, pending: PendingSubscriptionSink) -> SubscriptionResult {
         let mut events = self.0.events.subscribe();
         let sink = pending.accept().await?;
+        // Numbered per subscription; a stretch the broadcast channel dropped
+        // because this subscriber fell behind is reported, and numbered, as
+        // one `eventsLagged`, so numbers never skip.
+        let mut seq = 0;
         loop {
-            tokio::select! {
+            let event = tokio::select! {
                 _ = sink.closed() => return Ok(()),
                 event = events.recv() => match event {
-                    Ok(event) => {
-                        let message = SubscriptionMessage::from(serde_json::value::to_raw_value(&event)?);
-                        if sink.send(message).await.is_err() {
-                            return Ok(());
-                        }
+                    Ok(event) => event,
+                    Err(broadcast::error::RecvError::Lagged(dropped)) => {
+                        tracing::warn!(dropped, "an event subscriber fell behind");
+                        Event::EventsLagged { dropped }
                     }
-                    Err(broadcast::error::RecvError::Lagged(missed)) => tracing::warn!(missed, "an event subscriber lagged"),
                     Err(broadcast::error::RecvError::Closed) => return Ok(()),
                 },
+            };
+            seq += 1;
+            let message = SubscriptionMessage::from(serde_json::value::to_raw_value(&SequencedEvent { seq, event })?);
+            if sink.send(message).await.is_err() {
+                return Ok(());
             }
         }
     }
@@ -627,6 +667,28 @@ pub fn completed_session(record: SessionRecord) -> CompletedSession {
         ended_at_ms: record.ended_at_ms,
         exit_status: record.exit_status,
         end_reason: record.end_reason,
+    }
+}
+
+/// A stored audit record in wire form.
+pub fn audit_record(record: lazaret_store::AuditRecord) -> AuditRecord {
+    AuditRecord {
+        sequence: record.sequence,
+        previous_hash: record.previous_hash,
+        hash: record.hash,
+        request_id: record.request_id,
+        session_id: record.session_id,
+        verified: record.verified,
+        outcome: record.outcome,
+        reason: record.reason,
+        decided_by: record.decided_by,
+        justification: record.justification,
+        requested_argv: record.requested_argv,
+        executed_argv: record.executed_argv,
+        exit_status: record.exit_status,
+        received_at_ms: record.received_at_ms,
+        decided_at_ms: record.decided_at_ms,
+        finished_at_ms: record.finished_at_ms,
     }
 }
 

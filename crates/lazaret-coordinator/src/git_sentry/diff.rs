@@ -12,9 +12,16 @@ use crate::podman::Podman;
 /// Largest patch text returned; longer ones are cut with a note.
 const MAX_PATCH_BYTES: usize = 4 << 20;
 
+/// The agent branch's base (its merge base with the host's `HEAD`) and
+/// head on the host; `None` while the branch has not reached the host.
+pub fn endpoints(host: &HostRepository, branch: &str) -> Option<(String, String)> {
+    let head = host.resolve(&format!("refs/heads/{branch}"))?;
+    let base = host.git_text(&["merge-base", "HEAD", &head]).unwrap_or_else(|_| head.clone());
+    Some((base, head))
+}
+
 /// The committed part, from the host repository.
 pub fn committed(host: &HostRepository, branch: &str, with_patch: bool) -> Result<BranchDiff> {
-    let branch_ref = format!("refs/heads/{branch}");
     let mut diff = BranchDiff {
         branch: branch.to_owned(),
         base: None,
@@ -24,8 +31,7 @@ pub fn committed(host: &HostRepository, branch: &str, with_patch: bool) -> Resul
         uncommitted: None,
         warnings: Vec::new(),
     };
-    let Some(head) = host.resolve(&branch_ref) else { return Ok(diff) };
-    let base = host.git_text(&["merge-base", "HEAD", &head]).unwrap_or_else(|_| head.clone());
+    let Some((base, head)) = endpoints(host, branch) else { return Ok(diff) };
     let range = [base.as_str(), head.as_str()];
     diff.files = parse_changes(
         &host.git_text(&["diff", "--no-ext-diff", "--no-textconv", "--numstat", "-z", range[0], range[1]])?,

@@ -15,6 +15,7 @@
 //! then moves `refs/heads/lazaret/agent-<profile>` (see `quarantine`, D13).
 //! The host never runs git in a directory the agent can write.
 
+pub mod contents;
 pub mod diff;
 pub mod host_git;
 pub mod quarantine;

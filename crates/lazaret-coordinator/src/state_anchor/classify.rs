@@ -64,45 +64,30 @@ pub(super) fn upper_nodes(entries: &[Entry]) -> Vec<(PathBuf, Node)> {
     nodes
 }
 
-/// What the agent did to a path of a persistent directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum ChangeKind {
-    /// `A`: not in the image.
-    Added,
-    /// `M`: the agent's version hides the image's.
-    Modified,
-    /// `M!`: modified, and the image changed (or added, or removed) this path
-    /// since the agent's change was recorded; the agent's version wins.
-    ModifiedConflict,
-    /// `D`: deleted; the image still has it.
-    Deleted,
-    /// `D!`: deleted, and the image changed this path since.
-    DeletedConflict,
-}
-
-impl ChangeKind {
-    /// The one- or two-letter code `lazaret state diff` prints.
-    pub fn code(self) -> &'static str {
-        match self {
-            ChangeKind::Added => "A",
-            ChangeKind::Modified => "M",
-            ChangeKind::ModifiedConflict => "M!",
-            ChangeKind::Deleted => "D",
-            ChangeKind::DeletedConflict => "D!",
-        }
-    }
-}
+/// What the agent did to a path of a persistent directory (the wire type:
+/// `lazaret state diff --json` and `state/diff` print the same).
+pub use lazaret_protocol::StateChangeKind as ChangeKind;
 
 /// One line of `lazaret state diff`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateChange {
     /// The persistent directory (container path).
     pub dir: PathBuf,
     /// The changed path (container path).
     pub path: PathBuf,
     pub kind: ChangeKind,
+}
+
+impl StateChange {
+    /// The wire form (`state/diff`, `lazaret state diff --json`); a name
+    /// that is not UTF-8 is shown with replacement characters.
+    pub fn wire(&self) -> lazaret_protocol::StateChange {
+        lazaret_protocol::StateChange {
+            dir: self.dir.to_string_lossy().into_owned(),
+            path: self.path.to_string_lossy().into_owned(),
+            kind: self.kind,
+        }
+    }
 }
 
 impl fmt::Display for StateChange {
@@ -274,7 +259,7 @@ mod tests {
     fn codes_and_json() {
         let change = StateChange { dir: "/usr".into(), path: "/usr/bin/find".into(), kind: ChangeKind::ModifiedConflict };
         assert_eq!(change.to_string(), "M! /usr/bin/find");
-        let json = serde_json::to_value(&change).expect("json");
+        let json = serde_json::to_value(change.wire()).expect("json");
         assert_eq!(json, serde_json::json!({"dir": "/usr", "path": "/usr/bin/find", "kind": "modifiedConflict"}));
     }
 }

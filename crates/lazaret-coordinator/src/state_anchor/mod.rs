@@ -423,6 +423,20 @@ pub fn recover(domain_dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The persistent directories to act on: all of `all`, or the one named by
+/// `dir` (which must be one of them).
+pub fn selected_dirs(all: &[PathBuf], dir: Option<&Path>) -> Result<Vec<PathBuf>> {
+    match dir {
+        None => Ok(all.to_vec()),
+        Some(dir) if all.iter().any(|known| known == dir) => Ok(vec![dir.to_path_buf()]),
+        Some(dir) => Err(crate::Error::msg(format!(
+            "{} is not a persistent directory of this profile (persistent_dirs: {})",
+            dir.display(),
+            all.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
 /// `lazaret state diff`: what the agent added, modified or deleted in each
 /// persistent directory, against the image as it is now (mounted for the
 /// occasion). Reads the `<name>_changes` directories, the base manifests and

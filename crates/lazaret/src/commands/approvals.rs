@@ -6,18 +6,20 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use lazaret_protocol::{DomainStatus, PendingEscalation, API_VERSION};
-use lazaret_rpc::client::RpcClient;
+use lazaret_core::config::DEFAULT_PROFILE;
+use lazaret_core::domain::{DomainAnchor, DomainResources};
+use lazaret_protocol::{Decision, EditorInfo, FolderDomain, LazaretApiClient, PendingEscalation, RunningDomain, API_VERSION};
+use lazaret_rpc::client::Answered;
 
 use crate::hold_to_bind::socket_is_live;
-use crate::workspace::load_config;
+use crate::workspace::{load_config, workspace_path};
 
 /// The live control sockets under the configured socket directory.
 async fn live_sockets(socket_root: &Path) -> Vec<PathBuf> {
     let mut sockets = Vec::new();
     let Ok(entries) = std::fs::read_dir(socket_root) else { return sockets };
     for entry in entries.flatten() {
-        let socket = entry.path().join("control.sock");
+        let socket = entry.path().join(lazaret_protocol::socket::CONTROL_SOCKET_FILE);
         if socket_is_live(&socket).await {
             sockets.push(socket);
         }
@@ -30,46 +32,59 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
-pub fn editor_info(config_path: Option<&Path>, json: bool) -> Result<u8> {
+pub fn editor_info(config_path: Option<&Path>, json: bool, workspaces: &[PathBuf]) -> Result<u8> {
     let config = load_config(config_path)?;
-    let domains: Vec<serde_json::Value> = runtime()?.block_on(async {
+    let mut folders = Vec::new();
+    for workspace in workspaces {
+        let workspace = workspace_path(Some(workspace))?;
+        let anchor = DomainAnchor::new(DEFAULT_PROFILE, &workspace)?;
+        let resources = DomainResources::new(&anchor, &config.data_root, &config.socket_root);
+        folders.push(FolderDomain {
+            workspace: workspace.display().to_string(),
+            profile: DEFAULT_PROFILE.to_owned(),
+            domain_hash: resources.domain_hash.clone(),
+            control_socket: resources.control_socket.display().to_string(),
+            running: false,
+        });
+    }
+    let domains: Vec<RunningDomain> = runtime()?.block_on(async {
+        for folder in &mut folders {
+            folder.running = socket_is_live(Path::new(&folder.control_socket)).await;
+        }
         let mut domains = Vec::new();
         for socket in live_sockets(&config.socket_root).await {
-            let Ok((client, _)) = RpcClient::connect(&socket).await else { continue };
-            if let Ok(status) = client.call::<_, DomainStatus>("domain/status", serde_json::json!({})).await {
-                let mut value = serde_json::to_value(&status).unwrap_or_default();
-                value["controlSocket"] = socket.display().to_string().into();
-                domains.push(value);
+            let Ok(client) = lazaret_rpc::client::connect(&socket).await else { continue };
+            if let Ok(status) = client.domain_status().await {
+                domains.push(RunningDomain { control_socket: socket.display().to_string(), status });
             }
         }
         domains
     });
-    let info = serde_json::json!({
-        "apiVersion": API_VERSION,
-        "framing": "Content-Length",
-        "socketRoot": config.socket_root.display().to_string(),
-        "controlSocketPattern": format!("{}/<domainHash>/control.sock", config.socket_root.display()),
-        "domains": domains,
-    });
+    let info = EditorInfo {
+        api_version: API_VERSION,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        framing: lazaret_protocol::socket::FRAMING.to_owned(),
+        socket_root: config.socket_root.display().to_string(),
+        control_socket_pattern: format!("{}/<domainHash>/{}", config.socket_root.display(), lazaret_protocol::socket::CONTROL_SOCKET_FILE),
+        default_profile: DEFAULT_PROFILE.to_owned(),
+        profiles: config.profiles.keys().cloned().collect(),
+        domains,
+        folders,
+    };
     if json {
         super::print_json(&info)?;
-    } else {
-        println!(
-            "control sockets: {}/<domainHash>/control.sock (JSON-RPC 2.0, Content-Length framing, API {API_VERSION})",
-            config.socket_root.display()
-        );
-        for domain in &domains {
-            println!(
-                "  {}  {} on {}  ({})",
-                domain["domainHash"].as_str().unwrap_or(""),
-                domain["profile"].as_str().unwrap_or(""),
-                domain["workspace"].as_str().unwrap_or(""),
-                domain["controlSocket"].as_str().unwrap_or("")
-            );
-        }
-        if domains.is_empty() {
-            println!("  (no running domain)");
-        }
+        return Ok(0);
+    }
+    println!("control sockets: {} (JSON-RPC 2.0, {} framing, API {API_VERSION})", info.control_socket_pattern, info.framing);
+    for domain in &info.domains {
+        println!("  {}  {} on {}  ({})", domain.status.domain_hash, domain.status.profile, domain.status.workspace, domain.control_socket);
+    }
+    if info.domains.is_empty() {
+        println!("  (no running domain)");
+    }
+    for folder in &info.folders {
+        let state = if folder.running { "running" } else { "not running" };
+        println!("folder {}: domain {} ({state}) at {}", folder.workspace, folder.domain_hash, folder.control_socket);
     }
     Ok(0)
 }
@@ -82,8 +97,8 @@ async fn all_pending(socket_root: &Path) -> (Vec<(PathBuf, PendingEscalation)>, 
     let mut pending = Vec::new();
     let mut failures = Vec::new();
     for socket in live_sockets(socket_root).await {
-        let listed = match RpcClient::connect(&socket).await {
-            Ok((client, _)) => client.call::<_, Vec<PendingEscalation>>("escalation/list", serde_json::json!({})).await,
+        let listed = match lazaret_rpc::client::connect(&socket).await {
+            Ok(client) => client.escalation_list().await.answered(),
             Err(error) => Err(error),
         };
         match listed {
@@ -132,7 +147,7 @@ pub fn pending(config_path: Option<&Path>, json: bool) -> Result<u8> {
 pub fn respond(
     config_path: Option<&Path>,
     request_id: &str,
-    decision: &str,
+    decision: Decision,
     argv: Option<Vec<String>>,
     reason: Option<String>,
 ) -> Result<u8> {
@@ -148,11 +163,16 @@ pub fn respond(
             [] => bail!("no pending escalation `{request_id}` (lazaret pending lists them)"),
             _ => bail!("`{request_id}` matches {} pending escalations; give more of the id", matching.len()),
         };
-        let (client, _) = RpcClient::connect(socket).await?;
-        let params = serde_json::json!({ "requestId": escalation.request_id, "decision": decision, "argv": argv, "reason": reason, "client": "cli" });
-        let _: bool = client.call("escalation/respond", params).await?;
+        let client = lazaret_rpc::client::connect(socket).await?;
+        client.escalation_respond(escalation.request_id.clone(), decision, argv, reason, Some("cli".to_owned())).await.answered()?;
         let name = lazaret_core::terminal_text::name;
-        println!("{decision}: {} ({})", name(&escalation.request_id), name(&escalation.display));
+        let done = match decision {
+            Decision::Approve => "approved",
+            Decision::Deny => "denied",
+            Decision::Edit => "edited",
+            Decision::Abort => "aborted",
+        };
+        println!("{done}: {} ({})", name(&escalation.request_id), name(&escalation.display));
         Ok(0)
     })
 }

@@ -5,28 +5,24 @@
 use std::path::Path;
 
 use anyhow::Result;
-use lazaret_coordinator::coordinator::api::audit_verification;
+use lazaret_coordinator::coordinator::api::{audit_record, audit_verification};
 use lazaret_coordinator::domain_lock::DomainLock;
-use lazaret_protocol::AuditVerification;
-use lazaret_rpc::client::RpcClient;
-use lazaret_store::{AuditRecord, Store};
+use lazaret_protocol::{AuditRecord, AuditVerification, LazaretApiClient};
+use lazaret_rpc::client::{Answered, Client};
+use lazaret_store::Store;
 
 use crate::cli::DomainTarget;
 use crate::hold_to_bind::socket_is_live;
 use crate::workspace::{load_config, resolve_target};
 
-/// Runs `with_coordinator` over RPC when the domain runs, else opens the
-/// store itself while holding the domain lock (so no coordinator starts).
+/// Runs `online` over RPC when the domain runs, else `offline` on the
+/// store, opened while holding the domain lock (so no coordinator starts).
 fn query<T>(
     config_path: Option<&Path>,
     target: &DomainTarget,
-    method: &str,
-    params: serde_json::Value,
+    online: impl AsyncFnOnce(&Client) -> Result<T, lazaret_rpc::Error>,
     offline: impl FnOnce(&Store) -> Result<T>,
-) -> Result<T>
-where
-    T: serde::de::DeserializeOwned,
-{
+) -> Result<T> {
     let config = load_config(config_path)?;
     let domain = resolve_target(&config, target)?.domain;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -34,8 +30,8 @@ where
         if !socket_is_live(&domain.control_socket).await {
             return Ok::<_, anyhow::Error>(None);
         }
-        let (client, _) = RpcClient::connect(&domain.control_socket).await?;
-        Ok(Some(client.call::<_, T>(method, params).await?))
+        let client = lazaret_rpc::client::connect(&domain.control_socket).await?;
+        Ok(Some(online(&client).await?))
     })? {
         return Ok(result);
     }
@@ -51,8 +47,12 @@ where
 }
 
 pub fn list(config_path: Option<&Path>, target: &DomainTarget, limit: usize, json: bool) -> Result<u8> {
-    let records: Vec<AuditRecord> =
-        query(config_path, target, "audit/list", serde_json::json!({ "limit": limit }), |store| Ok(store.audit_records(limit)?))?;
+    let records: Vec<AuditRecord> = query(
+        config_path,
+        target,
+        async |client: &Client| client.audit_list(Some(limit)).await.answered(),
+        |store| Ok(store.audit_records(limit)?.into_iter().map(audit_record).collect()),
+    )?;
     if json {
         super::print_json(&records)?;
         return Ok(0);
@@ -77,8 +77,12 @@ pub fn list(config_path: Option<&Path>, target: &DomainTarget, limit: usize, jso
 }
 
 pub fn verify(config_path: Option<&Path>, target: &DomainTarget) -> Result<u8> {
-    let verification: AuditVerification =
-        query(config_path, target, "audit/verify", serde_json::json!({}), |store| Ok(audit_verification(store.verify_audit()?)))?;
+    let verification: AuditVerification = query(
+        config_path,
+        target,
+        async |client: &Client| client.audit_verify().await.answered(),
+        |store| Ok(audit_verification(store.verify_audit()?)),
+    )?;
     if verification.intact {
         println!("audit trail intact: {} records, hash chain verified", verification.records);
         Ok(0)

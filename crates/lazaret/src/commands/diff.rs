@@ -8,7 +8,8 @@ use anyhow::{Context, Result};
 use lazaret_coordinator::git_sentry::{self, agent_branch, HostRepository};
 use lazaret_core::terminal_text;
 use lazaret_protocol::BranchDiff;
-use lazaret_rpc::client::RpcClient;
+use lazaret_protocol::LazaretApiClient;
+use lazaret_rpc::client::Answered;
 
 use crate::cli::DomainTarget;
 use crate::hold_to_bind::socket_is_live;
@@ -26,8 +27,8 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, stat: bool, json: 
         if !socket_is_live(&socket).await {
             return Ok::<_, anyhow::Error>(None);
         }
-        let (client, _) = RpcClient::connect(&socket).await?;
-        Ok(Some(client.call("branch/diff", serde_json::json!({ "patch": with_patch })).await?))
+        let client = lazaret_rpc::client::connect(&socket).await?;
+        Ok(Some(client.branch_diff(Some(with_patch)).await.answered()?))
     })?;
     let diff = match from_coordinator {
         Some(diff) => diff,

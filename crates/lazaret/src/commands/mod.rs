@@ -15,6 +15,7 @@ mod state;
 mod status;
 
 use anyhow::Result;
+use lazaret_protocol::Decision;
 
 use crate::cli::{AuditCommand, Cli, Command, ConfigCommand, ImageCommand, NetCommand, StateCommand};
 
@@ -31,19 +32,15 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Diff { target, stat, json } => diff::run(config_path, &target, stat, json),
         Command::State(StateCommand::Diff { target, dir, json }) => state::diff(config_path, &target, dir.as_deref(), json),
         Command::State(StateCommand::Reset { target, dir, yes }) => state::reset(config_path, &target, dir.as_deref(), yes),
-        Command::Net(NetCommand::Show { target, json }) => net::call(config_path, &target, "network/show", serde_json::json!({}), json),
-        Command::Net(NetCommand::Allow { rule, target }) => {
-            net::call(config_path, &target, "network/allow", serde_json::json!({ "rule": rule }), false)
-        }
-        Command::Net(NetCommand::Deny { rule, target }) => {
-            net::call(config_path, &target, "network/deny", serde_json::json!({ "rule": rule }), false)
-        }
-        Command::Net(NetCommand::Reload { target }) => net::call(config_path, &target, "network/reload", serde_json::json!({}), false),
+        Command::Net(NetCommand::Show { target, json }) => net::call(config_path, &target, net::Change::Show, json),
+        Command::Net(NetCommand::Allow { rule, target }) => net::call(config_path, &target, net::Change::Allow(rule), false),
+        Command::Net(NetCommand::Deny { rule, target }) => net::call(config_path, &target, net::Change::Deny(rule), false),
+        Command::Net(NetCommand::Reload { target }) => net::call(config_path, &target, net::Change::Reload, false),
         Command::Pending { json } => approvals::pending(config_path, json),
-        Command::Approve { request_id } => approvals::respond(config_path, &request_id, "approve", None, None),
-        Command::Deny { request_id, reason } => approvals::respond(config_path, &request_id, "deny", None, reason),
-        Command::Edit { request_id, argv } => approvals::respond(config_path, &request_id, "edit", Some(argv), None),
-        Command::EditorInfo { json } => approvals::editor_info(config_path, json),
+        Command::Approve { request_id } => approvals::respond(config_path, &request_id, Decision::Approve, None, None),
+        Command::Deny { request_id, reason } => approvals::respond(config_path, &request_id, Decision::Deny, None, reason),
+        Command::Edit { request_id, argv } => approvals::respond(config_path, &request_id, Decision::Edit, Some(argv), None),
+        Command::EditorInfo { json, workspaces } => approvals::editor_info(config_path, json, &workspaces),
         Command::Completions { shell } => generate::completions(shell),
         Command::Man { dir } => generate::man_pages(&dir),
         Command::Audit { action: None, target, limit, json } => audit::list(config_path, &target, limit, json),

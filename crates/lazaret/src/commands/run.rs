@@ -2,12 +2,15 @@
 //! sandbox; the inner command's exit status becomes ours.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use lazaret_coordinator::coordinator::WorkspaceMode;
 use lazaret_coordinator::git_sentry::{agent_branch, HostRepository};
 use lazaret_coordinator::podman::Podman;
 use lazaret_core::config::DEFAULT_IMAGE;
+use lazaret_protocol::{Decision, Event, LazaretApiClient, PendingEscalation, SequencedEvent};
+use lazaret_rpc::client::{Answered, Client, Subscription};
 
 use crate::cli::DomainTarget;
 use crate::hold_to_bind::{self, CoordinatorLaunch};
@@ -33,13 +36,13 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
         let launch = CoordinatorLaunch { config_path, resolved: &resolved, mode };
         let joined = hold_to_bind::join(&launch, &session_id, &public_key, &command).await?;
         let argv = if command.is_empty() { joined.registration.default_command.clone() } else { command };
-        let client = std::sync::Arc::new(joined.client);
+        let client = Arc::new(joined.client);
         let ui: session::SharedUi = std::sync::Arc::new(std::sync::Mutex::new(session::TerminalUi::new()));
         let (actions, action_receiver) = tokio::sync::mpsc::unbounded_channel();
         if session::is_interactive() {
             // Escalations of this session are prompted for here.
-            let _: serde_json::Value = client.call("events/subscribe", serde_json::json!([])).await?;
-            tokio::spawn(show_escalations(joined.notifications, ui.clone(), session_id.clone()));
+            let events = client.events_subscribe().await.answered()?;
+            tokio::spawn(show_escalations(events, client.clone(), ui.clone(), session_id.clone()));
             tokio::spawn(answer_escalations(action_receiver, client.clone()));
         }
         let status = session::run(
@@ -53,9 +56,7 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
             actions,
         )
         .await?;
-        let unregister: Result<bool, _> =
-            client.call("session/unregister", serde_json::json!({ "sessionId": session_id, "exitStatus": status })).await;
-        if let Err(error) = unregister {
+        if let Err(error) = client.session_unregister(session_id.clone(), Some(status)).await.answered() {
             tracing::warn!(%error, "could not unregister the session");
         }
         Ok(u8::try_from(status.clamp(0, 255)).unwrap_or(255))
@@ -63,23 +64,24 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
 }
 
 /// Puts this session's pending escalations on the prompt, and takes them
-/// off when they are answered (here, in an editor, or by timeout).
-async fn show_escalations(
-    mut notifications: tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
-    ui: session::SharedUi,
-    session_id: String,
-) {
-    while let Some(message) = notifications.recv().await {
-        let event = &message["params"]["result"];
-        match event["kind"].as_str() {
-            Some("escalationPending") if event["escalation"]["sessionId"] == session_id.as_str() => {
-                if let Ok(escalation) = serde_json::from_value::<lazaret_protocol::PendingEscalation>(event["escalation"].clone()) {
-                    session::lock_ui(&ui).show_pending(escalation);
-                }
+/// off when they are answered (here, in an editor, or by timeout). When
+/// events were lost, the queue is rebuilt from `escalation/list`.
+async fn show_escalations(mut events: Subscription<SequencedEvent>, client: Arc<Client>, ui: session::SharedUi, session_id: String) {
+    while let Some(Ok(sequenced)) = events.next().await {
+        match sequenced.event {
+            Event::EscalationPending { escalation } if escalation.session_id == session_id => {
+                session::lock_ui(&ui).show_pending(escalation);
             }
-            Some("escalationResolved") => {
-                if let Some(request_id) = event["requestId"].as_str() {
-                    session::lock_ui(&ui).resolved(request_id);
+            Event::EscalationResolved { request_id, .. } => session::lock_ui(&ui).resolved(&request_id),
+            Event::EventsLagged { dropped } => {
+                tracing::warn!(dropped, "events were lost; listing the pending escalations again");
+                match client.escalation_list().await.answered() {
+                    Ok(pending) => {
+                        let mine: Vec<PendingEscalation> =
+                            pending.into_iter().filter(|escalation| escalation.session_id == session_id).collect();
+                        session::lock_ui(&ui).resync(&mine);
+                    }
+                    Err(error) => tracing::warn!(%error, "could not list the pending escalations"),
                 }
             }
             _ => {}
@@ -88,26 +90,21 @@ async fn show_escalations(
 }
 
 /// Sends the prompt's decisions; [Q] also tears the domain down.
-async fn answer_escalations(
-    mut actions: tokio::sync::mpsc::UnboundedReceiver<crate::prompt::PromptAction>,
-    client: std::sync::Arc<lazaret_rpc::client::RpcClient>,
-) {
+async fn answer_escalations(mut actions: tokio::sync::mpsc::UnboundedReceiver<crate::prompt::PromptAction>, client: Arc<Client>) {
     use crate::prompt::PromptAction;
     while let Some(action) = actions.recv().await {
         let (request_id, decision, argv) = match &action {
-            PromptAction::Approve { request_id } => (request_id, "approve", None),
-            PromptAction::Deny { request_id } => (request_id, "deny", None),
-            PromptAction::Edit { request_id, argv } => (request_id, "edit", Some(argv.clone())),
-            PromptAction::Abort { request_id } => (request_id, "abort", None),
+            PromptAction::Approve { request_id } => (request_id, Decision::Approve, None),
+            PromptAction::Deny { request_id } => (request_id, Decision::Deny, None),
+            PromptAction::Edit { request_id, argv } => (request_id, Decision::Edit, Some(argv.clone())),
+            PromptAction::Abort { request_id } => (request_id, Decision::Abort, None),
         };
-        let params = serde_json::json!({ "requestId": request_id, "decision": decision, "argv": argv, "client": "terminal" });
-        let answered: Result<bool, _> = client.call("escalation/respond", params).await;
+        let answered = client.escalation_respond(request_id.clone(), decision, argv, None, Some("terminal".to_owned())).await.answered();
         if let Err(error) = answered {
             tracing::warn!(%error, "could not answer the escalation");
         }
         if matches!(action, PromptAction::Abort { .. }) {
-            let _: Result<bool, _> =
-                client.call("domain/shutdown", serde_json::json!({ "reason": "aborted at the terminal prompt" })).await;
+            let _ = client.domain_shutdown(Some("aborted at the terminal prompt".to_owned())).await;
         }
     }
 }

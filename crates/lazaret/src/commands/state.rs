@@ -13,26 +13,12 @@ use crate::cli::DomainTarget;
 use crate::hold_to_bind::socket_is_live;
 use crate::workspace::{load_config, resolve_target};
 
-/// The persistent directories to act on: all, or the one named by `--dir`
-/// (which must be one of them).
-fn selected_dirs(all: &[PathBuf], dir: Option<&Path>) -> Result<Vec<PathBuf>> {
-    match dir {
-        None => Ok(all.to_vec()),
-        Some(dir) if all.iter().any(|known| known == dir) => Ok(vec![dir.to_path_buf()]),
-        Some(dir) => bail!(
-            "{} is not a persistent directory of this profile (persistent_dirs: {})",
-            dir.display(),
-            all.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
-        ),
-    }
-}
-
 /// The resolved profile and the directories to act on; `None` (after
 /// saying so) when the profile has no persistent directories.
 fn target_dirs(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>) -> Result<Option<(ResolvedProfile, Vec<PathBuf>)>> {
     let config = load_config(config_path)?;
     let resolved = resolve_target(&config, target)?;
-    let dirs = selected_dirs(&resolved.persistent_dirs, dir)?;
+    let dirs = state_anchor::selected_dirs(&resolved.persistent_dirs, dir)?;
     if dirs.is_empty() {
         println!("profile `{}` has no persistent directories", resolved.profile);
         return Ok(None);
@@ -44,7 +30,8 @@ pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path
     let Some((resolved, dirs)) = target_dirs(config_path, target, dir)? else { return Ok(0) };
     let changes = state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, &dirs)?;
     if json {
-        super::print_json(&changes)?;
+        // The wire form: `state/diff` answers the same.
+        super::print_json(&changes.iter().map(|change| change.wire()).collect::<Vec<_>>())?;
         return Ok(0);
     }
     if changes.is_empty() {

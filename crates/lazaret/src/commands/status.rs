@@ -6,8 +6,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use lazaret_coordinator::domain_lock::DomainLock;
-use lazaret_protocol::{CompletedSession, DomainStatus};
-use lazaret_rpc::client::RpcClient;
+use lazaret_protocol::LazaretApiClient;
+use lazaret_protocol::{CompletedSession, DomainStatus, StatusReport};
+use lazaret_rpc::client::Answered;
 use lazaret_store::Store;
 
 use crate::cli::DomainTarget;
@@ -26,12 +27,13 @@ pub fn status(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> 
         if !socket_is_live(&socket).await {
             return Ok::<_, anyhow::Error>(None);
         }
-        let (client, _) = RpcClient::connect(&socket).await?;
-        Ok(Some(client.call("domain/status", serde_json::json!({})).await?))
+        let client = lazaret_rpc::client::connect(&socket).await?;
+        Ok(Some(client.domain_status().await.answered()?))
     })?;
     match (status, json) {
-        (Some(status), true) => super::print_json(&serde_json::json!({ "running": true, "status": status }))?,
-        (None, true) => super::print_json(&serde_json::json!({ "running": false, "domainHash": resolved.domain.domain_hash }))?,
+        (status, true) => {
+            super::print_json(&StatusReport { running: status.is_some(), domain_hash: resolved.domain.domain_hash.clone(), status })?
+        }
         (None, false) => {
             println!("domain {} ({} on {}): not running", resolved.domain.domain_hash, resolved.profile, resolved.workspace.display())
         }
@@ -64,8 +66,8 @@ pub fn sessions(config_path: Option<&Path>, target: &DomainTarget, limit: usize,
     let domain = resolved.domain.clone();
     let sessions: Vec<CompletedSession> = runtime()?.block_on(async {
         if socket_is_live(&domain.control_socket).await {
-            let (client, _) = RpcClient::connect(&domain.control_socket).await?;
-            return Ok::<_, anyhow::Error>(client.call("session/list", serde_json::json!({ "limit": limit })).await?);
+            let client = lazaret_rpc::client::connect(&domain.control_socket).await?;
+            return Ok::<_, anyhow::Error>(client.session_list(Some(limit)).await.answered()?);
         }
         // No coordinator: hold the domain lock (so none can start meanwhile)
         // and read the store ourselves.

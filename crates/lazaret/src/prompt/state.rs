@@ -59,6 +59,23 @@ impl PromptState {
         }
     }
 
+    /// Makes the queue what the coordinator says is pending (after events
+    /// were lost): answered requests leave, unseen ones join at the end.
+    pub fn resync(&mut self, pending: &[PendingEscalation]) {
+        let stale: Vec<String> = self
+            .queue
+            .iter()
+            .filter(|queued| !pending.iter().any(|escalation| escalation.request_id == queued.request_id))
+            .map(|queued| queued.request_id.clone())
+            .collect();
+        for request_id in stale {
+            self.remove(&request_id);
+        }
+        for escalation in pending {
+            self.push(escalation.clone());
+        }
+    }
+
     /// Applies one key; returns the decision it completes, if any. The
     /// decided request leaves the queue at once.
     pub fn handle_key(&mut self, key: Key) -> Option<PromptAction> {

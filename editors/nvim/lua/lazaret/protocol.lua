@@ -257,6 +257,11 @@
 
 ---@alias lazaret.StateChangeKind 'added' | 'modified' | 'modifiedConflict' | 'deleted' | 'deletedConflict'
 
+---@class lazaret.StatusReport
+---@field domainHash string
+---@field running boolean Whether a coordinator answers for the domain.
+---@field status? lazaret.DomainStatus `domain/status`, when running.
+
 ---@class lazaret.UncommittedChanges
 ---@field files lazaret.FileChange[]
 ---@field patch string
