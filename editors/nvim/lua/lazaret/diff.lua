@@ -3,6 +3,7 @@
 --- file's base and agent head side by side in diff mode, from read-only
 --- scratch buffers filled by `branch/fileContents`; `:LazaretMerge` merges
 --- the branch into the workspace after a confirmation repeating the warnings.
+local protocol = require('lazaret.protocol')
 local config = require('lazaret.config')
 local domains = require('lazaret.domains')
 local rpc = require('lazaret.rpc')
@@ -195,7 +196,7 @@ function M.show(file)
     return
   end
   local hash = (v.domain.status and v.domain.status.domainHash) or 'domain'
-  v.domain.conn:request('branch/fileContents', { path = file.path }, function(err, contents)
+  v.domain.conn:request(protocol.methods.branch_file_contents, { path = file.path }, function(err, contents)
     if not view_valid() then
       return
     end
@@ -265,7 +266,7 @@ function M.refresh()
   if not view_valid() or not v.domain.conn then
     return
   end
-  v.domain.conn:request('branch/diff', { patch = false }, function(err, diff)
+  v.domain.conn:request(protocol.methods.branch_diff, { patch = false }, function(err, diff)
     if not view_valid() then
       return
     end
@@ -378,7 +379,7 @@ end
 function M.merge_for(d, callback)
   callback = callback or function() end
   local workspace = d.status and d.status.workspace
-  d.conn:request('branch/diff', { patch = false }, function(err, diff)
+  d.conn:request(protocol.methods.branch_diff, { patch = false }, function(err, diff)
     if err then
       vim.notify('Lazaret: branch/diff failed: ' .. rpc.message(err), vim.log.levels.ERROR)
       return callback(false, rpc.message(err))

@@ -2,6 +2,7 @@
 --- pending queue, each domain's status and network policy. Connects to new
 --- coordinators (and reconnects to restarted ones) by scanning the socket
 --- directory, follows `events/subscribe`, and resyncs after lost events.
+local protocol = require('lazaret.protocol')
 local config = require('lazaret.config')
 local discovery = require('lazaret.discovery')
 local rpc = require('lazaret.rpc')
@@ -105,7 +106,7 @@ local function refresh_status(d)
   if not d.conn then
     return
   end
-  d.conn:request('domain/status', nil, function(err, status)
+  d.conn:request(protocol.methods.domain_status, nil, function(err, status)
     if not err and type(status) == 'table' then
       d.status = status
       d.hash = status.domainHash
@@ -118,7 +119,7 @@ local function refresh_policy(d)
   if not d.conn then
     return
   end
-  d.conn:request('network/show', nil, function(err, policy)
+  d.conn:request(protocol.methods.network_show, nil, function(err, policy)
     if err then
       d.policy, d.policy_error = nil, rpc.message(err)
     else
@@ -134,7 +135,7 @@ function M.resync(d)
     return
   end
   M.stats.resyncs = M.stats.resyncs + 1
-  d.conn:request('escalation/list', nil, function(err, list)
+  d.conn:request(protocol.methods.escalation_list, nil, function(err, list)
     if err or type(list) ~= 'table' then
       return
     end
@@ -213,7 +214,7 @@ function M.connect(path)
     d.shutting_down = false
     d.conn = rpc.connect(path, {
       notification = function(method, params)
-        if method == 'events/event' and type(params) == 'table' and type(params.result) == 'table' then
+        if method == protocol.subscription.notification and type(params) == 'table' and type(params.result) == 'table' then
           on_event(d, params.result)
         end
       end,
@@ -224,7 +225,7 @@ function M.connect(path)
     d.state = 'connected'
     d.connected_at = now_ms()
     -- Subscribe first, then list: nothing falls between the two.
-    d.conn:request('events/subscribe', nil, function(err, id)
+    d.conn:request(protocol.subscription.subscribe, nil, function(err, id)
       if not err then
         d.sub = id
       end
@@ -421,7 +422,7 @@ function M.respond(id, decision, extra, callback)
     return callback({ code = rpc.codes.not_pending, message = 'the request is no longer pending' })
   end
   local params = vim.tbl_extend('force', { requestId = id, decision = decision, client = config.options.client }, extra or {})
-  d.conn:request('escalation/respond', params, function(err)
+  d.conn:request(protocol.methods.escalation_respond, params, function(err)
     if not err or err.code == rpc.codes.not_pending then
       M.queue:resolve(id)
       M.changed()

@@ -1,5 +1,6 @@
 --- `:checkhealth lazaret`: the `lazaret` binary and its version, the API
 --- version, the socket directory, and whether each running domain answers.
+local protocol = require('lazaret.protocol')
 local config = require('lazaret.config')
 local discovery = require('lazaret.discovery')
 local rpc = require('lazaret.rpc')
@@ -7,7 +8,7 @@ local rpc = require('lazaret.rpc')
 local M = {}
 
 --- The API version this plugin speaks.
-M.API_VERSION = 1
+M.API_VERSION = protocol.API_VERSION
 
 local function probe_sync(path, timeout_ms)
   local done, ok, err = false, false, nil
@@ -103,7 +104,7 @@ function M.check()
       health.error('domain ' .. name .. ': control socket ' .. tostring(socket) .. ' does not answer')
     else
       local conn = rpc.connect(socket, { notification = function() end, exit = function() end })
-      local e, status = conn:request_sync('domain/status', nil, 5000)
+      local e, status = conn:request_sync(protocol.methods.domain_status, nil, 5000)
       conn:close()
       if e or type(status) ~= 'table' then
         health.error('domain ' .. name .. ': domain/status failed: ' .. rpc.message(e))

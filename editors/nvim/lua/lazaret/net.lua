@@ -1,5 +1,6 @@
 --- `:LazaretNet show|allow RULE|deny RULE|reload`: the running sandbox's
 --- egress policy, shown and changed live through the coordinator.
+local protocol = require('lazaret.protocol')
 local domains = require('lazaret.domains')
 local rpc = require('lazaret.rpc')
 
@@ -44,7 +45,7 @@ M.actions = { 'show', 'allow', 'deny', 'reload' }
 function M.run_for(d, action, rule, callback)
   callback = callback or function() end
   local params = (action == 'allow' or action == 'deny') and { rule = rule } or nil
-  d.conn:request('network/' .. action, params, function(err, policy)
+  d.conn:request(protocol.methods['network_' .. action], params, function(err, policy)
     if err then
       local text = err.code == rpc.codes.no_sidecar
           and 'this domain has no Network Sidecar: its allowlist was empty when it started, so the sandbox has no network'
