@@ -7,6 +7,7 @@ import * as vscode from "vscode";
 import type { Ctx } from "./context";
 import type { QueueItem } from "./queue";
 import { quoteArgv, splitArgv } from "./shell";
+import { validateCommandLine } from "./validate";
 import type { Node } from "./tree";
 import { domainLabel } from "./tree";
 
@@ -92,14 +93,6 @@ export async function deny(ctx: Ctx, arg: Target, fromSelection = false): Promis
   });
   if (reason === undefined) return;
   await report(ctx, ctx.manager.respond(e.requestId, "deny", reason.trim() ? { reason: reason.trim() } : {}), `deny ${quoteArgv(e.argv)}`);
-}
-
-/** Validation of an edited command line: the parse error, or undefined. */
-export function validateCommandLine(line: string): string | undefined {
-  const parsed = splitArgv(line);
-  if ("error" in parsed) return `Cannot parse: ${parsed.error}`;
-  if (!parsed.argv.length) return "Empty command";
-  return undefined;
 }
 
 export async function edit(ctx: Ctx, arg: Target, fromSelection = false): Promise<void> {
