@@ -42,6 +42,8 @@ export interface DomainState {
   audit?: AuditRecord[];
   dnsRefusals: DnsRefusal[];
   seq: Sequencer;
+  /** Whether the first event of this connection was logged (numbered or not). */
+  seqReported?: boolean;
   resyncs: number;
   lastError?: string;
 }
@@ -185,6 +187,7 @@ export class DomainManager {
     if (this.disposed) return client.dispose();
     state.client = client;
     state.seq.reset();
+    state.seqReported = false;
     client.onEvent((event) => this.onEvent(state, event));
     client.onClose(() => this.onClosed(state, client));
     try {
@@ -281,6 +284,10 @@ export class DomainManager {
   }
 
   private onEvent(state: DomainState, event: SequencedEvent): void {
+    if (!state.seqReported) {
+      state.seqReported = true;
+      this.opts.log("info", typeof event.seq === "number" ? `${state.socket}: events are numbered (seq ${event.seq})` : `${state.socket}: events carry no seq (lazaret before protocol v1's additions): no gap detection`);
+    }
     const verdict = state.seq.accept(event);
     if (verdict.resync) {
       this.opts.log("warn", `${state.socket}: events lost (${event.kind === "eventsLagged" ? `eventsLagged, ${event.dropped} dropped` : `gap before seq ${event.seq}`}): resync`);

@@ -140,17 +140,20 @@ export async function openBranchDiff(ctx: Ctx, provider: ContentProvider, decora
   const order = [...b.files].sort((x, y) => Number(warned.has(y.path)) - Number(warned.has(x.path)));
   const committed = order.map((f) => [fileUri(f.path), sideUri(d.socket, f.path, "base", b.head), sideUri(d.socket, f.path, "head", b.head)] as const);
   const title = `Agent branch ${b.branch} (${shortHash(b.base)}..${shortHash(b.head)})${b.warnings.length ? ` ⚠ ${b.warnings.map((w) => w.path).join(", ")}` : ""}`;
-  await openChanges(ctx, title, committed);
+  // The uncommitted group first, so that the agent branch's review ends up in front.
   if (uncommitted.length) {
     const rows = uncommitted.map((f) => [fileUri(f.path), sideUri(d.socket, f.path, "head", b.head), sideUri(d.socket, f.path, "working", b.head)] as const);
     await openChanges(ctx, `Uncommitted in the sandbox (${domainLabel(d)})`, rows);
   }
+  await openChanges(ctx, title, committed);
 }
 
 async function openChanges(ctx: Ctx, title: string, rows: ReadonlyArray<readonly [vscode.Uri, vscode.Uri, vscode.Uri]>): Promise<void> {
   if (!rows.length) return;
   try {
     await vscode.commands.executeCommand("vscode.changes", title, rows.map((r) => [...r]));
+    // Keep it open: the next group must not replace it as a preview.
+    await vscode.commands.executeCommand("workbench.action.keepEditor");
   } catch (err) {
     ctx.log.warn(`vscode.changes unavailable (${(err as Error).message}): one diff per file`);
     for (const [file, left, right] of rows) {
