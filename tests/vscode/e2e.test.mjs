@@ -111,7 +111,7 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
       assert.ok(text.includes(expected), `${expected} in\n${text}`);
     const badge = await wb.page.locator(".activitybar .badge-content").allTextContents();
     assert.ok(badge.includes("1"), `badge on the view container: ${badge}`);
-    await wb.screenshot("status-bar.png");
+    await wb.screenshot("status-bar.png", { x: 0, y: 760, width: 1400, height: 100 });
     await wb.screenshot("tree-pending.png");
     assert.ok(!fs.existsSync(path.join(repo, "approved-marker")), "nothing runs before the answer");
     await rowAction("touch approved-marker", "Approve Escalation");
@@ -261,6 +261,43 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
       assert.equal(env.git(repo, "rev-parse", "HEAD").trim(), env.git(repo, "rev-parse", "lazaret/agent-default").trim());
       assert.ok(!fs.existsSync(path.join(repo, "notes.txt")), "uncommitted sandbox changes are not merged");
     });
+  });
+
+  test("Show Audit Trail opens the domain's records with the vscode answers and the chain's verification", async () => {
+    await wb.palette("Lazaret: Show Audit Trail");
+    const tab = wb.page.locator(".tab.active", { hasText: "audit.log" });
+    await tab.waitFor({ timeout: 10_000 });
+    const editor = wb.page.locator(".editor-instance .monaco-editor .view-lines").filter({ visible: true }).first();
+    const text = async () => ((await editor.textContent().catch(() => "")) ?? "").replace(/\u00a0/g, " ");
+    await waitUntil(10_000, async () => (await text()).includes("Hash chain: intact"));
+    const t = await text();
+    assert.ok(t.includes("Hash chain: intact"), t.slice(0, 400));
+    assert.match(t, /approved\s+by rpc:vscode: touch approved-marker/, t.slice(0, 1500));
+    assert.match(t, /denied\s+by rpc:vscode: touch denied-marker.*reason: not today/, t.slice(0, 1500));
+  });
+
+  test("Allow Network Destination sends network/allow to the coordinator (this domain has no sidecar: its refusal is shown)", async () => {
+    await wb.palette("Lazaret: Allow Network Destination");
+    const input = wb.page.locator(".quick-input-widget input");
+    await input.waitFor({ state: "visible" });
+    await input.fill("10.99.0.0/16");
+    await wb.page.keyboard.press("Enter");
+    const toast = wb.page.locator(".notification-toast", { hasText: "network/allow failed" });
+    await toast.waitFor({ timeout: 10_000 });
+    assert.match(await toast.textContent(), /Network Sidecar/);
+  });
+
+  test("Start Agent Session opens a terminal running `lazaret run` for the folder; its session shows in the tree", async () => {
+    await wb.page.locator(".notification-toast .codicon-notifications-clear, .notification-toast .codicon-close").first().click().catch(() => undefined);
+    await wb.palette("Lazaret: Start Agent Session");
+    await waitUntil(30_000, async () => (await wb.treeText()).includes("2 session(s)"), 200);
+    const text = await wb.treeText();
+    assert.match(text, /2 session\(s\)/, text);
+    // The session's shell runs in the sandbox: leave it from the terminal.
+    await wb.page.locator(".terminal-wrapper.active .xterm, .terminal .xterm").first().click();
+    await wb.page.keyboard.type("exit\n");
+    await waitUntil(30_000, async () => (await wb.treeText()).includes("1 session(s)"), 200);
+    assert.match(await wb.treeText(), /1 session\(s\)/, "the terminal's session ended");
   });
 
   test("the folder's domain is found with `editor-info --workspace` [needs protocol v1 additions]", () => {

@@ -141,16 +141,24 @@ export class Workbench {
   async openView() {
     await this.palette("Lazaret: Show Pending Escalations");
     await this.page.locator(".pane-header", { hasText: "Sandboxes" }).waitFor({ state: "attached", timeout: 10_000 });
+    // A wider side bar, so that the screenshots show whole rows.
+    const box = await this.page.locator(".part.sidebar").boundingBox();
+    if (box) {
+      await this.page.mouse.move(box.x + box.width + 1, box.y + 300);
+      await this.page.mouse.down();
+      await this.page.mouse.move(box.x + 560, box.y + 300, { steps: 5 });
+      await this.page.mouse.up();
+    }
   }
 
   dialog() {
     return this.page.locator(".monaco-dialog-box");
   }
 
-  async screenshot(name) {
+  async screenshot(name, clip) {
     fs.mkdirSync(this.artifacts, { recursive: true });
     const file = path.join(this.artifacts, name);
-    await this.page.screenshot({ path: file });
+    await this.page.screenshot({ path: file, clip });
     return file;
   }
 

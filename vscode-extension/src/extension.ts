@@ -5,6 +5,7 @@ import * as vscode from "vscode";
 import * as approvals from "./approvals";
 import { Ctx } from "./context";
 import { profilesFromConfigShow } from "./discovery";
+import { camelAudit } from "./domains";
 import { METHODS, NetworkPolicy } from "./protocol";
 import { ContentProvider, mergeBranch, openBranchDiff, pickDomain, SCHEME, WarningDecorations } from "./review";
 import { quoteArgv } from "./shell";
@@ -157,13 +158,14 @@ async function network(ctx: Ctx, action: "allow" | "deny", arg?: unknown): Promi
     validateInput: (v) => (v.trim() && !/\s/.test(v.trim()) ? undefined : "one CIDR, address or name"),
   });
   if (!rule) return;
+  const method = action === "allow" ? METHODS.networkAllow : METHODS.networkDeny;
   try {
-    const policy: NetworkPolicy = await d.client.request(action === "allow" ? METHODS.networkAllow : METHODS.networkDeny, { rule: rule.trim() });
+    const policy: NetworkPolicy = await d.client.request(method, { rule: rule.trim() });
     d.network = policy;
     void vscode.window.showInformationMessage(`Lazaret: ${action} ${rule.trim()}: now allow [${policy.allow.join(", ")}], deny [${policy.deny.join(", ")}].`);
     void ctx.manager.refreshDetails(d, ["network", "audit"]);
   } catch (err) {
-    void vscode.window.showErrorMessage(`Lazaret: network/${action} failed: ${(err as Error).message}`);
+    void vscode.window.showErrorMessage(`Lazaret: ${method} failed: ${(err as Error).message}`);
   }
 }
 
@@ -189,7 +191,6 @@ async function auditText(ctx: Ctx, uri: vscode.Uri): Promise<string> {
     "",
   ];
   for (const raw of records as unknown as Record<string, unknown>[]) {
-    const { camelAudit } = await import("./domains");
     const a = camelAudit(raw);
     const when = new Date(a.decidedAtMs ?? a.receivedAtMs).toISOString();
     const ran = a.executedArgv && JSON.stringify(a.executedArgv) !== JSON.stringify(a.requestedArgv) ? ` -> ${quoteArgv(a.executedArgv)}` : "";

@@ -114,7 +114,7 @@ export async function openBranchDiff(ctx: Ctx, provider: ContentProvider, decora
   try {
     b = await d.client.request(METHODS.branchDiff, { patch: false });
   } catch (err) {
-    void vscode.window.showErrorMessage(`Lazaret: branch/diff failed: ${(err as Error).message}`);
+    void vscode.window.showErrorMessage(`Lazaret: ${METHODS.branchDiff} failed: ${(err as Error).message}`);
     return;
   }
   d.branch = b;
@@ -169,7 +169,7 @@ export async function mergeBranch(ctx: Ctx, arg?: unknown): Promise<void> {
   try {
     b = await d.client.request(METHODS.branchDiff, { patch: false });
   } catch (err) {
-    void vscode.window.showErrorMessage(`Lazaret: branch/diff failed: ${(err as Error).message}`);
+    void vscode.window.showErrorMessage(`Lazaret: ${METHODS.branchDiff} failed: ${(err as Error).message}`);
     return;
   }
   if (!b.head) {
