@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { discover, profilesFromConfigShow, rejectsWorkspaceFlag, RunResult, scanSockets } from "../../src/discovery";
@@ -45,6 +46,7 @@ test("an older lazaret that rejects --workspace: editor-info without it, then la
     assert.deepEqual(scanSockets(path.join(root, "missing")), []);
   } finally {
     await fake.close();
+    fs.rmSync(root, { recursive: true, force: true });
   }
 });
 

@@ -2,6 +2,7 @@
 // connect, list, events in sequence, resync after eventsLagged or a gap,
 // answers as client vscode, first answer wins, reconnect after a restart.
 import assert from "node:assert/strict";
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { after, before, test } from "node:test";
 import { DomainManager } from "../../src/domains";
@@ -32,6 +33,7 @@ before(async () => {
 after(async () => {
   manager.dispose();
   await fake.close();
+  fs.rmSync(root, { recursive: true, force: true });
 });
 
 test("connects, subscribes before listing, and queues what is pending", async () => {
