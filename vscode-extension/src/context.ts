@@ -1,0 +1,51 @@
+// The extension's state in one object: the settings, the output channel, the
+// domain manager (typed client over the coordinators) and the UI parts that
+// render it. Everything else takes a Ctx.
+import * as cp from "node:child_process";
+import * as vscode from "vscode";
+import type { Runner } from "./discovery";
+import { DomainManager } from "./domains";
+import type { LazaretTree, Node } from "./tree";
+
+export class Ctx implements vscode.Disposable {
+  readonly log: vscode.LogOutputChannel;
+  readonly manager: DomainManager;
+  readonly disposables: vscode.Disposable[] = [];
+  treeView?: vscode.TreeView<Node>;
+  tree?: LazaretTree;
+
+  constructor(readonly extension: vscode.ExtensionContext) {
+    this.log = vscode.window.createOutputChannel("Lazaret", { log: true });
+    this.disposables.push(this.log);
+    this.manager = new DomainManager({
+      run: this.run,
+      folders: () => (vscode.workspace.workspaceFolders ?? []).filter((f) => f.uri.scheme === "file").map((f) => f.uri.fsPath),
+      log: (level, message) => this.log[level](message),
+      git: (argv) => this.exec("git", argv),
+    });
+  }
+
+  /** The `lazaret` binary (setting `lazaret.path`). */
+  get binary(): string {
+    return vscode.workspace.getConfiguration("lazaret").get<string>("path") || "lazaret";
+  }
+
+  /** Runs `lazaret ARGS...` and collects its output (never a shell). */
+  readonly run: Runner = (argv) => this.exec(this.binary, argv);
+
+  exec(file: string, argv: string[], cwd?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+    this.log.debug(`exec ${file} ${argv.join(" ")}`);
+    return new Promise((resolve) => {
+      cp.execFile(file, argv, { cwd, timeout: 60_000, maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
+        const code = err ? (typeof (err as { code?: unknown }).code === "number" ? ((err as { code: number }).code) : 127) : 0;
+        if (err && code === 127) stderr = stderr || err.message;
+        resolve({ code, stdout: String(stdout), stderr: String(stderr) });
+      });
+    });
+  }
+
+  dispose(): void {
+    this.manager.dispose();
+    for (const d of this.disposables.splice(0)) d.dispose();
+  }
+}

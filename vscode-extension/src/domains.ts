@@ -1,0 +1,390 @@
+// Every domain the extension shows: the running ones under the socket root and
+// the domain of each workspace folder (running or not). One connection per
+// coordinator with one event subscription; reconnects when a coordinator comes
+// back on the same path; resyncs after `eventsLagged` or a gap. Node only.
+import * as fs from "node:fs";
+import { CoordinatorClient, Log, METHOD_NOT_FOUND, NO_SIDECAR, NOT_PENDING, RpcError } from "./client";
+import { discover, Discovery, isSocket, Runner, scanSockets } from "./discovery";
+import {
+  AuditRecord,
+  BranchDiff,
+  Decision,
+  DomainStatus,
+  FolderDomain,
+  METHODS,
+  NetworkPolicy,
+  PendingEscalation,
+  SequencedEvent,
+} from "./protocol";
+import { PendingQueue } from "./queue";
+import { Sequencer } from "./sequencer";
+
+export interface DnsRefusal {
+  name: string;
+  recordType: string;
+  reason: string;
+  atMs: number;
+}
+
+export interface DomainState {
+  /** The control socket: the domain's key. */
+  socket: string;
+  folder?: FolderDomain;
+  client?: CoordinatorClient;
+  connecting: boolean;
+  status?: DomainStatus;
+  network?: NetworkPolicy;
+  networkError?: string;
+  branch?: BranchDiff;
+  branchError?: string;
+  /** Commits of the agent branch ahead of its base, and its last commit (host git). */
+  branchInfo?: { ahead: number; last: string };
+  audit?: AuditRecord[];
+  dnsRefusals: DnsRefusal[];
+  seq: Sequencer;
+  /** Whether the first event of this connection was logged (numbered or not). */
+  seqReported?: boolean;
+  resyncs: number;
+  lastError?: string;
+}
+
+export type Change = "pending" | "domains" | "details";
+
+const RECENT = 10;
+
+/** An audit record of an older coordinator (snake_case) as the current camelCase one. */
+export function camelAudit(raw: Record<string, unknown>): AuditRecord {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(raw)) out[k.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase())] = v;
+  return out as unknown as AuditRecord;
+}
+
+export interface ManagerOptions {
+  run: Runner;
+  folders: () => string[];
+  log: Log;
+  pollMs?: number;
+  /** `git ARGS` in a host directory (commits ahead, last commit). */
+  git?: Runner;
+}
+
+export class DomainManager {
+  readonly queue = new PendingQueue();
+  readonly domains = new Map<string, DomainState>();
+  info?: Discovery;
+  discoveryError?: string;
+  private listeners: Array<(change: Change, detail?: unknown) => void> = [];
+  private newRequestListeners: Array<(e: PendingEscalation) => void> = [];
+  private timer?: NodeJS.Timeout;
+  private watcher?: fs.FSWatcher;
+  private disposed = false;
+
+  constructor(private readonly opts: ManagerOptions) {}
+
+  onChange(listener: (change: Change) => void): void {
+    this.listeners.push(listener);
+  }
+
+  /** A request this window has not seen before (from an event or a list). */
+  onNewRequest(listener: (e: PendingEscalation) => void): void {
+    this.newRequestListeners.push(listener);
+  }
+
+  private emit(change: Change): void {
+    for (const l of this.listeners) l(change);
+  }
+
+  private announce(ids: string[]): void {
+    for (const id of ids) {
+      const item = this.queue.get(id);
+      if (item) for (const l of this.newRequestListeners) l(item.escalation);
+    }
+  }
+
+  /** Discovers the domains, connects, then keeps scanning the socket root. */
+  async start(): Promise<void> {
+    await this.rediscover();
+    const poll = () => {
+      if (this.disposed) return;
+      this.scan();
+      this.timer = setTimeout(poll, this.opts.pollMs ?? 500);
+    };
+    poll();
+  }
+
+  /** Runs `lazaret editor-info` again (folders changed, settings changed). */
+  async rediscover(): Promise<void> {
+    try {
+      this.info = await discover(this.opts.run, this.opts.folders());
+      this.discoveryError = undefined;
+      this.opts.log("info", `discovered: socket root ${this.info.socketRoot}, ${this.info.domains.length} running domain(s), ${this.info.folders.length} folder domain(s)${this.info.legacy ? " (lazaret without editor-info --workspace: fallback to lazaret domain --json)" : ""}`);
+    } catch (err) {
+      this.discoveryError = (err as Error).message;
+      this.opts.log("error", this.discoveryError);
+      this.emit("domains");
+      return;
+    }
+    const folderSockets = new Set(this.info.folders.map((f) => f.controlSocket));
+    for (const [key, state] of this.domains) {
+      if (state.folder && !folderSockets.has(key)) {
+        state.folder = undefined;
+        if (!state.client) this.domains.delete(key);
+      }
+    }
+    for (const folder of this.info.folders) {
+      const state = this.ensure(folder.controlSocket);
+      state.folder = folder;
+    }
+    for (const d of this.info.domains) this.ensure(d.controlSocket);
+    this.watchRoot();
+    this.emit("domains");
+    this.scan();
+  }
+
+  private watchRoot(): void {
+    this.watcher?.close();
+    this.watcher = undefined;
+    if (!this.info) return;
+    try {
+      this.watcher = fs.watch(this.info.socketRoot, () => setTimeout(() => this.scan(), 50));
+      this.watcher.on("error", () => undefined);
+    } catch {
+      // The root does not exist yet: the poll finds it.
+    }
+  }
+
+  private ensure(socket: string): DomainState {
+    let state = this.domains.get(socket);
+    if (!state) {
+      state = { socket, connecting: false, dnsRefusals: [], seq: new Sequencer(), resyncs: 0 };
+      this.domains.set(socket, state);
+    }
+    return state;
+  }
+
+  /** Connects to every control socket that is not connected yet. */
+  scan(): void {
+    if (!this.info || this.disposed) return;
+    if (!this.watcher) this.watchRoot();
+    const live = new Set(scanSockets(this.info.socketRoot));
+    for (const state of this.domains.values()) if (state.folder && isSocket(state.socket)) live.add(state.socket);
+    for (const socket of live) {
+      const state = this.ensure(socket);
+      if (!state.client && !state.connecting) void this.connect(state);
+    }
+  }
+
+  private async connect(state: DomainState): Promise<void> {
+    state.connecting = true;
+    let client: CoordinatorClient;
+    try {
+      client = await CoordinatorClient.connect(state.socket, this.opts.log);
+    } catch (err) {
+      state.connecting = false;
+      state.lastError = (err as Error).message;
+      return;
+    }
+    if (this.disposed) return client.dispose();
+    state.client = client;
+    state.seq.reset();
+    state.seqReported = false;
+    client.onEvent((event) => this.onEvent(state, event));
+    client.onClose(() => this.onClosed(state, client));
+    try {
+      await client.subscribe();
+      await this.resync(state);
+      this.opts.log("info", `connected to ${state.socket} (${state.status?.profile} ${state.status?.workspace})`);
+    } catch (err) {
+      this.opts.log("warn", `${state.socket}: ${(err as Error).message}`);
+      client.dispose();
+      this.onClosed(state, client);
+    } finally {
+      state.connecting = false;
+    }
+    void this.refreshDetails(state);
+  }
+
+  private onClosed(state: DomainState, client: CoordinatorClient): void {
+    if (state.client !== client) return;
+    state.client = undefined;
+    state.status = undefined;
+    state.network = undefined;
+    state.branch = undefined;
+    this.queue.dropDomain(state.socket);
+    if (!state.folder) this.domains.delete(state.socket);
+    this.emit("pending");
+    this.emit("domains");
+  }
+
+  /** Lists the queue and the status again (on connect, after lost events). */
+  async resync(state: DomainState): Promise<void> {
+    const client = state.client;
+    if (!client) return;
+    state.resyncs++;
+    const [list, status] = await Promise.all([
+      client.request(METHODS.escalationList, {}),
+      client.request(METHODS.domainStatus, {}),
+    ]);
+    state.status = status;
+    this.announce(this.queue.replace(state.socket, list));
+    this.emit("pending");
+    this.emit("domains");
+  }
+
+  /** Network policy, agent branch and recent audit records (not on the approval path). */
+  async refreshDetails(state: DomainState, which: Array<"network" | "branch" | "audit"> = ["network", "branch", "audit"]): Promise<void> {
+    const client = state.client;
+    if (!client) return;
+    const jobs: Promise<void>[] = [];
+    if (which.includes("network"))
+      jobs.push(
+        client.request(METHODS.networkShow, {}).then(
+          (n) => {
+            state.network = n;
+            state.networkError = undefined;
+          },
+          (e: RpcError) => {
+            state.network = undefined;
+            state.networkError = e.code === NO_SIDECAR ? "no network (no sidecar: empty allowlist)" : e.message;
+          },
+        ),
+      );
+    if (which.includes("branch"))
+      jobs.push(
+        client.request(METHODS.branchDiff, { patch: false }).then(
+          async (b) => {
+            state.branch = b;
+            state.branchError = undefined;
+            state.branchInfo = undefined;
+            const ws = state.status?.workspace;
+            if (this.opts.git && ws && b.base && b.head) {
+              const [count, last] = await Promise.all([
+                this.opts.git(["-C", ws, "rev-list", "--count", `${b.base}..${b.head}`]),
+                this.opts.git(["-C", ws, "log", "-1", "--format=%h %s", b.head]),
+              ]);
+              if (count.code === 0 && last.code === 0) state.branchInfo = { ahead: Number(count.stdout.trim()), last: last.stdout.trim() };
+            }
+          },
+          (e: RpcError) => {
+            state.branchError = e.message;
+          },
+        ),
+      );
+    if (which.includes("audit"))
+      jobs.push(
+        client.request(METHODS.auditList, { limit: RECENT }).then(
+          (records) => {
+            state.audit = (records as unknown as Record<string, unknown>[]).map(camelAudit);
+          },
+          () => undefined,
+        ),
+      );
+    await Promise.all(jobs);
+    this.emit("details");
+  }
+
+  private onEvent(state: DomainState, event: SequencedEvent): void {
+    if (!state.seqReported) {
+      state.seqReported = true;
+      this.opts.log("info", typeof event.seq === "number" ? `${state.socket}: events are numbered (seq ${event.seq})` : `${state.socket}: events carry no seq (lazaret before protocol v1's additions): no gap detection`);
+    }
+    const verdict = state.seq.accept(event);
+    if (verdict.resync) {
+      this.opts.log("warn", `${state.socket}: events lost (${event.kind === "eventsLagged" ? `eventsLagged, ${event.dropped} dropped` : `gap before seq ${event.seq}`}): resync`);
+      void this.resync(state).then(() => this.refreshDetails(state));
+    }
+    if (!verdict.apply) return;
+    switch (event.kind) {
+      case "escalationPending":
+        if (this.queue.add(state.socket, event.escalation)) this.announce([event.escalation.requestId]);
+        this.emit("pending");
+        break;
+      case "escalationResolved":
+        this.queue.resolve(event.requestId);
+        this.emit("pending");
+        break;
+      case "escalationFinished":
+        void this.refreshDetails(state, ["audit"]);
+        break;
+      case "sessionRegistered":
+      case "sessionEnded":
+      case "containerState":
+        void this.refreshStatus(state);
+        break;
+      case "shuttingDown":
+        if (state.status) state.status = { ...state.status, containerState: "stopping" };
+        this.emit("domains");
+        break;
+      case "branchUpdated":
+      case "branchRejected":
+        void this.refreshDetails(state, ["branch"]);
+        break;
+      case "networkChanged":
+        void this.refreshDetails(state, ["network", "audit"]);
+        break;
+      case "networkDnsRefused":
+        state.dnsRefusals.unshift({ name: event.name, recordType: event.recordType, reason: event.reason, atMs: Date.now() });
+        state.dnsRefusals.length = Math.min(state.dnsRefusals.length, RECENT);
+        this.emit("details");
+        break;
+      case "networkDnsResolved":
+        void this.refreshDetails(state, ["network"]);
+        break;
+      default:
+        break;
+    }
+  }
+
+  private async refreshStatus(state: DomainState): Promise<void> {
+    try {
+      if (state.client) state.status = await state.client.request(METHODS.domainStatus, {});
+      this.emit("domains");
+    } catch {
+      /* the close handler takes over */
+    }
+  }
+
+  /**
+   * Answers a request as client `vscode`. Returns "answered", or
+   * "already-answered" when another client was first (1007).
+   */
+  async respond(requestId: string, decision: Decision, extra: { argv?: string[]; reason?: string } = {}): Promise<"answered" | "already-answered"> {
+    const item = this.queue.get(requestId);
+    const state = item ? this.domains.get(item.domain) : undefined;
+    if (!item || !state?.client) {
+      this.queue.resolve(requestId);
+      this.emit("pending");
+      return "already-answered";
+    }
+    try {
+      await state.client.request(METHODS.escalationRespond, { requestId, decision, client: "vscode", ...extra });
+      return "answered";
+    } catch (err) {
+      if (err instanceof RpcError && err.code === NOT_PENDING) return "already-answered";
+      throw err;
+    } finally {
+      this.queue.resolve(requestId);
+      this.emit("pending");
+    }
+  }
+
+  /** Connected domains (with a status). */
+  connected(): DomainState[] {
+    return [...this.domains.values()].filter((d) => d.client && d.status);
+  }
+
+  /** The connected domain whose workspace is `dir`, or the only one. */
+  domainFor(dir?: string): DomainState | undefined {
+    const all = this.connected();
+    return all.find((d) => d.status?.workspace === dir) ?? (all.length === 1 ? all[0] : undefined);
+  }
+
+  dispose(): void {
+    this.disposed = true;
+    clearTimeout(this.timer);
+    this.watcher?.close();
+    for (const d of this.domains.values()) d.client?.dispose();
+  }
+}
+
+export { METHOD_NOT_FOUND };

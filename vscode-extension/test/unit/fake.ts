@@ -1,0 +1,84 @@
+// A fake Session Coordinator for the unit tests: vscode-jsonrpc over a real
+// Unix socket, the method names from the generated protocol.
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as os from "node:os";
+import * as path from "node:path";
+import { createMessageConnection, MessageConnection, ResponseError, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
+import { DomainStatus, METHODS, PendingEscalation, SUBSCRIPTION } from "../../src/protocol";
+
+export function tempDir(): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), "lzvs-"));
+}
+
+export class FakeCoordinator {
+  server?: net.Server;
+  connections: MessageConnection[] = [];
+  sockets: net.Socket[] = [];
+  pending: PendingEscalation[] = [];
+  responses: unknown[] = [];
+  calls: string[] = [];
+  seq = 0;
+  constructor(readonly socket: string, readonly hash = "abcdef012345") {}
+
+  status(): DomainStatus {
+    return { apiVersion: 1, domainHash: this.hash, profile: "default", workspace: "/w", image: "img", containerName: "c", containerState: "running", coordinatorPid: 1, startedAtMs: 0, sessions: [] };
+  }
+
+  listen(): Promise<void> {
+    fs.mkdirSync(path.dirname(this.socket), { recursive: true });
+    this.server = net.createServer((sock) => {
+      const c = createMessageConnection(new StreamMessageReader(sock), new StreamMessageWriter(sock));
+      const handle = (method: string, fn: (p: any) => unknown) =>
+        c.onRequest(method, (p: any) => {
+          this.calls.push(method);
+          return fn(p);
+        });
+      handle(SUBSCRIPTION.subscribe, () => "sub1");
+      handle(METHODS.escalationList, () => this.pending);
+      handle(METHODS.domainStatus, () => this.status());
+      handle(METHODS.networkShow, () => new ResponseError(1008, "no sidecar"));
+      handle(METHODS.branchDiff, () => ({ branch: "lazaret/agent-default", base: null, head: null, files: [], patch: "", uncommitted: null, warnings: [] }));
+      handle(METHODS.auditList, () => [{ sequence: 1, previous_hash: "", hash: "h", request_id: "r", session_id: "s", verified: true, outcome: "approved", decided_by: "rpc:cli", requested_argv: ["true"], received_at_ms: 1 }]);
+      handle(METHODS.escalationRespond, (p: any) => {
+        this.responses.push(p);
+        const i = this.pending.findIndex((e) => e.requestId === p.requestId);
+        if (i < 0) return new ResponseError(1007, "not pending");
+        this.pending.splice(i, 1);
+        return true;
+      });
+      c.listen();
+      this.connections.push(c);
+      sock.on("error", () => undefined);
+      this.sockets.push(sock);
+    });
+    return new Promise((resolve) => this.server!.listen(this.socket, resolve));
+  }
+
+  /** Sends an event to every subscriber; `seq` numbered unless given (null: no seq, as older coordinators). */
+  event(event: Record<string, unknown>, seq?: number | null): void {
+    const numbered = seq === null ? event : { seq: seq ?? ++this.seq, ...event };
+    for (const c of this.connections) void c.sendNotification(SUBSCRIPTION.notification, { subscription: "sub1", result: numbered });
+  }
+
+  async close(): Promise<void> {
+    for (const c of this.connections) c.dispose();
+    this.connections = [];
+    for (const s of this.sockets) s.destroy();
+    this.sockets = [];
+    await new Promise<void>((resolve) => this.server?.close(() => resolve()));
+    fs.rmSync(this.socket, { force: true });
+  }
+}
+
+export async function until(what: string, fn: () => boolean, timeoutMs = 3000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!fn()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+export function escalation(id: string): PendingEscalation {
+  return { requestId: id, argv: ["touch", id], display: `touch ${id}`, cwd: "/w", domainHash: "abcdef012345", profile: "default", sessionId: "s", reasons: ["`touch` is not in auto_approve"], riskNotes: [], receivedAtMs: Date.now(), expiresAtMs: Date.now() + 300_000 };
+}
