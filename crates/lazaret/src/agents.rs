@@ -205,6 +205,10 @@ pub const AIDER: Preset = Preset {
     env: &[
         ("AIDER_CHECK_UPDATE", Why { value: "false", why: "the image pins the version; update with `lazaret image build --agent aider`" }),
         ("AIDER_ANALYTICS", Why { value: "false", why: "no analytics, so their hosts need not be allowed" }),
+        (
+            "LITELLM_LOCAL_MODEL_COST_MAP",
+            Why { value: "True", why: "model prices from the copy bundled with litellm, not fetched from raw.githubusercontent.com" },
+        ),
     ],
     allow_egress: &[
         Why { value: "api.anthropic.com", why: "the Claude API (aider's model with ANTHROPIC_API_KEY)" },

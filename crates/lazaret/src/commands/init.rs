@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use lazaret_core::config::{default_config_path, Config};
 use lazaret_core::host::RealHost;
 
-use crate::agents::{Agent, Preset};
+use crate::agents::{Agent, Preset, Why};
 
 pub struct InitOptions<'a> {
     pub agent: Agent,
@@ -153,22 +153,11 @@ pub fn profile_text(preset: &Preset, name: &str) -> String {
     line(&format!("command = [\"{}\"]", preset.command));
     line("# Kept across sessions of this profile and workspace (`lazaret state diff` shows");
     line("# what changed, `lazaret state reset` discards it).");
-    line("persistent_dirs = [");
-    for dir in preset.persistent_dirs {
-        line(&format!("  \"{}\",  # {}", dir.value, dir.why));
-    }
-    line("]");
+    line(&array("persistent_dirs", preset.persistent_dirs, &[]));
     line("# The only destinations the sandbox can reach, by DNS name: the sandbox's");
     line("# resolver answers these and refuses every other name. Add a host here, or");
     line("# for the running sandbox only: `lazaret net allow HOST`.");
-    line("allow_egress = [");
-    for host in preset.allow_egress {
-        line(&format!("  \"{}\",  # {}", host.value, host.why));
-    }
-    for host in preset.optional_egress {
-        line(&format!("  # \"{}\",  # {}", host.value, host.why));
-    }
-    line("]");
+    line(&array("allow_egress", preset.allow_egress, preset.optional_egress));
     line("# Host commands the agent may run through `lazaret-escalate` without asking");
     line("# you, e.g. \"cargo check *\" or \"npm test\" (added to [escalation] auto_approve).");
     line("# Left empty: every request waits for your approval.");
@@ -185,6 +174,16 @@ pub fn profile_text(preset: &Preset, name: &str) -> String {
     for (key, value) in preset.optional_env {
         line(&format!("# {key} = \"{}\"  # {}", value.value, value.why));
     }
+    text
+}
+
+/// A TOML array, one commented entry a line; `optional` ones commented out.
+fn array(key: &str, entries: &[Why], optional: &[Why]) -> String {
+    let mut text = format!("{key} = [\n");
+    for (entry, prefix) in entries.iter().map(|entry| (entry, "")).chain(optional.iter().map(|entry| (entry, "# "))) {
+        text.push_str(&format!("  {prefix}\"{}\",  # {}\n", entry.value, entry.why));
+    }
+    text.push(']');
     text
 }
 
