@@ -94,6 +94,9 @@ struct RawProfile {
     env: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     volumes: Vec<Spanned<RawVolume>>,
+    command: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    auto_approve: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -169,6 +172,12 @@ pub struct ProfileConfig {
     pub allow_egress: Vec<EgressRule>,
     pub env: BTreeMap<String, Located<String>>,
     pub volumes: Vec<VolumeConfig>,
+    /// The command a session runs when `lazaret run` names none (empty: the
+    /// image's `CMD`).
+    pub command: Vec<String>,
+    /// The profile's own `auto_approve` entries, added to `[escalation]`'s.
+    pub auto_approve: Vec<Located<String>>,
+    pub auto_approve_rules: Vec<crate::policy::AutoApproveRule>,
     pub location: Option<Location>,
 }
 
@@ -199,8 +208,11 @@ pub struct ResolvedProfile {
     pub dns_upstream: Vec<std::net::SocketAddr>,
     pub env: BTreeMap<String, ResolvedEnv>,
     pub volumes: Vec<ResolvedVolume>,
+    /// The profile's default command (empty: the image's `CMD`).
+    pub command: Vec<String>,
     pub escalation_enabled: bool,
     #[serde(skip)]
+    /// `[escalation] auto_approve` followed by the profile's own.
     pub auto_approve_rules: Vec<crate::policy::AutoApproveRule>,
     pub escalation_timeouts: EscalationTimeouts,
     /// `[runtime] runsc`, if configured.
@@ -525,8 +537,9 @@ impl Config {
             dns_upstream: self.dns_upstream.clone(),
             env,
             volumes,
+            command: profile.command.clone(),
             escalation_enabled: self.escalation_enabled,
-            auto_approve_rules: self.auto_approve_rules.clone(),
+            auto_approve_rules: self.auto_approve_rules.iter().chain(&profile.auto_approve_rules).cloned().collect(),
             escalation_timeouts: self.escalation_timeouts,
             runsc: self.runsc.clone(),
         })
@@ -621,6 +634,9 @@ fn built_in_default_profile() -> ProfileConfig {
         allow_egress: Vec::new(),
         env: BTreeMap::new(),
         volumes: Vec::new(),
+        command: Vec::new(),
+        auto_approve: Vec::new(),
+        auto_approve_rules: Vec::new(),
         location: None,
     }
 }
@@ -888,6 +904,29 @@ impl Checker<'_> {
             volumes.push(VolumeConfig { host: self.located(&volume.host), container: self.located(&volume.container), mode });
         }
 
+        let command = match &raw.command {
+            Some(command) => {
+                let words: Vec<String> = command.get_ref().iter().map(|word| word.get_ref().clone()).collect();
+                if words.first().is_none_or(|program| program.trim().is_empty()) {
+                    self.error(
+                        &field("command"),
+                        "the command is empty: name a program (e.g. [\"claude\"]) or leave `command` out to run the image's CMD".into(),
+                        Some(self.locate(command.span())),
+                    );
+                }
+                words
+            }
+            None => Vec::new(),
+        };
+
+        let mut auto_approve_rules = Vec::new();
+        for entry in &raw.auto_approve {
+            match crate::policy::parse_auto_approve_entry(entry.get_ref()) {
+                Ok(rule) => auto_approve_rules.push(rule),
+                Err(error) => self.error(&field("auto_approve"), error.to_string(), Some(self.locate(entry.span()))),
+            }
+        }
+
         if self.diagnostics.len() > errors_before {
             return None;
         }
@@ -898,6 +937,9 @@ impl Checker<'_> {
             allow_egress,
             env,
             volumes,
+            command,
+            auto_approve: raw.auto_approve.iter().map(|entry| self.located(entry)).collect(),
+            auto_approve_rules,
             location: name_location,
         })
     }

@@ -86,9 +86,36 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Manage the offline image of the built-in profile.
+    /// Build images offline: the built-in profile's, or an agent's.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Add a ready-made profile for an agent to the configuration file.
+    ///
+    /// Writes `[profiles.<agent>]` with the image `lazaret image build
+    /// --agent` makes, the agent as the default command, the hosts it needs
+    /// (by DNS name, each with the reason), its API key pulled from your shell
+    /// with `env:` (never written), the directories that keep its settings and
+    /// login, and an empty `auto_approve`. Other profiles and comments are
+    /// left as they are; the new file is checked before it replaces the old
+    /// one. See docs/agents.md.
+    Init {
+        /// The agent.
+        #[arg(long, value_enum)]
+        agent: crate::agents::Agent,
+        /// Profile name [default: the agent's name].
+        #[arg(long, short, value_name = "NAME")]
+        profile: Option<String>,
+        /// Also resolve the new profile against this workspace (as `lazaret
+        /// run --workspace DIR` will) and name it in the next steps.
+        #[arg(long, short, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// Print the profile instead of writing it.
+        #[arg(long)]
+        print: bool,
+        /// Replace an existing profile of that name.
+        #[arg(long)]
+        force: bool,
+    },
     /// Show the agent branch (lazaret/agent-<profile>) against the commit it
     /// started from, plus the agent's uncommitted changes while the sandbox
     /// runs. Files that make hosts run code (editor tasks, direnv, package
@@ -288,14 +315,25 @@ pub enum AuditCommand {
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
     /// Build the default profile's image offline from this host's Debian
-    /// packages (a shell, coreutils, git and friends). Cached: a rebuild
-    /// happens only when those files change, or with --force.
+    /// packages (a shell, coreutils, git and friends), or with --agent an
+    /// agent's image on top of it. Cached: a rebuild happens only when those
+    /// files change, or with --force.
+    ///
+    /// With --agent, the agent's runtime comes from Debian packages (installed
+    /// on the host with apt if missing) and its package, pinned by version, is
+    /// fetched on the host with npm or pip into ~/.cache/lazaret/agents (once;
+    /// no install script runs, and any that exists is reported). Nothing runs
+    /// and nothing is downloaded inside the image build.
     Build {
         /// Rebuild even if an up-to-date image exists.
         #[arg(long)]
         force: bool,
-        /// Image name to create.
-        #[arg(long, default_value = lazaret_core::config::DEFAULT_IMAGE, value_name = "REFERENCE")]
-        tag: String,
+        /// Build this agent's image (localhost/lazaret-<agent>:<version>).
+        #[arg(long, value_enum)]
+        agent: Option<crate::agents::Agent>,
+        /// Image name to create [default: localhost/lazaret-default:1, or the
+        /// agent's image].
+        #[arg(long, value_name = "REFERENCE")]
+        tag: Option<String>,
     },
 }

@@ -1,6 +1,7 @@
 //! `lazaret`: the host CLI. Parses the command line, installs the tracing
 //! subscriber, dispatches to `commands`, and maps errors to exit statuses.
 
+mod agents;
 mod cli;
 mod commands;
 mod hold_to_bind;

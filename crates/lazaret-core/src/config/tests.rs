@@ -260,3 +260,19 @@ fn runtime_runsc_is_an_absolute_path_without_parent_segments() {
     let unknown = parse("[runtime]\nrunc = \"/usr/bin/runc\"\n").expect_err("unknown key");
     assert!(message(&unknown).contains("runc"), "{}", message(&unknown));
 }
+
+#[test]
+fn a_profile_command_and_auto_approve_resolve_and_are_checked() {
+    let text = "[escalation]\nenabled = true\nsocket_dir = \"/run/user/1000/lazaret\"\nauto_approve = [\"cargo check\"]\n\n\
+                [profiles.agent]\nimage = \"localhost/agent:1\"\ncommand = [\"claude\", \"--verbose\"]\nauto_approve = [\"npm test\"]\n";
+    let resolved = resolve(text, "agent").expect("resolves");
+    assert_eq!(resolved.command, ["claude", "--verbose"]);
+    let rules: Vec<Vec<String>> = resolved.auto_approve_rules.iter().map(|rule| rule.argv.clone()).collect();
+    assert_eq!(rules, [vec!["cargo".to_owned(), "check".to_owned()], vec!["npm".to_owned(), "test".to_owned()]]);
+    assert!(resolve(text, "default").expect("default").auto_approve_rules.len() == 1, "a profile's rules are its own");
+
+    let empty = parse("[profiles.agent]\nimage = \"localhost/agent:1\"\ncommand = []\n").expect_err("empty command");
+    assert!(message(&empty).contains("profiles.agent.command") && message(&empty).contains("config.toml:3:"), "{}", message(&empty));
+    let shell = parse("[profiles.agent]\nimage = \"localhost/agent:1\"\nauto_approve = [\"bash *\"]\n").expect_err("a shell");
+    assert!(message(&shell).contains("profiles.agent.auto_approve"), "{}", message(&shell));
+}

@@ -53,7 +53,14 @@ pub fn show(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> Re
             object.insert("socket_root".into(), serde_json::Value::String(config.socket_root.display().to_string()));
             object.insert(
                 "auto_approve".into(),
-                serde_json::Value::Array(config.auto_approve.iter().map(|entry| entry.value.clone().into()).collect()),
+                serde_json::Value::Array(
+                    config
+                        .auto_approve
+                        .iter()
+                        .chain(config.profile(&resolved.profile).map(|profile| profile.auto_approve.as_slice()).unwrap_or_default())
+                        .map(|entry| entry.value.clone().into())
+                        .collect(),
+                ),
             );
         }
         super::print_json(&value)?;
@@ -69,7 +76,11 @@ pub fn show(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> Re
     println!("domain_dir       {}", resolved.domain.domain_dir.display());
     println!("socket_dir       {}", resolved.domain.socket_dir.display());
     println!("escalation       {}", if resolved.escalation_enabled { "enabled" } else { "disabled" });
-    for entry in &config.auto_approve {
+    if !resolved.command.is_empty() {
+        println!("command          {}", shell_words::join(&resolved.command));
+    }
+    let profile_auto_approve = config.profile(&resolved.profile).map(|profile| profile.auto_approve.clone()).unwrap_or_default();
+    for entry in config.auto_approve.iter().chain(&profile_auto_approve) {
         println!("auto_approve     {}", entry.value);
     }
     for dir in &resolved.persistent_dirs {

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 /// Bump when the recipe (packages, generated files, image settings) changes.
 const RECIPE_VERSION: &str = "5";
-const CONTENT_LABEL: &str = "io.lazaret.content";
+pub(crate) const CONTENT_LABEL: &str = "io.lazaret.content";
 
 /// Packages the image cannot do without.
 /// `bsdutils` brings `script`, which gives sessions a terminal inside the
@@ -54,7 +54,7 @@ const TOP_LEVEL_LINKS: [&str; 4] = ["bin", "sbin", "lib", "lib64"];
 
 /// One entry of the image's root file system.
 #[derive(Debug, Clone)]
-enum Entry {
+pub(crate) enum Entry {
     File { source: PathBuf, mode: u32, size: u64, mtime: i64 },
     Symlink { target: PathBuf },
     Generated { contents: Vec<u8>, mode: u32 },
@@ -66,7 +66,7 @@ pub fn build(tag: &str, force: bool) -> Result<u8> {
     let podman = Podman::default();
     progress(&format!("collecting files for {tag} from this host's Debian packages"));
     let entries = collect_entries()?;
-    let key = content_key(&entries);
+    let key = content_key(&format!("recipe {RECIPE_VERSION}"), &entries);
     if !force && podman.image_label(tag, CONTENT_LABEL).as_deref() == Some(key.as_str()) {
         progress(&format!("{tag} is up to date (content {})", &key[..12]));
         return Ok(0);
@@ -78,14 +78,16 @@ pub fn build(tag: &str, force: bool) -> Result<u8> {
     Ok(0)
 }
 
-fn progress(message: &str) {
+pub(crate) fn progress(message: &str) {
     eprintln!("lazaret: {message}");
 }
 
 /// The image's root file system: destination path (relative, no leading
 /// slash) to entry.
-fn collect_entries() -> Result<BTreeMap<PathBuf, Entry>> {
-    let installed = installed_packages()?;
+pub(crate) fn collect_entries() -> Result<BTreeMap<PathBuf, Entry>> {
+    let mut wanted = REQUIRED_PACKAGES.to_vec();
+    wanted.extend(OPTIONAL_PACKAGES);
+    let installed = installed_packages(&wanted)?;
     for required in REQUIRED_PACKAGES {
         if !installed.iter().any(|package| package == required) {
             bail!("the Debian package `{required}` is not installed on this host; install it (apt-get install {required}) and retry");
@@ -97,9 +99,17 @@ fn collect_entries() -> Result<BTreeMap<PathBuf, Entry>> {
             entries.insert(PathBuf::from(link), Entry::Symlink { target });
         }
     }
+    add_package_files(&mut entries, &installed)?;
+    add_generated_files(&mut entries);
+    Ok(entries)
+}
+
+/// Adds the files of installed Debian `packages` (as `dpkg-query -L` lists
+/// them) and the shared libraries of their ELF files.
+pub(crate) fn add_package_files(entries: &mut BTreeMap<PathBuf, Entry>, packages: &[String]) -> Result<()> {
     let listed = run_text(
         "dpkg-query",
-        &installed.iter().map(String::as_str).fold(vec!["-L"], |mut arguments, package| {
+        &packages.iter().map(String::as_str).fold(vec!["-L"], |mut arguments, package| {
             arguments.push(package);
             arguments
         }),
@@ -108,20 +118,19 @@ fn collect_entries() -> Result<BTreeMap<PathBuf, Entry>> {
     for line in listed.lines() {
         let path = Path::new(line.trim());
         if path.is_absolute() {
-            add_host_path(&mut entries, path, &mut elf_files)?;
+            add_host_path(entries, path, &mut elf_files)?;
         }
     }
     for library in shared_libraries(&elf_files)? {
-        add_host_path(&mut entries, &library, &mut Vec::new())?;
+        add_host_path(entries, &library, &mut Vec::new())?;
     }
-    add_generated_files(&mut entries);
-    Ok(entries)
+    Ok(())
 }
 
-fn installed_packages() -> Result<Vec<String>> {
+/// Which of `packages` are installed on this host.
+pub(crate) fn installed_packages(packages: &[&str]) -> Result<Vec<String>> {
     let mut arguments = vec!["-W", "-f", "${Package} ${db:Status-Status}\\n"];
-    arguments.extend(REQUIRED_PACKAGES);
-    arguments.extend(OPTIONAL_PACKAGES);
+    arguments.extend(packages);
     // dpkg-query exits 1 when some optional package is unknown; its stdout
     // still lists the known ones.
     let output = Command::new("dpkg-query")
@@ -133,7 +142,7 @@ fn installed_packages() -> Result<Vec<String>> {
     Ok(String::from_utf8_lossy(&output.stdout).lines().filter_map(|line| line.strip_suffix(" installed")).map(str::to_owned).collect())
 }
 
-fn run_text(program: &str, arguments: &[&str]) -> Result<String> {
+pub(crate) fn run_text(program: &str, arguments: &[&str]) -> Result<String> {
     let output = Command::new(program).args(arguments).stdin(Stdio::null()).output().with_context(|| format!("cannot run {program}"))?;
     if !output.status.success() {
         bail!("`{program}` failed: {}", String::from_utf8_lossy(&output.stderr).trim());
@@ -144,7 +153,7 @@ fn run_text(program: &str, arguments: &[&str]) -> Result<String> {
 /// Adds a host file or symlink at its canonical location (the parent
 /// directory resolved, so `/bin/bash` lands in `usr/bin/bash` on a merged-usr
 /// host). Symlinks pull in their targets. Directories are implied.
-fn add_host_path(entries: &mut BTreeMap<PathBuf, Entry>, path: &Path, elf_files: &mut Vec<PathBuf>) -> Result<()> {
+pub(crate) fn add_host_path(entries: &mut BTreeMap<PathBuf, Entry>, path: &Path, elf_files: &mut Vec<PathBuf>) -> Result<()> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return Ok(()) };
     let Ok(parent) = std::fs::canonicalize(parent) else { return Ok(()) };
     let host_path = parent.join(name);
@@ -171,14 +180,14 @@ fn add_host_path(entries: &mut BTreeMap<PathBuf, Entry>, path: &Path, elf_files:
     Ok(())
 }
 
-fn is_elf(path: &Path) -> bool {
+pub(crate) fn is_elf(path: &Path) -> bool {
     let mut magic = [0u8; 4];
     std::fs::File::open(path).and_then(|mut file| std::io::Read::read_exact(&mut file, &mut magic)).is_ok() && magic == *b"\x7fELF"
 }
 
 /// The shared libraries (and the dynamic loader) of `elf_files`, from one
 /// `ldd` run over all of them.
-fn shared_libraries(elf_files: &[PathBuf]) -> Result<Vec<PathBuf>> {
+pub(crate) fn shared_libraries(elf_files: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut libraries = Vec::new();
     for chunk in elf_files.chunks(200) {
         let output = Command::new("ldd").args(chunk).stdin(Stdio::null()).stderr(Stdio::null()).output().context("cannot run ldd")?;
@@ -225,9 +234,10 @@ fn add_generated_files(entries: &mut BTreeMap<PathBuf, Entry>) {
     }
 }
 
-fn content_key(entries: &BTreeMap<PathBuf, Entry>) -> String {
+/// A key over `recipe` and every entry's path, size, mtime, mode and target.
+pub(crate) fn content_key(recipe: &str, entries: &BTreeMap<PathBuf, Entry>) -> String {
     let mut hasher = Sha256::new();
-    hasher.update(format!("recipe {RECIPE_VERSION}\n"));
+    hasher.update(format!("{recipe}\n"));
     for (path, entry) in entries {
         let line = match entry {
             Entry::File { mode, size, mtime, .. } => format!("f {} {mode:o} {size} {mtime}\n", path.display()),
@@ -273,7 +283,7 @@ fn import(podman: &Podman, tag: &str, key: &str, entries: &BTreeMap<PathBuf, Ent
     written.with_context(|| format!("writing the root file system of {tag}"))
 }
 
-fn write_archive(sink: impl Write, entries: &BTreeMap<PathBuf, Entry>, total_bytes: u64) -> Result<()> {
+pub(crate) fn write_archive(sink: impl Write, entries: &BTreeMap<PathBuf, Entry>, total_bytes: u64) -> Result<()> {
     let mut archive = tar::Builder::new(sink);
     let interactive = std::io::stderr().is_terminal();
     let mut done_bytes = 0u64;

@@ -1,6 +1,7 @@
 //! Command handlers. Each returns the process exit status on success;
 //! errors are mapped to statuses in `main`.
 
+mod agent_image;
 mod approvals;
 mod audit;
 mod config;
@@ -9,6 +10,7 @@ mod doctor;
 mod domain;
 mod generate;
 pub mod image;
+mod init;
 mod net;
 mod run;
 mod state;
@@ -27,7 +29,13 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Config(ConfigCommand::Show { target, json }) => config::show(config_path, &target, json),
         Command::Config(ConfigCommand::Path) => config::path(config_path),
         Command::Doctor { json } => doctor::run(config_path, json),
-        Command::Image(ImageCommand::Build { force, tag }) => image::build(&tag, force),
+        Command::Image(ImageCommand::Build { force, agent: None, tag }) => {
+            image::build(tag.as_deref().unwrap_or(lazaret_core::config::DEFAULT_IMAGE), force)
+        }
+        Command::Image(ImageCommand::Build { force, agent: Some(agent), tag }) => agent_image::build(agent, tag.as_deref(), force),
+        Command::Init { agent, profile, workspace, print, force } => {
+            init::run(config_path, &init::InitOptions { agent, profile: profile.as_deref(), workspace: workspace.as_deref(), print, force })
+        }
         Command::Run { target, mount_workspace, command } => run::run(config_path, &target, mount_workspace, command),
         Command::Diff { target, stat, json } => diff::run(config_path, &target, stat, json),
         Command::State(StateCommand::Diff { target, dir, json }) => state::diff(config_path, &target, dir.as_deref(), json),

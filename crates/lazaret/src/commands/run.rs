@@ -35,7 +35,11 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
     runtime.block_on(async {
         let launch = CoordinatorLaunch { config_path, resolved: &resolved, mode };
         let joined = hold_to_bind::join(&launch, &session_id, &public_key, &command).await?;
-        let argv = if command.is_empty() { joined.registration.default_command.clone() } else { command };
+        let argv = match (command.is_empty(), resolved.command.is_empty()) {
+            (false, _) => command,
+            (true, false) => resolved.command.clone(),
+            (true, true) => joined.registration.default_command.clone(),
+        };
         let client = Arc::new(joined.client);
         let ui: session::SharedUi = std::sync::Arc::new(std::sync::Mutex::new(session::TerminalUi::new()));
         let (actions, action_receiver) = tokio::sync::mpsc::unbounded_channel();

@@ -1,0 +1,242 @@
+//! End-to-end tests of the agent presets, with real podman and runsc: for
+//! Claude Code, Codex and aider, `lazaret init --agent X` writes a profile
+//! that `lazaret config check` accepts, `lazaret image build --agent X`
+//! builds the image from packages fetched beforehand (scripts/prefetch-agents;
+//! the test itself downloads nothing), `lazaret run --profile X -- X
+//! --version` prints the agent's version from inside gVisor, the API key
+//! reaches the sandbox and is found nowhere on disk afterwards; and an
+//! agent's first-run prompt is answered through Lazaret's terminal.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use support::*;
+
+struct Agent {
+    name: &'static str,
+    key: &'static str,
+    version_output: &'static str,
+}
+
+const CLAUDE: Agent = Agent { name: "claude", key: "ANTHROPIC_API_KEY", version_output: "(Claude Code)" };
+const CODEX: Agent = Agent { name: "codex", key: "OPENAI_API_KEY", version_output: "codex-cli " };
+const AIDER: Agent = Agent { name: "aider", key: "ANTHROPIC_API_KEY", version_output: "aider " };
+
+/// One image build at a time: they are disk- and CPU-heavy.
+static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn cache_dir() -> PathBuf {
+    match std::env::var_os("XDG_CACHE_HOME").filter(|dir| Path::new(dir).is_absolute()) {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"),
+    }
+    .join("lazaret/agents")
+}
+
+/// A value no file on this machine contains before the test.
+fn marker() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
+    format!("lzt-key-{}-{nanos:x}", std::process::id())
+}
+
+/// Every file under `root` containing `needle` (symlinks not followed).
+fn files_containing(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let Ok(metadata) = std::fs::symlink_metadata(&path) else { continue };
+        if metadata.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&path) {
+                stack.extend(entries.flatten().map(|entry| entry.path()));
+            }
+        } else if metadata.is_file() {
+            if let Ok(bytes) = std::fs::read(&path) {
+                if bytes.windows(needle.len()).any(|window| window == needle) {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The image's files, through `podman image mount` (root only).
+fn image_files_containing(image: &str, needle: &[u8]) -> Vec<PathBuf> {
+    let output = Command::new("podman").args(["image", "mount", image]).output().expect("podman image mount");
+    assert!(output.status.success(), "podman image mount {image}: {}", stderr(&output));
+    let root = PathBuf::from(stdout(&output).trim());
+    let found = files_containing(&root, needle);
+    let _ = Command::new("podman").args(["image", "unmount", image]).output();
+    found
+}
+
+fn preset_end_to_end(agent: &Agent) {
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = git_repository(&env, "project");
+    let key = marker();
+
+    // init: a profile that loads, names the key by `env:` only, egress by name.
+    let output = run(env.lazaret().args(["init", "--agent", agent.name, "--workspace"]).arg(&workspace));
+    assert!(output.status.success(), "init: {}", stderr(&output));
+    let text = std::fs::read_to_string(env.config_file()).expect("config");
+    assert!(text.contains(&format!("{} = \"env:{}\"", agent.key, agent.key)), "{text}");
+    let again = run(env.lazaret().args(["init", "--agent", agent.name]));
+    assert_eq!(again.status.code(), Some(1), "a second init is refused: {}", stderr(&again));
+    assert!(stderr(&again).contains("already exists"), "{}", stderr(&again));
+    assert_eq!(std::fs::read_to_string(env.config_file()).expect("config"), text, "a refused init changes nothing");
+    let check = run(env.lazaret().args(["config", "check", "--workspace"]).arg(&workspace).env(agent.key, &key));
+    assert!(check.status.success(), "config check: {}", stderr(&check));
+    let show =
+        run(env.lazaret().args(["config", "show", "--json", "--profile", agent.name, "--workspace"]).arg(&workspace).env(agent.key, &key));
+    assert!(show.status.success(), "config show: {}", stderr(&show));
+    assert!(!stdout(&show).contains(&key), "config show redacts the key");
+    let shown: serde_json::Value = serde_json::from_slice(&show.stdout).expect("json");
+    let egress = shown["allow_egress"].as_array().expect("allow_egress");
+    assert!(!egress.is_empty());
+    for rule in egress {
+        // Parsed by the same rules the sidecar enforces (lazaret-dns for
+        // names): every preset entry is a DNS name.
+        assert_eq!(rule["kind"], "domain", "{rule}");
+        assert!(rule["value"].as_str().is_some_and(|name| name.contains('.')), "{rule}");
+    }
+    let image = shown["image"].as_str().expect("image").to_owned();
+    let version = image.rsplit(':').next().expect("tag").to_owned();
+
+    // image build: from the prefetched packages only.
+    let fetched = cache_dir().join(format!("{}-{version}/fetched.json", agent.name));
+    if !fetched.exists() {
+        missing_requirement(&format!("{} fetched beforehand into {} (scripts/prefetch-agents)", agent.name, fetched.display()));
+        return;
+    }
+    let started = Instant::now();
+    let build = {
+        let _build = BUILD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        run(env.lazaret().args(["image", "build", "--agent", agent.name]).env(agent.key, &key))
+    };
+    assert!(build.status.success(), "image build: {}", stderr(&build));
+    assert!(
+        stdout(&build).contains("agent     ") && stdout(&build).contains(&version),
+        "the build names what it installed: {}",
+        stdout(&build)
+    );
+    eprintln!("{}: image build (cached staging) {:.1} s", agent.name, started.elapsed().as_secs_f64());
+
+    let _guard = sandbox_guard();
+    // --version from inside gVisor, cold (no domain running yet).
+    let started = Instant::now();
+    let output = run(env
+        .lazaret()
+        .args(["run", "--profile", agent.name, "--workspace"])
+        .arg(&workspace)
+        .args(["--", agent.name, "--version"])
+        .env(agent.key, &key));
+    let cold = started.elapsed();
+    assert!(output.status.success(), "run --version: {}{}", stdout(&output), stderr(&output));
+    assert!(stdout(&output).contains(agent.version_output), "version: {}", stdout(&output));
+    assert!(stdout(&output).contains(&version), "version {version}: {}", stdout(&output));
+    eprintln!("{}: cold `lazaret run -- {} --version` {:.2} s: {}", agent.name, agent.name, cold.as_secs_f64(), stdout(&output).trim());
+
+    // The key reaches the sandbox (compared by hash: the value itself is
+    // never put on a command line, which the state store records).
+    let expected: String = Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let script = format!("printf %s \"${}\" | sha256sum", agent.key);
+    let output = run(env
+        .lazaret()
+        .args(["run", "--profile", agent.name, "--workspace"])
+        .arg(&workspace)
+        .args(["--", "sh", "-c", &script])
+        .env(agent.key, &key));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).starts_with(&expected), "the sandbox sees {}: {}", agent.key, stdout(&output));
+
+    // ... and nowhere on disk: configuration, data (state store, logs,
+    // persistent directories), runtime directory, the image.
+    let domain = domain_json(&env, agent.name, &workspace);
+    assert!(wait_until(Duration::from_secs(20), || domain_is_torn_down(&domain, &workspace)), "the domain ends");
+    let found = files_containing(env.path(), key.as_bytes());
+    assert!(found.is_empty(), "the key was written to {found:?}");
+    if require_root("podman image mount") {
+        let found = image_files_containing(&image, key.as_bytes());
+        assert!(found.is_empty(), "the key is in the image: {found:?}");
+    }
+}
+
+#[test]
+fn claude_code_preset_runs_its_version_in_gvisor_and_keeps_the_key_off_disk() {
+    preset_end_to_end(&CLAUDE);
+}
+
+#[test]
+fn codex_preset_runs_its_version_in_gvisor_and_keeps_the_key_off_disk() {
+    preset_end_to_end(&CODEX);
+}
+
+#[test]
+fn aider_preset_runs_its_version_in_gvisor_and_keeps_the_key_off_disk() {
+    preset_end_to_end(&AIDER);
+}
+
+/// The profile's default command is the agent, in a real terminal (tmux):
+/// aider's first-run question is asked and answered through Lazaret's PTY,
+/// and the answer lands in the agent's checkout.
+#[test]
+fn the_agent_is_the_default_command_and_its_first_run_prompt_works_in_a_terminal() {
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = git_repository(&env, "project");
+    let output = run(env.lazaret().args(["init", "--agent", "aider"]));
+    assert!(output.status.success(), "init: {}", stderr(&output));
+    let fetched = std::fs::read_dir(cache_dir()).ok().and_then(|entries| {
+        entries
+            .flatten()
+            .find(|entry| entry.file_name().to_string_lossy().starts_with("aider-") && entry.path().join("fetched.json").exists())
+    });
+    if fetched.is_none() {
+        missing_requirement("aider fetched beforehand (scripts/prefetch-agents)");
+        return;
+    }
+    {
+        let _build = BUILD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let build = run(env.lazaret().args(["image", "build", "--agent", "aider"]));
+        assert!(build.status.success(), "image build: {}", stderr(&build));
+    }
+    let _guard = sandbox_guard();
+    let socket = env.path().join("tmux.sock");
+    let tmux = |arguments: &[&str]| stdout(&Command::new("tmux").arg("-S").arg(&socket).args(arguments).output().expect("tmux"));
+    let command = format!(
+        "env ANTHROPIC_API_KEY={key} XDG_CONFIG_HOME={config} XDG_DATA_HOME={data} XDG_RUNTIME_DIR={run} {lazaret} run --profile aider --workspace {workspace}; echo LAZARET-EXIT=$?; sleep 60",
+        key = marker(),
+        config = env.path().join("config").display(),
+        data = env.path().join("data").display(),
+        run = env.path().join("run").display(),
+        lazaret = env!("CARGO_BIN_EXE_lazaret"),
+        workspace = workspace.display(),
+    );
+    tmux(&["new-session", "-d", "-s", "lzt", "-x", "100", "-y", "30", &command]);
+    let screen = || tmux(&["capture-pane", "-p", "-t", "lzt"]);
+    let asked = wait_until(Duration::from_secs(60), || screen().contains("Add .aider* to .gitignore"));
+    assert!(asked, "aider's first-run question appears: {}", screen());
+    tmux(&["send-keys", "-t", "lzt", "y", "Enter"]);
+    assert!(wait_until(Duration::from_secs(60), || screen().contains("Added .aider* to .gitignore")), "answered: {}", screen());
+    assert!(wait_until(Duration::from_secs(60), || screen().contains("Aider v")), "aider starts: {}", screen());
+    // Leave aider (^D at its prompt, after any further question).
+    for _ in 0..5 {
+        if screen().contains("LAZARET-EXIT=") {
+            break;
+        }
+        tmux(&["send-keys", "-t", "lzt", "n", "Enter"]);
+        std::thread::sleep(Duration::from_secs(2));
+        tmux(&["send-keys", "-t", "lzt", "C-d"]);
+        wait_until(Duration::from_secs(10), || screen().contains("LAZARET-EXIT="));
+    }
+    let text = screen();
+    tmux(&["kill-server"]);
+    assert!(text.contains("LAZARET-EXIT=0"), "aider exits through lazaret: {text}");
+    let domain = domain_json(&env, "aider", &workspace);
+    assert!(wait_until(Duration::from_secs(20), || domain_is_torn_down(&domain, &workspace)), "the domain ends");
+}
