@@ -85,7 +85,10 @@ fn shorten(value: &mut Value) {
 }
 
 fn keep_config(env: &TestEnv) {
-    env.write_config(&format!("[profiles.keep]\nimage = \"{DEFAULT_IMAGE}\"\npersistent_dirs = [\"/usr\"]\n"));
+    env.write_config(&format!(
+        "[escalation]\nenabled = true\nsocket_dir = \"{}\"\nauto_approve = [\"echo *\"]\n\n[profiles.keep]\nimage = \"{DEFAULT_IMAGE}\"\npersistent_dirs = [\"/usr\"]\n",
+        env.path().join("run/lazaret").display()
+    ));
 }
 
 fn lazaret_run(env: &TestEnv, repository: &Path) -> std::process::Command {
@@ -143,7 +146,8 @@ fn methods_for_editors_serve_file_contents_state_changes_and_take_empty_params()
         &repository,
         "cd /workspace && printf 'pub fn answer() -> u32 { 43 }\\n' > src/lib.rs && printf 'a\\000b' > blob.bin && \
          head -c 2097152 /dev/zero | tr '\\000' x > big.txt && git add -A && git commit -qm 'agent change' && \
-         printf '# project, edited\\n' > README.md && echo tool > /usr/local/bin/agent-tool",
+         printf '# project, edited\\n' > README.md && echo tool > /usr/local/bin/agent-tool && \
+         lazaret-escalate -- echo one && lazaret-escalate -- echo two && lazaret-escalate -- echo three",
     );
     let branch = "refs/heads/lazaret/agent-keep";
     assert!(
@@ -208,6 +212,16 @@ fn methods_for_editors_serve_file_contents_state_changes_and_take_empty_params()
         let response = rpc.request("branch/fileContents", Some(json!({"path": bad})));
         assert_eq!(response["error"]["code"], 1004, "{bad:?} is refused: {response}");
     }
+
+    // The audit trail pages backwards by sequence, in RPC and in the CLI.
+    let sequences =
+        |records: &Value| -> Vec<u64> { records.as_array().expect("records").iter().filter_map(|r| r["sequence"].as_u64()).collect() };
+    assert_eq!(sequences(&rpc.call("audit/list", json!({"limit": 2}))), [2, 3]);
+    assert_eq!(sequences(&rpc.call("audit/list", json!({"limit": 2, "before": 2}))), [1]);
+    assert!(sequences(&rpc.call("audit/list", json!({"before": 1}))).is_empty());
+    let output = run(env.lazaret().args(["audit", "--json", "--limit", "3", "--profile", "keep", "--workspace"]).arg(&repository));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(sequences(&serde_json::from_slice(&output.stdout).expect("json")), [1, 2, 3]);
 
     // state/diff is what `lazaret state diff --json` prints.
     let over_rpc = rpc.call("state/diff", json!({}));

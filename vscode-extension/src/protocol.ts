@@ -460,6 +460,7 @@ export interface EscalationRespondParams {
 
 /** Parameters of `audit/list`. */
 export interface AuditListParams {
+  before?: number;
   limit?: number;
 }
 
@@ -506,7 +507,7 @@ export interface Methods {
   "escalation/list": { params: EscalationListParams; result: PendingEscalation[] };
   /** Answers a pending request: `edit` runs `argv` instead. The first answer wins; later ones fail with code 1007. `client` names the answering client for the audit trail (`terminal`, `vscode`, `neovim`, ...); it is self-declared, any process of the user may answer. */
   "escalation/respond": { params: EscalationRespondParams; result: boolean };
-  /** The escalation audit trail, oldest first (`limit` most recent). */
+  /** A page of the escalation audit trail, oldest first: the `limit` most recent records (100 by default, at most 1000), or with `before` the most recent ones whose `sequence` is below it (to page back, pass the first `sequence` of the page you have). */
   "audit/list": { params: AuditListParams; result: AuditRecord[] };
   /** Verifies the audit hash chain. */
   "audit/verify": { params: AuditVerifyParams; result: AuditVerification };

@@ -87,9 +87,12 @@ pub trait LazaretApi {
         client: Option<String>,
     ) -> RpcResult<bool>;
 
-    /// The escalation audit trail, oldest first (`limit` most recent).
+    /// A page of the escalation audit trail, oldest first: the `limit` most
+    /// recent records (100 by default, at most 1000), or with `before` the
+    /// most recent ones whose `sequence` is below it (to page back, pass
+    /// the first `sequence` of the page you have).
     #[method(name = "audit/list", param_kind = map)]
-    async fn audit_list(&self, limit: Option<usize>) -> RpcResult<Vec<AuditRecord>>;
+    async fn audit_list(&self, limit: Option<usize>, before: Option<u64>) -> RpcResult<Vec<AuditRecord>>;
 
     /// Verifies the audit hash chain.
     #[method(name = "audit/verify", param_kind = map)]

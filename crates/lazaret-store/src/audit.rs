@@ -94,6 +94,13 @@ impl Store {
 
     /// The most recent `limit` audit records, oldest first.
     pub fn audit_records(&self, limit: usize) -> Result<Vec<AuditRecord>> {
+        self.audit_records_before(None, limit)
+    }
+
+    /// A page of the trail: the `limit` most recent records whose sequence
+    /// is below `before` (all, without it), oldest first. Paging backwards
+    /// passes the first sequence of the previous page.
+    pub fn audit_records_before(&self, before: Option<u64>, limit: usize) -> Result<Vec<AuditRecord>> {
         let read = self.database().begin_read().map_err(|e| self.error(e))?;
         let table = match read.open_table(AUDIT) {
             Ok(table) => table,
@@ -101,7 +108,8 @@ impl Store {
             Err(error) => return Err(self.error(error)),
         };
         let mut records = Vec::new();
-        for entry in table.iter().map_err(|e| self.error(e))?.rev().take(limit) {
+        let upper = before.unwrap_or(u64::MAX);
+        for entry in table.range(..upper).map_err(|e| self.error(e))?.rev().take(limit) {
             let (key, value) = entry.map_err(|e| self.error(e))?;
             let record = serde_json::from_slice(value.value()).map_err(|error| StoreError::CorruptRecord {
                 path: self.path().to_path_buf(),
@@ -172,6 +180,22 @@ mod tests {
             decided_at_ms: Some(2),
             finished_at_ms: Some(3),
         }
+    }
+
+    #[test]
+    fn pages_walk_back_without_gaps_or_overlap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&dir.path().join("state.redb")).expect("open");
+        assert!(store.audit_records_before(None, 10).expect("empty").is_empty());
+        for index in 0..7 {
+            store.append_audit(record(&format!("r{index}"))).expect("append");
+        }
+        let sequences = |records: Vec<AuditRecord>| records.iter().map(|record| record.sequence).collect::<Vec<_>>();
+        assert_eq!(sequences(store.audit_records_before(None, 3).expect("page")), [5, 6, 7]);
+        assert_eq!(sequences(store.audit_records_before(Some(5), 3).expect("page")), [2, 3, 4]);
+        assert_eq!(sequences(store.audit_records_before(Some(2), 3).expect("page")), [1]);
+        assert!(store.audit_records_before(Some(1), 3).expect("page").is_empty());
+        assert_eq!(sequences(store.audit_records(100).expect("all")), [1, 2, 3, 4, 5, 6, 7]);
     }
 
     #[test]

@@ -22,6 +22,9 @@ use crate::escalation::Answer;
 use crate::git_sentry::sync::Export;
 use crate::git_sentry::{self, GitLayout};
 
+/// Most audit records in one `audit/list` answer.
+const MAX_AUDIT_PAGE: usize = 1000;
+
 fn rpc_error(code: i32, message: impl Into<String>) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(code, message.into(), None::<()>)
 }
@@ -567,9 +570,11 @@ impl LazaretApiServer for Api {
         }
     }
 
-    async fn audit_list(&self, limit: Option<usize>) -> RpcResult<Vec<AuditRecord>> {
-        let limit = limit.unwrap_or(100).min(100_000);
-        let records = self.0.read_store(move |store| store.audit_records(limit)).await?;
+    async fn audit_list(&self, limit: Option<usize>, before: Option<u64>) -> RpcResult<Vec<AuditRecord>> {
+        // Pages stay well under the response limit: records are bounded
+        // (`limits::bound_for_audit`), and so is their number.
+        let limit = limit.unwrap_or(100).min(MAX_AUDIT_PAGE);
+        let records = self.0.read_store(move |store| store.audit_records_before(before, limit)).await?;
         Ok(records.into_iter().map(audit_record).collect())
     }
 

@@ -50,7 +50,22 @@ pub fn list(config_path: Option<&Path>, target: &DomainTarget, limit: usize, jso
     let records: Vec<AuditRecord> = query(
         config_path,
         target,
-        async |client: &Client| client.audit_list(Some(limit)).await.answered(),
+        async |client: &Client| {
+            // The coordinator answers in pages; walk back until `limit`.
+            let mut records: Vec<AuditRecord> = Vec::new();
+            while records.len() < limit {
+                let before = records.first().map(|record| record.sequence);
+                let page = client.audit_list(Some(limit - records.len()), before).await.answered()?;
+                if page.is_empty() {
+                    break;
+                }
+                records.splice(0..0, page);
+                if records.first().is_some_and(|record| record.sequence <= 1) {
+                    break;
+                }
+            }
+            Ok(records)
+        },
         |store| Ok(store.audit_records(limit)?.into_iter().map(audit_record).collect()),
     )?;
     if json {
