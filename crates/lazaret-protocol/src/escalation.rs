@@ -13,6 +13,14 @@ pub const MAX_FRAME_BYTES: usize = 1 << 20;
 /// Requests older or newer than this (against the coordinator's clock) are
 /// refused; nonces are remembered for at least this long.
 pub const REQUEST_WINDOW_MS: u64 = 60_000;
+/// How long a session's delegation and a sandbox's client certificate are
+/// valid: 30 days. Neither is usable sooner than that once its session or
+/// domain is gone (a delegation needs a live session of the coordinator
+/// that holds the session key; a certificate, the coordinator whose
+/// in-memory CA signed it), so the expiry is a backstop, not a session's
+/// working limit (attack review finding 13: a 24 h expiry made long
+/// sessions' escalations fail).
+pub const CREDENTIAL_LIFETIME_MS: u64 = 30 * 24 * 60 * 60 * 1000;
 /// Environment variable holding the session credential inside the sandbox.
 pub const CREDENTIAL_VARIABLE: &str = "LAZARET_SESSION_CREDENTIAL";
 pub const SESSION_ID_VARIABLE: &str = "LAZARET_SESSION_ID";

@@ -14,9 +14,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use crate::error::{Context, Result};
 
-/// Client certificates expire after this long; a domain that runs longer
-/// gets new ones on its next start.
-const CLIENT_CERTIFICATE_LIFETIME: time::Duration = time::Duration::hours(24);
+/// The CA's, the coordinator's and the sandboxes' certificates expire after
+/// this long (`CREDENTIAL_LIFETIME_MS`); the CA exists only in this
+/// coordinator's memory, so none outlives the domain in practice.
+const CERTIFICATE_LIFETIME: time::Duration = time::Duration::milliseconds(lazaret_protocol::escalation::CREDENTIAL_LIFETIME_MS as i64);
 
 /// The URI SAN of a sandbox's client certificate.
 pub fn sandbox_identity(profile: &str, domain_hash: &str, sandbox_id: &str) -> String {
@@ -44,7 +45,7 @@ impl TrustAnchor {
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         let now = time::OffsetDateTime::now_utc();
         params.not_before = now - time::Duration::minutes(5);
-        params.not_after = now + CLIENT_CERTIFICATE_LIFETIME + time::Duration::hours(1);
+        params.not_after = now + CERTIFICATE_LIFETIME + time::Duration::hours(1);
         let certificate = params.self_signed(&key).context("cannot sign the CA certificate")?;
         Ok(TrustAnchor { ca_certificate: certificate.der().clone(), ca_pem: certificate.pem(), issuer: Issuer::new(params, key) })
     }
@@ -60,7 +61,7 @@ impl TrustAnchor {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let now = time::OffsetDateTime::now_utc();
         params.not_before = now - time::Duration::minutes(5);
-        params.not_after = now + CLIENT_CERTIFICATE_LIFETIME;
+        params.not_after = now + CERTIFICATE_LIFETIME;
         let certificate = params.signed_by(&key, &self.issuer)?;
         Ok((certificate.der().clone(), PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()))))
     }
@@ -74,7 +75,7 @@ impl TrustAnchor {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let now = time::OffsetDateTime::now_utc();
         params.not_before = now - time::Duration::minutes(5);
-        params.not_after = now + CLIENT_CERTIFICATE_LIFETIME;
+        params.not_after = now + CERTIFICATE_LIFETIME;
         let certificate = params.signed_by(&key, &self.issuer)?;
         Ok(ClientCredentials { certificate_pem: certificate.pem(), key_pem: key.serialize_pem() })
     }
@@ -150,6 +151,10 @@ mod tests {
         let der = CertificateDer::from_pem_slice(credentials.certificate_pem.as_bytes()).expect("pem");
         assert_eq!(uri_sans(&der), vec![identity]);
         anchor.server_config().expect("server config");
+        // Valid for the credential lifetime (30 days), not 24 h.
+        let (_, parsed) = x509_parser::parse_x509_certificate(der.as_ref()).expect("x509");
+        let days = (parsed.validity().not_after.timestamp() - time::OffsetDateTime::now_utc().unix_timestamp()) / 86_400;
+        assert!((29..=30).contains(&days), "client certificate valid for {days} days");
     }
 
     use rustls::pki_types::pem::PemObject;

@@ -69,7 +69,10 @@ pub fn verify(
         .verify(signed.delegation.as_bytes(), &delegation_signature)
         .map_err(|_| "the delegation is not signed by the session's key".to_owned())?;
     if delegation.expires_at_ms < now_ms {
-        return Err("the session credential has expired".to_owned());
+        return Err(format!(
+            "the session credential has expired (credentials last {} days): start a new `lazaret run` session",
+            lazaret_protocol::escalation::CREDENTIAL_LIFETIME_MS / (24 * 60 * 60 * 1000)
+        ));
     }
     let delegated_key = decode_public_key(&delegation.delegated_public_key).ok_or("malformed delegated key")?;
     let signature = decode_signature(&signed.signature).ok_or("malformed request signature")?;

@@ -162,11 +162,8 @@ fn ensure_image(image: &str) -> Result<()> {
     anyhow::bail!("image `{image}` is not available locally; build or pull it first (podman images lists what exists)")
 }
 
-/// How long a session's delegated credential is valid.
-const CREDENTIAL_LIFETIME_MS: u64 = 24 * 60 * 60 * 1000;
-
 fn credential_expiry_ms() -> u64 {
-    lazaret_core::time::now_ms() + CREDENTIAL_LIFETIME_MS
+    lazaret_core::time::now_ms() + lazaret_protocol::escalation::CREDENTIAL_LIFETIME_MS
 }
 
 fn random_key() -> Result<[u8; 32]> {
