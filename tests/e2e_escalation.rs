@@ -758,3 +758,86 @@ fn the_plain_terminal_clients_list_and_answer_pending_requests_across_domains() 
     assert!(repository.join("via-cli").exists());
     assert_eq!(audit(&env, &repository)[0]["decidedBy"], "rpc:cli");
 }
+
+/// What the Session Anchor separates, and what it does not (attack review
+/// finding 16): a process in the sandbox can read another session's
+/// credential from `/proc/<pid>/environ` (the sandbox's processes share a
+/// uid) and use it; its requests are then attributed to, and prompted on,
+/// that session. Once that session has ended, the stolen credential is
+/// refused: it is only good while its session is live.
+#[test]
+fn a_credential_read_from_another_session_works_only_while_that_session_lives() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &[], 60);
+    let repository = git_repository(&env, "project");
+    let socket = control_socket(&env, &repository);
+    let mut sleepers = vec![spawn_agent(&env, &repository, "sleep 120"), spawn_agent(&env, &repository, "sleep 120")];
+    assert!(wait_until(Duration::from_secs(30), || socket.exists()));
+    let mut rpc = Rpc::connect(&socket);
+    assert!(
+        wait_until(Duration::from_secs(30), || rpc.call("domain/status", serde_json::json!({}))["result"]["sessions"]
+            .as_array()
+            .is_some_and(|sessions| sessions.len() == 2)),
+        "both sleepers are live sessions"
+    );
+    // Another session steals a sleeper's credential and keeps a copy in the
+    // sandbox's /tmp for later.
+    let thief = spawn_agent(
+        &env,
+        &repository,
+        "mine=$LAZARET_SESSION_ID; for e in /proc/[0-9]*/environ; do \
+           id=$(tr '\\0' '\\n' < $e 2>/dev/null | sed -n 's/^LAZARET_SESSION_ID=//p'); \
+           if [ -n \"$id\" ] && [ \"$id\" != \"$mine\" ]; then \
+             tr '\\0' '\\n' < $e | sed -n 's/^LAZARET_SESSION_CREDENTIAL=//p' > /tmp/stolen; echo \"$id\" > /tmp/stolen-id; break; fi; \
+         done; test -s /tmp/stolen || { echo no-credential-found; exit 3; }; \
+         LAZARET_SESSION_ID=$(cat /tmp/stolen-id) LAZARET_SESSION_CREDENTIAL=$(cat /tmp/stolen) lazaret-escalate -- touch stolen-marker; \
+         echo stolen=$?",
+    );
+    let pending = rpc.wait_for_pending();
+    let sessions = rpc.call("domain/status", serde_json::json!({}))["result"]["sessions"].clone();
+    let victim = sessions
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .find(|session| session["sessionId"] == pending["sessionId"])
+        .cloned()
+        .expect("the request is attributed to a live session");
+    assert_eq!(victim["command"], serde_json::json!(["sh", "-c", "sleep 120"]), "to the victim's session, not the thief's: {victim}");
+    let answer =
+        rpc.call("escalation/respond", serde_json::json!({"requestId": pending["requestId"], "decision": "deny", "reason": "stolen"}));
+    assert_eq!(answer["result"], true, "{answer}");
+    let output = thief.wait_with_output().expect("thief");
+    assert!(
+        stdout(&output).contains("stolen=97"),
+        "the stolen credential was accepted, and denied by the human: {}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    assert!(!repository.join("stolen-marker").exists());
+
+    // The victim's session ends; its credential dies with it.
+    let victim_pid = victim["pid"].as_u64().expect("pid") as u32;
+    let index = sleepers.iter().position(|child| child.id() == victim_pid).expect("the victim is one of our sleepers");
+    let mut victim_child = sleepers.remove(index);
+    let _ = victim_child.kill();
+    let _ = victim_child.wait();
+    assert!(
+        wait_until(Duration::from_secs(15), || !rpc.call("domain/status", serde_json::json!({}))["result"]["sessions"]
+            .as_array()
+            .is_some_and(|sessions| sessions.iter().any(|session| session["pid"] == victim_pid))),
+        "the victim's session ended"
+    );
+    let later = agent(
+        &env,
+        &repository,
+        "LAZARET_SESSION_ID=$(cat /tmp/stolen-id) LAZARET_SESSION_CREDENTIAL=$(cat /tmp/stolen) lazaret-escalate -- touch late-marker; echo late=$?",
+    );
+    assert!(stdout(&later).contains("late=99"), "refused once its session is gone: {}{}", stdout(&later), stderr(&later));
+    assert!(!repository.join("late-marker").exists());
+    for mut sleeper in sleepers {
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+    }
+}
