@@ -40,58 +40,6 @@ fn spawn_agent(env: &TestEnv, repository: &Path, script: &str) -> Child {
         .expect("spawn")
 }
 
-/// A JSON-RPC connection to the domain's control socket, as an editor has.
-struct Rpc {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next_id: u64,
-}
-
-impl Rpc {
-    fn connect(socket: &Path) -> Rpc {
-        let stream = UnixStream::connect(socket).expect("connect control socket");
-        stream.set_read_timeout(Some(Duration::from_secs(15))).expect("timeout");
-        Rpc { writer: stream.try_clone().expect("clone"), reader: BufReader::new(stream), next_id: 100 }
-    }
-
-    fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
-        self.next_id += 1;
-        let body = serde_json::json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}).to_string();
-        write!(self.writer, "Content-Length: {}\r\n\r\n{body}", body.len()).expect("write");
-        loop {
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                self.reader.read_line(&mut line).expect("header");
-                if line.trim().is_empty() {
-                    break;
-                }
-                if let Some(value) = line.trim().strip_prefix("Content-Length:") {
-                    length = value.trim().parse().expect("length");
-                }
-            }
-            let mut body = vec![0; length];
-            self.reader.read_exact(&mut body).expect("body");
-            let message: serde_json::Value = serde_json::from_slice(&body).expect("json");
-            if message["id"] == self.next_id {
-                return message;
-            }
-        }
-    }
-
-    /// Polls `escalation/list` until a request is pending.
-    fn wait_for_pending(&mut self) -> serde_json::Value {
-        for _ in 0..200 {
-            let pending = self.call("escalation/list", serde_json::json!({}));
-            if let Some(first) = pending["result"].as_array().and_then(|list| list.first()) {
-                return first.clone();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("no pending escalation appeared");
-    }
-}
-
 fn control_socket(env: &TestEnv, repository: &Path) -> PathBuf {
     PathBuf::from(domain_json(env, "default", repository)["control_socket"].as_str().expect("socket"))
 }

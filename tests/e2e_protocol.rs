@@ -4,13 +4,9 @@
 //! both sides of what the agent committed and what it left uncommitted;
 //! `state/diff` matches `lazaret state diff`; a subscriber that falls
 //! behind is told how much it lost, and sequence numbers have no gaps.
-//!
-//! With `LAZARET_RPC_TRANSCRIPT=FILE` every exchange is appended to FILE
-//! (the transcripts in docs/rpc.md come from there).
 
 mod support;
 
-use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -18,71 +14,6 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::*;
-
-/// A raw JSON-RPC connection, as an editor has one.
-struct Rpc {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next_id: u64,
-}
-
-impl Rpc {
-    fn connect(socket: &Path) -> Rpc {
-        let stream = UnixStream::connect(socket).expect("connect control socket");
-        stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-        Rpc { writer: stream.try_clone().expect("clone"), reader: BufReader::new(stream), next_id: 0 }
-    }
-
-    fn send(&mut self, message: &Value) {
-        write_frame(&mut self.writer, message);
-        self.writer.flush().expect("flush");
-    }
-
-    /// Sends a request whose `params` member is given literally (`None`:
-    /// no `params` at all) and returns the response.
-    fn request(&mut self, method: &str, params: Option<Value>) -> Value {
-        self.next_id += 1;
-        let mut message = json!({"jsonrpc": "2.0", "id": self.next_id, "method": method});
-        if let Some(params) = params {
-            message["params"] = params;
-        }
-        self.send(&message);
-        loop {
-            let response = read_frame(&mut self.reader);
-            if response["id"] == self.next_id {
-                transcript(&message, &response);
-                return response;
-            }
-        }
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        let response = self.request(method, Some(params));
-        assert!(response.get("error").is_none(), "{method}: {response}");
-        response["result"].clone()
-    }
-}
-
-fn transcript(request: &Value, response: &Value) {
-    let Some(file) = std::env::var_os("LAZARET_RPC_TRANSCRIPT") else { return };
-    let mut response = response.clone();
-    // Keep long texts readable in the documentation.
-    shorten(&mut response);
-    let mut out = std::fs::OpenOptions::new().create(true).append(true).open(file).expect("transcript");
-    writeln!(out, "--> {request}\n<-- {response}\n").expect("write transcript");
-}
-
-fn shorten(value: &mut Value) {
-    match value {
-        Value::String(text) if text.len() > 200 => *text = format!("{}…", text.chars().take(120).collect::<String>()),
-        Value::Array(items) => {
-            items.truncate(3);
-            items.iter_mut().for_each(shorten);
-        }
-        Value::Object(map) => map.values_mut().for_each(shorten),
-        _ => {}
-    }
-}
 
 fn keep_config(env: &TestEnv) {
     env.write_config(&format!(
@@ -171,40 +102,40 @@ fn methods_for_editors_serve_file_contents_state_changes_and_take_empty_params()
             assert!(response.get("result").is_some(), "{method} with params {params:?}: {response}");
         }
     }
-    let status = rpc.call("domain/status", json!({}));
+    let status = rpc.result("domain/status", json!({}));
     assert_eq!(status["domainHash"], domain["domain_hash"]);
 
-    let diff = rpc.call("branch/diff", json!({"patch": false}));
+    let diff = rpc.result("branch/diff", json!({"patch": false}));
     let committed: Vec<&str> = diff["files"].as_array().expect("files").iter().filter_map(|file| file["path"].as_str()).collect();
     assert!(committed.contains(&"src/lib.rs") && committed.contains(&"blob.bin"), "{diff}");
     let uncommitted = &diff["uncommitted"]["files"];
     assert!(uncommitted.as_array().expect("uncommitted").iter().any(|file| file["path"] == "README.md"), "{diff}");
 
-    let lib = rpc.call("branch/fileContents", json!({"path": "src/lib.rs"}));
+    let lib = rpc.result("branch/fileContents", json!({"path": "src/lib.rs"}));
     assert_eq!(lib["base"]["text"], "pub fn answer() -> u32 { 42 }\n", "{lib}");
     assert_eq!(lib["head"]["text"], "pub fn answer() -> u32 { 43 }\n", "{lib}");
     assert_eq!(lib["working"]["text"], "pub fn answer() -> u32 { 43 }\n", "{lib}");
     assert_eq!(lib["baseCommit"], diff["base"]);
     assert_eq!(lib["headCommit"], diff["head"]);
 
-    let readme = rpc.call("branch/fileContents", json!({"path": "README.md"}));
+    let readme = rpc.result("branch/fileContents", json!({"path": "README.md"}));
     assert_eq!(readme["base"]["text"], "# project\n");
     assert_eq!(readme["head"]["text"], "# project\n", "not committed: the head is unchanged");
     assert_eq!(readme["working"]["text"], "# project, edited\n", "the uncommitted change is on the working side");
 
-    let blob = rpc.call("branch/fileContents", json!({"path": "blob.bin"}));
+    let blob = rpc.result("branch/fileContents", json!({"path": "blob.bin"}));
     assert_eq!((blob["base"]["exists"].clone(), blob["head"]["exists"].clone()), (json!(false), json!(true)), "{blob}");
     assert_eq!(blob["head"]["binary"], true);
     assert_eq!(blob["head"]["text"], Value::Null);
     assert_eq!(blob["head"]["size"], 3);
 
-    let big = rpc.call("branch/fileContents", json!({"path": "big.txt"}));
+    let big = rpc.result("branch/fileContents", json!({"path": "big.txt"}));
     assert_eq!(big["head"]["size"], 2_097_152);
     assert_eq!(big["head"]["truncated"], true);
     assert_eq!(big["head"]["text"].as_str().map(str::len), Some(1 << 20), "cut at MAX_FILE_TEXT");
     assert_eq!(big["working"]["truncated"], true);
 
-    let missing = rpc.call("branch/fileContents", json!({"path": "no/such/file"}));
+    let missing = rpc.result("branch/fileContents", json!({"path": "no/such/file"}));
     for side in ["base", "head", "working"] {
         assert_eq!(missing[side]["exists"], false, "{missing}");
     }
@@ -216,15 +147,15 @@ fn methods_for_editors_serve_file_contents_state_changes_and_take_empty_params()
     // The audit trail pages backwards by sequence, in RPC and in the CLI.
     let sequences =
         |records: &Value| -> Vec<u64> { records.as_array().expect("records").iter().filter_map(|r| r["sequence"].as_u64()).collect() };
-    assert_eq!(sequences(&rpc.call("audit/list", json!({"limit": 2}))), [2, 3]);
-    assert_eq!(sequences(&rpc.call("audit/list", json!({"limit": 2, "before": 2}))), [1]);
-    assert!(sequences(&rpc.call("audit/list", json!({"before": 1}))).is_empty());
+    assert_eq!(sequences(&rpc.result("audit/list", json!({"limit": 2}))), [2, 3]);
+    assert_eq!(sequences(&rpc.result("audit/list", json!({"limit": 2, "before": 2}))), [1]);
+    assert!(sequences(&rpc.result("audit/list", json!({"before": 1}))).is_empty());
     let output = run(env.lazaret().args(["audit", "--json", "--limit", "3", "--profile", "keep", "--workspace"]).arg(&repository));
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(sequences(&serde_json::from_slice(&output.stdout).expect("json")), [1, 2, 3]);
 
     // state/diff is what `lazaret state diff --json` prints.
-    let over_rpc = rpc.call("state/diff", json!({}));
+    let over_rpc = rpc.result("state/diff", json!({}));
     let output = run(env.lazaret().args(["state", "diff", "--json", "--profile", "keep", "--workspace"]).arg(&repository));
     assert!(output.status.success(), "{}", stderr(&output));
     let from_cli: Value = serde_json::from_slice(&output.stdout).expect("json");
@@ -234,7 +165,7 @@ fn methods_for_editors_serve_file_contents_state_changes_and_take_empty_params()
         .expect("changes")
         .iter()
         .any(|change| change["path"] == "/usr/local/bin/agent-tool" && change["kind"] == "added"));
-    let only_usr = rpc.call("state/diff", json!({"dir": "/usr"}));
+    let only_usr = rpc.result("state/diff", json!({"dir": "/usr"}));
     assert_eq!(only_usr, over_rpc);
     let bad_dir = rpc.request("state/diff", Some(json!({"dir": "/etc"})));
     assert_eq!(bad_dir["error"]["code"], 1004, "{bad_dir}");
@@ -244,14 +175,14 @@ fn methods_for_editors_serve_file_contents_state_changes_and_take_empty_params()
 fn churn_sessions(rpc: &mut Rpc, count: usize) {
     for index in 0..count {
         let session_id = format!("{:032x}", 0xfeed_0000_u64 + index as u64);
-        rpc.call("session/register", json!({"sessionId": session_id, "pid": std::process::id(), "client": "churn"}));
-        rpc.call("session/unregister", json!({"sessionId": session_id}));
+        rpc.result("session/register", json!({"sessionId": session_id, "pid": std::process::id(), "client": "churn"}));
+        rpc.result("session/unregister", json!({"sessionId": session_id}));
     }
 }
 
 fn subscribe(socket: &Path) -> Rpc {
     let mut rpc = Rpc::connect(socket);
-    let subscription = rpc.call("events/subscribe", json!([]));
+    let subscription = rpc.result("events/subscribe", json!([]));
     assert!(subscription.is_string() || subscription.is_number(), "{subscription}");
     rpc
 }

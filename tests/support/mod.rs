@@ -416,3 +416,61 @@ pub fn write_frame(writer: &mut impl std::io::Write, message: &serde_json::Value
     let body = message.to_string();
     write!(writer, "Content-Length: {}\r\n\r\n{body}", body.len()).expect("write");
 }
+
+/// A raw JSON-RPC connection to a domain's control socket, as an editor has
+/// one (the tests speak the wire format themselves, not the typed client).
+pub struct Rpc {
+    pub reader: std::io::BufReader<std::os::unix::net::UnixStream>,
+    writer: std::os::unix::net::UnixStream,
+    next_id: u64,
+}
+
+impl Rpc {
+    pub fn connect(socket: &Path) -> Rpc {
+        let stream = std::os::unix::net::UnixStream::connect(socket).expect("connect control socket");
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).expect("timeout");
+        Rpc { writer: stream.try_clone().expect("clone"), reader: std::io::BufReader::new(stream), next_id: 0 }
+    }
+
+    /// Sends a request whose `params` member is given literally (`None`: no
+    /// `params` at all) and returns the whole response (`result` or
+    /// `error`); notifications that arrive meanwhile are skipped.
+    pub fn request(&mut self, method: &str, params: Option<serde_json::Value>) -> serde_json::Value {
+        self.next_id += 1;
+        let mut message = serde_json::json!({"jsonrpc": "2.0", "id": self.next_id, "method": method});
+        if let Some(params) = params {
+            message["params"] = params;
+        }
+        write_frame(&mut self.writer, &message);
+        loop {
+            let response = read_frame(&mut self.reader);
+            if response["id"] == self.next_id {
+                return response;
+            }
+        }
+    }
+
+    /// [`Rpc::request`] with params; the whole response.
+    pub fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.request(method, Some(params))
+    }
+
+    /// The `result` of a call that must succeed.
+    pub fn result(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let response = self.call(method, params);
+        assert!(response.get("error").is_none(), "{method}: {response}");
+        response["result"].clone()
+    }
+
+    /// Polls `escalation/list` until a request is pending.
+    pub fn wait_for_pending(&mut self) -> serde_json::Value {
+        for _ in 0..200 {
+            let pending = self.call("escalation/list", serde_json::json!({}));
+            if let Some(first) = pending["result"].as_array().and_then(|list| list.first()) {
+                return first.clone();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("no pending escalation appeared");
+    }
+}
