@@ -182,15 +182,7 @@ fn oversized_requests_and_a_flood_of_pending_requests_are_refused() {
     let script = "big=$(head -c 100000 /dev/zero | tr '\\0' a); lazaret-escalate --justification \"$big\" -- touch big; echo big=$?; \
                   for i in 1 2 3 4 5 6 7 8 9 10; do (lazaret-escalate -- touch flood-$i >/dev/null 2>&1; echo flood=$? >> /tmp/flood) & done; \
                   sleep 4; cat /tmp/flood; touch /tmp/done; sleep 30";
-    let mut session = env
-        .lazaret()
-        .args(["run", "--workspace"])
-        .arg(&repository)
-        .args(["--", "sh", "-c", script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut session = spawn_agent(&env, &repository, script);
     let container = domain_json(&env, "default", &repository)["container_name"].as_str().expect("name").to_owned();
     let done = || {
         std::process::Command::new("podman")

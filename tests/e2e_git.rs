@@ -112,16 +112,7 @@ fn an_agent_commit_is_the_host_ref_within_a_second_and_diffs_exactly() {
     let repository = git_repository(&env, "project");
     let script =
         "cd /workspace; echo 'pub fn question() {}' >> src/lib.rs; git commit -q -am 'agent: add question'; echo COMMITTED; sleep 3";
-    let mut child = env
-        .lazaret()
-        .args(["run", "--workspace"])
-        .arg(&repository)
-        .args(["--", "sh", "-c", script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let (mut child, mut lines) = spawn_agent_lines(&env, &repository, script);
     assert_eq!(lines.next().map(|l| l.expect("line")).as_deref(), Some("COMMITTED"));
     let committed = Instant::now();
     let branch_ref = format!("refs/heads/{BRANCH}");
@@ -416,4 +407,76 @@ fn a_git_that_hangs_inside_the_sandbox_cannot_hold_the_session_or_teardown() {
     let next = run_agent(&env, &repository, "cd /workspace; echo b > b; git add b; git commit -qm b; git log --oneline | wc -l");
     assert!(next.status.success(), "{}", stderr(&next));
     assert!(git(&repository, &["log", "--format=%s", BRANCH]).contains('b'), "the next commit is exported");
+}
+
+/// Peak resident memory of a process (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status.lines().find(|line| line.starts_with("VmHWM:")).expect("VmHWM");
+    line.split_whitespace().nth(1).and_then(|kib| kib.parse().ok()).expect("KiB")
+}
+
+/// Attack review finding 6: the agent's bundle (up to its size cap) was read
+/// whole into the coordinator's memory, copied, and the checked pack held
+/// there too. Now it streams between files and git: a 96 MiB commit of
+/// incompressible data moves the coordinator's peak memory by a few MiB.
+#[test]
+fn a_large_export_streams_through_the_coordinator_without_holding_it_in_memory() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    let script = "cd /workspace; head -c 96M /dev/urandom > big.bin; echo READY; sleep 2; \
+                  git add big.bin; git -c core.compression=0 commit -qm big; echo COMMITTED; sleep 120";
+    let (mut child, mut lines) = spawn_agent_lines(&env, &repository, script);
+    assert_eq!(lines.next().map(|l| l.expect("line")).as_deref(), Some("READY"));
+    let coordinator = coordinator_pids(&repository)[0];
+    let before = peak_rss_kib(coordinator);
+    assert_eq!(lines.next().map(|l| l.expect("line")).as_deref(), Some("COMMITTED"));
+    let branch_ref = format!("refs/heads/{BRANCH}");
+    let arrived = wait_until(Duration::from_secs(90), || {
+        Command::new("git")
+            .arg("-C")
+            .arg(&repository)
+            .args(["rev-parse", "--verify", "--quiet", &branch_ref])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    let after = peak_rss_kib(coordinator);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(arrived, "the large commit reaches the host");
+    assert_eq!(git(&repository, &["log", "-1", "--format=%s", BRANCH]).trim(), "big");
+    let size = git(&repository, &["cat-file", "-s", &format!("{BRANCH}:big.bin")]);
+    assert_eq!(size.trim(), (96u64 << 20).to_string());
+    eprintln!("coordinator peak RSS {before} KiB before the export, {after} KiB after");
+    assert!(after - before < 32 << 10, "the coordinator's peak memory grew by {} KiB importing 96 MiB", after - before);
+}
+
+/// Attack review finding 6: accepted exports piled packs into the host's
+/// `.git` (host git runs with `gc.auto=0`). After each accepted import the
+/// coordinator runs `git gc --auto`, as git's own fetch does, under the
+/// user's thresholds: with `gc.autoPackLimit=3`, seven exports leave at most
+/// three packs, and the branch and the user's refs are intact.
+#[test]
+fn accepted_exports_do_not_pile_up_packs_in_the_host_repository() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    git(&repository, &["config", "gc.autoPackLimit", "3"]);
+    let packs = || {
+        std::fs::read_dir(repository.join(".git/objects/pack"))
+            .map(|entries| entries.flatten().filter(|entry| entry.path().extension().is_some_and(|ext| ext == "pack")).count())
+            .unwrap_or(0)
+    };
+    let script = "cd /workspace; for n in 1 2 3 4 5 6 7; do echo $n > file$n; git add file$n; git commit -qm c$n; sleep 1.5; done";
+    let output = run_agent(&env, &repository, script);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(git(&repository, &["log", "-1", "--format=%s", BRANCH]).trim(), "c7");
+    assert_eq!(git(&repository, &["rev-list", "--count", BRANCH]).trim(), "8");
+    assert_eq!(git(&repository, &["log", "-1", "--format=%s", "main"]).trim(), "initial");
+    assert!(wait_until(Duration::from_secs(20), || packs() <= 3), "{} packs in the host repository", packs());
+    let fsck = Command::new("git").arg("-C").arg(&repository).args(["fsck", "--strict", "--no-dangling"]).output().expect("fsck");
+    assert!(fsck.status.success(), "{}", stderr(&fsck));
 }

@@ -128,6 +128,27 @@ pub fn domain_containers(hash: &str) -> Vec<String> {
     stdout(&output).lines().map(str::to_owned).filter(|line| !line.is_empty()).collect()
 }
 
+/// `lazaret run --workspace <workspace> -- sh -c <script>` in the
+/// background, its stdout piped and read line by line.
+pub fn spawn_agent_lines(
+    env: &TestEnv,
+    workspace: &Path,
+    script: &str,
+) -> (std::process::Child, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>) {
+    use std::io::BufRead;
+    let mut child = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(workspace)
+        .args(["--", "sh", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn lazaret run");
+    let lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    (child, lines)
+}
+
 /// Pids of live coordinator processes for `workspace` (from /proc).
 pub fn coordinator_pids(workspace: &Path) -> Vec<u32> {
     let needle = workspace.to_string_lossy().into_owned();

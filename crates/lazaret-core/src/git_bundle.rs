@@ -100,6 +100,30 @@ impl BundleHeader {
     }
 }
 
+impl BundleHeader {
+    /// Reads just the header from the start of `reader` (the pack stays
+    /// unread but for its 4-byte signature) and parses it: the same answer as
+    /// [`BundleHeader::parse`] on the whole bundle, with at most
+    /// [`MAX_HEADER_LINES`] lines of [`MAX_LINE`] bytes held in memory.
+    pub fn read(reader: &mut impl std::io::BufRead) -> std::io::Result<Result<BundleHeader, BundleError>> {
+        use std::io::{BufRead, Read};
+        let mut prefix = Vec::new();
+        for _ in 0..MAX_HEADER_LINES {
+            let start = prefix.len();
+            // One byte more than a line may have, so an overlong line is seen as such.
+            let read = reader.by_ref().take(MAX_LINE as u64 + 2).read_until(b'\n', &mut prefix)?;
+            let line = &prefix[start..];
+            if read == 0 || line.last() != Some(&b'\n') || line == b"\n" {
+                break;
+            }
+        }
+        let mut signature = Vec::with_capacity(4);
+        reader.by_ref().take(4).read_to_end(&mut signature)?;
+        prefix.extend_from_slice(&signature);
+        Ok(BundleHeader::parse(&prefix))
+    }
+}
+
 fn check_oid(oid: &str) -> Result<(), String> {
     if oid.len() == 40 && oid.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')) {
         Ok(())
@@ -177,5 +201,26 @@ mod tests {
         assert_eq!(BundleHeader::parse(format!("# v2 git bundle\n{B} refs/heads/x\n\nNOPE").as_bytes()), Err(BundleError::NoPack));
         let long = format!("# v2 git bundle\n{B} refs/heads/{}\n\nPACK", "a".repeat(5000));
         assert!(matches!(BundleHeader::parse(long.as_bytes()), Err(BundleError::Line { .. })));
+    }
+
+    #[test]
+    fn reading_the_header_from_a_stream_agrees_with_parsing_the_whole_bundle() {
+        let long = format!("# v2 git bundle\n{B} refs/heads/{}\n\nPACK", "a".repeat(5000));
+        let many = format!("# v2 git bundle\n{}\nPACK", format!("-{A} c\n").repeat(MAX_HEADER_LINES + 1));
+        for text in [
+            format!("# v2 git bundle\n-{A} initial\n{B} refs/heads/lazaret/agent-default\n\nPACK\0\0\0\x02 and a pack"),
+            format!("# v3 git bundle\n@object-format=sha1\n{B} refs/heads/x\n\nPACK"),
+            format!("# v2 git bundle\n{B} refs/heads/x\n"),
+            format!("# v2 git bundle\n{B} refs/heads/x\n\nNOPE"),
+            format!("# v2 git bundle\n{B} refs/heads/x\n\nPA"),
+            "# v4 git bundle\n".to_owned(),
+            String::new(),
+            long,
+            many,
+        ] {
+            let mut reader = std::io::BufReader::with_capacity(7, text.as_bytes());
+            let streamed = BundleHeader::read(&mut reader).expect("read");
+            assert_eq!(streamed, BundleHeader::parse(text.as_bytes()), "{:?}", &text[..text.len().min(80)]);
+        }
     }
 }

@@ -9,12 +9,13 @@ use std::process::{Command, Output, Stdio};
 use crate::bail;
 use crate::error::{Context, Result};
 
-/// `-c` settings applied to every host git invocation.
+/// `-c` settings applied to every host git invocation. All but one also apply
+/// to the housekeeping run ([`HostRepository::housekeeping`]).
 const HARDENING: [&str; 14] = [
+    "gc.auto=0",
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
     "core.untrackedCache=false",
-    "gc.auto=0",
     "maintenance.auto=false",
     "transfer.fsckObjects=true",
     "fetch.fsckObjects=true",
@@ -87,6 +88,22 @@ impl HostRepository {
         Ok(String::from_utf8_lossy(&self.git(arguments)?.stdout).trim_end().to_owned())
     }
 
+    /// `git gc --auto`, as git's own `fetch` runs it, so that the packs of
+    /// accepted imports do not pile up: the user's own `gc.*` thresholds
+    /// decide, in the foreground, with the rest of the hardening in force.
+    pub fn housekeeping(&self) -> Result<()> {
+        let mut command = host_git_command_with(&self.workdir, &HARDENING[1..]);
+        let output = command
+            .args(["-c", "gc.autoDetach=false", "gc", "--auto", "--quiet"])
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run git gc")?;
+        if !output.status.success() {
+            bail!("git gc --auto failed: {}", String::from_utf8_lossy(&output.stderr).trim());
+        }
+        Ok(())
+    }
+
     /// The commit a ref points at, `None` if it does not exist.
     pub fn resolve(&self, reference: &str) -> Option<String> {
         self.git_text(&["rev-parse", "--verify", "--quiet", &format!("{reference}^{{commit}}")]).ok().filter(|sha| !sha.is_empty())
@@ -94,6 +111,10 @@ impl HostRepository {
 }
 
 fn host_git_command(workdir: &Path) -> Command {
+    host_git_command_with(workdir, &HARDENING)
+}
+
+fn host_git_command_with(workdir: &Path, hardening: &[&str]) -> Command {
     let mut command = Command::new("git");
     command.env_clear();
     for name in ["PATH", "HOME", "USER", "LANG", "XDG_CONFIG_HOME", "TMPDIR"] {
@@ -103,7 +124,7 @@ fn host_git_command(workdir: &Path) -> Command {
     }
     command.env("GIT_TERMINAL_PROMPT", "0").env("GIT_OPTIONAL_LOCKS", "0");
     command.arg("-C").arg(workdir);
-    for setting in HARDENING {
+    for setting in hardening {
         command.arg("-c").arg(setting);
     }
     command

@@ -22,7 +22,7 @@ pub mod quarantine;
 pub mod sync;
 
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use lazaret_core::config::ResolvedProfile;
@@ -37,7 +37,7 @@ pub use host_git::HostRepository;
 pub const TRANSFER_IN_CONTAINER: &str = "/run/lazaret/transfer";
 pub const OUTBOX_IN_CONTAINER: &str = "/run/lazaret/outbox";
 /// Largest bundle the host accepts from the sandbox.
-pub const MAX_BUNDLE_BYTES: u64 = 2 << 30;
+pub const MAX_BUNDLE_BYTES: u64 = 1 << 30;
 
 /// The agent branch of a profile.
 pub fn agent_branch(profile: &str) -> String {
@@ -205,16 +205,31 @@ if [ -n "$moved" ] || [ ! -e .git/index ]; then git reset --quiet --hard; fi
             .open(&source)
             .with_context(|| format!("cannot open {}", source.display()))?;
         let metadata = file.metadata()?;
-        if !metadata.file_type().is_file() || metadata.len() > MAX_BUNDLE_BYTES {
-            bail!("{} is not a regular file under {} bytes", source.display(), MAX_BUNDLE_BYTES);
+        if !metadata.file_type().is_file() {
+            bail!("{} is not a regular file; nothing was imported", source.display());
         }
-        let mut contents = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
-        file.take(MAX_BUNDLE_BYTES).read_to_end(&mut contents)?;
-        if !(contents.starts_with(b"# v2 git bundle\n") || contents.starts_with(b"# v3 git bundle\n")) {
+        if metadata.len() > MAX_BUNDLE_BYTES {
+            bail!(
+                "the agent's bundle {} is {} bytes, more than the {MAX_BUNDLE_BYTES} the host accepts; nothing was imported",
+                source.display(),
+                metadata.len()
+            );
+        }
+        let mut signature = [0u8; 16];
+        if file.read_exact_at(&mut signature, 0).is_err()
+            || !(signature.starts_with(b"# v2 git bundle\n") || signature.starts_with(b"# v3 git bundle\n"))
+        {
             bail!("{} is not a git bundle", source.display());
         }
+        // Copied as a stream, never whole in memory; still capped, as the agent may be appending.
         let target = self.import.join("agent.bundle");
-        std::fs::write(&target, &contents)?;
+        let mut output = std::fs::File::create(&target).with_context(|| format!("cannot create {}", target.display()))?;
+        let copied = std::io::copy(&mut file.take(MAX_BUNDLE_BYTES + 1), &mut output)?;
+        if copied > MAX_BUNDLE_BYTES {
+            drop(output);
+            let _ = std::fs::remove_file(&target);
+            bail!("the agent's bundle {} grew past {MAX_BUNDLE_BYTES} bytes while it was copied; nothing was imported", source.display());
+        }
         Ok(target)
     }
 }

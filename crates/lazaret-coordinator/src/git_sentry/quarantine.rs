@@ -11,7 +11,9 @@
 //! the host repository. The host never uses anything the agent's binaries
 //! computed beyond the bundle bytes themselves.
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
@@ -38,10 +40,16 @@ pub enum Imported {
     },
 }
 
-/// Checks `bundle` and, if every new object passes, moves `branch_ref` of
-/// the host repository from `previous` to the bundle's commit.
-pub fn import(host: &HostRepository, bundle: &[u8], branch_ref: &str, previous: Option<&str>) -> Result<Imported> {
-    let header = BundleHeader::parse(bundle).context("the agent's bundle is refused")?;
+/// Largest pack of new objects one import may add to the host repository.
+pub const MAX_IMPORT_BYTES: u64 = 1 << 30;
+
+/// Checks the bundle at `bundle` and, if every new object passes, moves
+/// `branch_ref` of the host repository from `previous` to the bundle's
+/// commit. The bundle and the packs made from it are streamed between files
+/// and git: the coordinator never holds them in memory.
+pub fn import(host: &HostRepository, bundle: &Path, branch_ref: &str, previous: Option<&str>) -> Result<Imported> {
+    let mut reader = std::io::BufReader::new(File::open(bundle).with_context(|| format!("cannot open {}", bundle.display()))?);
+    let header = BundleHeader::read(&mut reader)?.context("the agent's bundle is refused")?;
     let commit = match header.refs.as_slice() {
         [(commit, name)] if name == branch_ref => commit.clone(),
         refs => {
@@ -57,24 +65,39 @@ pub fn import(host: &HostRepository, bundle: &[u8], branch_ref: &str, previous: 
     let quarantine = Quarantine::create(&objects)?;
 
     // 1. The agent's pack, completed from the host's objects (thin packs).
-    quarantine.git(host, &quarantine.received, &["index-pack", "--stdin", "--fix-thin"], &bundle[header.pack_offset..])?;
-    let kind = quarantine.git(host, &quarantine.received, &["cat-file", "-t", &commit], &[])?;
+    let mut pack = reader.into_inner();
+    pack.seek(SeekFrom::Start(header.pack_offset as u64))?;
+    quarantine.git(host, &quarantine.received, &["index-pack", "--stdin", "--fix-thin"], pack.into())?;
+    let kind = quarantine.git(host, &quarantine.received, &["cat-file", "-t", &commit], Stdio::null())?;
     if String::from_utf8_lossy(&kind).trim() != "commit" {
         bail!("the agent's bundle names {commit}, which is not a commit");
     }
-    // 2. Everything the new commit reaches that the host's refs do not.
-    let new_objects = quarantine.git(host, &quarantine.received, &["rev-list", "--objects", &commit, "--not", "--all"], &[])?;
-    if !new_objects.is_empty() {
-        let pack = quarantine.git(host, &quarantine.received, &["pack-objects", "--stdout", "-q"], &new_objects)?;
+    // 2. Everything the new commit reaches that the host's refs do not, as one pack.
+    let new_pack = quarantine.pack_new_objects(host, &commit)?;
+    let size = new_pack.metadata()?.len();
+    if size > MAX_IMPORT_BYTES {
+        bail!("the agent's commits add {size} bytes of objects, more than the {MAX_IMPORT_BYTES} one import may add; nothing was imported");
+    }
+    if pack_object_count(&new_pack)? > 0 {
         // 3. Checked whole: fsck of every object (warnings are errors) and connectivity.
         quarantine
-            .git(host, &quarantine.checked, &["index-pack", "--stdin", "--strict"], &pack)
+            .git(host, &quarantine.checked, &["index-pack", "--stdin", "--strict"], new_pack.into())
             .context("the agent's commits fail git's object checks")?;
         quarantine.migrate(&objects.join("pack"))?;
     }
     // 4. The ref, only if nobody moved it meanwhile.
     host.git(&["update-ref", "-m", "lazaret: import of the agent branch", branch_ref, &commit, previous.unwrap_or(NO_COMMIT)])?;
     Ok(Imported::Moved { commit })
+}
+
+/// The object count in a pack's header (`PACK`, version, count).
+fn pack_object_count(pack: &File) -> Result<u32> {
+    let mut header = [0u8; 12];
+    pack.read_exact_at(&mut header, 0).context("cannot read the pack of new objects")?;
+    if &header[..4] != b"PACK" {
+        bail!("git pack-objects wrote no pack");
+    }
+    Ok(u32::from_be_bytes([header[8], header[9], header[10], header[11]]))
 }
 
 /// Two object directories under the host's `objects/`: what the agent sent,
@@ -100,28 +123,55 @@ impl Quarantine {
 
     /// Hardened host git with `object_dir` as its object store and the
     /// host's as the alternate; `input` on stdin; stdout back.
-    fn git(&self, host: &HostRepository, object_dir: &Path, arguments: &[&str], input: &[u8]) -> Result<Vec<u8>> {
-        let mut command: Command = host.command();
-        command
-            .env("GIT_OBJECT_DIRECTORY", object_dir)
-            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", &self.alternate)
-            .args(arguments)
-            .stdin(Stdio::piped())
+    fn git(&self, host: &HostRepository, object_dir: &Path, arguments: &[&str], input: Stdio) -> Result<Vec<u8>> {
+        let output = self
+            .command(host, object_dir, arguments)
+            .stdin(input)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().with_context(|| format!("cannot run git {}", arguments.join(" ")))?;
-        let mut stdin = child.stdin.take().context("git stdin")?;
-        let input = input.to_vec();
-        // Feed stdin on a thread: git may fill stdout before it reads all of it.
-        let feeder = std::thread::spawn(move || {
-            let _ = stdin.write_all(&input);
-        });
-        let output = child.wait_with_output()?;
-        let _ = feeder.join();
+            .stderr(Stdio::piped())
+            .output()
+            .with_context(|| format!("cannot run git {}", arguments.join(" ")))?;
         if !output.status.success() {
             bail!("git {} failed: {}", arguments.join(" "), String::from_utf8_lossy(&output.stderr).trim());
         }
         Ok(output.stdout)
+    }
+
+    fn command(&self, host: &HostRepository, object_dir: &Path, arguments: &[&str]) -> Command {
+        let mut command: Command = host.command();
+        command.env("GIT_OBJECT_DIRECTORY", object_dir).env("GIT_ALTERNATE_OBJECT_DIRECTORIES", &self.alternate).args(arguments);
+        command
+    }
+
+    /// `rev-list --objects <commit> --not --all | pack-objects --stdout`
+    /// into a file of the quarantine, returned open at its start.
+    fn pack_new_objects(&self, host: &HostRepository, commit: &str) -> Result<File> {
+        let path = self.root.join("new.pack");
+        let output = File::options().read(true).write(true).create_new(true).open(&path)?;
+        let mut list = self
+            .command(host, &self.received, &["rev-list", "--objects", commit, "--not", "--all"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot run git rev-list")?;
+        let listed = list.stdout.take().context("git rev-list stdout")?;
+        let packed = self
+            .command(host, &self.received, &["pack-objects", "--stdout", "-q"])
+            .stdin(listed)
+            .stdout(output.try_clone()?)
+            .stderr(Stdio::piped())
+            .output()
+            .context("cannot run git pack-objects")?;
+        let listed = list.wait_with_output()?;
+        for (name, status, stderr) in [("rev-list", listed.status, listed.stderr), ("pack-objects", packed.status, packed.stderr)] {
+            if !status.success() {
+                bail!("git {name} failed: {}", String::from_utf8_lossy(&stderr).trim());
+            }
+        }
+        let mut output = output;
+        output.seek(SeekFrom::Start(0))?;
+        Ok(output)
     }
 
     /// Moves the checked pack into the host's `objects/pack`: data first,

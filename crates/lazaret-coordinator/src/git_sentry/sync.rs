@@ -6,6 +6,7 @@
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::GitLayout;
@@ -116,11 +117,32 @@ pub async fn export_once(layout: &GitLayout, container: &str) -> Result<Export> 
 
 fn import_bundle(layout: &GitLayout, previous: Option<String>) -> Result<Export> {
     let bundle = layout.take_exported_bundle()?;
-    let bytes = std::fs::read(&bundle);
+    let imported = super::quarantine::import(&layout.host, &bundle, &layout.branch_ref(), previous.as_deref());
     let _ = std::fs::remove_file(&bundle);
-    let bytes = bytes.with_context(|| format!("cannot read {}", bundle.display()))?;
-    match super::quarantine::import(&layout.host, &bytes, &layout.branch_ref(), previous.as_deref())? {
+    match imported? {
         super::quarantine::Imported::Unchanged => Ok(Export::Unchanged),
-        super::quarantine::Imported::Moved { commit } => Ok(Export::Updated { previous, commit }),
+        super::quarantine::Imported::Moved { commit } => {
+            housekeeping_after_import(layout);
+            Ok(Export::Updated { previous, commit })
+        }
+    }
+}
+
+/// Runs [`super::HostRepository::housekeeping`] on a thread of its own, one
+/// at a time: a repack must not hold up the next export.
+fn housekeeping_after_import(layout: &GitLayout) {
+    static RUNNING: AtomicBool = AtomicBool::new(false);
+    if RUNNING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let host = layout.host.clone();
+    let spawned = std::thread::Builder::new().name("git-housekeeping".into()).spawn(move || {
+        if let Err(error) = host.housekeeping() {
+            tracing::warn!(%error, "housekeeping of the host repository failed");
+        }
+        RUNNING.store(false, Ordering::Release);
+    });
+    if spawned.is_err() {
+        RUNNING.store(false, Ordering::Release);
     }
 }
