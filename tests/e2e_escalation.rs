@@ -180,6 +180,7 @@ fn oversized_requests_and_a_flood_of_pending_requests_are_refused() {
         serde_json::from_slice(&output.stdout).expect("json")
     };
     let script = "big=$(head -c 100000 /dev/zero | tr '\\0' a); lazaret-escalate --justification \"$big\" -- touch big; echo big=$?; \
+                  esc=$(head -c 60000 /dev/zero | tr '\\0' '\\001'); lazaret-escalate -- touch \"$esc\"; echo escaped=$?; \
                   for i in 1 2 3 4 5 6 7 8 9 10; do (lazaret-escalate -- touch flood-$i >/dev/null 2>&1; echo flood=$? >> /tmp/flood) & done; \
                   sleep 4; cat /tmp/flood; touch /tmp/done; sleep 30";
     let mut session = spawn_agent(&env, &repository, script);
@@ -197,6 +198,7 @@ fn oversized_requests_and_a_flood_of_pending_requests_are_refused() {
     let output = session.wait_with_output().expect("wait");
     let text = stdout(&output);
     assert!(text.contains("big=99"), "the oversized request is refused at once: {text}");
+    assert!(text.contains("escaped=99"), "a request too large to show once escaped is refused at once: {text}");
     assert_eq!(text.matches("flood=99").count(), 2, "the requests beyond the cap are refused: {text}");
     let domain = domain_json(&env, "default", &repository);
     assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)));
@@ -205,6 +207,10 @@ fn oversized_requests_and_a_flood_of_pending_requests_are_refused() {
         records.iter().find(|record| record["reason"].as_str().is_some_and(|reason| reason.contains("justification is"))).expect("audited");
     let kept = big["justification"].as_str().expect("justification");
     assert!(kept.len() < 1200 && kept.contains("[truncated: 100000 bytes, sha256 "), "bounded in the store: {} bytes", kept.len());
+    assert!(
+        records.iter().any(|record| record["reason"].as_str().is_some_and(|reason| reason.contains("bytes to show"))),
+        "the escaped request's refusal is audited"
+    );
     let refused =
         records.iter().filter(|record| record["reason"].as_str().is_some_and(|reason| reason.contains("already has 8 requests"))).count();
     assert_eq!(refused, 2, "{records:?}");

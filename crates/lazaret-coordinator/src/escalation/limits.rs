@@ -16,6 +16,13 @@ pub const MAX_ARGV_BYTES: usize = 64 << 10;
 /// Requests waiting for a human, per session and per domain.
 pub const MAX_PENDING_PER_SESSION: usize = 8;
 pub const MAX_PENDING_PER_DOMAIN: usize = 32;
+/// Largest pending request as `escalation/list` and the `escalationPending`
+/// event carry it (JSON). With the per-domain cap this bounds every answer of
+/// `escalation/list` well under the control socket's response limit, so the
+/// list needs no paging: a human always sees every waiting request. (Argv of
+/// control characters grows six-fold in JSON, so the byte caps above alone
+/// would not bound it.)
+pub const MAX_PENDING_JSON_BYTES: usize = 192 << 10;
 /// Longest value an audit record keeps whole.
 pub const MAX_AUDIT_VALUE_BYTES: usize = 1024;
 /// Escalation connections served at once, per domain (finding 14: 19,865
@@ -88,6 +95,14 @@ pub fn oversize(payload: &RequestPayload) -> Option<String> {
     None
 }
 
+/// Why a pending request would be too large to show, if it would be.
+pub fn too_large_to_show(escalation: &lazaret_protocol::PendingEscalation) -> Option<String> {
+    let bytes = serde_json::to_vec(escalation).map_or(usize::MAX, |json| json.len());
+    (bytes > MAX_PENDING_JSON_BYTES).then(|| {
+        format!("the request takes {bytes} bytes to show (its text escaped); at most {MAX_PENDING_JSON_BYTES} can wait for a human")
+    })
+}
+
 /// `text` whole if short; else its first bytes, its length and SHA-256.
 pub fn bounded(text: &str) -> String {
     if text.len() <= MAX_AUDIT_VALUE_BYTES {
@@ -130,6 +145,35 @@ pub fn bound_for_audit(record: &mut lazaret_store::AuditRecord) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_pending_list_fits_in_one_answer_of_the_control_socket() {
+        // The largest list: every slot of the domain taken by a request at the
+        // size limit, plus the JSON-RPC envelope.
+        let list = MAX_PENDING_PER_DOMAIN * (MAX_PENDING_JSON_BYTES + 1) + 1024;
+        let limit = lazaret_rpc::server::Config::default().max_response_size;
+        assert!(list <= limit / 2, "{list} bytes against a response limit of {limit}");
+        // Within the byte caps, escaped text can exceed the display limit…
+        let escalation = |argv: Vec<String>| lazaret_protocol::PendingEscalation {
+            request_id: "r".into(),
+            domain_hash: "d".into(),
+            profile: "default".into(),
+            session_id: "s".into(),
+            display: lazaret_core::policy::display_command(&argv),
+            risk_notes: lazaret_core::policy::risk_notes(&argv),
+            argv,
+            justification: Some("j".repeat(MAX_JUSTIFICATION_BYTES)),
+            cwd: "/home/user/project".into(),
+            reasons: vec!["not in auto_approve".into()],
+            received_at_ms: 0,
+            expires_at_ms: 0,
+        };
+        let escaped = escalation(vec!["touch".into(), "\u{1}".repeat(MAX_ARGV_BYTES - 8)]);
+        assert!(too_large_to_show(&escaped).is_some_and(|reason| reason.contains("bytes to show")));
+        // …while the largest plain request still waits for a human.
+        let plain = escalation(vec!["touch".into(), "a".repeat(MAX_ARGV_BYTES - 8)]);
+        assert_eq!(too_large_to_show(&plain), None);
+    }
 
     #[test]
     fn refusals_are_recorded_once_per_kind_and_window_then_summarised() {

@@ -273,6 +273,9 @@ async fn decide_and_run<D: EscalationDomain>(
                 received_at_ms,
                 expires_at_ms: received_at_ms + timeout.as_millis() as u64,
             };
+            if let Some(reason) = super::limits::too_large_to_show(&escalation) {
+                return finish_without_running(tls, domain, record, "rejected", "policy", ServerFrame::Refused { reason }).await;
+            }
             let answer = domain.broker().add(escalation.clone());
             domain.emit(Event::EscalationPending { escalation });
             send(
