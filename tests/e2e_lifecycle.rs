@@ -532,3 +532,99 @@ fn interactive_session_has_a_terminal_and_ctrl_c_reaches_the_inner_process() {
     let domain = domain_json(&env, "default", &workspace);
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)));
 }
+
+#[test]
+fn fifty_start_stop_cycles_leave_nothing_behind() {
+    start_stop_cycles(&Subject::current());
+}
+
+#[test]
+fn fifty_start_stop_cycles_leave_nothing_behind_rootless() {
+    let Some(subject) = Subject::rootless() else { return };
+    start_stop_cycles(&subject);
+}
+
+/// What a domain could leave on the machine, as one comparable snapshot:
+/// processes that name the test's directory or the domain, their
+/// descriptors, the descriptors of the subject's long-lived podman pause
+/// process, mounts under the test's directory (rootless: in podman's mount
+/// namespace too), and the files in the domain's socket directory.
+fn leftovers(subject: &Subject, domain: &serde_json::Value) -> Vec<String> {
+    let hash = domain["domain_hash"].as_str().expect("hash");
+    let root = subject.env.path().to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for name in subject.containers(hash) {
+        found.push(format!("container {name}"));
+    }
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let fds = std::fs::read_dir(entry.path().join("fd")).map(|fds| fds.count()).unwrap_or(0);
+        let pause = subject.user.is_some() && cmdline.starts_with("catatonit -P");
+        if pause && subject.user.as_ref().is_some_and(|user| owner(&entry.path()) == user.uid) {
+            found.push(format!("podman pause process {pid} with {fds} descriptors"));
+        } else if cmdline.contains(&root) || cmdline.contains(hash) {
+            found.push(format!("process {pid} ({fds} descriptors): {cmdline}"));
+        }
+    }
+    let mut mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    if let Some(user) = &subject.user {
+        mounts.push_str(&stdout(&user.run("podman unshare cat /proc/self/mountinfo")));
+    }
+    found.extend(mounts.lines().filter(|line| line.contains(&root)).map(|line| format!("mount {line}")));
+    let socket_dir = Path::new(domain["socket_dir"].as_str().expect("socket_dir"));
+    if let Ok(entries) = std::fs::read_dir(socket_dir) {
+        found.extend(entries.flatten().map(|entry| format!("file {}", entry.path().display())));
+    }
+    let lockfile = domain["lockfile"].as_str().expect("lockfile");
+    if Path::new(lockfile).exists() {
+        found.push(format!("lockfile {lockfile}"));
+    }
+    found
+}
+
+fn owner(path: &Path) -> String {
+    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(path).expect("stat")).to_string()
+}
+
+/// Issue 17, "Cycles": 50 start/stop cycles of one domain (sandbox, State
+/// Anchor overlay, Escalation Socket, an escalation each time) leave no
+/// container, mount, socket, process, descriptor or lockfile behind: the
+/// machine looks the same after the 50th as after the first.
+fn start_stop_cycles(subject: &Subject) {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let who = subject.label();
+    subject.write_config(&format!(
+        "[escalation]\nenabled = true\nsocket_dir = \"{}\"\nauto_approve = [\"true\"]\n\n\
+         [profiles.cycle]\nimage = \"localhost/lazaret-default:1\"\npersistent_dirs = [\"/usr/local\"]\n",
+        subject.env.path().join("run/lazaret").display()
+    ));
+    let workspace = subject.repository("ws");
+    let domain = subject.domain("cycle", &workspace);
+    let cycles: usize = std::env::var("LAZARET_TEST_CYCLES").ok().and_then(|n| n.parse().ok()).unwrap_or(50);
+    let mut after_first = Vec::new();
+    let started = Instant::now();
+    for cycle in 1..=cycles {
+        let script = format!("echo {cycle} >> /usr/local/cycles; lazaret-escalate -- true && wc -l < /usr/local/cycles");
+        let output = run(subject.lazaret().args(["run", "--profile", "cycle", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", &script]));
+        assert!(output.status.success(), "{who}: cycle {cycle}: {}", stderr(&output));
+        assert_eq!(stdout(&output).trim(), cycle.to_string(), "{who}: cycle {cycle}: the State Anchor kept every cycle's line");
+        assert!(wait_until(Duration::from_secs(20), || subject.torn_down(&domain, &workspace)), "{who}: cycle {cycle} torn down");
+        let now = leftovers(subject, &domain);
+        if cycle == 1 {
+            after_first = now;
+        } else {
+            assert_eq!(now, after_first, "{who}: after cycle {cycle} against after cycle 1");
+        }
+    }
+    eprintln!("{who}: {cycles} cycles in {:?}; what stays after each: {after_first:?}", started.elapsed());
+    assert!(
+        after_first.iter().all(|item| item.starts_with("podman pause process")),
+        "{who}: nothing of the domain stays: {after_first:?}"
+    );
+}

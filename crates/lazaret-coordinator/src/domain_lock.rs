@@ -63,22 +63,86 @@ impl DomainLock {
         Ok(DomainLock { file, path: path.to_path_buf() })
     }
 
-    /// `LOCK_EX | LOCK_NB`: true when we got the lock.
-    pub fn try_lock(&self) -> Result<bool> {
-        match self.file.try_lock() {
-            Ok(()) => Ok(true),
-            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
-            Err(std::fs::TryLockError::Error(error)) => Err(error).with_context(|| format!("cannot lock {}", self.path.display())),
+    /// `LOCK_EX | LOCK_NB`: true when we got the lock (on the file the path
+    /// names now; see [`DomainLock::unlock`]).
+    pub fn try_lock(&mut self) -> Result<bool> {
+        loop {
+            match self.file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
+                Err(std::fs::TryLockError::Error(error)) => {
+                    return Err(error).with_context(|| format!("cannot lock {}", self.path.display()))
+                }
+            }
+            if self.is_current()? {
+                return Ok(true);
+            }
+            *self = DomainLock::open(&self.path)?;
         }
     }
 
     /// `LOCK_EX`, blocking.
-    pub fn lock(&self) -> Result<()> {
-        self.file.lock().with_context(|| format!("cannot lock {}", self.path.display()))
+    pub fn lock(&mut self) -> Result<()> {
+        loop {
+            self.file.lock().with_context(|| format!("cannot lock {}", self.path.display()))?;
+            if self.is_current()? {
+                return Ok(());
+            }
+            *self = DomainLock::open(&self.path)?;
+        }
     }
 
-    /// `LOCK_UN`.
+    /// Removes the lockfile, then `LOCK_UN`: nothing stays on disk while
+    /// nobody holds the lock. Safe because a holder counts only once it has
+    /// checked that the path still names the file it locked: whoever waited
+    /// on the removed file opens the path again.
     pub fn unlock(&self) {
+        if self.is_current().unwrap_or(false) {
+            let _ = std::fs::remove_file(&self.path);
+        }
         let _ = self.file.unlock();
+    }
+
+    /// Whether the path still names the file this lock is on.
+    fn is_current(&self) -> Result<bool> {
+        let held = self.file.metadata().with_context(|| format!("cannot stat {}", self.path.display()))?;
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(named) => Ok(named.ino() == held.ino() && named.dev() == held.dev()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(error) => Err(error).with_context(|| format!("cannot stat {}", self.path.display())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lockfile_goes_with_the_lock_and_a_waiter_moves_to_the_new_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
+        let path = dir.path().join("lazaret_coord_test.lock");
+        let mut first = DomainLock::open(&path).expect("open");
+        assert!(first.try_lock().expect("lock"));
+        // A waiter opened the same file before it was removed.
+        let mut waiter = DomainLock::open(&path).expect("open");
+        assert!(!waiter.try_lock().expect("try"));
+        let waiting = std::thread::spawn(move || {
+            waiter.lock().expect("lock");
+            waiter
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        first.unlock();
+        let waiter = waiting.join().expect("join");
+        // The waiter holds the lock on the file the path names now...
+        assert!(path.exists(), "the waiter opened the path again");
+        let mut third = DomainLock::open(&path).expect("open");
+        assert!(!third.try_lock().expect("try"), "so nobody else gets it");
+        waiter.unlock();
+        assert!(!path.exists(), "nothing stays while nobody holds the lock");
+        assert!(third.try_lock().expect("try"));
+        third.unlock();
+        assert!(!path.exists());
     }
 }

@@ -48,7 +48,11 @@ pub async fn join(launch: &CoordinatorLaunch<'_>, session_id: &str, public_key: 
                 wait_for_socket(&domain.control_socket, child, &domain.domain_dir.join(coordinator::LOG_FILE)).await?;
             }
         } else {
-            lock = tokio::task::spawn_blocking(move || lock.lock().map(|()| lock)).await.context("lock task failed")??;
+            lock = tokio::task::spawn_blocking(move || {
+                let mut lock = lock;
+                lock.lock().map(|()| lock)
+            })
+            .await.context("lock task failed")??;
             lock.unlock();
         }
         // The leader registers while still holding the lock, so the

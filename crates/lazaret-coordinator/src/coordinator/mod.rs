@@ -391,7 +391,7 @@ async fn try_begin_idle_shutdown(domain: &Arc<Domain>) -> bool {
 
 /// The domain lock, waited for up to [`TEARDOWN_LOCK_TIMEOUT`].
 async fn lock_for_teardown(path: &Path) -> Option<DomainLock> {
-    let lock = DomainLock::open(path).ok()?;
+    let mut lock = DomainLock::open(path).ok()?;
     let deadline = tokio::time::Instant::now() + TEARDOWN_LOCK_TIMEOUT;
     loop {
         if lock.try_lock().unwrap_or(false) {

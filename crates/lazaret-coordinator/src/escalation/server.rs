@@ -342,7 +342,7 @@ async fn decide_and_run<D: EscalationDomain>(
     send(tls, &ServerFrame::Running { request_id: payload.request_id.clone(), argv: argv.clone(), decision: outcome }).await;
     // A cap on host commands running at once (finding 6: ten `cat /dev/zero`
     // ran side by side, each allowed 600 s).
-    let Ok(_running) = server.running.clone().try_acquire_owned() else {
+    let Ok(running) = server.running.clone().try_acquire_owned() else {
         let reason = format!(
             "{} host commands of this sandbox are already running (at most that many at once)",
             super::limits::MAX_RUNNING_COMMANDS
@@ -364,6 +364,9 @@ async fn decide_and_run<D: EscalationDomain>(
         }
     })
     .await;
+    // The command is over: its slot frees before the client hears so, or a
+    // client's next request could find its own slot still taken.
+    drop(running);
     let tls = tls_cell.into_inner();
     record.finished_at_ms = Some(now_ms());
     match finished {

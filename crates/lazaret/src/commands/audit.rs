@@ -39,7 +39,7 @@ fn query<T>(
     if !store_path.exists() {
         anyhow::bail!("domain {} has no state store yet (no session has run)", domain.domain_hash);
     }
-    let lock = DomainLock::open(&domain.lockfile)?;
+    let mut lock = DomainLock::open(&domain.lockfile)?;
     lock.lock()?;
     let result = Store::open(&store_path).map_err(anyhow::Error::from).and_then(|store| offline(&store));
     lock.unlock();

@@ -49,7 +49,7 @@ pub fn reset(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Pat
     let domain = &resolved.domain;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // Under the domain lock, so that no coordinator starts while we delete.
-    let lock = DomainLock::open(&domain.lockfile)?;
+    let mut lock = DomainLock::open(&domain.lockfile)?;
     lock.lock()?;
     if runtime.block_on(socket_is_live(&domain.control_socket)) {
         lock.unlock();

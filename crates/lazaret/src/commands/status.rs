@@ -75,7 +75,7 @@ pub fn sessions(config_path: Option<&Path>, target: &DomainTarget, limit: usize,
         if !store_path.exists() {
             return Ok(Vec::new());
         }
-        let lock = DomainLock::open(&domain.lockfile)?;
+        let mut lock = DomainLock::open(&domain.lockfile)?;
         lock.lock()?;
         let records = Store::open(&store_path).and_then(|store| store.sessions(limit));
         lock.unlock();
