@@ -480,3 +480,42 @@ fn accepted_exports_do_not_pile_up_packs_in_the_host_repository() {
     let fsck = Command::new("git").arg("-C").arg(&repository).args(["fsck", "--strict", "--no-dangling"]).output().expect("fsck");
     assert!(fsck.status.success(), "{}", stderr(&fsck));
 }
+
+/// Issue 16: exports run through one long-lived exporter shell inside the
+/// sandbox. The agent can kill it: that only delays the next export (a fresh
+/// `podman exec` runs it, and a new exporter is started); every commit still
+/// reaches the host while the session runs.
+#[test]
+fn killing_the_exporter_inside_the_sandbox_only_delays_the_next_export() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    // Exact argv element `lazaret-exporter`: the exporter's `$0`, not this script.
+    let kill = "n=0; for p in /proc/[0-9]*; do if tr '\\0' '\\n' < $p/cmdline 2>/dev/null | grep -qx lazaret-exporter; \
+                then kill -9 ${p#/proc/} && n=$((n+1)); fi; done; echo KILLED $n";
+    let script = format!(
+        "cd /workspace; for i in 1 2 3; do echo $i > k$i; git add k$i; git commit -qm k$i; echo C$i; sleep 4; {kill}; done; sleep 1"
+    );
+    let (mut child, mut lines) = spawn_agent_lines(&env, &repository, &script);
+    let mut killed = Vec::new();
+    for i in 1..=3 {
+        assert_eq!(lines.next().map(|l| l.expect("line")), Some(format!("C{i}")));
+        let committed = Instant::now();
+        let arrived = wait_until(Duration::from_secs(3), || {
+            Command::new("git")
+                .arg("-C")
+                .arg(&repository)
+                .args(["log", "-1", "--format=%s", BRANCH])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == format!("k{i}"))
+        });
+        assert!(arrived, "commit k{i} reaches the host while the session runs");
+        eprintln!("k{i}: commit to host ref {:?}", committed.elapsed());
+        let line = lines.next().map(|l| l.expect("line")).unwrap_or_default();
+        killed.push(line.strip_prefix("KILLED ").and_then(|n| n.parse::<u32>().ok()).expect("KILLED n"));
+    }
+    let _ = child.wait();
+    assert!(killed.iter().all(|&n| n >= 1), "an exporter ran (and was killed) after each export: {killed:?}");
+    assert_eq!(git(&repository, &["rev-list", "--count", BRANCH]).trim(), "4");
+}

@@ -64,13 +64,20 @@ pub struct Domain {
     egress_reloader: Mutex<Option<EgressReloader>>,
     /// Escalation requests waiting for a human.
     pub broker: crate::escalation::Broker,
-    /// One export of the agent branch at a time; holds the fingerprint of
-    /// the branch as last exported (or as seeded).
-    export_lock: tokio::sync::Mutex<Option<git_sentry::sync::BranchFingerprint>>,
+    /// One export of the agent branch at a time.
+    export_lock: tokio::sync::Mutex<ExportState>,
+}
+
+/// The export's state: the branch's fingerprint as last exported (or as
+/// seeded), and the exporter inside the sandbox.
+struct ExportState {
+    last_exported: Option<git_sentry::sync::BranchFingerprint>,
+    exporter: git_sentry::exporter::Exporter,
 }
 
 impl Domain {
     pub fn new(resolved: ResolvedProfile, store: Arc<Store>, git: Option<GitLayout>) -> Domain {
+        let exporter = git_sentry::exporter::Exporter::new(&resolved.domain.container_name);
         Domain {
             resolved,
             git,
@@ -85,7 +92,7 @@ impl Domain {
             sidecar_control: Mutex::new(None),
             egress_reloader: Mutex::new(None),
             broker: crate::escalation::Broker::default(),
-            export_lock: tokio::sync::Mutex::new(None),
+            export_lock: tokio::sync::Mutex::new(ExportState { last_exported: None, exporter }),
         }
     }
 
@@ -112,11 +119,13 @@ impl Domain {
         self.container.borrow().0 == ContainerState::Running
     }
 
-    /// Records the agent branch as it is right after seeding: an unchanged
-    /// branch is not exported.
+    /// Records the agent branch as it is right after seeding (an unchanged
+    /// branch is not exported) and starts the exporter inside the sandbox.
     pub async fn mark_branch_seeded(&self) {
         if let Some(layout) = &self.git {
-            *self.export_lock.lock().await = Some(git_sentry::sync::branch_fingerprint(layout));
+            let mut state = self.export_lock.lock().await;
+            state.last_exported = Some(git_sentry::sync::branch_fingerprint(layout));
+            state.exporter.start(&layout.export_loop_script());
         }
     }
 
@@ -127,13 +136,13 @@ impl Domain {
         if !self.container_is_running() {
             return;
         }
-        let mut last_exported = self.export_lock.lock().await;
+        let mut state = self.export_lock.lock().await;
         let fingerprint = git_sentry::sync::branch_fingerprint(layout);
-        if last_exported.as_ref() == Some(&fingerprint) {
+        if state.last_exported.as_ref() == Some(&fingerprint) {
             return;
         }
-        let result = git_sentry::sync::export_once(layout, &self.resolved.domain.container_name).await;
-        *last_exported = Some(fingerprint);
+        let result = git_sentry::sync::export_once(layout, &mut state.exporter).await;
+        state.last_exported = Some(fingerprint);
         self.report_export(&layout.branch, result);
     }
 

@@ -208,8 +208,8 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
                 start_domain.mark_branch_seeded().await;
                 start_domain.set_container_state(ContainerState::Running, None);
                 if let Some(layout) = start_domain.git.clone() {
-                    tokio::spawn(git_sentry::sync::mirror_config_loop(layout));
-                    tokio::spawn(export_loop(start_domain.clone()));
+                    tokio::spawn(git_sentry::sync::mirror_config_loop(layout.clone()));
+                    tokio::spawn(export_loop(start_domain.clone(), layout));
                 }
             }
             Err(error) => {
@@ -370,11 +370,13 @@ fn prepare_escalation(resolved: &ResolvedProfile) -> Result<PreparedEscalation> 
     Ok(PreparedEscalation { listener, server: Arc::new(server), podman_arguments })
 }
 
-/// Exports the agent branch whenever its ref files change.
-async fn export_loop(domain: Arc<Domain>) {
+/// Exports the agent branch whenever its ref files change: woken by inotify
+/// on their directories, or by the slow poll behind it (`ref_watch`).
+async fn export_loop(domain: Arc<Domain>, layout: GitLayout) {
+    let mut watch = git_sentry::ref_watch::RefWatch::new(&layout);
     loop {
-        tokio::time::sleep(git_sentry::sync::EXPORT_POLL).await;
         domain.export_agent_branch().await;
+        watch.changed().await;
     }
 }
 

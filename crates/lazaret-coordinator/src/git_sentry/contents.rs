@@ -4,7 +4,7 @@
 //! tree (read inside the sandbox: the agent wrote it). Every side is capped
 //! at [`MAX_FILE_TEXT`]; binary content is flagged, never sent.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::process::Stdio;
 
 use lazaret_protocol::{FileContents, FileVersion, MAX_FILE_TEXT};
@@ -66,19 +66,7 @@ pub fn version_of(bytes: &[u8], size: u64) -> FileVersion {
 /// `path` at `commit` in the host repository.
 fn committed_version(host: &HostRepository, commit: &str, path: &str) -> Result<FileVersion> {
     // `<commit>:<path>` names the path literally (no pathspec magic).
-    let mut check = host
-        .command()
-        .args(["cat-file", "--batch-check=%(objecttype) %(objectname) %(objectsize)"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot run git cat-file")?;
-    if let Some(mut stdin) = check.stdin.take() {
-        writeln!(stdin, "{commit}:{path}").context("cannot write to git cat-file")?;
-    }
-    let output = check.wait_with_output().context("cannot run git cat-file")?;
-    let answer = String::from_utf8_lossy(&output.stdout).into_owned();
+    let answer = host.batch_check("%(objecttype) %(objectname) %(objectsize)", &[format!("{commit}:{path}")])?;
     let fields: Vec<&str> = answer.split_whitespace().collect();
     let (kind, object, size) = match fields.as_slice() {
         [kind, object, size] => (*kind, *object, size.parse::<u64>().unwrap_or(0)),

@@ -104,6 +104,46 @@ impl HostRepository {
         Ok(())
     }
 
+    /// `git cat-file --batch-check=<format>`: one line of stdin per query,
+    /// its stdout back (a missing object is a `<query> missing` line, not a
+    /// failure).
+    pub fn batch_check(&self, format: &str, queries: &[String]) -> Result<String> {
+        use std::io::Write;
+        let mut child = host_git_command(&self.workdir)
+            .arg("cat-file")
+            .arg(format!("--batch-check={format}"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot run git cat-file")?;
+        let mut input = String::new();
+        for query in queries {
+            input.push_str(query);
+            input.push('\n');
+        }
+        child.stdin.take().context("git cat-file has no stdin")?.write_all(input.as_bytes()).context("cannot write to git cat-file")?;
+        let output = child.wait_with_output().context("cannot run git cat-file")?;
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// The commits several refs point at, with one git process (`None` for a
+    /// ref that does not exist or names no commit).
+    pub fn resolve_all(&self, references: &[&str]) -> Result<Vec<Option<String>>> {
+        let queries: Vec<String> = references.iter().map(|reference| format!("{reference}^{{commit}}")).collect();
+        let answer = self.batch_check("%(objectname) %(objecttype)", &queries)?;
+        let mut lines = answer.lines();
+        Ok(references
+            .iter()
+            .map(|_| {
+                lines.next().and_then(|line| match line.split_once(' ') {
+                    Some((sha, "commit")) => Some(sha.to_owned()),
+                    _ => None,
+                })
+            })
+            .collect())
+    }
+
     /// The commit a ref points at, `None` if it does not exist.
     pub fn resolve(&self, reference: &str) -> Option<String> {
         self.git_text(&["rev-parse", "--verify", "--quiet", &format!("{reference}^{{commit}}")]).ok().filter(|sha| !sha.is_empty())

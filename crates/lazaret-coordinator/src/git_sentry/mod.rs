@@ -17,8 +17,10 @@
 
 pub mod contents;
 pub mod diff;
+pub mod exporter;
 pub mod host_git;
 pub mod quarantine;
+pub mod ref_watch;
 pub mod sync;
 
 use std::io::Read;
@@ -174,22 +176,52 @@ if [ -n "$moved" ] || [ ! -e .git/index ]; then git reset --quiet --hard; fi
         )
     }
 
-    /// The command git runs inside the sandbox to export the agent branch:
-    /// a bundle of just that branch, thin against what the host already has
-    /// when the sandbox has those commits. Replace refs are ignored, so the
-    /// bundle carries the real objects.
-    pub fn export_script(&self, host_has: &[String]) -> String {
+    /// A shell function, `lazaret_export [HOST_COMMIT...]`, that git inside
+    /// the sandbox runs to export the agent branch: a bundle of just that
+    /// branch, thin against the host's commits; if that fails (the sandbox
+    /// lacks one of them, or a killed git left its lock file), thin against
+    /// those the sandbox has; whole as the last resort. Replace refs are
+    /// ignored, so the bundle carries the real objects. `git bundle create`
+    /// writes `<file>.lock` and renames it, so the outbox never holds half a
+    /// bundle. The common case costs one `git` and no other process.
+    fn export_function(&self) -> String {
         let branch_ref = self.branch_ref();
-        let mut exclusions = String::new();
-        for sha in host_has {
-            exclusions.push_str(&format!(" $(git cat-file -e {sha}^{{commit}} 2>/dev/null && echo ^{sha})"));
-        }
+        let bundle = format!("{OUTBOX_IN_CONTAINER}/agent.bundle");
         format!(
-            "export GIT_NO_REPLACE_OBJECTS=1 GIT_CONFIG_NOSYSTEM=1; cd /workspace && git rev-parse --verify --quiet {branch_ref} >/dev/null && \
-             rm -f {OUTBOX_IN_CONTAINER}/agent.bundle.tmp && \
-             (git bundle create --quiet {OUTBOX_IN_CONTAINER}/agent.bundle.tmp {branch_ref}{exclusions} 2>/dev/null || \
-              git bundle create --quiet {OUTBOX_IN_CONTAINER}/agent.bundle.tmp {branch_ref}) && \
-             mv -f {OUTBOX_IN_CONTAINER}/agent.bundle.tmp {OUTBOX_IN_CONTAINER}/agent.bundle"
+            r#"export GIT_NO_REPLACE_OBJECTS=1 GIT_CONFIG_NOSYSTEM=1
+lazaret_export() {{
+  cd /workspace || return 1
+  for commit in "$@"; do set -- "$@" "^$commit"; shift; done
+  git bundle create --quiet {bundle} {branch_ref} "$@" 2>/dev/null && return 0
+  rm -f {bundle}.lock
+  set -- $(for commit in "$@"; do echo "${{commit#^}}"; done | git cat-file --batch-check='%(objecttype) ^%(objectname)' 2>/dev/null |
+    while read -r kind name; do if [ "$kind" = commit ]; then echo "$name"; fi; done)
+  git bundle create --quiet {bundle} {branch_ref} "$@" 2>/dev/null || git bundle create --quiet {bundle} {branch_ref}
+}}
+"#
+        )
+    }
+
+    /// The export run once by a fresh `podman exec` (see `exporter`).
+    pub fn export_script(&self, host_has: &[String]) -> String {
+        format!("{}lazaret_export {}\n", self.export_function(), host_has.join(" "))
+    }
+
+    /// The exporter's loop (see `exporter`): per request line `ID
+    /// [HOST_COMMIT...]`, one export and one answer line, `ID ok` or `ID
+    /// failed`. Commands are looked up afresh for each request, as a fresh
+    /// shell would.
+    pub fn export_loop_script(&self) -> String {
+        format!(
+            r#"{}while IFS= read -r request; do
+  hash -r
+  set -- $request
+  id=$1
+  shift
+  if lazaret_export "$@" </dev/null >/dev/null 2>&1; then echo "$id ok"; else echo "$id failed"; fi
+done
+"#,
+            self.export_function()
         )
     }
 

@@ -9,13 +9,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use super::exporter::{Exporter, Outcome};
 use super::GitLayout;
 use crate::error::{Context, Result};
-use crate::podman::Podman;
 
 const MIRROR_POLL: Duration = Duration::from_millis(150);
-/// How often the agent branch's ref files are polled.
-pub const EXPORT_POLL: Duration = Duration::from_millis(100);
 /// How long git inside the sandbox may take to write the branch's bundle.
 pub const EXPORT_LIMIT: Duration = Duration::from_secs(15);
 /// Ref files of the agent read by the host: at most this many bytes.
@@ -100,15 +98,23 @@ pub enum Export {
     NoBranch,
 }
 
-/// Exports the agent branch once: bundle inside, copy out, hardened fetch.
-pub async fn export_once(layout: &GitLayout, container: &str) -> Result<Export> {
-    let host_branch = layout.host.resolve(&layout.branch_ref());
-    let host_head = layout.host.resolve("HEAD");
-    let host_has: Vec<String> = host_branch.iter().chain(host_head.iter()).cloned().collect();
-    let mut command = tokio::process::Command::from(Podman::default().command());
-    command.args(["exec", container, "sh", "-c", &layout.export_script(&host_has)]);
-    let output = crate::podman::output_within(command, EXPORT_LIMIT, "the export of the agent branch").await?;
-    if !output.status.success() {
+/// Exports the agent branch once: bundle inside (through `exporter`), copy
+/// out, checked import.
+pub async fn export_once(layout: &GitLayout, exporter: &mut Exporter) -> Result<Export> {
+    let resolving = layout.clone();
+    let host_has = tokio::task::spawn_blocking(move || resolving.host.resolve_all(&[&resolving.branch_ref(), "HEAD"]))
+        .await
+        .context("resolve task failed")??;
+    let host_branch = host_has.first().cloned().flatten();
+    // Commit ids from the host's own git; checked anyway, as they become words of a shell command.
+    let mut commits: Vec<String> = Vec::new();
+    for commit in host_has.into_iter().flatten() {
+        if commit.bytes().all(|byte| byte.is_ascii_hexdigit()) && !commits.contains(&commit) {
+            commits.push(commit);
+        }
+    }
+    let outcome = exporter.export(&layout.export_loop_script(), &layout.export_script(&commits), &commits, EXPORT_LIMIT).await?;
+    if outcome == Outcome::Failed {
         return Ok(Export::NoBranch);
     }
     let layout = layout.clone();
