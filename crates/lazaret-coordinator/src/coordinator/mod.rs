@@ -383,7 +383,7 @@ async fn export_loop(domain: Arc<Domain>) {
 async fn try_begin_idle_shutdown(domain: &Arc<Domain>) -> bool {
     let lock = lock_for_teardown(&domain.resolved.domain.lockfile).await;
     let idle = domain.begin_shutdown_if_idle(false);
-    if let Some(lock) = lock {
+    if let Some(mut lock) = lock {
         lock.unlock();
     }
     idle
