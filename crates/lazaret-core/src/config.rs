@@ -69,6 +69,7 @@ struct RawNetwork {
     podman_network: Option<Spanned<String>>,
     #[serde(default)]
     dns_upstream: Vec<Spanned<String>>,
+    private_answers: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +140,9 @@ pub struct Config {
     /// The resolvers the Network Sidecar asks for allowlisted names (empty:
     /// the nameservers podman gives the sidecar).
     pub dns_upstream: Vec<std::net::SocketAddr>,
+    /// `[network] private_answers`: whether an allowlisted name's answer may
+    /// open internal addresses no CIDR entry allows (default: refuse).
+    pub private_answers: crate::egress::PrivateAnswers,
     pub escalation_enabled: bool,
     pub auto_approve: Vec<Located<String>>,
     /// `auto_approve`, parsed and validated by the policy engine.
@@ -206,6 +210,8 @@ pub struct ResolvedProfile {
     pub podman_network: String,
     /// `[network] dns_upstream` (empty: podman's nameservers for the sidecar).
     pub dns_upstream: Vec<std::net::SocketAddr>,
+    /// `[network] private_answers`.
+    pub private_answers: crate::egress::PrivateAnswers,
     pub env: BTreeMap<String, ResolvedEnv>,
     pub volumes: Vec<ResolvedVolume>,
     /// The profile's default command (empty: the image's `CMD`).
@@ -390,6 +396,17 @@ impl Config {
                 ),
             }
         }
+        let private_answers = match raw.network.as_ref().and_then(|network| network.private_answers.as_ref()) {
+            None => crate::egress::PrivateAnswers::default(),
+            Some(value) => crate::egress::PrivateAnswers::parse(value.get_ref()).unwrap_or_else(|| {
+                checker.error(
+                    "network.private_answers",
+                    format!("`{}` is not a choice: \"refuse\" (the default) or \"allow\"", value.get_ref()),
+                    Some(checker.locate(value.span())),
+                );
+                crate::egress::PrivateAnswers::default()
+            }),
+        };
 
         let mut profiles = BTreeMap::new();
         profiles.insert(DEFAULT_PROFILE.to_owned(), built_in_default_profile());
@@ -412,6 +429,7 @@ impl Config {
             allow_egress: global_egress,
             podman_network,
             dns_upstream,
+            private_answers,
             escalation_enabled,
             auto_approve,
             auto_approve_rules,
@@ -535,6 +553,7 @@ impl Config {
             allow_egress,
             podman_network: self.podman_network.clone(),
             dns_upstream: self.dns_upstream.clone(),
+            private_answers: self.private_answers,
             env,
             volumes,
             command: profile.command.clone(),

@@ -147,7 +147,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
 
     // The Network Sidecar, when anything may be reached at all; with an
     // empty allowlist the sandbox simply has no network.
-    let sidecar_control = if domain.resolved.allow_egress.is_empty() {
+    let sidecar = if domain.resolved.allow_egress.is_empty() {
         None
     } else {
         let resolved = domain.resolved.clone();
@@ -160,13 +160,17 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
         .await
         .context("sidecar task failed")?;
         match socket {
-            Ok(socket) => Some(socket),
+            Ok(started) => Some(started),
             Err(error) => {
                 let _ = sandbox::remove(&podman, &domain_resources.sidecar_name).await;
                 return Err(error);
             }
         }
     };
+    let sidecar_control = sidecar.as_ref().map(|started| started.socket.clone());
+    // Addresses and networks the host gains later are protected too.
+    let protection_refresh =
+        sidecar.map(|started| tokio::spawn(crate::network::refresh_protection(started.socket, started.gateways, started.protection)));
     domain.set_sidecar_control(sidecar_control.clone());
     domain.set_egress_reloader(reloader);
     let sidecar_name = sidecar_control.as_ref().map(|_| domain_resources.sidecar_name.clone());
@@ -267,7 +271,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
         tracing::error!(%error, "could not remove the sandbox");
     }
-    if let Some(task) = sidecar_watch {
+    for task in [sidecar_watch, protection_refresh].into_iter().flatten() {
         task.abort();
     }
     if sidecar_control.is_some() {

@@ -2,6 +2,7 @@
 //! and validation.
 
 use super::*;
+use crate::egress::PrivateAnswers;
 use crate::host::FixedHost;
 use proptest::prelude::*;
 
@@ -55,6 +56,15 @@ fn good_configuration_resolves_with_tokens_expanded() {
     assert_eq!(resolved.persistent_dirs, vec![PathBuf::from("/usr"), PathBuf::from("/home/agent/claude")]);
     assert_eq!(resolved.allow_egress.iter().map(ToString::to_string).collect::<Vec<_>>(), ["10.0.0.0/8", "github.com"]);
     assert_eq!(resolved.dns_upstream.iter().map(ToString::to_string).collect::<Vec<_>>(), ["10.0.0.53:53", "[fd00::53]:5353"]);
+    assert_eq!(resolved.private_answers, PrivateAnswers::Refuse, "a name's private answers are refused unless the file says otherwise");
+    assert_eq!(
+        resolve(&GOOD.replace("[network]\n", "[network]\nprivate_answers = \"allow\"\n"), "claude").expect("resolves").private_answers,
+        PrivateAnswers::Allow
+    );
+    assert_eq!(
+        resolve(&GOOD.replace("[network]\n", "[network]\nprivate_answers = \"refuse\"\n"), "claude").expect("resolves").private_answers,
+        PrivateAnswers::Refuse
+    );
     assert_eq!(resolved.env["TOKEN"].value, "s3cret");
     assert_eq!(resolved.env["TOKEN"].from_host.as_deref(), Some("API_TOKEN"));
     assert_eq!(resolved.env["CACHE"].value, "/home/u/lazaret-data/claude/cache");
@@ -97,6 +107,7 @@ fn bad_inputs_are_named_with_their_location() {
         ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x\", container = \"relative/c\" }]\n", "relative/c", ":3:39", 78),
         ("[network]\nallow_egress = [\"10.0.0.0/33\"]\n", "10.0.0.0/33", ":2:17", 78),
         ("[network]\ndns_upstream = [\"resolver.example\"]\n", "resolver.example", ":2:17", 78),
+        ("[network]\nprivate_answers = \"yes\"\n", "yes", ":2:19", 78),
         ("[profiles.ab]\nimage = \"i:1\"\nallow_egress = [\"300.0.0.0/8\"]\n", "300.0.0.0/8", ":3:17", 78),
         ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x\", container = \"/workspace\" }]\n", "/workspace", ":3:39", 78),
         (
