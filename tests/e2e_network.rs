@@ -830,3 +830,28 @@ fn an_address_the_host_gains_later_is_out_of_reach_too() {
     live.end(&repository);
     drop(listener);
 }
+
+/// Found by fuzzing the nf_tables builder: the elements of an allowed set
+/// went in one message whose 16-bit nest length wrapped past about 1,600
+/// IPv4 ranges (a long session's learned table holds up to 4,096 addresses,
+/// a configuration up to 4,096 entries), so the filter could not be set. Now
+/// they go in messages of at most 256 ranges, in one transaction.
+#[test]
+fn an_allowlist_of_thousands_of_entries_is_enforced_whole() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let network = TestNetwork::create();
+    let env = TestEnv::new();
+    // 3,000 disjoint single addresses (every other one, so none merge), then the test host.
+    let mut allow: Vec<String> = (0..3000u32).map(|n| format!("10.250.{}.{}/32", (2 * n) / 256, (2 * n) % 256)).collect();
+    allow.push(format!("{}/32", network.host(11)));
+    configure(&env, &network, &allow);
+    let repository = git_repository(&env, "project");
+    let text = agent(
+        &env,
+        &repository,
+        &format!("nc -z -w 2 {} 8080; echo allowed=$?; nc -z -w 2 {} 8080; echo other=$?", network.host(11), network.host(12)),
+    );
+    assert!(text.contains("allowed=0"), "the last of 3,001 entries is reachable: {text}");
+    assert!(text.contains("other=1"), "what no entry covers stays unreachable: {text}");
+}

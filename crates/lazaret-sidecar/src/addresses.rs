@@ -107,7 +107,7 @@ pub fn classify(address: IpAddr, host_networks: &[Cidr]) -> Class {
     host_networks
         .iter()
         .filter(|network| network.contains(&host))
-        .max_by_key(|network| network.len())
+        .max_by_key(|network| network.prefix_len())
         .map_or(class, |n| Class::HostNetwork(*n))
 }
 

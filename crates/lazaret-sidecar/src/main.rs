@@ -11,14 +11,7 @@
 //! opens their addresses for their TTL (internal ones only where a CIDR allow covers
 //! them, or with `--private-answers allow`: `addresses.rs`).
 
-mod addresses;
-mod control;
-mod dns;
-mod enforcer;
-mod events;
-mod nft;
-mod policy;
-mod rtnl;
+use lazaret_sidecar::{control, dns, enforcer, events, nft, policy, rtnl};
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};

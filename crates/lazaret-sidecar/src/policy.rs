@@ -202,7 +202,8 @@ impl Cidr {
         self.addr
     }
 
-    pub fn len(&self) -> u8 {
+    /// The prefix length.
+    pub fn prefix_len(&self) -> u8 {
         self.len
     }
 
