@@ -189,13 +189,15 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     let server_task = tokio::spawn(server::serve(listener, methods.into(), server::Config::default(), connection_events));
     startup.armed = false;
 
+    let limits = crate::limits::plan(&domain.resolved.limits, &crate::limits::Host::probe());
+    tracing::info!(arguments = ?limits.arguments, "resource limits");
     let start_domain = domain.clone();
     let start_podman = podman.clone();
     let start_task = tokio::spawn(async move {
         // (aborted at teardown; the loops it spawns are ended with the runtime)
         let (default_command, started) = tokio::join!(
             sandbox::default_command(&start_podman, &start_domain.resolved.image),
-            sandbox::start(&start_podman, &start_domain.resolved, &runsc.path, &sandbox_arguments, sidecar_name.as_deref())
+            sandbox::start(&start_podman, &start_domain.resolved, &runsc.path, &sandbox_arguments, sidecar_name.as_deref(), &limits)
         );
         start_domain.set_default_command(default_command);
         let container = start_domain.resolved.domain.container_name.clone();

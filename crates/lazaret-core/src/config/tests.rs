@@ -287,3 +287,36 @@ fn a_profile_command_and_auto_approve_resolve_and_are_checked() {
     let shell = parse("[profiles.agent]\nimage = \"localhost/agent:1\"\nauto_approve = [\"bash *\"]\n").expect_err("a shell");
     assert!(message(&shell).contains("profiles.agent.auto_approve"), "{}", message(&shell));
 }
+
+#[test]
+fn limits_are_global_and_per_profile_key_by_key() {
+    let text = "[limits]\nmemory = \"8G\"\nprocesses = 2048\n\n[profiles.small]\nimage = \"localhost/a:1\"\nlimits = { processes = 256, cpus = 1.5 }\n";
+    let small = resolve(text, "small").expect("valid");
+    assert_eq!(small.limits, crate::limits::Limits { memory: Some(8 << 30), processes: Some(256), cpus: Some(1.5) });
+    let default = resolve(text, "default").expect("valid");
+    assert_eq!(default.limits, crate::limits::Limits { memory: Some(8 << 30), processes: Some(2048), cpus: None });
+    let none = resolve("", "default").expect("valid");
+    assert_eq!(none.limits, crate::limits::Limits::default(), "unset: the defaults apply");
+    assert_eq!(none.limits.processes(), crate::limits::DEFAULT_PROCESSES);
+    let whole = resolve("[limits]\ncpus = 2\n", "default").expect("an integer number of CPUs");
+    assert_eq!(whole.limits.cpus, Some(2.0));
+}
+
+#[test]
+fn bad_limits_are_refused_naming_the_key() {
+    for (text, field, says) in [
+        ("[limits]\nmemory = \"lots\"\n", "limits.memory", "`lots` is not a memory size"),
+        ("[limits]\nmemory = \"1M\"\n", "limits.memory", "below the minimum"),
+        ("[limits]\nmemory = 4096\n", "", "expected a string"),
+        ("[limits]\nprocesses = 0\n", "limits.processes", "out of range"),
+        ("[limits]\ncpus = 0.0\n", "limits.cpus", "out of range"),
+        ("[limits]\nswap = \"1G\"\n", "", "unknown field `swap`"),
+        ("[profiles.xx]\nimage = \"localhost/a:1\"\nlimits = { processes = -5 }\n", "profiles.xx.limits.processes", "out of range"),
+        ("[profiles.xx]\nimage = \"localhost/a:1\"\nlimits = { pids = 5 }\n", "", "unknown field `pids`"),
+    ] {
+        let error = parse(text).expect_err(text);
+        let shown = message(&error);
+        assert!(shown.contains(field) && shown.contains(says), "{text}: {shown}");
+        assert!(shown.contains("config.toml:"), "the value is located: {shown}");
+    }
+}
