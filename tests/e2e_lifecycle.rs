@@ -611,7 +611,8 @@ fn start_stop_cycles(subject: &Subject) {
     let started = Instant::now();
     for cycle in 1..=cycles {
         let script = format!("echo {cycle} >> /usr/local/cycles; lazaret-escalate -- true && wc -l < /usr/local/cycles");
-        let output = run(subject.lazaret().args(["run", "--profile", "cycle", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", &script]));
+        let output =
+            run(subject.lazaret().args(["run", "--profile", "cycle", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", &script]));
         assert!(output.status.success(), "{who}: cycle {cycle}: {}", stderr(&output));
         assert_eq!(stdout(&output).trim(), cycle.to_string(), "{who}: cycle {cycle}: the State Anchor kept every cycle's line");
         assert!(wait_until(Duration::from_secs(20), || subject.torn_down(&domain, &workspace)), "{who}: cycle {cycle} torn down");
@@ -623,8 +624,5 @@ fn start_stop_cycles(subject: &Subject) {
         }
     }
     eprintln!("{who}: {cycles} cycles in {:?}; what stays after each: {after_first:?}", started.elapsed());
-    assert!(
-        after_first.iter().all(|item| item.starts_with("podman pause process")),
-        "{who}: nothing of the domain stays: {after_first:?}"
-    );
+    assert!(after_first.iter().all(|item| item.starts_with("podman pause process")), "{who}: nothing of the domain stays: {after_first:?}");
 }

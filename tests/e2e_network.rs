@@ -20,8 +20,8 @@ struct TestNetwork {
     prefix6: String,
     dns: bool,
     hosts: std::cell::RefCell<Vec<u8>>,
-    /// An address this test gave the host on the network's bridge: (bridge, CIDR).
-    host_side: std::cell::RefCell<Option<(String, String)>>,
+    /// Addresses this test gave the host on the network's bridge: (bridge, CIDR).
+    host_side: std::cell::RefCell<Vec<(String, String)>>,
 }
 
 const PODMAN_LIMITS: [&str; 3] = ["--runtime=runc", "--ulimit=nofile=4096:4096", "--ulimit=nproc=4096:4096"];
@@ -41,12 +41,19 @@ impl TestNetwork {
         assert!(output.status.success(), "network create: {}", stderr(&output));
         let network = TestNetwork { name, prefix, prefix6, dns: false, hosts: Default::default(), host_side: Default::default() };
         for host in [11, 12] {
-            network.start_host(host, &[], &["sh", "-c", "nc -lk -p 8080 & exec nc -6 -lk -p 8080"]);
+            network.start_listener(host);
         }
         network
     }
 
-    /// Adds the DNS authority at .53, answering `records` (NAME=ADDRESS).
+    /// Another test host listening on port 8080 (IPv4 and IPv6), like .11 and .12.
+    fn start_listener(&self, host: u8) {
+        self.start_host(host, &[], &["sh", "-c", "nc -lk -p 8080 & exec nc -6 -lk -p 8080"]);
+    }
+
+    /// Adds the DNS authority at .53, answering `records` (NAME=ADDRESS,
+    /// NAME=OTHER for a CNAME, NAME=ADDRESS,ADDRESS for a rebinding name: see
+    /// `lazaret-testhost dns`).
     fn with_dns(mut self, records: &[String]) -> TestNetwork {
         let testhost = testhost_binary();
         let mut command = vec!["/testhost".to_owned(), "dns".to_owned(), "53".to_owned()];
@@ -76,7 +83,13 @@ impl TestNetwork {
     /// network under CNI has a bridge without one (`isGateway: false`), so
     /// the test gives it one, and takes it away again when the network goes.
     fn host_side_address(&self) -> String {
-        let address = self.host(1);
+        self.add_host_side_address(1)
+    }
+
+    /// Gives the host the address `.number` on this network's bridge (taken
+    /// away again when the network goes).
+    fn add_host_side_address(&self, number: u8) -> String {
+        let address = self.host(number);
         let bridge =
             Command::new("podman").args(["network", "inspect", "--format", "{{.NetworkInterface}}", &self.name]).output().expect("podman");
         let bridge = stdout(&bridge).trim().to_owned();
@@ -86,7 +99,7 @@ impl TestNetwork {
             let cidr = format!("{address}/24");
             let added = Command::new("ip").args(["addr", "add", &cidr, "dev", &bridge]).output().expect("ip");
             assert!(added.status.success(), "ip addr add {cidr} dev {bridge}: {}", stderr(&added));
-            *self.host_side.borrow_mut() = Some((bridge, cidr));
+            self.host_side.borrow_mut().push((bridge, cidr));
         }
         address
     }
@@ -116,7 +129,7 @@ impl Drop for TestNetwork {
         for host in self.hosts.borrow().iter() {
             let _ = Command::new("podman").args(["rm", "-f", "-t", "0", &format!("{}-host{host}", self.name)]).output();
         }
-        if let Some((bridge, cidr)) = self.host_side.borrow_mut().take() {
+        for (bridge, cidr) in self.host_side.borrow_mut().drain(..) {
             let _ = Command::new("ip").args(["addr", "del", &cidr, "dev", &bridge]).output();
         }
         let _ = Command::new("podman").args(["network", "rm", "-f", &self.name]).output();
@@ -130,9 +143,21 @@ fn testhost_binary() -> std::path::PathBuf {
 }
 
 fn configure(env: &TestEnv, network: &TestNetwork, allow: &[String]) {
+    configure_with(env, network, allow, "");
+}
+
+/// As [`configure`], with `private_answers = "allow"`: the test hosts have
+/// private addresses, which an allowlisted name does not open by default
+/// (`a_names_answer_never_opens_a_private_address_by_default`); the tests of
+/// name resolution itself use the documented switch.
+fn configure_private_answers(env: &TestEnv, network: &TestNetwork, allow: &[String]) {
+    configure_with(env, network, allow, "private_answers = \"allow\"\n");
+}
+
+fn configure_with(env: &TestEnv, network: &TestNetwork, allow: &[String], extra: &str) {
     let allow: Vec<String> = allow.iter().map(|rule| format!("{rule:?}")).collect();
     let dns = if network.dns { format!("dns_upstream = [\"{}\"]\n", network.host(53)) } else { String::new() };
-    env.write_config(&format!("[network]\npodman_network = \"{}\"\nallow_egress = [{}]\n{dns}", network.name, allow.join(", ")));
+    env.write_config(&format!("[network]\npodman_network = \"{}\"\nallow_egress = [{}]\n{dns}{extra}", network.name, allow.join(", ")));
 }
 
 /// The agent's view through `lazaret run --mount-workspace` of a plain
@@ -173,11 +198,33 @@ impl LiveSession {
         stdout(&Command::new("podman").args(["exec", &self.container, "sh", "-c", script]).output().expect("podman exec"))
     }
 
+    /// An editor's view: the domain's `events/subscribe` stream.
+    fn subscribe(&self) -> Events {
+        let socket = self.domain["control_socket"].as_str().expect("socket");
+        let stream = std::os::unix::net::UnixStream::connect(socket).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        let mut events = std::io::BufReader::new(stream.try_clone().expect("clone"));
+        write_frame(&mut &stream, &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "events/subscribe", "params": []}));
+        assert!(read_frame(&mut events)["result"].is_string(), "subscribed");
+        Events(events)
+    }
+
     /// Ends the session and waits until the domain is gone.
     fn end(mut self, repository: &Path) {
         let _ = self.session.kill();
         let _ = self.session.wait();
         assert!(wait_until(Duration::from_secs(20), || domain_is_torn_down(&self.domain, repository)));
+    }
+}
+
+/// A subscription to a domain's events.
+struct Events(std::io::BufReader<std::os::unix::net::UnixStream>);
+
+impl Events {
+    /// The next event of `kind` among the next 20 (`params.result`).
+    fn next_of_kind(&mut self, kind: &str) -> serde_json::Value {
+        let found = (0..20).map(|_| read_frame(&mut self.0)).find(|message| message["params"]["result"]["kind"] == kind);
+        found.unwrap_or_else(|| panic!("a {kind} event"))["params"]["result"].clone()
     }
 }
 
@@ -375,7 +422,7 @@ fn allowlisted_names_resolve_and_connect_and_every_other_question_is_refused_uns
         [format!("allowed.test={}", probe.host(11)), format!("www.wild.test={}", probe.host(11)), format!("other.test={}", probe.host(12))];
     let network = probe.with_dns(&records);
     let env = TestEnv::new();
-    configure(&env, &network, &["allowed.test".to_owned(), "*.wild.test".to_owned()]);
+    configure_private_answers(&env, &network, &["allowed.test".to_owned(), "*.wild.test".to_owned()]);
     let repository = git_repository(&env, "project");
     let (one, two, upstream) = (network.host(11), network.host(12), network.host(53));
     let long_label = "x".repeat(50);
@@ -446,27 +493,18 @@ fn names_change_live_and_the_policy_reloads_from_the_configuration() {
         network.with_dns(&records)
     };
     let env = TestEnv::new();
-    configure(&env, &network, &["allowed.test".to_owned()]);
+    configure_private_answers(&env, &network, &["allowed.test".to_owned()]);
     let repository = git_repository(&env, "project");
     let live = LiveSession::start(&env, &repository);
     let inside = |script: &str| live.inside(script);
     // An editor's view: the event subscription reports refused questions.
-    let socket = live.domain["control_socket"].as_str().expect("socket").to_owned();
-    let stream = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    let mut events = std::io::BufReader::new(stream.try_clone().expect("clone"));
-    write_frame(&mut &stream, &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "events/subscribe", "params": []}));
-    assert!(read_frame(&mut events)["result"].is_string(), "subscribed");
+    let mut events = live.subscribe();
     inside("busybox nslookup -type=TXT allowed.test >/dev/null 2>&1");
-    let refused = (0..20)
-        .map(|_| read_frame(&mut events))
-        .find(|message| message["params"]["result"]["kind"] == "networkDnsRefused")
-        .expect("a networkDnsRefused event");
-    assert_eq!(refused["params"]["result"]["name"], "allowed.test", "{refused}");
-    assert_eq!(refused["params"]["result"]["recordType"], "TXT", "{refused}");
-    assert_eq!(refused["params"]["result"]["reason"], "recordType", "{refused}");
+    let refused = events.next_of_kind("networkDnsRefused");
+    assert_eq!(refused["name"], "allowed.test", "{refused}");
+    assert_eq!(refused["recordType"], "TXT", "{refused}");
+    assert_eq!(refused["reason"], "recordType", "{refused}");
     drop(events);
-    drop(stream);
     let probe = "busybox nslookup later.test >/dev/null 2>&1; echo name=$?; nc -z -w 1 later.test 8080 2>/dev/null; echo connect=$?";
     assert_eq!(inside(probe), "name=1\nconnect=1\n", "not allowlisted yet");
 
@@ -487,7 +525,7 @@ fn names_change_live_and_the_policy_reloads_from_the_configuration() {
     assert_eq!(inside(probe), "name=1\nconnect=1\n", "denying the name takes its addresses away");
 
     // Reload: the file now allows the second host by address, no names.
-    configure(&env, &network, &[format!("{}/32", network.host(12))]);
+    configure_private_answers(&env, &network, &[format!("{}/32", network.host(12))]);
     let reload = run(env.lazaret().args(["net", "reload", "--workspace"]).arg(&repository));
     assert!(reload.status.success(), "{}", stderr(&reload));
     let direct = format!("nc -z -w 1 {} 8080; echo two=$?; nc -z -w 1 allowed.test 8080 2>/dev/null; echo name=$?", network.host(12));
@@ -498,7 +536,7 @@ fn names_change_live_and_the_policy_reloads_from_the_configuration() {
     assert!(!bad.status.success());
     assert!(stderr(&bad).contains("10.0.0.1/8"), "the error names the bad entry: {}", stderr(&bad));
     assert_eq!(inside(&direct), "two=0\nname=1\n", "still the last good policy");
-    configure(&env, &network, &[format!("{}/32", network.host(12))]);
+    configure_private_answers(&env, &network, &[format!("{}/32", network.host(12))]);
 
     live.end(&repository);
     let outcomes: Vec<String> =
@@ -609,7 +647,7 @@ fn the_sidecar_enforces_names_and_addresses_rootless() {
     let workspace = format!("{}/lzt-net-workspace", user.home);
     let setup = format!(
         "rm -rf {config} {workspace} && mkdir -p {config}/lazaret {workspace} && \
-         printf '[network]\\npodman_network = \"{name}\"\\nallow_egress = [\"allowed.test\"]\\ndns_upstream = [\"10.213.230.53\"]\\n' > {config}/lazaret/config.toml && \
+         printf '[network]\\npodman_network = \"{name}\"\\nallow_egress = [\"allowed.test\"]\\ndns_upstream = [\"10.213.230.53\"]\\nprivate_answers = \"allow\"\\n' > {config}/lazaret/config.toml && \
          cd {workspace} && git init -q && git -c user.name=u -c user.email=u@x commit -q --allow-empty -m init"
     );
     assert!(user.run(&setup).status.success());
@@ -677,4 +715,143 @@ fn the_hosts_own_addresses_stay_out_of_reach_under_a_wide_allow() {
     assert_eq!(inside(&host_dns), "host-dns=0\n", "sanity: the host's resolver answers once its address is allowed");
     live.end(&repository);
     drop(listener);
+}
+
+/// Attack review finding 17: an allowlisted name opened whatever its DNS
+/// said. By default a name's answer does not open a private address (the
+/// test hosts' are private) that no CIDR allow covers: not directly, not
+/// through a CNAME to a name the sidecar refuses when asked directly, not by
+/// rebinding after a first answer that was allowed. Each such answer is an
+/// event and an audit record naming the address; an address a CIDR allow
+/// covers still resolves and connects, and `private_answers = "allow"`
+/// (reloaded live) opens private answers again.
+#[test]
+fn a_names_answer_never_opens_a_private_address_by_default() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let network = TestNetwork::create();
+    for host in [13, 14] {
+        network.start_listener(host);
+    }
+    let (one, two, three, four) = (network.host(11), network.host(12), network.host(13), network.host(14));
+    let records = [
+        format!("private.test={two}"),
+        "alias.test=internal.test".to_owned(),
+        format!("internal.test={three}"),
+        format!("rebind.test={one},{four}"),
+        format!("covered.test={one}"),
+    ];
+    let network = network.with_dns(&records);
+    let env = TestEnv::new();
+    let allow: Vec<String> =
+        ["private.test", "alias.test", "rebind.test", "covered.test", &format!("{one}/32")].iter().map(|entry| entry.to_string()).collect();
+    configure(&env, &network, &allow);
+    let repository = git_repository(&env, "project");
+    let live = LiveSession::start(&env, &repository);
+    let inside = |script: &str| live.inside(script);
+    let mut events = live.subscribe();
+
+    // (a) The name resolves upstream, but its private address is not opened.
+    let private = format!("nc -z -w 2 private.test 8080; echo name=$?; nc -z -w 2 {two} 8080; echo address=$?");
+    assert_eq!(inside(&private), "name=1\naddress=1\n", "an allowlisted name's private answer opens nothing");
+    assert!(network.dns_log().contains("question private.test A"), "the name was resolved: {}", network.dns_log());
+    let event = events.next_of_kind("networkDnsAnswerRefused");
+    assert_eq!((&event["name"], &event["reason"]), (&serde_json::json!("private.test"), &serde_json::json!("privateAddress")), "{event}");
+    assert_eq!(event["addresses"], serde_json::json!([two]), "{event}");
+    drop(events);
+
+    // (b) A CNAME to a name refused when asked directly, and a rebinding name.
+    let alias = format!(
+        "busybox nslookup internal.test 2>&1 | grep -q REFUSED; echo direct=$?; \
+         nc -z -w 2 alias.test 8080; echo name=$?; nc -z -w 2 {three} 8080; echo address=$?"
+    );
+    assert_eq!(inside(&alias), "direct=0\nname=1\naddress=1\n", "the alias opens nothing either");
+    assert_eq!(inside("nc -z -w 2 rebind.test 8080; echo first=$?"), "first=0\n", "the first answer is the allowed host");
+    let rebound = format!("nc -z -w 2 rebind.test 8080; echo second=$?; nc -z -w 2 {four} 8080; echo address=$?");
+    assert_eq!(inside(&rebound), "second=1\naddress=1\n", "rebinding to another private host opens nothing");
+    let rebinding = network.dns_log().lines().filter(|line| *line == "question rebind.test A").count();
+    assert!(rebinding >= 2, "sanity: the name was asked again and rebound: {}", network.dns_log());
+
+    // (c) An address a CIDR allow covers resolves, connects and is listed.
+    assert_eq!(inside("nc -z -w 2 covered.test 8080; echo covered=$?"), "covered=0\n");
+    let show = run(env.lazaret().args(["net", "show", "--json", "--workspace"]).arg(&repository));
+    let shown: serde_json::Value = serde_json::from_slice(&show.stdout).expect("show json");
+    let learned: Vec<&str> = shown["learned"].as_array().expect("learned").iter().filter_map(|entry| entry["address"].as_str()).collect();
+    assert_eq!(learned, [one.as_str()], "only the covered address is learned: {shown}");
+
+    // The switch, reloaded live, opens private answers.
+    configure_private_answers(&env, &network, &allow);
+    let reload = run(env.lazaret().args(["net", "reload", "--workspace"]).arg(&repository));
+    assert!(reload.status.success(), "{}", stderr(&reload));
+    assert_eq!(inside(&private), "name=0\naddress=0\n", "private_answers = \"allow\" opens the name's private address");
+    live.end(&repository);
+
+    let refusals: Vec<(String, String)> = audit_records(&env, &repository)
+        .iter()
+        .filter(|record| record["outcome"] == "dnsAnswerRefused")
+        .map(|record| {
+            let name = record["requestedArgv"][1].as_str().unwrap_or("").to_owned();
+            (name, record["reason"].as_str().unwrap_or("").to_owned())
+        })
+        .collect();
+    for (name, address) in [("private.test", &two), ("alias.test", &three), ("rebind.test", &four)] {
+        let (start, end) = (format!("privateAddress: the answer for {name}"), format!("pointed at private address {address} "));
+        assert!(
+            refusals.iter().any(|(n, reason)| n == name && reason.starts_with(&start) && reason.contains(&end)),
+            "{start} ... {end}: {refusals:?}"
+        );
+    }
+    assert!(refusals.iter().any(|(_, reason)| reason.contains("alias.test (an alias of internal.test)")), "{refusals:?}");
+}
+
+/// Finding 17, too: the host's addresses were read once, when the sidecar
+/// started. An address the host gains while the sandbox runs (here one
+/// given to the test network's bridge) is out of reach within seconds, also
+/// under `0.0.0.0/0`; an allow of exactly that address still opens it.
+#[test]
+fn an_address_the_host_gains_later_is_out_of_reach_too() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let network = TestNetwork::create();
+    let env = TestEnv::new();
+    configure(&env, &network, &["0.0.0.0/0".to_owned()]);
+    let repository = git_repository(&env, "project");
+    let live = LiveSession::start(&env, &repository);
+    assert_eq!(live.inside(&format!("nc -z -w 2 {} 8080; echo network=$?", network.host(11))), "network=0\n");
+    let gained = network.add_host_side_address(250);
+    let listener = std::net::TcpListener::bind(format!("{gained}:0")).expect("bind on the new address");
+    let probe = format!("nc -z -w 1 {gained} {}; echo host=$?", listener.local_addr().expect("addr").port());
+    let since = Instant::now();
+    let protected = wait_until(Duration::from_secs(10), || live.inside(&probe) == "host=1\n");
+    assert!(protected, "the host's new address {gained} is protected within 10 s (still reachable after {:?})", since.elapsed());
+    let allow = run(env.lazaret().args(["net", "allow", &gained, "--workspace"]).arg(&repository));
+    assert!(allow.status.success(), "{}", stderr(&allow));
+    assert_eq!(live.inside(&probe), "host=0\n", "sanity: the address is reachable once allowed exactly");
+    live.end(&repository);
+    drop(listener);
+}
+
+/// Found by fuzzing the nf_tables builder: the elements of an allowed set
+/// went in one message whose 16-bit nest length wrapped past about 1,600
+/// IPv4 ranges (a long session's learned table holds up to 4,096 addresses,
+/// a configuration up to 4,096 entries), so the filter could not be set. Now
+/// they go in messages of at most 256 ranges, in one transaction.
+#[test]
+fn an_allowlist_of_thousands_of_entries_is_enforced_whole() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let network = TestNetwork::create();
+    let env = TestEnv::new();
+    // 3,000 disjoint single addresses (every other one, so none merge), then the test host.
+    let mut allow: Vec<String> = (0..3000u32).map(|n| format!("10.250.{}.{}/32", (2 * n) / 256, (2 * n) % 256)).collect();
+    allow.push(format!("{}/32", network.host(11)));
+    configure(&env, &network, &allow);
+    let repository = git_repository(&env, "project");
+    let text = agent(
+        &env,
+        &repository,
+        &format!("nc -z -w 2 {} 8080; echo allowed=$?; nc -z -w 2 {} 8080; echo other=$?", network.host(11), network.host(12)),
+    );
+    assert!(text.contains("allowed=0"), "the last of 3,001 entries is reachable: {text}");
+    assert!(text.contains("other=1"), "what no entry covers stays unreachable: {text}");
 }

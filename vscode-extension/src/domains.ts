@@ -323,10 +323,14 @@ export class DomainManager {
         void this.refreshDetails(state, ["network", "audit"]);
         break;
       case "networkDnsRefused":
-        state.dnsRefusals.unshift({ name: event.name, recordType: event.recordType, reason: event.reason, atMs: Date.now() });
+      case "networkDnsAnswerRefused": {
+        // A refused answer names the addresses that were not opened.
+        const reason = event.kind === "networkDnsAnswerRefused" ? `${event.reason} ${event.addresses.join(" ")}` : event.reason;
+        state.dnsRefusals.unshift({ name: event.name, recordType: event.recordType, reason, atMs: Date.now() });
         state.dnsRefusals.length = Math.min(state.dnsRefusals.length, RECENT);
         this.emit("details");
         break;
+      }
       case "networkDnsResolved":
         void this.refreshDetails(state, ["network"]);
         break;

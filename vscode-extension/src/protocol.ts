@@ -189,6 +189,8 @@ export interface NetworkPolicy {
   deny: string[];
   /** Addresses reachable now because an allowed name resolved to them. */
   learned: LearnedAddress[];
+  /** Whether a name's answer may open internal addresses no CIDR entry allows: `refuse` (the default) or `allow` (`[network] private_answers`). */
+  privateAnswers: string;
   /** How many kernel rules enforce it. */
   rules: number;
   /** The resolvers the sidecar forwards allowed questions to. */
@@ -274,6 +276,7 @@ export type Event =
   | EscalationFinishedEvent
   | NetworkChangedEvent
   | NetworkDnsRefusedEvent
+  | NetworkDnsAnswerRefusedEvent
   | NetworkDnsResolvedEvent
   | EventsLaggedEvent;
 
@@ -350,6 +353,17 @@ export interface NetworkChangedEvent {
 /** The Network Sidecar refused a DNS question from the sandbox; nothing went upstream. `reason`: notAllowlisted, denied, recordType, longLabel, tooManyLabels, badCharacters or malformed. `suppressed`: refusals dropped by the rate limit since the last event. */
 export interface NetworkDnsRefusedEvent {
   kind: "networkDnsRefused";
+  message: string;
+  name: string;
+  reason: string;
+  recordType: string;
+  suppressed?: number | null;
+}
+
+/** An allowlisted name's answer pointed at `addresses` the Network Sidecar does not open (attack review finding 17); they were left out of the reply. `reason` (of the first): privateAddress (private, CGNAT, ULA or another special-purpose range no CIDR entry allows, with `private_answers = "refuse"`), hostNetwork (one of the host's networks, likewise), specialAddress (never a remote host: loopback, link-local, multicast, broadcast, `0.0.0.0/8`, IPv4-compatible IPv6), deniedAddress (a CIDR deny covers it) or hostAddress (the host's own). `message` names each address and why. `suppressed`: as for `networkDnsRefused`. */
+export interface NetworkDnsAnswerRefusedEvent {
+  addresses: string[];
+  kind: "networkDnsAnswerRefused";
   message: string;
   name: string;
   reason: string;

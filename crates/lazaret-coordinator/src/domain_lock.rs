@@ -14,6 +14,8 @@ use crate::error::{Context, Result};
 pub struct DomainLock {
     file: File,
     path: PathBuf,
+    /// Whether this process holds the lock (so dropping it unlocks).
+    held: bool,
 }
 
 impl DomainLock {
@@ -60,7 +62,7 @@ impl DomainLock {
             )
             .into());
         }
-        Ok(DomainLock { file, path: path.to_path_buf() })
+        Ok(DomainLock { file, path: path.to_path_buf(), held: false })
     }
 
     /// `LOCK_EX | LOCK_NB`: true when we got the lock (on the file the path
@@ -75,6 +77,7 @@ impl DomainLock {
                 }
             }
             if self.is_current()? {
+                self.held = true;
                 return Ok(true);
             }
             *self = DomainLock::open(&self.path)?;
@@ -86,6 +89,7 @@ impl DomainLock {
         loop {
             self.file.lock().with_context(|| format!("cannot lock {}", self.path.display()))?;
             if self.is_current()? {
+                self.held = true;
                 return Ok(());
             }
             *self = DomainLock::open(&self.path)?;
@@ -96,10 +100,11 @@ impl DomainLock {
     /// nobody holds the lock. Safe because a holder counts only once it has
     /// checked that the path still names the file it locked: whoever waited
     /// on the removed file opens the path again.
-    pub fn unlock(&self) {
-        if self.is_current().unwrap_or(false) {
+    pub fn unlock(&mut self) {
+        if self.held && self.is_current().unwrap_or(false) {
             let _ = std::fs::remove_file(&self.path);
         }
+        self.held = false;
         let _ = self.file.unlock();
     }
 
@@ -110,6 +115,15 @@ impl DomainLock {
             Ok(named) => Ok(named.ino() == held.ino() && named.dev() == held.dev()),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(error) => Err(error).with_context(|| format!("cannot stat {}", self.path.display())),
+        }
+    }
+}
+
+impl Drop for DomainLock {
+    /// A holder that goes away unlocks as [`DomainLock::unlock`] does.
+    fn drop(&mut self) {
+        if self.held {
+            self.unlock();
         }
     }
 }
@@ -134,7 +148,7 @@ mod tests {
         });
         std::thread::sleep(std::time::Duration::from_millis(100));
         first.unlock();
-        let waiter = waiting.join().expect("join");
+        let mut waiter = waiting.join().expect("join");
         // The waiter holds the lock on the file the path names now...
         assert!(path.exists(), "the waiter opened the path again");
         let mut third = DomainLock::open(&path).expect("open");
@@ -142,7 +156,7 @@ mod tests {
         waiter.unlock();
         assert!(!path.exists(), "nothing stays while nobody holds the lock");
         assert!(third.try_lock().expect("try"));
-        third.unlock();
-        assert!(!path.exists());
+        drop(third);
+        assert!(!path.exists(), "dropping a held lock unlocks it too");
     }
 }

@@ -10,6 +10,7 @@
 //! - `network`: the Network Sidecar, coordinator side.
 //! - `state_anchor`: persistent directories on fuse-overlayfs.
 //! - `podman`, `runsc`, `helper_binaries`: the programs it starts.
+//! - `limits`: how the profile's resource limits are enforced here.
 //! - `domain_lock`, `private_dirs`: the lockfile and private directories.
 //!
 //! It installs no tracing subscriber and knows nothing of the command line.
@@ -20,6 +21,7 @@ pub mod error;
 pub mod escalation;
 pub mod git_sentry;
 pub mod helper_binaries;
+pub mod limits;
 pub mod network;
 pub mod podman;
 pub mod private_dirs;

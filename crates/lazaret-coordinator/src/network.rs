@@ -6,9 +6,12 @@
 //! the sidecar's network namespace with runsc's hostinet, so the sidecar's
 //! routing policy decides what it reaches, and its `/etc/resolv.conf` names
 //! only the sidecar's resolver (127.0.0.1 of that namespace). The sidecar's
-//! event stream (refused DNS questions) is read by [`watch`].
+//! event stream (refused DNS questions and answers) is read by
+//! [`SidecarEvents`]; what it protects of the host (the host's addresses and
+//! networks) is kept current by [`refresh_protection`].
 
 use std::io::{BufRead, BufReader, Write};
+use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -69,32 +72,120 @@ pub fn resolv_conf_argument(dir: &Path) -> Result<String> {
     Ok(format!("--volume={}:/etc/resolv.conf:ro", path.display()))
 }
 
-/// Every address of this host's interfaces except loopback (which the
-/// sandbox's namespace has its own of).
-pub fn host_addresses() -> Vec<std::net::IpAddr> {
-    let mut addresses = Vec::new();
-    let Ok(interfaces) = nix::ifaddrs::getifaddrs() else {
-        tracing::warn!("cannot list this host's addresses; they are not protected beyond the allowlist");
-        return addresses;
-    };
-    for interface in interfaces {
-        let Some(address) = interface.address else { continue };
-        let address = if let Some(v4) = address.as_sockaddr_in() {
-            std::net::IpAddr::V4(v4.ip())
-        } else if let Some(v6) = address.as_sockaddr_in6() {
-            std::net::IpAddr::V6(v6.ip())
-        } else {
-            continue;
-        };
-        if !address.is_loopback() && !addresses.contains(&address) {
-            addresses.push(address);
+/// What the sidecar keeps from the sandbox on the host's behalf: the host's
+/// own addresses (host deny rules, even under `0.0.0.0/0`) and the networks
+/// of its interfaces (a name's answer does not open them unless a CIDR entry
+/// or `private_answers = "allow"` does).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostProtection {
+    pub addresses: Vec<IpAddr>,
+    /// `address/length` with the host bits cleared.
+    pub networks: Vec<String>,
+}
+
+impl HostProtection {
+    /// The sidecar's `protect` request.
+    pub fn request(&self) -> serde_json::Value {
+        let addresses: Vec<String> = self.addresses.iter().map(ToString::to_string).collect();
+        serde_json::json!({ "protect": { "addresses": addresses, "networks": self.networks } })
+    }
+
+    fn add_addresses(&mut self, addresses: impl IntoIterator<Item = IpAddr>) {
+        for address in addresses {
+            if !self.addresses.contains(&address) {
+                self.addresses.push(address);
+            }
         }
     }
-    addresses
+}
+
+/// The host's interfaces now (loopback and link-local left out: the sandbox's
+/// namespace has its own, and the sidecar never opens them); `None` when they
+/// cannot be listed.
+pub fn host_protection() -> Option<HostProtection> {
+    let ip = |address: &nix::sys::socket::SockaddrStorage| {
+        address.as_sockaddr_in().map(|v4| IpAddr::V4(v4.ip())).or_else(|| address.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+    };
+    let interfaces = nix::ifaddrs::getifaddrs().ok()?;
+    Some(protection_from(
+        interfaces.filter_map(|interface| Some((interface.address.as_ref().and_then(ip)?, interface.netmask.as_ref().and_then(ip)))),
+    ))
+}
+
+/// [`HostProtection`] from interface addresses with their netmasks.
+fn protection_from(interfaces: impl IntoIterator<Item = (IpAddr, Option<IpAddr>)>) -> HostProtection {
+    let mut protection = HostProtection::default();
+    for (address, netmask) in interfaces {
+        let link_local = match address {
+            IpAddr::V4(v4) => v4.is_link_local(),
+            IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+        };
+        if address.is_loopback() || link_local {
+            continue;
+        }
+        protection.add_addresses([address]);
+        if let Some(network) = netmask.and_then(|netmask| network_of(address, netmask)) {
+            if !protection.networks.contains(&network) {
+                protection.networks.push(network);
+            }
+        }
+    }
+    protection
+}
+
+/// `address/length` of the network `address` lies in, with the host bits
+/// cleared; `None` for a netmask of the other family, one that is not a
+/// prefix, or a zero-length one (no network, the whole space).
+fn network_of(address: IpAddr, netmask: IpAddr) -> Option<String> {
+    let (value, mask, bits) = match (address, netmask) {
+        (IpAddr::V4(a), IpAddr::V4(m)) => (u128::from(u32::from(a)), u128::from(u32::from(m)), 32),
+        (IpAddr::V6(a), IpAddr::V6(m)) => (u128::from(a), u128::from(m), 128),
+        _ => return None,
+    };
+    let length = mask.count_ones();
+    let expected = if length == 0 { 0 } else { (u128::MAX << (128 - length)) >> (128 - bits) };
+    if length == 0 || mask != expected {
+        return None;
+    }
+    let network = match address {
+        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::from((value & mask) as u32)),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::from(value & mask)),
+    };
+    Some(format!("{network}/{length}"))
+}
+
+/// How often [`refresh_protection`] reads the host's interfaces again.
+pub const PROTECTION_REFRESH: Duration = Duration::from_secs(2);
+
+/// Keeps the running sidecar's [`HostProtection`] current (attack review
+/// finding 17: it used to be read once, when the sidecar started): reads the
+/// host's interfaces every [`PROTECTION_REFRESH`] and sends them, with the
+/// network's `gateways`, whenever they changed since `sent`. Runs until the
+/// task is aborted; a failed read or send is tried again at the next tick.
+pub async fn refresh_protection(socket: PathBuf, gateways: Vec<IpAddr>, mut sent: HostProtection) {
+    let mut ticks = tokio::time::interval(PROTECTION_REFRESH);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(mut now) = host_protection() else { continue };
+        now.add_addresses(gateways.iter().copied());
+        if now == sent {
+            continue;
+        }
+        let (socket, request) = (socket.clone(), now.request());
+        match tokio::task::spawn_blocking(move || control(&socket, &request)).await {
+            Ok(Ok(_)) => {
+                tracing::info!(addresses = ?now.addresses, networks = ?now.networks, "the host's addresses changed; the Network Sidecar protects them now");
+                sent = now;
+            }
+            Ok(Err(error)) => tracing::warn!(error = %error.chained(), "cannot update the Network Sidecar's host protection"),
+            Err(error) => tracing::warn!(%error, "host protection task failed"),
+        }
+    }
 }
 
 /// The gateway addresses of a podman network's subnets.
-fn network_gateways(podman: &Podman, network: &str) -> Vec<std::net::IpAddr> {
+fn network_gateways(podman: &Podman, network: &str) -> Vec<IpAddr> {
     let output = podman
         .command()
         .args(["network", "inspect", "--format", "{{range .Subnets}}{{.Gateway}} {{end}}", network])
@@ -130,9 +221,19 @@ pub fn container_arguments(podman_network: &str) -> Vec<String> {
     arguments
 }
 
+/// A sidecar that [`start`] started.
+pub struct StartedSidecar {
+    /// Its control socket.
+    pub socket: PathBuf,
+    /// The podman network's gateways (protected like the host's addresses).
+    pub gateways: Vec<IpAddr>,
+    /// What it was told to protect (gateways included).
+    pub protection: HostProtection,
+}
+
 /// Starts the sidecar and waits until its policy is in force (its control
 /// socket exists). `control_dir` is mounted into the sidecar only.
-pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_dir: &Path) -> Result<PathBuf> {
+pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_dir: &Path) -> Result<StartedSidecar> {
     crate::private_dirs::ensure_private_dir(control_dir)?;
     let socket = control_dir.join("control.sock");
     let _ = std::fs::remove_file(&socket);
@@ -154,18 +255,22 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
     for upstream in &resolved.dns_upstream {
         command.arg(format!("--dns-upstream={upstream}"));
     }
+    command.arg(format!("--private-answers={}", resolved.private_answers));
     // The host's own addresses and the network's gateways (the host, or
     // rootless podman's network namespace with its resolver) stay out of reach
     // even under a wide allow entry: 0.0.0.0/0 means "the network", not "this
-    // machine's services".
-    let mut protected = host_addresses();
-    for gateway in network_gateways(podman, &resolved.podman_network) {
-        if !protected.contains(&gateway) {
-            protected.push(gateway);
-        }
-    }
-    for address in protected {
+    // machine's services". The host's networks are internal for a name's answers.
+    let mut protection = host_protection().unwrap_or_else(|| {
+        tracing::warn!("cannot list this host's addresses; they are not protected beyond the allowlist until they can be");
+        HostProtection::default()
+    });
+    let gateways = network_gateways(podman, &resolved.podman_network);
+    protection.add_addresses(gateways.iter().copied());
+    for address in &protection.addresses {
         command.arg(format!("--protect={address}"));
+    }
+    for network in &protection.networks {
+        command.arg(format!("--protect-net={network}"));
     }
     command.arg("--control").arg(format!("{CONTROL_DIR_IN_SIDECAR}/control.sock"));
     let output = command.stdin(std::process::Stdio::null()).output().context("cannot run podman")?;
@@ -194,7 +299,7 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(socket)
+    Ok(StartedSidecar { socket, gateways, protection })
 }
 
 /// The sidecar's event stream (`{"watch":true}`): one JSON object per line,
@@ -240,4 +345,54 @@ pub fn control(socket: &Path, request: &serde_json::Value) -> Result<serde_json:
         bail!("{}", answer["error"].as_str().unwrap_or("the Network Sidecar refused the request"));
     }
     Ok(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("address")
+    }
+
+    #[test]
+    fn the_hosts_addresses_and_networks_come_from_its_interfaces() {
+        let interfaces = [
+            (ip("127.0.0.1"), Some(ip("255.0.0.0"))),
+            (ip("192.168.1.23"), Some(ip("255.255.255.0"))),
+            (ip("10.88.0.1"), Some(ip("255.255.0.0"))),
+            (ip("10.88.0.1"), Some(ip("255.255.0.0"))),
+            (ip("169.254.3.4"), Some(ip("255.255.0.0"))),
+            (ip("2001:db8:1:2::17"), Some(ip("ffff:ffff:ffff:ffff::"))),
+            (ip("fe80::1"), Some(ip("ffff:ffff:ffff:ffff::"))),
+            (ip("::1"), Some(ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"))),
+            (ip("203.0.113.9"), None),
+            (ip("198.51.100.7"), Some(ip("255.0.255.0"))),
+            (ip("198.51.100.8"), Some(ip("0.0.0.0"))),
+            (ip("198.51.100.9"), Some(ip("ffff::"))),
+            (ip("100.64.0.2"), Some(ip("255.255.255.255"))),
+        ];
+        let protection = protection_from(interfaces);
+        let addresses: Vec<String> = protection.addresses.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            addresses,
+            ["192.168.1.23", "10.88.0.1", "2001:db8:1:2::17", "203.0.113.9", "198.51.100.7", "198.51.100.8", "198.51.100.9", "100.64.0.2"],
+            "every address but loopback and link-local, once"
+        );
+        assert_eq!(
+            protection.networks,
+            ["192.168.1.0/24", "10.88.0.0/16", "2001:db8:1:2::/64", "100.64.0.2/32"],
+            "host bits cleared; no network for a missing, non-prefix, empty or foreign netmask"
+        );
+        assert_eq!(
+            protection.request().to_string(),
+            r#"{"protect":{"addresses":["192.168.1.23","10.88.0.1","2001:db8:1:2::17","203.0.113.9","198.51.100.7","198.51.100.8","198.51.100.9","100.64.0.2"],"networks":["192.168.1.0/24","10.88.0.0/16","2001:db8:1:2::/64","100.64.0.2/32"]}}"#
+        );
+    }
+
+    #[test]
+    fn this_hosts_interfaces_can_be_read() {
+        let protection = host_protection().expect("getifaddrs");
+        assert!(protection.addresses.iter().all(|address| !address.is_loopback()), "{protection:?}");
+    }
 }

@@ -146,30 +146,36 @@ pub fn environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
 
 /// `--ulimit` values at or below this host's hard limits: podman's defaults
 /// exceed them on these machines and every start would fail (ENVIRONMENT.md).
+/// For the Network Sidecar; a sandbox's `nproc` is its process limit.
 pub fn ulimit_arguments() -> Vec<String> {
-    use nix::sys::resource::{getrlimit, Resource};
-    let mut arguments = Vec::new();
-    for (name, resource, preferred) in [("nofile", Resource::RLIMIT_NOFILE, 65_536u64), ("nproc", Resource::RLIMIT_NPROC, 16_384u64)] {
-        let hard = getrlimit(resource).map(|(_, hard)| hard).unwrap_or(1024);
-        let value = preferred.min(hard);
-        arguments.push(format!("--ulimit={name}={value}:{value}"));
-    }
-    arguments
+    vec![nofile_argument(), ulimit_argument("nproc", nix::sys::resource::Resource::RLIMIT_NPROC, 16_384)]
+}
+
+/// `--ulimit=nofile=…` at or below this host's hard limit.
+pub fn nofile_argument() -> String {
+    ulimit_argument("nofile", nix::sys::resource::Resource::RLIMIT_NOFILE, 65_536)
+}
+
+fn ulimit_argument(name: &str, resource: nix::sys::resource::Resource, preferred: u64) -> String {
+    let hard = nix::sys::resource::getrlimit(resource).map(|(_, hard)| hard).unwrap_or(1024);
+    let value = preferred.min(hard);
+    format!("--ulimit={name}={value}:{value}")
 }
 
 /// Flags that put a container under gVisor on these machines: the runsc
-/// runtime without cgroups (rootless) and without netstack (D5), no host
-/// proxy variables (D10).
+/// runtime without netstack (D5), no host proxy variables (D10), and the
+/// resource limits of `limits` (with `ignore-cgroups` where host cgroups
+/// cannot be used, as rootless here: see `crate::limits`).
 ///
 /// `sidecar`: the container whose network namespace the sandbox joins (with
 /// runsc's hostinet, D5); without one the sandbox has no network at all.
-pub fn runsc_arguments(runsc: &std::path::Path, sidecar: Option<&str>) -> Vec<String> {
-    let mut arguments: Vec<String> =
-        vec![format!("--runtime={}", runsc.display()), "--runtime-flag=ignore-cgroups".into(), "--http-proxy=false".into()];
+pub fn runsc_arguments(runsc: &std::path::Path, sidecar: Option<&str>, limits: &crate::limits::Plan) -> Vec<String> {
+    let mut arguments: Vec<String> = vec![format!("--runtime={}", runsc.display()), "--http-proxy=false".into()];
     match sidecar {
         Some(name) => arguments.extend([format!("--network=container:{name}"), "--runtime-flag=network=host".to_owned()]),
         None => arguments.extend(["--network=none".to_owned(), "--runtime-flag=network=none".to_owned()]),
     }
-    arguments.extend(ulimit_arguments());
+    arguments.push(nofile_argument());
+    arguments.extend(limits.arguments.iter().cloned());
     arguments
 }

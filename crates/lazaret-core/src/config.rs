@@ -51,6 +51,7 @@ struct RawConfig {
     network: Option<RawNetwork>,
     escalation: Option<RawEscalation>,
     runtime: Option<RawRuntime>,
+    limits: Option<RawLimits>,
     #[serde(default)]
     profiles: BTreeMap<Spanned<String>, Spanned<RawProfile>>,
 }
@@ -61,6 +62,15 @@ struct RawRuntime {
     runsc: Option<Spanned<String>>,
 }
 
+/// `[limits]` and `[profiles.<name>.limits]` (see [`crate::limits`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory: Option<Spanned<String>>,
+    processes: Option<Spanned<i64>>,
+    cpus: Option<Spanned<f64>>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawNetwork {
@@ -69,6 +79,7 @@ struct RawNetwork {
     podman_network: Option<Spanned<String>>,
     #[serde(default)]
     dns_upstream: Vec<Spanned<String>>,
+    private_answers: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -97,6 +108,7 @@ struct RawProfile {
     command: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     auto_approve: Vec<Spanned<String>>,
+    limits: Option<RawLimits>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +151,9 @@ pub struct Config {
     /// The resolvers the Network Sidecar asks for allowlisted names (empty:
     /// the nameservers podman gives the sidecar).
     pub dns_upstream: Vec<std::net::SocketAddr>,
+    /// `[network] private_answers`: whether an allowlisted name's answer may
+    /// open internal addresses no CIDR entry allows (default: refuse).
+    pub private_answers: crate::egress::PrivateAnswers,
     pub escalation_enabled: bool,
     pub auto_approve: Vec<Located<String>>,
     /// `auto_approve`, parsed and validated by the policy engine.
@@ -148,6 +163,8 @@ pub struct Config {
     /// `[runtime] runsc`: the runsc binary to run sandboxes with (absolute,
     /// canonical, existing). `None`: the newest runsc found.
     pub runsc: Option<PathBuf>,
+    /// `[limits]`: every profile's limits where it sets none itself.
+    pub limits: crate::limits::Limits,
     pub warnings: Vec<Diagnostic>,
 }
 
@@ -178,6 +195,8 @@ pub struct ProfileConfig {
     /// The profile's own `auto_approve` entries, added to `[escalation]`'s.
     pub auto_approve: Vec<Located<String>>,
     pub auto_approve_rules: Vec<crate::policy::AutoApproveRule>,
+    /// The profile's own `limits` (keys it leaves out come from `[limits]`).
+    pub limits: crate::limits::Limits,
     pub location: Option<Location>,
 }
 
@@ -206,6 +225,8 @@ pub struct ResolvedProfile {
     pub podman_network: String,
     /// `[network] dns_upstream` (empty: podman's nameservers for the sidecar).
     pub dns_upstream: Vec<std::net::SocketAddr>,
+    /// `[network] private_answers`.
+    pub private_answers: crate::egress::PrivateAnswers,
     pub env: BTreeMap<String, ResolvedEnv>,
     pub volumes: Vec<ResolvedVolume>,
     /// The profile's default command (empty: the image's `CMD`).
@@ -217,6 +238,8 @@ pub struct ResolvedProfile {
     pub escalation_timeouts: EscalationTimeouts,
     /// `[runtime] runsc`, if configured.
     pub runsc: Option<PathBuf>,
+    /// The profile's `limits` over `[limits]`; unset keys take the defaults.
+    pub limits: crate::limits::Limits,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -362,6 +385,7 @@ impl Config {
                 }
             }
         });
+        let limits = raw.limits.as_ref().map(|limits| checker.limits("limits", limits)).unwrap_or_default();
         let global_egress = raw.network.as_ref().map(|n| checker.egress("network.allow_egress", &n.allow_egress)).unwrap_or_default();
         let podman_network = match raw.network.as_ref().and_then(|network| network.podman_network.as_ref()) {
             Some(name) => {
@@ -390,6 +414,17 @@ impl Config {
                 ),
             }
         }
+        let private_answers = match raw.network.as_ref().and_then(|network| network.private_answers.as_ref()) {
+            None => crate::egress::PrivateAnswers::default(),
+            Some(value) => crate::egress::PrivateAnswers::parse(value.get_ref()).unwrap_or_else(|| {
+                checker.error(
+                    "network.private_answers",
+                    format!("`{}` is not a choice: \"refuse\" (the default) or \"allow\"", value.get_ref()),
+                    Some(checker.locate(value.span())),
+                );
+                crate::egress::PrivateAnswers::default()
+            }),
+        };
 
         let mut profiles = BTreeMap::new();
         profiles.insert(DEFAULT_PROFILE.to_owned(), built_in_default_profile());
@@ -412,12 +447,14 @@ impl Config {
             allow_egress: global_egress,
             podman_network,
             dns_upstream,
+            private_answers,
             escalation_enabled,
             auto_approve,
             auto_approve_rules,
             escalation_timeouts,
             profiles,
             runsc,
+            limits,
             warnings: checker.warnings,
         })
     }
@@ -535,6 +572,7 @@ impl Config {
             allow_egress,
             podman_network: self.podman_network.clone(),
             dns_upstream: self.dns_upstream.clone(),
+            private_answers: self.private_answers,
             env,
             volumes,
             command: profile.command.clone(),
@@ -542,6 +580,7 @@ impl Config {
             auto_approve_rules: self.auto_approve_rules.iter().chain(&profile.auto_approve_rules).cloned().collect(),
             escalation_timeouts: self.escalation_timeouts,
             runsc: self.runsc.clone(),
+            limits: profile.limits.or(self.limits),
         })
     }
 
@@ -637,6 +676,7 @@ fn built_in_default_profile() -> ProfileConfig {
         command: Vec::new(),
         auto_approve: Vec::new(),
         auto_approve_rules: Vec::new(),
+        limits: crate::limits::Limits::default(),
         location: None,
     }
 }
@@ -927,6 +967,8 @@ impl Checker<'_> {
             }
         }
 
+        let limits = raw.limits.as_ref().map(|limits| self.limits(&format!("profiles.{profile_name}.limits"), limits)).unwrap_or_default();
+
         if self.diagnostics.len() > errors_before {
             return None;
         }
@@ -940,8 +982,34 @@ impl Checker<'_> {
             command,
             auto_approve: raw.auto_approve.iter().map(|entry| self.located(entry)).collect(),
             auto_approve_rules,
+            limits,
             location: name_location,
         })
+    }
+
+    /// `[limits]` or a profile's `limits`: each value checked, named by
+    /// `prefix.key` in the diagnostic.
+    fn limits(&mut self, prefix: &str, raw: &RawLimits) -> crate::limits::Limits {
+        let mut limits = crate::limits::Limits::default();
+        if let Some(memory) = &raw.memory {
+            match crate::limits::parse_memory(memory.get_ref()) {
+                Ok(bytes) => limits.memory = Some(bytes),
+                Err(message) => self.error(&format!("{prefix}.memory"), message, Some(self.locate(memory.span()))),
+            }
+        }
+        if let Some(processes) = &raw.processes {
+            match crate::limits::check_processes(*processes.get_ref()) {
+                Ok(count) => limits.processes = Some(count),
+                Err(message) => self.error(&format!("{prefix}.processes"), message, Some(self.locate(processes.span()))),
+            }
+        }
+        if let Some(cpus) = &raw.cpus {
+            match crate::limits::check_cpus(*cpus.get_ref()) {
+                Ok(count) => limits.cpus = Some(count),
+                Err(message) => self.error(&format!("{prefix}.cpus"), message, Some(self.locate(cpus.span()))),
+            }
+        }
+        limits
     }
 
     fn volume_mode(&mut self, field: &str, mode: &Spanned<String>) -> Vec<String> {

@@ -17,6 +17,7 @@ pub mod host;
 pub mod host_code_files;
 pub mod ids;
 pub mod image_reference;
+pub mod limits;
 pub mod location;
 pub mod paths;
 pub mod policy;

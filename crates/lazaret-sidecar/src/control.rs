@@ -3,19 +3,27 @@
 //! Requests (exactly one key); an entry is a CIDR, an address or a DNS name pattern:
 //! - `{"allow": "10.89.0.5/32"}` or `{"allow": ["10.89.0.5", "fd00::/64", "*.npmjs.org"]}`
 //! - `{"deny": "10.89.0.5/32"}` (same shapes)
-//! - `{"set": {"allow": [...], "deny": [...]}}`: replace the whole policy (reload)
+//! - `{"set": {"allow": [...], "deny": [...], "private": "allow"|"refuse"}}`: replace
+//!   the whole policy (reload); `private` is whether a name's answer may open internal
+//!   addresses no CIDR allow covers (default `refuse`, see `addresses.rs`)
+//! - `{"protect": {"addresses": [...], "networks": [...]}}`: the host's own addresses
+//!   and the prefixes of its interfaces, now (the coordinator refreshes them)
 //! - `{"show": true}`
 //! - `{"watch": true}`: answers `{"ok":true,"watching":true}`, then streams events, one
-//!   JSON object per line, until the client goes: `{"event":"dnsRefused",...}` and
-//!   `{"event":"dnsResolved",...}` (see `events.rs`).
+//!   JSON object per line, until the client goes: `{"event":"dnsRefused",...}`,
+//!   `{"event":"dnsAnswerRefused",...}` and `{"event":"dnsResolved",...}` (see
+//!   `events.rs`, `dns.rs`).
 //!
 //! Every other success answers with the policy now in force (see `Enforcer::snapshot`):
-//! `{"ok":true,"allow":[...],"deny":[...],"learned":[...],"upstreams":[...],"rules":N}`;
+//! `{"ok":true,"allow":[...],"deny":[...],"learned":[...],"upstreams":[...],"rules":N,"privateAnswers":"refuse"}`;
 //! a failure with `{"ok":false,"error":"..."}` and leaves the policy as it was.
+
+use std::net::IpAddr;
 
 use lazaret_dns::{NamePattern, NamePolicy};
 use serde_json::{json, Value};
 
+use crate::enforcer::PrivateAnswers;
 use crate::policy::{Cidr, Policy};
 
 /// Longest request line accepted, newline included.
@@ -55,7 +63,8 @@ impl std::fmt::Display for Entry {
 pub enum Command {
     Allow(Vec<Entry>),
     Deny(Vec<Entry>),
-    Set(Policy, NamePolicy),
+    Set(Policy, NamePolicy, PrivateAnswers),
+    Protect(Vec<IpAddr>, Vec<Cidr>),
     Show,
     Watch,
 }
@@ -66,7 +75,7 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         return Err("a request is a JSON object".into());
     };
     if obj.len() != 1 {
-        return Err("a request has exactly one of \"allow\", \"deny\", \"set\", \"show\", \"watch\"".into());
+        return Err("a request has exactly one of \"allow\", \"deny\", \"set\", \"protect\", \"show\", \"watch\"".into());
     }
     let Some((key, val)) = obj.into_iter().next() else {
         return Err("empty request".into());
@@ -84,13 +93,14 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         },
         "set" => {
             let Value::Object(set) = val else {
-                return Err("\"set\" takes {\"allow\": [...], \"deny\": [...]}".into());
+                return Err("\"set\" takes {\"allow\": [...], \"deny\": [...], \"private\": \"refuse\"|\"allow\"}".into());
             };
-            let (mut allows, mut denies) = (Vec::new(), Vec::new());
+            let (mut allows, mut denies, mut private) = (Vec::new(), Vec::new(), PrivateAnswers::default());
             for (k, v) in set {
                 match k.as_str() {
                     "allow" => allows = entries(&v)?,
                     "deny" => denies = entries(&v)?,
+                    "private" => private = PrivateAnswers::parse(v.as_str().ok_or("\"private\" takes \"refuse\" or \"allow\"")?)?,
                     other => return Err(format!("unknown key in \"set\": {other:?}")),
                 }
             }
@@ -108,7 +118,25 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
                     Entry::Name(n) => names.deny(n),
                 }
             }
-            Ok(Command::Set(policy, names))
+            Ok(Command::Set(policy, names, private))
+        }
+        "protect" => {
+            let Value::Object(protect) = val else {
+                return Err("\"protect\" takes {\"addresses\": [...], \"networks\": [...]}".into());
+            };
+            let (mut addresses, mut networks) = (Vec::new(), Vec::new());
+            for (k, v) in protect {
+                let items = strings(&v, &k)?;
+                match k.as_str() {
+                    "addresses" => {
+                        addresses =
+                            items.iter().map(|a| a.parse().map_err(|_| format!("not an IP address: {a:?}"))).collect::<Result<_, _>>()?
+                    }
+                    "networks" => networks = items.iter().map(|n| Cidr::parse(n)).collect::<Result<_, _>>()?,
+                    other => return Err(format!("unknown key in \"protect\": {other:?}")),
+                }
+            }
+            Ok(Command::Protect(addresses, networks))
         }
         other => Err(format!("unknown request {other:?}")),
     }
@@ -128,6 +156,17 @@ fn entries(val: &Value) -> Result<Vec<Entry>, String> {
             _ => Err("expected an entry (CIDR or DNS name) as a string".into()),
         })
         .collect()
+}
+
+/// An array of at most [`MAX_ITEMS`] strings (`key` names it in errors).
+fn strings<'a>(val: &'a Value, key: &str) -> Result<Vec<&'a str>, String> {
+    match val {
+        Value::Array(a) if a.len() <= MAX_ITEMS => {
+            a.iter().map(|v| v.as_str().ok_or_else(|| format!("{key:?} takes an array of strings"))).collect()
+        }
+        Value::Array(_) => Err(format!("more than {MAX_ITEMS} entries in {key:?}")),
+        _ => Err(format!("{key:?} takes an array of strings")),
+    }
 }
 
 pub fn error_response(message: &str) -> String {
@@ -154,7 +193,7 @@ mod tests {
         assert_eq!(c("GitHub.com").to_string(), "github.com");
         assert_eq!(parse_command(r#" {"show":true} "#), Ok(Command::Show));
         assert_eq!(parse_command(r#"{"watch":true}"#), Ok(Command::Watch));
-        let Ok(Command::Set(p, names)) =
+        let Ok(Command::Set(p, names, _)) =
             parse_command(r#"{"set":{"deny":["10.1.0.0/16","x.allowed.test"],"allow":["10.0.0.0/8","*.allowed.test"]}}"#)
         else {
             panic!("set did not parse");
@@ -163,7 +202,19 @@ mod tests {
         assert_eq!(p.listed(Verdict::Deny), vec![Cidr::parse("10.1.0.0/16").unwrap()]);
         assert_eq!(names.allowed().map(|n| n.to_string()).collect::<Vec<_>>(), ["*.allowed.test"]);
         assert_eq!(names.denied().map(|n| n.to_string()).collect::<Vec<_>>(), ["x.allowed.test"]);
-        assert_eq!(parse_command(r#"{"set":{}}"#), Ok(Command::Set(Policy::new(), NamePolicy::new())));
+        assert_eq!(parse_command(r#"{"set":{}}"#), Ok(Command::Set(Policy::new(), NamePolicy::new(), PrivateAnswers::Refuse)));
+        assert_eq!(
+            parse_command(r#"{"set":{"private":"allow"}}"#),
+            Ok(Command::Set(Policy::new(), NamePolicy::new(), PrivateAnswers::Allow))
+        );
+        assert_eq!(
+            parse_command(r#"{"protect":{"addresses":["10.88.0.1","fe80::1"],"networks":["10.88.0.7/16","2001:db8:1::/48"]}}"#),
+            Ok(Command::Protect(
+                vec!["10.88.0.1".parse().unwrap(), "fe80::1".parse().unwrap()],
+                vec![Cidr::parse("10.88.0.0/16").unwrap(), Cidr::parse("2001:db8:1::/48").unwrap()]
+            ))
+        );
+        assert_eq!(parse_command(r#"{"protect":{}}"#), Ok(Command::Protect(vec![], vec![])));
     }
 
     #[test]
@@ -183,6 +234,13 @@ mod tests {
             r#"{"flush":true}"#,
             r#"{"set":{"allow":[],"other":[]}}"#,
             r#"{"set":[]}"#,
+            r#"{"set":{"private":"yes"}}"#,
+            r#"{"set":{"private":true}}"#,
+            r#"{"protect":[]}"#,
+            r#"{"protect":{"addresses":["10.0.0.0/8"]}}"#,
+            r#"{"protect":{"addresses":"10.0.0.1"}}"#,
+            r#"{"protect":{"networks":["nope"]}}"#,
+            r#"{"protect":{"routes":[]}}"#,
         ] {
             assert!(parse_command(bad).is_err(), "{bad:?} parsed");
         }

@@ -1,8 +1,10 @@
 //! The sandbox's only resolver: a UDP DNS server on 127.0.0.1:53 of the shared network
 //! namespace. It answers `A`/`AAAA` questions for allowlisted names by asking the
 //! upstream resolvers (from sockets marked with [`DNS_MARK`], the only traffic the
-//! upstream rules let through), makes the answered addresses reachable for their TTL,
-//! and refuses everything else without sending anything upstream. Learned addresses
+//! upstream rules let through), makes the answered addresses reachable for their TTL
+//! (those a name may open: see `addresses.rs`; the others are left out of the reply
+//! and reported as a `dnsAnswerRefused` event), and refuses everything else without
+//! sending anything upstream. Learned addresses
 //! expire in [`expiry_loop`].
 
 use std::collections::BTreeSet;
@@ -17,7 +19,7 @@ use lazaret_dns::wire::{encode_error, encode_query, encode_reply, parse_query, p
 use lazaret_dns::{Question, Rcode, Response};
 use serde_json::json;
 
-use crate::enforcer::Enforcer;
+use crate::enforcer::{Enforcer, Learning};
 use crate::events::Events;
 use crate::policy::DNS_MARK;
 
@@ -140,13 +142,25 @@ fn answer(packet: &[u8], shared: &Shared) -> Option<Vec<u8>> {
     let answers = response.addresses();
     let now = Instant::now();
     let learned = shared.enforcer().learn(&name, &answers, now);
-    let told = match learned {
-        Ok(told) => told,
+    let Learning { told, refused } = match learned {
+        Ok(learning) => learning,
         Err(error) => {
             eprintln!("lazaret-sidecar: dns: cannot open {name}'s addresses: {error}");
             return Some(encode_reply(&query, Rcode::ServerFailure, &[]));
         }
     };
+    if let Some((_, first)) = refused.first() {
+        // Left out of the reply, and reported: the name stays allowed, these addresses closed.
+        let chain = response.chain();
+        let through = if chain.len() > 1 { format!(" (an alias of {})", chain[1..].join(", ")) } else { String::new() };
+        let described: Vec<String> = refused.iter().map(|(address, why)| why.describe(*address)).collect();
+        let message = format!("the answer for {name}{through} pointed at {}, not opened", described.join("; "));
+        eprintln!("lazaret-sidecar: dns: {message}");
+        let addresses: Vec<String> = refused.iter().map(|(address, _)| address.to_string()).collect();
+        shared.events.emit(json!({
+            "event": "dnsAnswerRefused", "name": name, "type": record_type, "addresses": addresses, "reason": first.code(), "message": message,
+        }));
+    }
     let addresses: Vec<String> = told.iter().map(|(address, _)| address.to_string()).collect();
     shared.events.emit(json!({"event": "dnsResolved", "name": name, "type": record_type, "addresses": addresses}));
     Some(encode_reply(&query, Rcode::NoError, &told))

@@ -1,6 +1,8 @@
 //! The egress policy and the kernel it lives in: the CIDR entries, the DNS name
 //! patterns, the addresses learned from answers to allowed names (each until its
-//! TTL runs out and no connection uses it), and the upstream resolvers only the
+//! TTL runs out and no connection uses it; internal addresses only where a CIDR
+//! allow covers them or private answers are allowed, see `addresses.rs`), the
+//! host's own addresses and networks, and the upstream resolvers only the
 //! sidecar's marked sockets may reach. Every change is reconciled into the
 //! kernel's policy rules at once, or not at all.
 
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 use lazaret_dns::NamePolicy;
 use serde_json::{json, Value};
 
+use crate::addresses::{classify, Class};
 use crate::control::Entry;
 use crate::nft::Nft;
 use crate::policy::{allowed_ranges, diff, guard_rules, sort_rules, Cidr, Policy, RuleSpec, Verdict, DNS_MARK, UPSTREAM_PRIORITY};
@@ -35,12 +38,90 @@ pub struct Learned {
     pub expires: Instant,
 }
 
+/// Whether a name's answer may open internal addresses (private, CGNAT, ULA,
+/// special-purpose, the host's own networks) that no CIDR allow covers:
+/// `--private-answers` and `[network] private_answers`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PrivateAnswers {
+    #[default]
+    Refuse,
+    Allow,
+}
+
+impl PrivateAnswers {
+    pub fn parse(text: &str) -> Result<PrivateAnswers, String> {
+        match text {
+            "refuse" => Ok(PrivateAnswers::Refuse),
+            "allow" => Ok(PrivateAnswers::Allow),
+            other => Err(format!("private answers are \"refuse\" or \"allow\", not {other:?}")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrivateAnswers::Refuse => "refuse",
+            PrivateAnswers::Allow => "allow",
+        }
+    }
+}
+
+/// Why an answered address was not opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotOpened {
+    /// Never a remote host (what it is).
+    Special(&'static str),
+    /// Internal (what it is), no CIDR allow covers it, private answers are refused.
+    Private(&'static str),
+    /// On one of the host's own networks, no CIDR allow covers it, private answers are refused.
+    HostNetwork(Cidr),
+    /// An explicit CIDR deny covers it.
+    Denied,
+    /// One of the host's own addresses (or an upstream resolver).
+    Host,
+}
+
+impl NotOpened {
+    /// The reason code in events and audit records.
+    pub fn code(&self) -> &'static str {
+        match self {
+            NotOpened::Special(_) => "specialAddress",
+            NotOpened::Private(_) => "privateAddress",
+            NotOpened::HostNetwork(_) => "hostNetwork",
+            NotOpened::Denied => "deniedAddress",
+            NotOpened::Host => "hostAddress",
+        }
+    }
+
+    /// `address` and why it stays closed, for a message.
+    pub fn describe(&self, address: IpAddr) -> String {
+        match self {
+            NotOpened::Special(what) => format!("special address {address} ({what}, never opened by a name)"),
+            NotOpened::Private(what) => format!("private address {address} ({what})"),
+            NotOpened::HostNetwork(network) => format!("address {address} on the host's network {network}"),
+            NotOpened::Denied => format!("address {address}, which a CIDR deny covers"),
+            NotOpened::Host => format!("address {address}, one of the host's own"),
+        }
+    }
+}
+
+/// What an answer did: the addresses that became reachable, each with the seconds
+/// it stays so (what the client is told), and those that did not, with why.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Learning {
+    pub told: Vec<(IpAddr, u32)>,
+    pub refused: Vec<(IpAddr, NotOpened)>,
+}
+
 /// Everything the kernel rules are made from.
 #[derive(Clone, Debug, Default)]
 pub struct State {
     pub cidrs: Policy,
     pub names: NamePolicy,
     pub learned: BTreeMap<IpAddr, Learned>,
+    pub private_answers: PrivateAnswers,
+    /// The prefixes of the host's interfaces (`--protect-net`, refreshed by the
+    /// coordinator): internal, like private networks.
+    pub host_networks: Vec<Cidr>,
 }
 
 impl State {
@@ -81,26 +162,55 @@ impl State {
         rules
     }
 
-    /// Drops learned names that the name policy no longer allows, and addresses left
-    /// without a name.
+    /// Drops learned names that the name policy no longer allows, addresses left
+    /// without a name, and addresses a name may no longer open (a deny, the switch
+    /// turned off, a network the host gained).
     fn forget_disallowed(&mut self) {
         let names = &self.names;
         for learned in self.learned.values_mut() {
             learned.names.retain(|name| names.check_name(name).is_ok());
         }
         self.learned.retain(|_, learned| !learned.names.is_empty());
+        let closed: Vec<IpAddr> = self.learned.keys().copied().filter(|address| self.not_opened(*address).is_some()).collect();
+        for address in closed {
+            self.learned.remove(&address);
+        }
     }
 
-    /// Records that `name` resolved to `answers` at `now`. Returns what the client is
-    /// told: the addresses that became reachable, each with the seconds it stays so.
-    /// Addresses an explicit CIDR deny covers, and addresses that are never a remote
-    /// host (loopback, link-local, multicast, unspecified, broadcast), are left out.
-    pub fn learn(&mut self, name: &str, answers: &[(IpAddr, u32)], now: Instant) -> Vec<(IpAddr, u32)> {
+    /// Why a name's answer may not open `address` (canonical), if it may not: never
+    /// a remote host; an explicit CIDR deny; internal (private, CGNAT, ULA, other
+    /// special-purpose ranges, the host's networks) while private answers are
+    /// refused and no CIDR allow covers it.
+    pub fn not_opened(&self, address: IpAddr) -> Option<NotOpened> {
+        let class = classify(address, &self.host_networks);
+        if let Class::Never(what) = class {
+            return Some(NotOpened::Special(what));
+        }
+        if self.cidrs.denies_explicitly(address) {
+            return Some(NotOpened::Denied);
+        }
+        if self.private_answers == PrivateAnswers::Allow || self.cidrs.allows(address) {
+            return None;
+        }
+        match class {
+            Class::Internal(what) => Some(NotOpened::Private(what)),
+            Class::HostNetwork(network) => Some(NotOpened::HostNetwork(network)),
+            Class::Remote | Class::Never(_) => None,
+        }
+    }
+
+    /// Records that `name` resolved to `answers` at `now`: the addresses that became
+    /// reachable (told to the client), and those left out (see [`State::not_opened`]).
+    pub fn learn(&mut self, name: &str, answers: &[(IpAddr, u32)], now: Instant) -> Learning {
         let mut told = Vec::new();
+        let mut refused = Vec::new();
         for (address, ttl) in answers {
             // `::ffff:a.b.c.d` is routed as IPv4: learn it as such.
             let address = &address.to_canonical();
-            if !is_remote_unicast(address) || self.cidrs.denies_explicitly(*address) {
+            if let Some(why) = self.not_opened(*address) {
+                if !refused.iter().any(|(known, _)| known == address) {
+                    refused.push((*address, why));
+                }
                 continue;
             }
             let lifetime = Duration::from_secs(u64::from((*ttl).clamp(MIN_ROUTE_SECONDS, MAX_ROUTE_SECONDS)));
@@ -114,7 +224,7 @@ impl State {
             let Some(oldest) = oldest.map(|(address, _)| *address) else { break };
             self.learned.remove(&oldest);
         }
-        told
+        Learning { told, refused }
     }
 
     /// Forgets addresses whose time ran out, unless a connection still uses them.
@@ -135,20 +245,18 @@ impl State {
     }
 }
 
-/// Not loopback, link-local, multicast, unspecified or broadcast: something a name
-/// may legitimately stand for. (A name answered with 169.254.169.254 must not open
-/// the cloud metadata service.)
-fn is_remote_unicast(address: &IpAddr) -> bool {
-    match address {
-        IpAddr::V4(v4) => !(v4.is_loopback() || v4.is_link_local() || v4.is_multicast() || v4.is_unspecified() || v4.is_broadcast()),
-        IpAddr::V6(v6) => {
-            if let Some(mapped) = v6.to_ipv4_mapped() {
-                return is_remote_unicast(&IpAddr::V4(mapped));
-            }
-            let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
-            !(v6.is_loopback() || v6.is_multicast() || v6.is_unspecified() || link_local)
+/// The host's addresses and the upstream resolvers: only the sidecar's marked
+/// sockets may ask those anything, whatever a wide CIDR entry or a name's answer says.
+fn with_upstreams(mut protected: Vec<IpAddr>, upstreams: &[SocketAddr]) -> Vec<IpAddr> {
+    for address in protected.iter_mut() {
+        *address = address.to_canonical();
+    }
+    for upstream in upstreams {
+        if !protected.contains(&upstream.ip()) {
+            protected.push(upstream.ip());
         }
     }
+    protected
 }
 
 /// The state and the kernel it is enforced in: policy rules, and the netfilter
@@ -175,16 +283,10 @@ impl Enforcer {
         nft: Nft,
         state: State,
         upstreams: Vec<SocketAddr>,
-        mut protected: Vec<IpAddr>,
+        protected: Vec<IpAddr>,
     ) -> io::Result<(Enforcer, usize)> {
         let guard = guard_rules(&rtnl.ipv4_broadcasts()?);
-        // The upstream resolvers too: only the sidecar's marked sockets may ask them
-        // anything, whatever a wide CIDR entry or a name's answer says.
-        for upstream in &upstreams {
-            if !protected.contains(&upstream.ip()) {
-                protected.push(upstream.ip());
-            }
-        }
+        let protected = with_upstreams(protected, &upstreams);
         let mut enforcer = Enforcer { rtnl, nft, state: State::default(), upstreams, protected, guard, installed: Vec::new() };
         let rules = enforcer.change(|current| *current = state)?;
         enforcer.rtnl.delete_priority_zero_local_rules()?;
@@ -265,11 +367,28 @@ impl Enforcer {
 
     /// Records an answer (see [`State::learn`]) and installs its rules; protected
     /// addresses are neither learned nor told.
-    pub fn learn(&mut self, name: &str, answers: &[(IpAddr, u32)], now: Instant) -> io::Result<Vec<(IpAddr, u32)>> {
-        let answers: Vec<(IpAddr, u32)> = answers.iter().filter(|(address, _)| !self.protected.contains(address)).copied().collect();
-        let mut told = Vec::new();
-        self.change(|state| told = state.learn(name, &answers, now))?;
-        Ok(told)
+    pub fn learn(&mut self, name: &str, answers: &[(IpAddr, u32)], now: Instant) -> io::Result<Learning> {
+        type Answers = Vec<(IpAddr, u32)>;
+        let (protected, answers): (Answers, Answers) =
+            answers.iter().partition(|(address, _)| self.protected.contains(&address.to_canonical()));
+        let mut learning = Learning::default();
+        self.change(|state| learning = state.learn(name, &answers, now))?;
+        let protected = protected.into_iter().map(|(address, _)| (address.to_canonical(), NotOpened::Host));
+        learning.refused.splice(0..0, protected);
+        Ok(learning)
+    }
+
+    /// Replaces the host's own addresses (host deny rules; the upstream resolvers stay
+    /// among them) and networks (internal for a name's answers) with what the host
+    /// has now; learned addresses a name may no longer open are forgotten.
+    pub fn protect(&mut self, addresses: Vec<IpAddr>, networks: Vec<Cidr>) -> io::Result<usize> {
+        let previous = std::mem::replace(&mut self.protected, with_upstreams(addresses, &self.upstreams));
+        let result = self.change(|state| state.host_networks = networks);
+        if result.is_err() {
+            self.protected = previous;
+            let _ = self.install(self.desired());
+        }
+        result
     }
 
     /// Allows or denies entries (CIDRs and names).
@@ -305,7 +424,10 @@ impl Enforcer {
             })
             .collect();
         let upstreams: Vec<String> = self.upstreams.iter().map(|u| u.to_string()).collect();
-        json!({"ok": true, "allow": allow, "deny": deny, "learned": learned, "upstreams": upstreams, "rules": rules})
+        json!({
+            "ok": true, "allow": allow, "deny": deny, "learned": learned, "upstreams": upstreams, "rules": rules,
+            "privateAnswers": state.private_answers.as_str(),
+        })
     }
 
     /// How many of our rules the kernel holds now.
@@ -323,9 +445,12 @@ mod tests {
         text.parse().unwrap()
     }
 
+    /// A state allowing `pattern`, with private answers allowed: the addresses in
+    /// these tests are private, and most of them are about learning itself.
     fn state_with_name(pattern: &str) -> State {
         let mut state = State::default();
         state.names.allow(NamePattern::parse(pattern).unwrap());
+        state.private_answers = PrivateAnswers::Allow;
         state
     }
 
@@ -333,7 +458,7 @@ mod tests {
     fn answers_become_host_rules_for_their_ttl_with_a_floor() {
         let mut state = state_with_name("*.allowed.test");
         let now = Instant::now();
-        let told = state.learn("www.allowed.test", &[(ip("10.213.0.11"), 5), (ip("10.213.0.12"), 600)], now);
+        let told = state.learn("www.allowed.test", &[(ip("10.213.0.11"), 5), (ip("10.213.0.12"), 600)], now).told;
         assert_eq!(told, vec![(ip("10.213.0.11"), MIN_ROUTE_SECONDS), (ip("10.213.0.12"), 600)]);
         let rules: Vec<String> = state.rules(&[], &[]).iter().map(|r| r.to_string()).collect();
         assert!(rules.contains(&"10000: to 10.213.0.11/32 lookup main".to_owned()), "{rules:?}");
@@ -363,8 +488,79 @@ mod tests {
             (ip("ff02::1"), 60),
             (ip("10.213.0.11"), 60),
         ];
-        let told = state.learn("allowed.test", &answers, Instant::now());
-        assert_eq!(told, vec![(ip("10.213.0.11"), 60)]);
+        let learning = state.learn("allowed.test", &answers, Instant::now());
+        assert_eq!(learning.told, vec![(ip("10.213.0.11"), 60)]);
+        let codes: Vec<&str> = learning.refused.iter().map(|(_, why)| why.code()).collect();
+        assert_eq!(codes[0], "deniedAddress");
+        assert!(codes[1..].iter().all(|code| *code == "specialAddress"), "{codes:?}");
+        assert_eq!(learning.refused.len(), answers.len() - 2, "each left-out address is reported once (169.254.169.254 came twice)");
+    }
+
+    #[test]
+    fn this_network_broadcast_and_ipv4_compatible_addresses_are_never_learned_even_when_allowed() {
+        let mut state = state_with_name("allowed.test");
+        state.cidrs.allow(Cidr::parse("0.0.0.0/0").unwrap());
+        state.cidrs.allow(Cidr::parse("::/0").unwrap());
+        let answers: Vec<(IpAddr, u32)> =
+            ["0.0.0.0", "0.1.2.3", "255.255.255.255", "::10.213.0.11", "::8.8.8.8", "::ffff:0.0.0.1", "64:ff9b::7f00:1"]
+                .iter()
+                .map(|text| (ip(text), 60))
+                .collect();
+        let learning = state.learn("allowed.test", &answers, Instant::now());
+        assert!(learning.told.is_empty(), "{:?}", learning.told);
+        assert!(learning.refused.iter().all(|(_, why)| matches!(why, NotOpened::Special(_))), "{:?}", learning.refused);
+        assert!(state.learned.is_empty());
+    }
+
+    #[test]
+    fn private_answers_open_only_where_a_cidr_allow_covers_them_unless_allowed() {
+        let mut state = state_with_name("*.allowed.test");
+        state.private_answers = PrivateAnswers::Refuse;
+        state.cidrs.allow(Cidr::parse("10.213.0.0/24").unwrap());
+        state.cidrs.deny(Cidr::parse("10.213.0.128/25").unwrap());
+        state.host_networks = vec![Cidr::parse("93.184.216.0/24").unwrap()];
+        let now = Instant::now();
+        let answers: Vec<(IpAddr, u32)> =
+            ["10.213.0.11", "10.213.0.200", "10.9.0.1", "192.168.1.1", "100.64.0.1", "fd00::1", "93.184.216.34", "198.18.0.1", "1.1.1.1"]
+                .iter()
+                .map(|text| (ip(text), 60))
+                .collect();
+        let learning = state.learn("a.allowed.test", &answers, now);
+        assert_eq!(learning.told, vec![(ip("10.213.0.11"), 60), (ip("1.1.1.1"), 60)], "covered, and remote");
+        let refused: Vec<String> =
+            learning.refused.iter().map(|(address, why)| format!("{} {}", why.code(), why.describe(*address))).collect();
+        assert_eq!(
+            refused,
+            [
+                "deniedAddress address 10.213.0.200, which a CIDR deny covers",
+                "privateAddress private address 10.9.0.1 (private network 10.0.0.0/8)",
+                "privateAddress private address 192.168.1.1 (private network 192.168.0.0/16)",
+                "privateAddress private address 100.64.0.1 (shared (CGNAT) network 100.64.0.0/10)",
+                "privateAddress private address fd00::1 (unique local network fc00::/7)",
+                "hostNetwork address 93.184.216.34 on the host's network 93.184.216.0/24",
+                "privateAddress private address 198.18.0.1 (benchmarking network 198.18.0.0/15)",
+            ]
+        );
+        // The switch opens them (not the denied one); turning it off again forgets them.
+        state.private_answers = PrivateAnswers::Allow;
+        let learning = state.learn("a.allowed.test", &answers, now);
+        assert_eq!(learning.told.len(), 8, "{learning:?}");
+        assert_eq!(learning.refused.iter().map(|(_, why)| why.code()).collect::<Vec<_>>(), ["deniedAddress"]);
+        state.private_answers = PrivateAnswers::Refuse;
+        state.forget_disallowed();
+        assert_eq!(state.learned.keys().copied().collect::<Vec<_>>(), [ip("1.1.1.1"), ip("10.213.0.11")]);
+        // A network the host gains is forgotten too.
+        state.host_networks.push(Cidr::parse("1.1.1.0/24").unwrap());
+        state.forget_disallowed();
+        assert_eq!(state.learned.keys().copied().collect::<Vec<_>>(), [ip("10.213.0.11")]);
+    }
+
+    #[test]
+    fn the_switch_is_allow_or_refuse() {
+        assert_eq!(PrivateAnswers::parse("allow"), Ok(PrivateAnswers::Allow));
+        assert_eq!(PrivateAnswers::parse("refuse"), Ok(PrivateAnswers::Refuse));
+        assert!(PrivateAnswers::parse("yes").unwrap_err().contains("\"yes\""));
+        assert_eq!(PrivateAnswers::default(), PrivateAnswers::Refuse);
     }
 
     #[test]
@@ -372,16 +568,16 @@ mod tests {
         let mut state = state_with_name("*.allowed.test");
         state.cidrs.deny(Cidr::parse("10.0.0.0/8").unwrap());
         let now = Instant::now();
-        assert!(state.learn("a.allowed.test", &[(ip("10.1.2.3"), 60)], now).is_empty());
+        assert!(state.learn("a.allowed.test", &[(ip("10.1.2.3"), 60)], now).told.is_empty());
         state.cidrs.allow(Cidr::parse("10.1.0.0/16").unwrap());
-        assert_eq!(state.learn("a.allowed.test", &[(ip("10.1.2.3"), 60), (ip("10.2.0.1"), 60)], now), vec![(ip("10.1.2.3"), 60)]);
+        assert_eq!(state.learn("a.allowed.test", &[(ip("10.1.2.3"), 60), (ip("10.2.0.1"), 60)], now).told, vec![(ip("10.1.2.3"), 60)]);
     }
 
     #[test]
     fn mapped_answers_are_learned_as_ipv4_and_the_table_is_capped() {
         let mut state = state_with_name("*.allowed.test");
         let now = Instant::now();
-        assert_eq!(state.learn("a.allowed.test", &[(ip("::ffff:10.213.0.11"), 60)], now), vec![(ip("10.213.0.11"), 60)]);
+        assert_eq!(state.learn("a.allowed.test", &[(ip("::ffff:10.213.0.11"), 60)], now).told, vec![(ip("10.213.0.11"), 60)]);
         for n in 0..(MAX_LEARNED as u32 + 10) {
             let address = IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n));
             state.learn("b.allowed.test", &[(address, 60 + n)], now);

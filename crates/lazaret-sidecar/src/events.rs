@@ -28,6 +28,12 @@ pub struct Events {
     bucket: Mutex<Bucket>,
 }
 
+impl Default for Events {
+    fn default() -> Events {
+        Events::new()
+    }
+}
+
 impl Events {
     pub fn new() -> Events {
         Events {

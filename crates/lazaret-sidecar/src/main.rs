@@ -8,15 +8,10 @@
 //! The policy lives in the kernel: if this process dies, the last policy stays in force.
 //! Changes arrive over a Unix control socket (see `control.rs`) and apply live. The
 //! sandbox's only resolver is this process (`dns.rs`): it answers allowlisted names and
-//! opens their addresses for their TTL.
+//! opens their addresses for their TTL (internal ones only where a CIDR allow covers
+//! them, or with `--private-answers allow`: `addresses.rs`).
 
-mod control;
-mod dns;
-mod enforcer;
-mod events;
-mod nft;
-mod policy;
-mod rtnl;
+use lazaret_sidecar::{control, dns, enforcer, events, nft, policy, rtnl};
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -29,8 +24,9 @@ use std::time::Instant;
 
 use control::{error_response, parse_command, Command, Entry, MAX_LINE};
 use dns::Shared;
-use enforcer::{Enforcer, State};
+use enforcer::{Enforcer, PrivateAnswers, State};
 use events::Events;
+use policy::Cidr;
 use rtnl::Rtnl;
 
 const USAGE: &str = "\
@@ -38,7 +34,8 @@ lazaret-sidecar: Lazaret's Network Sidecar (egress policy for one sandbox)
 
 Usage:
   lazaret-sidecar [--allow ENTRY]... [--deny ENTRY]... [--dns-upstream ADDRESS]...
-                  [--protect ADDRESS]... [--control SOCKET]
+                  [--protect ADDRESS]... [--protect-net CIDR]...
+                  [--private-answers refuse|allow] [--control SOCKET]
       Enforce default-deny egress in this network namespace (policy-routing rules
       and an nf_tables output filter that mirrors them; needs CAP_NET_ADMIN, and
       CAP_NET_BIND_SERVICE for DNS): only --allow'ed destinations are
@@ -47,11 +44,17 @@ Usage:
       serves on 127.0.0.1:53 answers allowlisted names from the upstream
       resolvers (--dns-upstream, else the nameservers of /etc/resolv.conf) and
       opens the answered addresses for their TTL; it refuses every other
-      question. A --protect'ed address (the host's own) stays unreachable
-      under wider allow entries; only an allow of exactly that address opens
-      it. With --control, serve line-delimited JSON on SOCKET:
+      question. An answer never opens loopback, link-local, multicast,
+      broadcast, 0.0.0.0/8 or IPv4-compatible IPv6 addresses; nor, unless a
+      CIDR allow covers them or --private-answers is `allow`, private, CGNAT,
+      ULA or other special-purpose addresses, or the host's networks
+      (--protect-net, the prefixes of its interfaces). A --protect'ed address
+      (the host's own) stays unreachable under wider allow entries; only an
+      allow of exactly that address opens it. With --control, serve
+      line-delimited JSON on SOCKET:
         {\"allow\":ENTRY|[...]}  {\"deny\":ENTRY|[...]}  {\"show\":true}
-        {\"set\":{\"allow\":[...],\"deny\":[...]}}  {\"watch\":true}
+        {\"set\":{\"allow\":[...],\"deny\":[...],\"private\":\"refuse\"|\"allow\"}}
+        {\"protect\":{\"addresses\":[...],\"networks\":[...]}}  {\"watch\":true}
       Prints `ready` on stdout once the policy is in force.
   lazaret-sidecar ctl SOCKET REQUEST...
       Send each JSON REQUEST to a running sidecar; print the answers.
@@ -60,12 +63,14 @@ Usage:
 /// Exit status for a usage error.
 const EXIT_USAGE: u8 = 2;
 
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Default, PartialEq)]
 struct RunOptions {
     allow: Vec<Entry>,
     deny: Vec<Entry>,
     upstreams: Vec<SocketAddr>,
     protected: Vec<IpAddr>,
+    protected_networks: Vec<Cidr>,
+    private_answers: PrivateAnswers,
     control: Option<PathBuf>,
 }
 
@@ -91,7 +96,7 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
         }
         _ => {}
     }
-    let mut options = RunOptions { allow: Vec::new(), deny: Vec::new(), upstreams: Vec::new(), protected: Vec::new(), control: None };
+    let mut options = RunOptions::default();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -106,6 +111,13 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
             "--protect" => {
                 let v = value()?;
                 options.protected.push(v.parse().map_err(|_| format!("--protect {v:?} is not an IP address"))?);
+            }
+            "--protect-net" => {
+                let v = value()?;
+                options.protected_networks.push(Cidr::parse(&v).map_err(|e| format!("--protect-net: {e}"))?);
+            }
+            "--private-answers" => {
+                options.private_answers = PrivateAnswers::parse(&value()?).map_err(|e| format!("--private-answers: {e}"))?
             }
             "--control" => {
                 let v = value()?;
@@ -166,13 +178,18 @@ fn handle(shared: &Shared, command: Command) -> Result<String, String> {
     let (what, result) = match command {
         Command::Allow(entries) => (Some(format!("allow {}", join(&entries))), enforcer.apply_entries(&entries, true)),
         Command::Deny(entries) => (Some(format!("deny {}", join(&entries))), enforcer.apply_entries(&entries, false)),
-        Command::Set(cidrs, names) => (
-            Some("set".to_owned()),
+        Command::Set(cidrs, names, private_answers) => (
+            Some(format!("set (private answers: {})", private_answers.as_str())),
             enforcer.change(|state| {
                 state.cidrs = cidrs;
                 state.names = names;
+                state.private_answers = private_answers;
             }),
         ),
+        Command::Protect(addresses, networks) => {
+            let what = format!("protect {} host addresses, {} host networks", addresses.len(), networks.len());
+            (Some(what), enforcer.protect(addresses, networks))
+        }
         Command::Show | Command::Watch => (None, enforcer.rule_count()),
     };
     let rules = result.map_err(|e| e.to_string())?;
@@ -197,7 +214,8 @@ fn run(options: RunOptions) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(&format!("opening rtnetlink: {e}")),
     };
-    let mut state = State::default();
+    let mut state =
+        State { private_answers: options.private_answers, host_networks: options.protected_networks.clone(), ..State::default() };
     for entry in &options.allow {
         match entry {
             Entry::Cidr(c) => state.cidrs.allow(*c),
@@ -442,14 +460,22 @@ mod tests {
         assert_eq!(options.allow, vec![Entry::parse("10.0.0.0/8").unwrap(), Entry::parse("*.npmjs.org").unwrap()]);
         assert_eq!(options.deny, vec![Entry::parse("10.1.0.0/16").unwrap()]);
         assert_eq!(options.upstreams, vec!["10.0.0.53:53".parse().unwrap(), "[fd00::53]:5353".parse().unwrap()]);
-        assert_eq!(
-            parse_args(&[]),
-            Ok(Mode::Run(RunOptions { allow: vec![], deny: vec![], upstreams: vec![], protected: vec![], control: None }))
-        );
-        let Ok(Mode::Run(options)) = parse_args(&args(&["--protect", "10.88.0.1", "--protect=fe80::1"])) else {
+        assert_eq!(parse_args(&[]), Ok(Mode::Run(RunOptions::default())));
+        assert_eq!(RunOptions::default().private_answers, PrivateAnswers::Refuse, "private answers are refused by default");
+        let Ok(Mode::Run(options)) = parse_args(&args(&[
+            "--protect",
+            "10.88.0.1",
+            "--protect=fe80::1",
+            "--protect-net",
+            "10.88.0.1/16",
+            "--protect-net=2001:db8:1::/48",
+            "--private-answers=allow",
+        ])) else {
             panic!("did not parse");
         };
         assert_eq!(options.protected, vec!["10.88.0.1".parse::<IpAddr>().unwrap(), "fe80::1".parse().unwrap()]);
+        assert_eq!(options.protected_networks, vec![Cidr::parse("10.88.0.0/16").unwrap(), Cidr::parse("2001:db8:1::/48").unwrap()]);
+        assert_eq!(options.private_answers, PrivateAnswers::Allow);
     }
 
     #[test]
@@ -465,6 +491,10 @@ mod tests {
             &["--allow", "nope"],
             &["--dns-upstream", "resolver.test"],
             &["--protect", "10.0.0.0/8"],
+            &["--protect-net", "10.0.0.0/40"],
+            &["--protect-net", "host.test"],
+            &["--private-answers", "yes"],
+            &["--private-answers"],
             &["--control="],
             &["--bogus"],
             &["ctl"],

@@ -248,6 +248,86 @@ fn flush(set: &str) -> Message {
     message
 }
 
+/// Set elements per `NEWSETELEM` message: an attribute's length is 16 bits,
+/// so one message with every range of a full learned table (4,096 addresses,
+/// 64 bytes each for IPv6) would wrap its elements' nest length.
+pub const MAX_RANGES_PER_MESSAGE: usize = 256;
+
+/// The messages that make the allowed sets hold exactly `ranges`: both sets
+/// flushed, then their elements in messages of at most
+/// [`MAX_RANGES_PER_MESSAGE`] ranges (one batch, so one transaction).
+fn replace_messages(ranges: &AllowedRanges) -> Vec<Message> {
+    let v4: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+        ranges.v4.iter().map(|(start, end)| (start.to_be_bytes().to_vec(), end.map(|e| e.to_be_bytes().to_vec()))).collect();
+    let v6: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+        ranges.v6.iter().map(|(start, end)| (start.to_be_bytes().to_vec(), end.map(|e| e.to_be_bytes().to_vec()))).collect();
+    let mut messages = vec![flush(SET_V4), flush(SET_V6)];
+    messages.extend(v4.chunks(MAX_RANGES_PER_MESSAGE).map(|chunk| elements(SET_V4, chunk)));
+    messages.extend(v6.chunks(MAX_RANGES_PER_MESSAGE).map(|chunk| elements(SET_V6, chunk)));
+    messages
+}
+
+/// One nfnetlink batch of `messages`, numbered from `first`: the bytes, the
+/// sequence numbers to be acknowledged, and the last number used.
+fn encode_batch(messages: Vec<Message>, first: u32) -> (Vec<u8>, Vec<u32>, u32) {
+    let mut out = Vec::new();
+    let mut next = first;
+    out.extend(Message::new(NFNL_MSG_BATCH_BEGIN, 0, 0, NFNL_SUBSYS_NFTABLES).finish(next));
+    let mut expected = Vec::new();
+    for message in messages {
+        next = next.wrapping_add(1);
+        expected.push(next);
+        out.extend(message.finish(next));
+    }
+    next = next.wrapping_add(1);
+    out.extend(Message::new(NFNL_MSG_BATCH_END, 0, 0, NFNL_SUBSYS_NFTABLES).finish(next));
+    (out, expected, next)
+}
+
+/// The batch [`Nft::replace`] sends for `ranges`, numbered from 1 (for tests
+/// and fuzzing: the builder without the socket).
+pub fn replace_batch(ranges: &AllowedRanges) -> Vec<u8> {
+    encode_batch(replace_messages(ranges), 1).0
+}
+
+/// Reads a batch back (for tests and fuzzing): checks that every message
+/// and attribute, nested ones too, fits its container, and returns the set
+/// element keys (`NFTA_DATA_VALUE` of 4 or 16 bytes inside nests) in order.
+pub fn set_element_keys(batch: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    fn walk(data: &[u8], nested: bool, keys: &mut Vec<Vec<u8>>) -> Result<(), String> {
+        let mut offset = 0;
+        while offset < data.len() {
+            let header = data.get(offset..offset + 4).ok_or(format!("attribute header past the end at {offset}"))?;
+            let length = u16::from_ne_bytes([header[0], header[1]]) as usize;
+            let kind = u16::from_ne_bytes([header[2], header[3]]);
+            let payload = data
+                .get(offset + 4..offset + length)
+                .filter(|_| length >= 4)
+                .ok_or(format!("attribute of {length} bytes at {offset} of {}", data.len()))?;
+            if kind & NLA_F_NESTED != 0 {
+                walk(payload, true, keys)?;
+            } else if nested && kind == NFTA_DATA_VALUE && matches!(payload.len(), 4 | 16) {
+                keys.push(payload.to_vec());
+            }
+            offset += (length + 3) & !3;
+        }
+        Ok(())
+    }
+    let mut keys = Vec::new();
+    let mut offset = 0;
+    while offset < batch.len() {
+        let header = batch.get(offset..offset + 20).ok_or(format!("message header past the end at {offset}"))?;
+        let length = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let body = batch
+            .get(offset + 20..offset + length)
+            .filter(|_| length >= 20 && length.is_multiple_of(4))
+            .ok_or(format!("message of {length} bytes at {offset}"))?;
+        walk(body, false, &mut keys)?;
+        offset += length;
+    }
+    Ok(keys)
+}
+
 pub struct Nft {
     socket: Socket,
     sequence: u32,
@@ -321,35 +401,13 @@ impl Nft {
 
     /// Makes the allowed sets hold exactly `ranges`, in one atomic batch.
     pub fn replace(&mut self, ranges: &AllowedRanges) -> io::Result<()> {
-        let v4: Vec<(Vec<u8>, Option<Vec<u8>>)> =
-            ranges.v4.iter().map(|(start, end)| (start.to_be_bytes().to_vec(), end.map(|e| e.to_be_bytes().to_vec()))).collect();
-        let v6: Vec<(Vec<u8>, Option<Vec<u8>>)> =
-            ranges.v6.iter().map(|(start, end)| (start.to_be_bytes().to_vec(), end.map(|e| e.to_be_bytes().to_vec()))).collect();
-        let mut messages = vec![flush(SET_V4), flush(SET_V6)];
-        if !v4.is_empty() {
-            messages.push(elements(SET_V4, &v4));
-        }
-        if !v6.is_empty() {
-            messages.push(elements(SET_V6, &v6));
-        }
-        self.batch(messages)
+        self.batch(replace_messages(ranges))
     }
 
     /// Sends `messages` as one transaction and waits for each acknowledgement.
     fn batch(&mut self, messages: Vec<Message>) -> io::Result<()> {
-        let first = self.sequence.wrapping_add(1);
-        let mut out = Vec::new();
-        let mut next = first;
-        out.extend(Message::new(NFNL_MSG_BATCH_BEGIN, 0, 0, NFNL_SUBSYS_NFTABLES).finish(next));
-        let mut expected = Vec::new();
-        for message in messages {
-            next = next.wrapping_add(1);
-            expected.push(next);
-            out.extend(message.finish(next));
-        }
-        next = next.wrapping_add(1);
-        out.extend(Message::new(NFNL_MSG_BATCH_END, 0, 0, NFNL_SUBSYS_NFTABLES).finish(next));
-        self.sequence = next;
+        let (out, mut expected, last) = encode_batch(messages, self.sequence.wrapping_add(1));
+        self.sequence = last;
         self.socket.send(&out, 0)?;
 
         while !expected.is_empty() {
@@ -379,6 +437,18 @@ impl Nft {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_learned_table_is_sent_in_messages_whose_nests_fit() {
+        let ranges = AllowedRanges {
+            v4: (0..4096u32).map(|n| (0x0a00_0000 + 2 * n, Some(0x0a00_0001 + 2 * n))).collect(),
+            v6: (0..4096u128).map(|n| (n << 64, Some((n << 64) + 1))).collect(),
+        };
+        let keys = set_element_keys(&replace_batch(&ranges)).expect("well-formed");
+        assert_eq!(keys.len(), 2 * (4096 + 4096), "every range's start and end, once");
+        assert_eq!(keys[0], 0x0a00_0000u32.to_be_bytes());
+        assert_eq!(keys[keys.len() - 1], ((4095u128 << 64) + 1).to_be_bytes());
+    }
 
     #[test]
     fn attributes_are_aligned_and_nests_carry_their_length() {

@@ -202,7 +202,8 @@ impl Cidr {
         self.addr
     }
 
-    pub fn len(&self) -> u8 {
+    /// The prefix length.
+    pub fn prefix_len(&self) -> u8 {
         self.len
     }
 
@@ -293,8 +294,18 @@ impl Policy {
     /// Whether the most specific entry ever stated for `addr` is a deny (a name's answer
     /// must not reopen it), even where the deny changes nothing about the kernel rules.
     pub fn denies_explicitly(&self, addr: IpAddr) -> bool {
+        self.most_specific_stated(addr) == Some(Verdict::Deny)
+    }
+
+    /// Whether the entries alone make `addr` reachable (the most specific entry
+    /// stated for it is an allow).
+    pub fn allows(&self, addr: IpAddr) -> bool {
+        self.most_specific_stated(addr) == Some(Verdict::Allow)
+    }
+
+    fn most_specific_stated(&self, addr: IpAddr) -> Option<Verdict> {
         let host = Cidr::host(addr);
-        self.stated.iter().filter(|(c, _)| c.contains(&host)).max_by_key(|(c, _)| c.len).is_some_and(|(_, v)| *v == Verdict::Deny)
+        self.stated.iter().filter(|(c, _)| c.contains(&host)).max_by_key(|(c, _)| c.len).map(|(_, v)| *v)
     }
 
     #[cfg(test)]

@@ -160,7 +160,7 @@ impl Rtnl {
 fn message_of(spec: &RuleSpec) -> RuleMessage {
     let mut msg = RuleMessage::default();
     msg.header.family = if spec.dst.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
-    msg.header.dst_len = spec.dst.len();
+    msg.header.dst_len = spec.dst.prefix_len();
     match spec.verdict {
         Verdict::Allow => {
             msg.header.action = RuleAction::ToTable;

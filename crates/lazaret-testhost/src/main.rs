@@ -2,11 +2,15 @@
 //! for themselves on internal podman networks, and a probe they run inside the sandbox.
 //! Static (musl), so it runs in any container image; never part of a release.
 //!
-//! - `dns [ADDRESS:]PORT NAME=ADDRESS...`: an authoritative DNS server on ADDRESS:PORT
+//! - `dns [ADDRESS:]PORT RECORD...`: an authoritative DNS server on ADDRESS:PORT
 //!   (UDP; 0.0.0.0 when only a port is given). It
 //!   prints `question NAME TYPE` for every question it gets, so a test can show that a
-//!   refused question never arrived. A-/AAAA-records from the arguments (TTL 300);
-//!   names it does not know get NXDOMAIN; other types an empty answer.
+//!   refused question never arrived. A RECORD is `NAME=ADDRESS` (an A or AAAA record,
+//!   TTL 300; a name given twice answers both), `NAME=OTHER` (a CNAME: the answer
+//!   holds the alias and OTHER's addresses, as a recursive resolver's would) or
+//!   `NAME=ADDRESS,ADDRESS...` (a rebinding name, TTL 1: its n-th question of a type
+//!   gets the n-th address of that type, the last one from then on). Names it does
+//!   not know get NXDOMAIN; other types an empty answer.
 //! - `sink PORT`: a TCP server for the benchmark: reads each connection to its end, then
 //!   answers one byte.
 //! - `bench ADDRESS PORT CONNECTIONS BYTES`: from inside a sandbox, times CONNECTIONS
@@ -32,7 +36,7 @@ use std::os::fd::AsRawFd;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use lazaret_dns::wire::{encode_error, encode_reply, parse_query, type_name, TYPE_A, TYPE_AAAA};
+use lazaret_dns::wire::{encode_error, encode_reply, parse_query, type_name, CLASS_IN, TYPE_A, TYPE_AAAA, TYPE_CNAME};
 use lazaret_dns::Rcode;
 
 fn main() -> ExitCode {
@@ -61,19 +65,36 @@ fn arg<T: std::str::FromStr>(args: &[String], index: usize, what: &str) -> Resul
     args.get(index).and_then(|text| text.parse().ok()).ok_or(format!("missing or bad {what}"))
 }
 
+/// What one name of the test DNS server stands for.
+enum Record {
+    Address(IpAddr),
+    Alias(String),
+    Rebinding(Vec<IpAddr>),
+}
+
+fn parse_record(text: &str) -> Result<(String, Record), String> {
+    let (name, value) = text.split_once('=').ok_or(format!("{text:?} is not NAME=ADDRESS, NAME=OTHER or NAME=ADDRESS,ADDRESS..."))?;
+    let record = if value.contains(',') {
+        let addresses = value.split(',').map(|a| a.parse().map_err(|_| format!("bad address in {text:?}"))).collect::<Result<_, _>>()?;
+        Record::Rebinding(addresses)
+    } else if let Ok(address) = value.parse() {
+        Record::Address(address)
+    } else {
+        Record::Alias(value.to_ascii_lowercase())
+    };
+    Ok((name.to_ascii_lowercase(), record))
+}
+
 fn dns(args: &[String]) -> Result<(), String> {
     let listen = args.first().ok_or("missing [ADDRESS:]PORT")?;
     let listen: SocketAddr = match listen.parse::<u16>() {
         Ok(port) => SocketAddr::from(([0, 0, 0, 0], port)),
         Err(_) => listen.parse().map_err(|_| format!("{listen:?} is neither PORT nor ADDRESS:PORT"))?,
     };
-    let mut records: Vec<(String, IpAddr)> = Vec::new();
-    for record in &args[1..] {
-        let (name, address) = record.split_once('=').ok_or(format!("{record:?} is not NAME=ADDRESS"))?;
-        records.push((name.to_ascii_lowercase(), address.parse().map_err(|_| format!("bad address in {record:?}"))?));
-    }
+    let records: Vec<(String, Record)> = args[1..].iter().map(|record| parse_record(record)).collect::<Result<_, _>>()?;
     let socket = UdpSocket::bind(listen).map_err(|e| format!("bind {listen}: {e}"))?;
     println!("listening");
+    let mut asked: std::collections::HashMap<(String, u16), usize> = std::collections::HashMap::new();
     let mut buffer = [0u8; 4096];
     loop {
         let Ok((length, peer)) = socket.recv_from(&mut buffer) else { continue };
@@ -81,15 +102,16 @@ fn dns(args: &[String]) -> Result<(), String> {
         let reply = match parse_query(packet) {
             Ok(query) => {
                 let name = query.question.name();
-                println!("question {name} {}", type_name(query.question.record_type));
+                let record_type = query.question.record_type;
+                println!("question {name} {}", type_name(record_type));
                 let _ = std::io::stdout().flush();
-                let known: Vec<(IpAddr, u32)> = records.iter().filter(|(n, _)| *n == name).map(|(_, a)| (*a, 300)).collect();
-                if known.is_empty() {
-                    Some(encode_reply(&query, Rcode::NameError, &[]))
-                } else if matches!(query.question.record_type, TYPE_A | TYPE_AAAA) {
-                    Some(encode_reply(&query, Rcode::NoError, &known))
-                } else {
-                    Some(encode_reply(&query, Rcode::NoError, &[]))
+                let times = asked.entry((name.clone(), record_type)).or_default();
+                let answers = answers_for(&records, &name, record_type, *times);
+                *times += 1;
+                match answers {
+                    None => Some(encode_reply(&query, Rcode::NameError, &[])),
+                    Some(_) if !matches!(record_type, TYPE_A | TYPE_AAAA) => Some(encode_reply(&query, Rcode::NoError, &[])),
+                    Some(answers) => Some(reply_with(&query, &answers)),
                 }
             }
             Err(_) => encode_error(packet, Rcode::FormatError),
@@ -98,6 +120,68 @@ fn dns(args: &[String]) -> Result<(), String> {
             let _ = socket.send_to(&reply, peer);
         }
     }
+}
+
+/// One answer record: its owner, and an address (A/AAAA) or an alias (CNAME), with a TTL.
+type Answer = (String, Result<IpAddr, String>, u32);
+
+/// The answer records for the `times`-th question of `record_type` about `name`
+/// (`None`: the name is unknown). A CNAME is followed one hop.
+fn answers_for(records: &[(String, Record)], name: &str, record_type: u16, times: usize) -> Option<Vec<Answer>> {
+    let own: Vec<&Record> = records.iter().filter(|(n, _)| n == name).map(|(_, r)| r).collect();
+    if own.is_empty() {
+        return None;
+    }
+    let wanted = |address: &IpAddr| (record_type == TYPE_A) == address.is_ipv4();
+    let mut answers = Vec::new();
+    for record in own {
+        match record {
+            Record::Address(address) => answers.push((name.to_owned(), Ok(*address), 300)),
+            Record::Rebinding(addresses) => {
+                let of_type: Vec<&IpAddr> = addresses.iter().filter(|a| wanted(a)).collect();
+                if let Some(address) = of_type.get(times.min(of_type.len().saturating_sub(1))) {
+                    answers.push((name.to_owned(), Ok(**address), 1));
+                }
+            }
+            Record::Alias(target) => {
+                answers.push((name.to_owned(), Err(target.clone()), 300));
+                answers.extend(answers_for(records, target, record_type, times).unwrap_or_default().into_iter().filter(|a| a.1.is_ok()));
+            }
+        }
+    }
+    answers.retain(|(_, data, _)| data.as_ref().map_or(true, wanted));
+    Some(answers)
+}
+
+/// A NOERROR reply to `query` holding `answers` (names written out, no compression).
+fn reply_with(query: &lazaret_dns::wire::Query, answers: &[Answer]) -> Vec<u8> {
+    let mut out = encode_reply(query, Rcode::NoError, &[]);
+    let write_name = |out: &mut Vec<u8>, name: &str| {
+        for label in name.split('.').filter(|label| !label.is_empty()) {
+            out.push(label.len() as u8);
+            out.extend_from_slice(label.as_bytes());
+        }
+        out.push(0);
+    };
+    for (owner, data, ttl) in answers {
+        write_name(&mut out, owner);
+        let (record_type, data) = match data {
+            Ok(IpAddr::V4(v4)) => (TYPE_A, v4.octets().to_vec()),
+            Ok(IpAddr::V6(v6)) => (TYPE_AAAA, v6.octets().to_vec()),
+            Err(alias) => {
+                let mut name = Vec::new();
+                write_name(&mut name, alias);
+                (TYPE_CNAME, name)
+            }
+        };
+        out.extend_from_slice(&record_type.to_be_bytes());
+        out.extend_from_slice(&CLASS_IN.to_be_bytes());
+        out.extend_from_slice(&ttl.to_be_bytes());
+        out.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        out.extend_from_slice(&data);
+    }
+    out[6..8].copy_from_slice(&(answers.len() as u16).to_be_bytes());
+    out
 }
 
 fn sink(args: &[String]) -> Result<(), String> {

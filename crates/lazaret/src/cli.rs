@@ -241,7 +241,8 @@ pub enum ConfigCommand {
 #[derive(Debug, Subcommand)]
 pub enum NetCommand {
     /// The allow and deny lists in force (read back from the kernel), the
-    /// addresses learned from DNS answers and the upstream resolvers.
+    /// addresses learned from DNS answers, the upstream resolvers and
+    /// whether names may open private addresses.
     Show {
         #[command(flatten)]
         target: DomainTarget,
@@ -252,7 +253,10 @@ pub enum NetCommand {
     /// Make a CIDR, an address or a DNS name reachable from the sandbox now.
     /// A name (`github.com`, or `*.npmjs.org` for the names below it) is
     /// answered by the sandbox's resolver, and the addresses it resolves to
-    /// become reachable for their TTL.
+    /// become reachable for their TTL; private and other internal addresses
+    /// (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, the host's
+    /// networks) only where a CIDR entry covers them, or with `[network]
+    /// private_answers = "allow"`.
     Allow {
         /// e.g. 10.0.0.0/8, 192.0.2.7, 2001:db8::/32, github.com, *.npmjs.org
         rule: String,
@@ -266,9 +270,9 @@ pub enum NetCommand {
         #[command(flatten)]
         target: DomainTarget,
     },
-    /// Re-read the configuration file and make its allowlist the policy in
-    /// force (drops live `allow`/`deny` changes). An invalid file changes
-    /// nothing.
+    /// Re-read the configuration file and make its allowlist (and `[network]
+    /// private_answers`) the policy in force (drops live `allow`/`deny`
+    /// changes). An invalid file changes nothing.
     Reload {
         #[command(flatten)]
         target: DomainTarget,

@@ -52,7 +52,8 @@ pub async fn join(launch: &CoordinatorLaunch<'_>, session_id: &str, public_key: 
                 let mut lock = lock;
                 lock.lock().map(|()| lock)
             })
-            .await.context("lock task failed")??;
+            .await
+            .context("lock task failed")??;
             lock.unlock();
         }
         // The leader registers while still holding the lock, so the

@@ -169,8 +169,9 @@ impl Domain {
         *self.egress_reloader.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(reloader);
     }
 
-    /// An event from the Network Sidecar's stream: refused DNS questions go
-    /// to subscribers and the audit store, answered ones to subscribers.
+    /// An event from the Network Sidecar's stream: refused DNS questions and
+    /// answers whose addresses were not opened go to subscribers and the
+    /// audit store, answered ones to subscribers.
     pub async fn sidecar_event(&self, event: serde_json::Value) {
         let text = |key: &str| event[key].as_str().unwrap_or_default().to_owned();
         match event["event"].as_str() {
@@ -190,6 +191,28 @@ impl Domain {
                 }
                 self.audit(network_audit_record("dnsRefused", Some(format!("{reason}: {}", text("message"))), "networkSidecar", argv))
                     .await;
+            }
+            Some("dnsAnswerRefused") => {
+                let (name, record_type, reason, message) = (text("name"), text("type"), text("reason"), text("message"));
+                let addresses: Vec<String> = event["addresses"]
+                    .as_array()
+                    .map(|items| items.iter().filter_map(|item| item.as_str().map(str::to_owned)).collect())
+                    .unwrap_or_default();
+                tracing::warn!(%name, %record_type, %reason, ?addresses, "a DNS answer's addresses were not opened");
+                self.emit(Event::NetworkDnsAnswerRefused {
+                    name: name.clone(),
+                    record_type: record_type.clone(),
+                    addresses: addresses.clone(),
+                    reason: reason.clone(),
+                    message: message.clone(),
+                    suppressed: event["suppressed"].as_u64(),
+                });
+                let mut argv = vec!["dns".to_owned(), name, record_type];
+                argv.extend(addresses);
+                if let Some(suppressed) = event["suppressed"].as_u64() {
+                    argv.push(format!("(+{suppressed} refusals not recorded: rate limit)"));
+                }
+                self.audit(network_audit_record("dnsAnswerRefused", Some(format!("{reason}: {message}")), "networkSidecar", argv)).await;
             }
             Some("dnsResolved") => self.emit(Event::NetworkDnsResolved {
                 name: text("name"),
@@ -324,8 +347,10 @@ impl crate::escalation::EscalationDomain for Domain {
     }
 }
 
-/// Re-reads the configuration and returns the domain's merged allowlist.
-pub type EgressReloader = Arc<dyn Fn() -> crate::Result<Vec<lazaret_core::egress::EgressRule>> + Send + Sync>;
+/// Re-reads the configuration and returns the domain's merged allowlist and
+/// `[network] private_answers`.
+pub type EgressReloader =
+    Arc<dyn Fn() -> crate::Result<(Vec<lazaret_core::egress::EgressRule>, lazaret_core::egress::PrivateAnswers)> + Send + Sync>;
 
 /// An audit record of a network event (policy change or refused question).
 fn network_audit_record(outcome: &str, reason: Option<String>, decided_by: &str, argv: Vec<String>) -> lazaret_store::AuditRecord {
@@ -525,19 +550,20 @@ impl LazaretApiServer for Api {
         let reloader = self.0.egress_reloader.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
         let reloader =
             reloader.ok_or_else(|| rpc_error(error_code::NETWORK_FAILED, "this coordinator cannot re-read its configuration"))?;
-        let rules = tokio::task::spawn_blocking(move || reloader())
+        let (rules, private_answers) = tokio::task::spawn_blocking(move || reloader())
             .await
             .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
             .map_err(|error| rpc_error(error_code::INVALID_VALUE, error.chained()))?;
         let entries: Vec<String> = rules.iter().map(|rule| rule.to_string()).collect();
-        let answer = self.0.sidecar(serde_json::json!({ "set": { "allow": entries } })).await;
+        let answer = self.0.sidecar(serde_json::json!({ "set": { "allow": entries, "private": private_answers.as_str() } })).await;
         let outcome = if answer.is_ok() { "networkReloaded" } else { "rejected" };
         let reason = answer.as_ref().err().map(|error| error.message().to_owned());
         let mut argv = vec!["net".to_owned(), "reload".to_owned()];
         argv.extend(entries.iter().cloned());
+        argv.push(format!("private_answers={private_answers}"));
         self.0.audit(network_audit_record(outcome, reason, "rpc", argv)).await;
         let answer = answer?;
-        tracing::info!(allow = ?entries, "egress policy reloaded from the configuration");
+        tracing::info!(allow = ?entries, %private_answers, "egress policy reloaded from the configuration");
         self.0.emit(Event::NetworkChanged { action: "reload".to_owned(), rule: entries.join(" ") });
         Ok(answer)
     }

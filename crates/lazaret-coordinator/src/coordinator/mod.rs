@@ -147,7 +147,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
 
     // The Network Sidecar, when anything may be reached at all; with an
     // empty allowlist the sandbox simply has no network.
-    let sidecar_control = if domain.resolved.allow_egress.is_empty() {
+    let sidecar = if domain.resolved.allow_egress.is_empty() {
         None
     } else {
         let resolved = domain.resolved.clone();
@@ -160,13 +160,17 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
         .await
         .context("sidecar task failed")?;
         match socket {
-            Ok(socket) => Some(socket),
+            Ok(started) => Some(started),
             Err(error) => {
                 let _ = sandbox::remove(&podman, &domain_resources.sidecar_name).await;
                 return Err(error);
             }
         }
     };
+    let sidecar_control = sidecar.as_ref().map(|started| started.socket.clone());
+    // Addresses and networks the host gains later are protected too.
+    let protection_refresh =
+        sidecar.map(|started| tokio::spawn(crate::network::refresh_protection(started.socket, started.gateways, started.protection)));
     domain.set_sidecar_control(sidecar_control.clone());
     domain.set_egress_reloader(reloader);
     let sidecar_name = sidecar_control.as_ref().map(|_| domain_resources.sidecar_name.clone());
@@ -185,13 +189,15 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     let server_task = tokio::spawn(server::serve(listener, methods.into(), server::Config::default(), connection_events));
     startup.armed = false;
 
+    let limits = crate::limits::plan(&domain.resolved.limits, &crate::limits::Host::probe());
+    tracing::info!(arguments = ?limits.arguments, "resource limits");
     let start_domain = domain.clone();
     let start_podman = podman.clone();
     let start_task = tokio::spawn(async move {
         // (aborted at teardown; the loops it spawns are ended with the runtime)
         let (default_command, started) = tokio::join!(
             sandbox::default_command(&start_podman, &start_domain.resolved.image),
-            sandbox::start(&start_podman, &start_domain.resolved, &runsc.path, &sandbox_arguments, sidecar_name.as_deref())
+            sandbox::start(&start_podman, &start_domain.resolved, &runsc.path, &sandbox_arguments, sidecar_name.as_deref(), &limits)
         );
         start_domain.set_default_command(default_command);
         let container = start_domain.resolved.domain.container_name.clone();
@@ -267,7 +273,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
         tracing::error!(%error, "could not remove the sandbox");
     }
-    if let Some(task) = sidecar_watch {
+    for task in [sidecar_watch, protection_refresh].into_iter().flatten() {
         task.abort();
     }
     if sidecar_control.is_some() {
@@ -385,7 +391,7 @@ async fn export_loop(domain: Arc<Domain>, layout: GitLayout) {
 async fn try_begin_idle_shutdown(domain: &Arc<Domain>) -> bool {
     let lock = lock_for_teardown(&domain.resolved.domain.lockfile).await;
     let idle = domain.begin_shutdown_if_idle(false);
-    if let Some(lock) = lock {
+    if let Some(mut lock) = lock {
         lock.unlock();
     }
     idle

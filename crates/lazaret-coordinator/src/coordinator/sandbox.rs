@@ -21,12 +21,14 @@ pub struct RunInvocation {
 
 /// `workspace_mounts` are the podman arguments that provide `/workspace`
 /// (the agent's checkout, see `git_sentry`, or the workspace itself);
-/// `runsc` is the runtime `crate::runsc::select` chose.
+/// `runsc` is the runtime `crate::runsc::select` chose; `limits` how the
+/// profile's resource limits are enforced (`crate::limits::plan`).
 pub fn run_arguments(
     resolved: &ResolvedProfile,
     runsc: &std::path::Path,
     workspace_mounts: &[String],
     sidecar: Option<&str>,
+    limits: &crate::limits::Plan,
 ) -> Result<RunInvocation> {
     let domain = &resolved.domain;
     let mut arguments: Vec<OsString> = Vec::new();
@@ -40,7 +42,7 @@ pub fn run_arguments(
     push(format!("--label={DOMAIN_LABEL}={}", domain.domain_hash));
     push(format!("--label=io.lazaret.profile={}", resolved.profile));
     push(format!("--hostname=lazaret-{}", resolved.profile));
-    for argument in runtime_arguments(runsc, sidecar) {
+    for argument in runtime_arguments(runsc, sidecar, limits) {
         push(argument);
     }
     push("--workdir=/workspace".into());
@@ -70,9 +72,10 @@ pub fn run_arguments(
 
 /// How every agent sandbox runs, whatever its profile: gVisor with the flags
 /// these machines need, podman's init (catatonit) as PID 1, no privilege
-/// gain. `lazaret doctor` starts its probe sandbox with exactly these.
-pub fn runtime_arguments(runsc: &std::path::Path, sidecar: Option<&str>) -> Vec<String> {
-    let mut arguments = crate::podman::runsc_arguments(runsc, sidecar);
+/// gain, and the resource limits. `lazaret doctor` starts its probe sandbox
+/// with exactly these.
+pub fn runtime_arguments(runsc: &std::path::Path, sidecar: Option<&str>, limits: &crate::limits::Plan) -> Vec<String> {
+    let mut arguments = crate::podman::runsc_arguments(runsc, sidecar, limits);
     arguments.push("--init".into());
     arguments.push("--security-opt=no-new-privileges".into());
     arguments
@@ -89,8 +92,9 @@ pub async fn start(
     runsc: &std::path::Path,
     workspace_mounts: &[String],
     sidecar: Option<&str>,
+    limits: &crate::limits::Plan,
 ) -> Result<()> {
-    let invocation = run_arguments(resolved, runsc, workspace_mounts, sidecar)?;
+    let invocation = run_arguments(resolved, runsc, workspace_mounts, sidecar, limits)?;
     let mut command = tokio::process::Command::from(podman.command());
     command.args(&invocation.arguments).envs(invocation.environment).stdin(std::process::Stdio::null());
     let output = command.output().await.context("cannot run podman")?;
@@ -101,14 +105,29 @@ pub async fn start(
 }
 
 /// Removes the container (any state) if it exists.
+///
+/// A sandbox whose sentry was just killed (by the host OOM killer at the
+/// memory limit) can still look running to podman for a moment: `rm
+/// --force` then fails to signal it ("container state improper"). Once
+/// podman has seen it exit, a retry removes it; so a failure is retried a
+/// few times before it is reported.
 pub async fn remove(podman: &Podman, name: &str) -> Result<()> {
-    let mut command = tokio::process::Command::from(podman.command());
-    command.args(["rm", "--force", "--time=0", "--ignore", name]).stdin(std::process::Stdio::null());
-    let output = command.output().await.context("cannot run podman")?;
-    if !output.status.success() {
-        bail!("podman could not remove {name}: {}", String::from_utf8_lossy(&output.stderr).trim());
+    const ATTEMPTS: u32 = 6;
+    let mut message = String::new();
+    for attempt in 0..ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        let mut command = tokio::process::Command::from(podman.command());
+        command.args(["rm", "--force", "--time=0", "--ignore", name]).stdin(std::process::Stdio::null());
+        let output = command.output().await.context("cannot run podman")?;
+        if output.status.success() {
+            return Ok(());
+        }
+        message = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        tracing::debug!(attempt, %message, "podman rm failed; retrying");
     }
-    Ok(())
+    bail!("podman could not remove {name}: {message}")
 }
 
 /// The image's default command (`CMD`), for sessions that name none.

@@ -2,6 +2,7 @@
 //! and validation.
 
 use super::*;
+use crate::egress::PrivateAnswers;
 use crate::host::FixedHost;
 use proptest::prelude::*;
 
@@ -55,6 +56,15 @@ fn good_configuration_resolves_with_tokens_expanded() {
     assert_eq!(resolved.persistent_dirs, vec![PathBuf::from("/usr"), PathBuf::from("/home/agent/claude")]);
     assert_eq!(resolved.allow_egress.iter().map(ToString::to_string).collect::<Vec<_>>(), ["10.0.0.0/8", "github.com"]);
     assert_eq!(resolved.dns_upstream.iter().map(ToString::to_string).collect::<Vec<_>>(), ["10.0.0.53:53", "[fd00::53]:5353"]);
+    assert_eq!(resolved.private_answers, PrivateAnswers::Refuse, "a name's private answers are refused unless the file says otherwise");
+    assert_eq!(
+        resolve(&GOOD.replace("[network]\n", "[network]\nprivate_answers = \"allow\"\n"), "claude").expect("resolves").private_answers,
+        PrivateAnswers::Allow
+    );
+    assert_eq!(
+        resolve(&GOOD.replace("[network]\n", "[network]\nprivate_answers = \"refuse\"\n"), "claude").expect("resolves").private_answers,
+        PrivateAnswers::Refuse
+    );
     assert_eq!(resolved.env["TOKEN"].value, "s3cret");
     assert_eq!(resolved.env["TOKEN"].from_host.as_deref(), Some("API_TOKEN"));
     assert_eq!(resolved.env["CACHE"].value, "/home/u/lazaret-data/claude/cache");
@@ -97,6 +107,7 @@ fn bad_inputs_are_named_with_their_location() {
         ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x\", container = \"relative/c\" }]\n", "relative/c", ":3:39", 78),
         ("[network]\nallow_egress = [\"10.0.0.0/33\"]\n", "10.0.0.0/33", ":2:17", 78),
         ("[network]\ndns_upstream = [\"resolver.example\"]\n", "resolver.example", ":2:17", 78),
+        ("[network]\nprivate_answers = \"yes\"\n", "yes", ":2:19", 78),
         ("[profiles.ab]\nimage = \"i:1\"\nallow_egress = [\"300.0.0.0/8\"]\n", "300.0.0.0/8", ":3:17", 78),
         ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x\", container = \"/workspace\" }]\n", "/workspace", ":3:39", 78),
         (
@@ -275,4 +286,37 @@ fn a_profile_command_and_auto_approve_resolve_and_are_checked() {
     assert!(message(&empty).contains("profiles.agent.command") && message(&empty).contains("config.toml:3:"), "{}", message(&empty));
     let shell = parse("[profiles.agent]\nimage = \"localhost/agent:1\"\nauto_approve = [\"bash *\"]\n").expect_err("a shell");
     assert!(message(&shell).contains("profiles.agent.auto_approve"), "{}", message(&shell));
+}
+
+#[test]
+fn limits_are_global_and_per_profile_key_by_key() {
+    let text = "[limits]\nmemory = \"8G\"\nprocesses = 2048\n\n[profiles.small]\nimage = \"localhost/a:1\"\nlimits = { processes = 256, cpus = 1.5 }\n";
+    let small = resolve(text, "small").expect("valid");
+    assert_eq!(small.limits, crate::limits::Limits { memory: Some(8 << 30), processes: Some(256), cpus: Some(1.5) });
+    let default = resolve(text, "default").expect("valid");
+    assert_eq!(default.limits, crate::limits::Limits { memory: Some(8 << 30), processes: Some(2048), cpus: None });
+    let none = resolve("", "default").expect("valid");
+    assert_eq!(none.limits, crate::limits::Limits::default(), "unset: the defaults apply");
+    assert_eq!(none.limits.processes(), crate::limits::DEFAULT_PROCESSES);
+    let whole = resolve("[limits]\ncpus = 2\n", "default").expect("an integer number of CPUs");
+    assert_eq!(whole.limits.cpus, Some(2.0));
+}
+
+#[test]
+fn bad_limits_are_refused_naming_the_key() {
+    for (text, field, says) in [
+        ("[limits]\nmemory = \"lots\"\n", "limits.memory", "`lots` is not a memory size"),
+        ("[limits]\nmemory = \"1M\"\n", "limits.memory", "below the minimum"),
+        ("[limits]\nmemory = 4096\n", "", "expected a string"),
+        ("[limits]\nprocesses = 0\n", "limits.processes", "out of range"),
+        ("[limits]\ncpus = 0.0\n", "limits.cpus", "out of range"),
+        ("[limits]\nswap = \"1G\"\n", "", "unknown field `swap`"),
+        ("[profiles.xx]\nimage = \"localhost/a:1\"\nlimits = { processes = -5 }\n", "profiles.xx.limits.processes", "out of range"),
+        ("[profiles.xx]\nimage = \"localhost/a:1\"\nlimits = { pids = 5 }\n", "", "unknown field `pids`"),
+    ] {
+        let error = parse(text).expect_err(text);
+        let shown = message(&error);
+        assert!(shown.contains(field) && shown.contains(says), "{text}: {shown}");
+        assert!(shown.contains("config.toml:"), "the value is located: {shown}");
+    }
 }

@@ -96,6 +96,7 @@ pub fn show(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> Re
         let upstreams: Vec<String> = resolved.dns_upstream.iter().map(ToString::to_string).collect();
         let upstreams = if upstreams.is_empty() { "(podman's nameservers for the sidecar)".to_owned() } else { upstreams.join(" ") };
         println!("dns_upstream     {upstreams}");
+        println!("private_answers  {}", resolved.private_answers);
     }
     for (key, value) in &resolved.env {
         println!("env              {key}={}", value.value);

@@ -83,8 +83,43 @@ fn all_checks(config_path: Option<&Path>) -> Vec<Check> {
     if let Err(error) = &config {
         checks.push(Check::fail("configuration", format!("{error:#}"), "lazaret config check"));
     }
-    checks.extend(probes(config.ok().as_ref(), selected.ok().as_ref()));
+    let host = lazaret_coordinator::limits::Host::probe();
+    let global_limits = config.as_ref().map(|config| config.limits).unwrap_or_default();
+    let plan = lazaret_coordinator::limits::plan(&global_limits, &host);
+    checks.extend(limits(&plan, None));
+    if let Ok(config) = &config {
+        for profile in config.profiles.values().filter(|profile| profile.limits != Default::default()) {
+            checks.extend(limits(&lazaret_coordinator::limits::plan(&profile.limits.or(config.limits), &host), Some(&profile.name)));
+        }
+    }
+    checks.extend(probes(config.ok().as_ref(), selected.ok().as_ref(), &plan));
     checks
+}
+
+/// One check per resource limit (`[limits]`, or a profile's own): its value
+/// and whether this host enforces it, and how or why not.
+fn limits(plan: &lazaret_coordinator::limits::Plan, profile: Option<&str>) -> Vec<Check> {
+    use lazaret_coordinator::limits::Enforcement;
+    let scope = profile.map_or_else(String::new, |profile| format!("profile `{profile}`: "));
+    plan.reports()
+        .into_iter()
+        .map(|report| {
+            let name = match report.name {
+                "memory" => "limit: memory",
+                "processes" => "limit: processes",
+                _ => "limit: cpus",
+            };
+            match &report.enforcement {
+                Enforcement::Enforced(how) => Check::pass(name, format!("{scope}{}: enforced by {how}", report.value)),
+                Enforcement::Unlimited(why) => Check::pass(name, format!("{scope}no limit ({why})")),
+                Enforcement::NotEnforceable(why) => Check::warn(
+                    name,
+                    format!("{scope}{}: not enforceable here: {why}", report.value),
+                    "run Lazaret as root (rootful podman with host cgroups) where this limit matters",
+                ),
+            }
+        })
+        .collect()
 }
 
 /// Which runsc the sandboxes run with, and why (`$LAZARET_RUNSC`,
@@ -145,7 +180,11 @@ fn yes_no(value: bool) -> &'static str {
 /// sidecar's. Both run the static sidecar binary's `--version` from the
 /// sidecar image (`FROM scratch`, which Lazaret builds anyway), under a
 /// throwaway name, removed afterwards.
-fn probes(config: Option<&lazaret_core::config::Config>, runsc: Option<&lazaret_coordinator::runsc::Selected>) -> Vec<Check> {
+fn probes(
+    config: Option<&lazaret_core::config::Config>,
+    runsc: Option<&lazaret_coordinator::runsc::Selected>,
+    limits: &lazaret_coordinator::limits::Plan,
+) -> Vec<Check> {
     let Some(runsc) = runsc else {
         return vec![Check::fail("sandbox start", "no usable runsc to start a sandbox with", "apt-get install runsc")];
     };
@@ -160,9 +199,9 @@ fn probes(config: Option<&lazaret_core::config::Config>, runsc: Option<&lazaret_
             )];
         }
     };
-    let mut sandbox = lazaret_coordinator::coordinator::sandbox::runtime_arguments(&runsc.path, None);
+    let mut sandbox = lazaret_coordinator::coordinator::sandbox::runtime_arguments(&runsc.path, None, limits);
     sandbox.push(lazaret_coordinator::coordinator::sandbox::HOST_UDS_ARGUMENT.to_owned());
-    let mut checks = vec![probe(&podman, "sandbox start", "a gVisor sandbox (runsc, --init, ulimits, no network)", &sandbox, &image)];
+    let mut checks = vec![probe(&podman, "sandbox start", "a gVisor sandbox (runsc, --init, limits, no network)", &sandbox, &image)];
     let egress_network = config.and_then(|config| {
         let any_egress = !config.allow_egress.is_empty() || config.profiles.values().any(|profile| !profile.allow_egress.is_empty());
         any_egress.then(|| config.podman_network.clone())

@@ -70,7 +70,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
                     if reloaded.domain.domain_hash != domain_hash {
                         anyhow::bail!("the configuration now gives this workspace another domain ({})", reloaded.domain.domain_hash);
                     }
-                    Ok(reloaded.allow_egress)
+                    Ok((reloaded.allow_egress, reloaded.private_answers))
                 };
                 // The coordinator reports the whole chain, as one line.
                 reload().map_err(|error| lazaret_coordinator::Error::msg(format!("{error:#}")))

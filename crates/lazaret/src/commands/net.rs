@@ -46,6 +46,7 @@ pub fn call(config_path: Option<&Path>, target: &DomainTarget, change: Change, j
     println!("allow:     {}", policy.allow.join(", "));
     println!("deny:      {}", policy.deny.join(", "));
     println!("upstreams: {}", policy.upstreams.join(", "));
+    println!("private answers: {}", policy.private_answers);
     for learned in &policy.learned {
         println!(
             "learned:   {} ({}; {} s left)",

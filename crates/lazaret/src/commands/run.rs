@@ -20,6 +20,11 @@ use crate::workspace::{load_config, resolve_target};
 pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: bool, command: Vec<String>) -> Result<u8> {
     let config = load_config(config_path)?;
     let resolved = resolve_target(&config, target)?;
+    // A configured limit that nothing here can enforce is said, every run.
+    let limits = lazaret_coordinator::limits::plan(&resolved.limits, &lazaret_coordinator::limits::Host::probe());
+    for warning in limits.warnings() {
+        eprintln!("lazaret: warning: {warning}");
+    }
     let mode = workspace_mode(&resolved.workspace, &resolved.profile, mount_workspace)?;
     ensure_image(&resolved.image)?;
     let session_id = new_session_id()?;

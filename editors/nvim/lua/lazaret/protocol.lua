@@ -118,6 +118,7 @@
 ---@field allow string[] Allowed CIDRs and DNS names (`github.com`, `*.npmjs.org`).
 ---@field deny string[] Denied CIDRs and names (holes in wider allows).
 ---@field learned lazaret.LearnedAddress[] Addresses reachable now because an allowed name resolved to them.
+---@field privateAnswers string Whether a name's answer may open internal addresses no CIDR entry allows: `refuse` (the default) or `allow` (`[network] private_answers`).
 ---@field rules integer How many kernel rules enforce it.
 ---@field upstreams string[] The resolvers the sidecar forwards allowed questions to.
 
@@ -161,7 +162,7 @@
 ---@field startedAtMs integer
 ---@field workspace string
 
----@alias lazaret.Event lazaret.SessionRegisteredEvent|lazaret.SessionEndedEvent|lazaret.ContainerStateEvent|lazaret.ShuttingDownEvent|lazaret.BranchUpdatedEvent|lazaret.BranchRejectedEvent|lazaret.EscalationPendingEvent|lazaret.EscalationResolvedEvent|lazaret.EscalationFinishedEvent|lazaret.NetworkChangedEvent|lazaret.NetworkDnsRefusedEvent|lazaret.NetworkDnsResolvedEvent|lazaret.EventsLaggedEvent
+---@alias lazaret.Event lazaret.SessionRegisteredEvent|lazaret.SessionEndedEvent|lazaret.ContainerStateEvent|lazaret.ShuttingDownEvent|lazaret.BranchUpdatedEvent|lazaret.BranchRejectedEvent|lazaret.EscalationPendingEvent|lazaret.EscalationResolvedEvent|lazaret.EscalationFinishedEvent|lazaret.NetworkChangedEvent|lazaret.NetworkDnsRefusedEvent|lazaret.NetworkDnsAnswerRefusedEvent|lazaret.NetworkDnsResolvedEvent|lazaret.EventsLaggedEvent
 
 ---@class lazaret.SessionRegisteredEvent
 ---@field seq integer
@@ -230,6 +231,16 @@
 ---@class lazaret.NetworkDnsRefusedEvent
 ---@field seq integer
 ---@field kind 'networkDnsRefused'
+---@field message string
+---@field name string
+---@field reason string
+---@field recordType string
+---@field suppressed? integer
+
+---@class lazaret.NetworkDnsAnswerRefusedEvent
+---@field seq integer
+---@field addresses string[]
+---@field kind 'networkDnsAnswerRefused'
 ---@field message string
 ---@field name string
 ---@field reason string
