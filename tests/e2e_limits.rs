@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -124,6 +125,7 @@ fn a_memory_hog_is_stopped_at_the_memory_limit() {
     let text = stdout(&output);
     eprintln!("hog: peak {} MiB, status {:?}, stdout {text:?}", peak >> 20, output.status);
     assert!(cgroup.is_some(), "the sandbox ran in a host memory cgroup");
+    assert!(!Path::new("oom").exists(), "nothing is written into the user's current directory (conmon's `oom` file was)");
     assert!(!text.contains("2097152000"), "the hog did not get its 2000 MiB: {text}");
     assert!(!text.contains("hog-status=0"), "the hog did not succeed: {text} {}", stderr(&output));
     assert!(peak > 256 << 20, "the hog did allocate (peak {} MiB)", peak >> 20);

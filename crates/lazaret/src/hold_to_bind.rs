@@ -119,8 +119,12 @@ fn spawn_coordinator(launch: &CoordinatorLaunch<'_>) -> Result<Child> {
     let executable = std::env::current_exe().context("cannot find the lazaret executable")?;
     let mut command = Command::new(executable);
     if let Some(config) = launch.config_path {
-        command.arg("--config").arg(config);
+        command.arg("--config").arg(std::path::absolute(config).context("cannot resolve the configuration path")?);
     }
+    // Its own directory, not the user's: podman's conmon writes an `oom`
+    // file into its working directory when the sandbox hits its memory
+    // limit, which landed in the user's current directory.
+    command.current_dir(&domain.domain_dir);
     command
         .arg("coordinator")
         .arg("--profile")
