@@ -256,7 +256,11 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
       assert.ok(dialog.includes(".vscode/tasks.json"), dialog);
       assert.ok(!fs.existsSync(path.join(repo, "new.txt")), "nothing merged before the confirmation");
       await wb.dialog().locator(".monaco-button", { hasText: /^Merge$/ }).click();
-      assert.ok(await waitUntil(10_000, () => fs.existsSync(path.join(repo, "new.txt")), 100), "merged");
+      // The merge rewrites the working tree file by file: wait until it has
+      // finished (HEAD moved) before reading what it wrote.
+      const head = () => { try { return env.git(repo, "rev-parse", "HEAD").trim(); } catch { return ""; } };
+      const branch = env.git(repo, "rev-parse", "lazaret/agent-default").trim();
+      assert.ok(await waitUntil(10_000, () => fs.existsSync(path.join(repo, "new.txt")) && head() === branch, 100), "merged");
       assert.equal(fs.readFileSync(path.join(repo, "src/lib.rs"), "utf8"), "pub fn answer() -> u32 { 43 }\n");
       assert.equal(env.git(repo, "rev-parse", "HEAD").trim(), env.git(repo, "rev-parse", "lazaret/agent-default").trim());
       assert.ok(!fs.existsSync(path.join(repo, "notes.txt")), "uncommitted sandbox changes are not merged");
