@@ -56,7 +56,11 @@
 //! so `exclusive` would be correct for the overlays, but the same flag
 //! governs the workspace bind mount, whose host-side changes must be seen;
 //! and measured here, `exclusive` did not make unpacking 10,000 files into an
-//! overlaid `/usr` measurably faster (the cost is gVisor's, not revalidation).
+//! overlaid `/usr` measurably faster. The cost is fuse-overlayfs' own:
+//! unpacking 10,000 files inside the sandbox took 19.4 s into a
+//! fuse-overlayfs mount, 2.35 s into a kernel overlayfs mount and 2.30 s into
+//! a plain directory (measured by hand; the State Anchor does not use kernel
+//! overlayfs yet).
 //!
 //! Layout: this file has the public API ([`StateAnchor`], [`recover`],
 //! [`diff`], [`reset`]); `names` the file names in the Domain Root, `reach`
