@@ -304,6 +304,28 @@ fn host_uncommitted_changes_are_announced_and_not_given_to_the_agent() {
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(stdout(&output), "# project\n", "the agent starts from HEAD");
     assert!(stderr(&output).contains("1 uncommitted change"), "{}", stderr(&output));
+    // The note belongs to the domain's start: a session joining a running
+    // domain skips it (and the image check), and pays only for the join.
+    let mut holder = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&repository)
+        .args(["--", "sh", "-c", "touch /tmp/held; sleep 30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let container = domain_json(&env, "default", &repository)["container_name"].as_str().expect("name").to_owned();
+    let held = wait_until(Duration::from_secs(30), || {
+        Command::new("podman").args(["exec", &container, "test", "-e", "/tmp/held"]).output().is_ok_and(|o| o.status.success())
+    });
+    assert!(held, "the first session runs");
+    let joined = run_agent(&env, &repository, "cat /workspace/README.md");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(joined.status.success(), "{}", stderr(&joined));
+    assert_eq!(stdout(&joined), "# project\n");
+    assert!(!stderr(&joined).contains("uncommitted change"), "{}", stderr(&joined));
 }
 
 /// A sandbox killed in the middle of a git command leaves lock files in the

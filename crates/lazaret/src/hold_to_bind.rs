@@ -34,6 +34,10 @@ pub struct CoordinatorLaunch<'a> {
     pub config_path: Option<&'a Path>,
     pub resolved: &'a ResolvedProfile,
     pub mode: lazaret_coordinator::coordinator::WorkspaceMode,
+    /// Run before a coordinator is started, never when joining a running
+    /// one (the image check, notes about the host's working tree): a second
+    /// session pays only for the join.
+    pub prepare: &'a (dyn Fn() -> Result<()> + Sync),
 }
 
 pub async fn join(launch: &CoordinatorLaunch<'_>, session_id: &str, public_key: &str, command: &[String]) -> Result<Joined> {
@@ -44,6 +48,7 @@ pub async fn join(launch: &CoordinatorLaunch<'_>, session_id: &str, public_key: 
         let leader = lock.try_lock()?;
         if leader {
             if !socket_is_live(&domain.control_socket).await {
+                (launch.prepare)()?;
                 let child = spawn_coordinator(launch)?;
                 wait_for_socket(&domain.control_socket, child, &domain.domain_dir.join(coordinator::LOG_FILE)).await?;
             }

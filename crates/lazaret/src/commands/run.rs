@@ -26,7 +26,18 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
         eprintln!("lazaret: warning: {warning}");
     }
     let mode = workspace_mode(&resolved.workspace, &resolved.profile, mount_workspace)?;
-    ensure_image(&resolved.image)?;
+    // Only when this session starts the domain: a running domain has its
+    // image, and its agent checkout was seeded long ago.
+    let prepare = || -> Result<()> {
+        std::thread::scope(|scope| {
+            let note = scope.spawn(|| uncommitted_note(&resolved.workspace, &resolved.profile, mode));
+            let image = ensure_image(&resolved.image);
+            if let Ok(Some(note)) = note.join() {
+                eprintln!("{note}");
+            }
+            image
+        })
+    };
     let session_id = new_session_id()?;
     // The Session Anchor: this process's key, registered with the
     // coordinator; the command inside gets a delegated key and credential.
@@ -38,7 +49,7 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let launch = CoordinatorLaunch { config_path, resolved: &resolved, mode };
+        let launch = CoordinatorLaunch { config_path, resolved: &resolved, mode, prepare: &prepare };
         let joined = hold_to_bind::join(&launch, &session_id, &public_key, &command).await?;
         let argv = match (command.is_empty(), resolved.command.is_empty()) {
             (false, _) => command,
@@ -118,9 +129,8 @@ async fn answer_escalations(mut actions: tokio::sync::mpsc::UnboundedReceiver<cr
     }
 }
 
-/// A git repository gets the agent-branch layout (and a note about
-/// uncommitted host changes, which the agent does not see); anything else
-/// needs the explicit `--mount-workspace`.
+/// A git repository gets the agent-branch layout; anything else needs the
+/// explicit `--mount-workspace`.
 fn workspace_mode(workspace: &Path, profile: &str, mount_workspace: bool) -> Result<WorkspaceMode> {
     let repository = HostRepository::discover(workspace)?;
     match (repository, mount_workspace) {
@@ -130,18 +140,7 @@ fn workspace_mode(workspace: &Path, profile: &str, mount_workspace: bool) -> Res
             workspace.display(),
             agent_branch(profile)
         ),
-        (Some(repository), false) => {
-            let changes = repository.git_text(&["status", "--porcelain", "--untracked-files=normal"]).unwrap_or_default();
-            let count = changes.lines().count();
-            if count > 0 {
-                eprintln!(
-                    "lazaret: note: {count} uncommitted change(s) in {} are not in the agent's checkout; it starts from HEAD ({})",
-                    workspace.display(),
-                    repository.resolve("HEAD").map(|sha| sha[..12.min(sha.len())].to_owned()).unwrap_or_default()
-                );
-            }
-            Ok(WorkspaceMode::AgentBranch)
-        }
+        (Some(_), false) => Ok(WorkspaceMode::AgentBranch),
         (None, true) => Ok(WorkspaceMode::Direct),
         (None, false) => anyhow::bail!(
             "{} is not a git repository. Lazaret gives the agent its own branch of a repository, so that your files and history \
@@ -150,6 +149,25 @@ fn workspace_mode(workspace: &Path, profile: &str, mount_workspace: bool) -> Res
             workspace.display()
         ),
     }
+}
+
+/// When a domain starts on a repository with uncommitted changes: a note
+/// that the agent's checkout does not have them (it starts from HEAD).
+fn uncommitted_note(workspace: &Path, profile: &str, mode: WorkspaceMode) -> Option<String> {
+    if mode != WorkspaceMode::AgentBranch {
+        return None;
+    }
+    let repository = HostRepository::discover(workspace).ok()??;
+    let changes = repository.git_text(&["status", "--porcelain", "--untracked-files=normal"]).unwrap_or_default();
+    let count = changes.lines().count();
+    (count > 0).then(|| {
+        format!(
+            "lazaret: note: {count} uncommitted change(s) in {} are not in the agent's checkout of {}; it starts from HEAD ({})",
+            workspace.display(),
+            agent_branch(profile),
+            repository.resolve("HEAD").map(|sha| sha[..12.min(sha.len())].to_owned()).unwrap_or_default()
+        )
+    })
 }
 
 /// The built-in profile's image is built on first use; any other image
