@@ -193,18 +193,26 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     tracing::info!(arguments = ?limits.arguments, "resource limits");
     let start_domain = domain.clone();
     let start_podman = podman.clone();
+    let container_command = domain.git.as_ref().map(|layout| layout.container_command()).unwrap_or_default();
     let start_task = tokio::spawn(async move {
         // (aborted at teardown; the loops it spawns are ended with the runtime)
         let (default_command, started) = tokio::join!(
             sandbox::default_command(&start_podman, &start_domain.resolved.image),
-            sandbox::start(&start_podman, &start_domain.resolved, &runsc.path, &sandbox_arguments, sidecar_name.as_deref(), &limits)
+            sandbox::start(
+                &start_podman,
+                &start_domain.resolved,
+                &runsc.path,
+                &sandbox_arguments,
+                &container_command,
+                sidecar_name.as_deref(),
+                &limits
+            )
         );
         start_domain.set_default_command(default_command);
         let container = start_domain.resolved.domain.container_name.clone();
         let seeded = match (&started, &start_domain.git) {
-            (Ok(()), Some(layout)) => sandbox::exec_script(&start_podman, &container, &layout.seed_script())
+            (Ok(()), Some(layout)) => sandbox::wait_for_seed(&start_podman, &container, layout)
                 .await
-                .map(|_| ())
                 .context("cannot set up the agent's repository inside the sandbox"),
             _ => Ok(()),
         };

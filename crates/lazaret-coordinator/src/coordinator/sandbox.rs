@@ -21,12 +21,15 @@ pub struct RunInvocation {
 
 /// `workspace_mounts` are the podman arguments that provide `/workspace`
 /// (the agent's checkout, see `git_sentry`, or the workspace itself);
+/// `command` the sandbox's main process (`sleep infinity` when empty; the
+/// agent's repository is seeded by its own, `GitLayout::container_command`);
 /// `runsc` is the runtime `crate::runsc::select` chose; `limits` how the
 /// profile's resource limits are enforced (`crate::limits::plan`).
 pub fn run_arguments(
     resolved: &ResolvedProfile,
     runsc: &std::path::Path,
     workspace_mounts: &[String],
+    command: &[String],
     sidecar: Option<&str>,
     limits: &crate::limits::Plan,
 ) -> Result<RunInvocation> {
@@ -65,8 +68,14 @@ pub fn run_arguments(
         environment.push((name.clone(), value.value.clone()));
     }
     push(resolved.image.clone());
-    push("sleep".into());
-    push("infinity".into());
+    if command.is_empty() {
+        push("sleep".into());
+        push("infinity".into());
+    } else {
+        for argument in command {
+            push(argument.clone());
+        }
+    }
     Ok(RunInvocation { arguments, environment })
 }
 
@@ -91,10 +100,11 @@ pub async fn start(
     resolved: &ResolvedProfile,
     runsc: &std::path::Path,
     workspace_mounts: &[String],
+    command: &[String],
     sidecar: Option<&str>,
     limits: &crate::limits::Plan,
 ) -> Result<()> {
-    let invocation = run_arguments(resolved, runsc, workspace_mounts, sidecar, limits)?;
+    let invocation = run_arguments(resolved, runsc, workspace_mounts, command, sidecar, limits)?;
     let mut command = tokio::process::Command::from(podman.command());
     command.args(&invocation.arguments).envs(invocation.environment).stdin(std::process::Stdio::null());
     let output = command.output().await.context("cannot run podman")?;
@@ -141,14 +151,33 @@ pub async fn default_command(podman: &Podman, image: &str) -> Vec<String> {
     parsed.filter(|cmd| !cmd.is_empty()).unwrap_or_else(|| vec!["/bin/sh".to_owned()])
 }
 
-/// Runs a shell script inside the sandbox; fails with its output.
-pub async fn exec_script(podman: &Podman, container: &str, script: &str) -> Result<String> {
-    let mut command = tokio::process::Command::from(podman.command());
-    command.args(["exec", container, "sh", "-c", script]).stdin(std::process::Stdio::null());
-    let output = command.output().await.context("cannot run podman exec")?;
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    if !output.status.success() {
-        bail!("{}", text.trim());
+/// How long the agent's repository may take to be seeded at start (a first
+/// checkout of a large repository included).
+pub const SEED_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Waits for the seed that the sandbox's main process runs
+/// (`GitLayout::container_command`): its result file, checked every 10 ms;
+/// every 2 s also that the sandbox still runs.
+pub async fn wait_for_seed(podman: &Podman, container: &str, layout: &crate::git_sentry::GitLayout) -> Result<()> {
+    let started = std::time::Instant::now();
+    let mut next_check = started + std::time::Duration::from_secs(2);
+    loop {
+        if layout.seed_result()?.is_some() {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        if now.duration_since(started) > SEED_LIMIT {
+            bail!("the agent's repository was not set up within {} s", SEED_LIMIT.as_secs());
+        }
+        if now > next_check {
+            let (podman, name) = (podman.clone(), container.to_owned());
+            let running = tokio::task::spawn_blocking(move || podman.container_running(&name)).await.unwrap_or(false);
+            // The result may have come just before the sandbox ended.
+            if !running && layout.seed_result()?.is_none() {
+                bail!("the sandbox stopped before the agent's repository was set up");
+            }
+            next_check = now + std::time::Duration::from_secs(2);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    Ok(text)
 }

@@ -64,7 +64,7 @@ pub async fn mirror_config_loop(layout: GitLayout) {
 
 /// Reads an agent-written file without following symlinks or blocking on a
 /// FIFO, capped in size. `None` when absent or not a regular file.
-fn read_agent_file(path: &Path) -> Option<Vec<u8>> {
+pub(super) fn read_agent_file(path: &Path) -> Option<Vec<u8>> {
     let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK).open(path).ok()?;
     let metadata = file.metadata().ok()?;
     if !metadata.file_type().is_file() {
