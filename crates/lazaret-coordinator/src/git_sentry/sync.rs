@@ -106,6 +106,16 @@ pub async fn export_once(layout: &GitLayout, exporter: &mut Exporter) -> Result<
         .await
         .context("resolve task failed")??;
     let host_branch = host_has.first().cloned().flatten();
+    // The agent's loose ref (which git prefers to `packed-refs`) already
+    // names the host's commit: nothing to export. Every start finds the
+    // branch so right after the seed, and skips a bundle, an import and the
+    // exporter's start while the first session starts.
+    if let Some(host_branch) = &host_branch {
+        let loose = read_agent_file(&layout.agent_git_dir.join(layout.branch_ref()));
+        if loose.is_some_and(|contents| contents.trim_ascii() == host_branch.as_bytes()) {
+            return Ok(Export::Unchanged);
+        }
+    }
     // Commit ids from the host's own git; checked anyway, as they become words of a shell command.
     let mut commits: Vec<String> = Vec::new();
     for commit in host_has.into_iter().flatten() {
