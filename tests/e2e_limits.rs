@@ -32,30 +32,51 @@ sleep 1
 sh -c 'echo usable=yes'
 "#;
 
-fn fork_bomb_stays_under_the_process_limit(subject: &Subject) {
-    let _guard = sandbox_guard();
+/// Runs `script` in a session of a fresh sandbox whose `processes` limit
+/// is `processes`; the session must end normally. Its stdout, workspace,
+/// and how long it took.
+fn run_limited(subject: &Subject, processes: u64, script: &str) -> (String, std::path::PathBuf, Duration) {
     ensure_default_image();
     let who = subject.label();
-    subject.write_config(&format!("[limits]\nprocesses = {PROCESSES}\nmemory = \"1G\"\n"));
+    subject.write_config(&format!("[limits]\nprocesses = {processes}\nmemory = \"1G\"\n"));
     let workspace = subject.repository("ws");
     let started = Instant::now();
-    let output = run(subject.lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", FORK_BOMB]));
+    let output = run(subject.lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", script]));
     let text = stdout(&output);
     assert!(output.status.success(), "{who}: the session ends normally: {text} {}", stderr(&output));
-    let field = |name: &str| -> u64 {
-        text.split_whitespace()
-            .find_map(|word| word.strip_prefix(&format!("{name}=")))
-            .and_then(|value| value.parse().ok())
-            .unwrap_or_else(|| panic!("{who}: no {name}= in {text:?} (stderr: {})", stderr(&output)))
-    };
-    let (spawned, live) = (field("started"), field("live"));
-    eprintln!("{who}: fork bomb started {spawned} children, {live} processes live, in {:?}", started.elapsed());
+    (text, workspace, started.elapsed())
+}
+
+/// The value of `name=` in a script's output.
+fn field<'a>(who: &str, text: &'a str, name: &str) -> &'a str {
+    text.split_whitespace()
+        .find_map(|word| word.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("{who}: no {name}= in {text:?}"))
+}
+
+/// The number in `name=` of a script's output.
+fn count(who: &str, text: &str, name: &str) -> u64 {
+    field(who, text, name).parse().unwrap_or_else(|_| panic!("{who}: {name} is not a number in {text:?}"))
+}
+
+/// The sandbox runs commands again, and the domain is removed as usual.
+fn assert_usable_and_removed(subject: &Subject, text: &str, workspace: &Path) {
+    let who = subject.label();
+    assert!(text.contains("usable=yes"), "{who}: the sandbox runs commands again once the children are gone: {text}");
+    let domain = subject.domain("default", workspace);
+    assert!(wait_until(Duration::from_secs(15), || subject.torn_down(&domain, workspace)), "{who}: the domain is removed as usual");
+}
+
+fn fork_bomb_stays_under_the_process_limit(subject: &Subject) {
+    let _guard = sandbox_guard();
+    let who = subject.label();
+    let (text, workspace, elapsed) = run_limited(subject, PROCESSES, FORK_BOMB);
+    let (spawned, live) = (count(who, &text, "started"), count(who, &text, "live"));
+    eprintln!("{who}: fork bomb started {spawned} children, {live} processes live, in {elapsed:?}");
     assert!(spawned < PROCESSES, "{who}: the bomb stopped below the limit of {PROCESSES}: {text}");
     assert!(live <= PROCESSES, "{who}: at most {PROCESSES} processes in the sandbox: {text}");
     assert!(spawned > PROCESSES / 2, "{who}: the limit, not something else, stopped the bomb: {text}");
-    assert!(text.contains("usable=yes"), "{who}: the sandbox runs commands again once the children are gone: {text}");
-    let domain = subject.domain("default", &workspace);
-    assert!(wait_until(Duration::from_secs(15), || subject.torn_down(&domain, &workspace)), "{who}: the domain is removed as usual");
+    assert_usable_and_removed(subject, &text, &workspace);
 }
 
 #[test]
@@ -67,6 +88,77 @@ fn a_fork_bomb_stops_at_the_process_limit_and_the_sandbox_stays_usable() {
 fn a_fork_bomb_stops_at_the_process_limit_and_the_sandbox_stays_usable_rootless() {
     let Some(subject) = Subject::rootless() else { return };
     fork_bomb_stays_under_the_process_limit(&subject);
+}
+
+/// The process limit of the user-switching test: small, so that before the
+/// fix (a full allowance per user id) the total is far past it.
+const SWITCHING_PROCESSES: u64 = 64;
+
+/// An agent that is root inside tries to get more than `processes` tasks:
+/// first it tries to raise `RLIMIT_NPROC` (`prlimit`) and to map a range of
+/// user ids in a new user namespace (to switch to them there), then it runs a
+/// bounded fork bomb (`sleep` children, at most 1,000 each, under `timeout`)
+/// as each of four other user ids (`setpriv`, which needs `CAP_SETUID`),
+/// then one as root. With builtins only it then reports what each one
+/// started and how many processes the sandbox holds, kills them all and
+/// proves the sandbox runs commands again.
+const USER_SWITCHING_BOMB: &str = r#"rm -f /tmp/n.* /tmp/pids.*
+if prlimit --pid $$ --nproc=unlimited:unlimited 2>/dev/null; then echo raised=yes; else echo raised=no; fi
+if unshare --user sh -c 'echo "0 0 65536" > /proc/self/uid_map' 2>/dev/null; then echo mapped=yes; else echo mapped=no; fi
+bomb='i=0; while [ $i -lt 1000 ]; do sleep 90 & echo $! >> /tmp/pids.$1; i=$((i+1)); echo $i > /tmp/n.$1; done'
+for uid in 1000 1001 1002 1003; do
+  timeout 60 setpriv --reuid=$uid --regid=$uid --clear-groups sh -c "$bomb" bomb $uid 2>/dev/null
+done
+timeout 60 sh -c "$bomb" bomb 0 2>/dev/null
+for uid in 0 1000 1001 1002 1003; do
+  started=0
+  [ -e /tmp/n.$uid ] && read started < /tmp/n.$uid
+  echo "started.$uid=$started"
+done
+set -- /proc/[0-9]*
+echo "live=$#"
+for uid in 0 1000 1001 1002 1003; do
+  [ -e /tmp/pids.$uid ] && while read pid; do kill -9 $pid; done < /tmp/pids.$uid
+done
+sleep 1
+sh -c 'echo usable=yes'
+"#;
+
+/// Attack review finding on `processes`: gVisor counts `RLIMIT_NPROC` per
+/// user, so an agent that could change its user id (root with `CAP_SETUID`)
+/// got a full allowance for each id (measured: 58 + 4 × 64 = 318 processes
+/// under 64, rootful and rootless). The total number of processes in the
+/// sandbox must stay at `processes`, and the agent cannot raise its limit
+/// from inside.
+fn switching_users_does_not_lift_the_process_limit(subject: &Subject) {
+    let _guard = sandbox_guard();
+    let who = subject.label();
+    let (text, workspace, elapsed) = run_limited(subject, SWITCHING_PROCESSES, USER_SWITCHING_BOMB);
+    eprintln!("{who}: user-switching bomb in {elapsed:?}: {}", text.split_whitespace().collect::<Vec<_>>().join(" "));
+    assert_eq!(field(who, &text, "raised"), "no", "{who}: the agent cannot raise its RLIMIT_NPROC: {text}");
+    assert_eq!(field(who, &text, "mapped"), "no", "{who}: nor map other user ids in a user namespace of its own: {text}");
+    let live = count(who, &text, "live");
+    let by_root = count(who, &text, "started.0");
+    let by_others: u64 = [1000, 1001, 1002, 1003].iter().map(|uid| count(who, &text, &format!("started.{uid}"))).sum();
+    assert!(
+        live <= SWITCHING_PROCESSES,
+        "{who}: at most {SWITCHING_PROCESSES} processes in the whole sandbox, whatever user ids the agent tries: {live} live \
+         (root started {by_root}, other user ids {by_others}): {text}"
+    );
+    assert!(by_root + by_others < SWITCHING_PROCESSES, "{who}: all bombs together stayed below the limit: {text}");
+    assert!(by_root > SWITCHING_PROCESSES / 2, "{who}: the limit, not something else, stopped the bomb: {text}");
+    assert_usable_and_removed(subject, &text, &workspace);
+}
+
+#[test]
+fn switching_user_ids_does_not_lift_the_process_limit() {
+    switching_users_does_not_lift_the_process_limit(&Subject::current());
+}
+
+#[test]
+fn switching_user_ids_does_not_lift_the_process_limit_rootless() {
+    let Some(subject) = Subject::rootless() else { return };
+    switching_users_does_not_lift_the_process_limit(&subject);
 }
 
 /// Rootful: the memory limit is the host memory cgroup. A hog that wants

@@ -8,7 +8,21 @@
 //!   hog ran inside a sandbox "limited" to 200 and 512 MiB.
 //! - gVisor enforces `RLIMIT_NPROC` itself, per user inside the sandbox
 //!   (fork fails with `EAGAIN`; the sandbox stays usable), rootful and
-//!   rootless. This is the process limit everywhere.
+//!   rootless. Per user: with `CAP_SETUID` the agent (root inside) got a full
+//!   allowance for each user id it switched to (`setpriv --reuid`: 58 + 4 ×
+//!   64 = 318 processes under `processes = 64`, rootful and rootless). So the
+//!   sandbox runs without `CAP_SETUID` and `CAP_SETGID` (`--cap-drop`; with
+//!   `no-new-privileges` no set-user-ID or file-capability binary gives them
+//!   back): every task stays with the user it started as, and `processes`
+//!   bounds the whole sandbox (at most 64 live under 64). Raising the limit
+//!   needs `CAP_SYS_RESOURCE`, which the sandbox never had.
+//! - gVisor's own cgroups are no substitute: with the default in-sandbox
+//!   cgroup v1, `pids.max` is writable from inside and a fork charges only
+//!   one of the task's seven hierarchies, chosen at random, so 400 tasks
+//!   started under `pids.max` = 30; the in-sandbox cgroup v2 of the current
+//!   runsc (`--in-sandbox-cgroup=v2`) counts correctly but runsc never sets
+//!   its `pids.max` from the OCI spec, and `runsc write-control` on it
+//!   crashes the sandbox (runsc 20260905).
 //! - Rootful, without `ignore-cgroups`, runsc puts the whole sandbox (sentry,
 //!   gofer, the platform's stub threads) into podman's host cgroups: memory
 //!   and CPU quota are enforced; past the memory limit the host OOM killer
@@ -25,6 +39,9 @@ use lazaret_core::limits::{format_bytes, Limits};
 pub const HOST_PIDS_PER_TASK: u64 = 8;
 /// Host pids for the sandbox itself (sentry, gofer, init) in the backstop.
 pub const HOST_PIDS_BASE: u64 = 256;
+/// The capabilities a sandbox never gets: `RLIMIT_NPROC` counts per user,
+/// and these would let the agent (root inside) start tasks as other users.
+pub const DROPPED_CAPABILITIES: [&str; 2] = ["--cap-drop=SETUID", "--cap-drop=SETGID"];
 
 /// What this host offers for enforcing limits, read once.
 #[derive(Debug, Clone, PartialEq)]
@@ -181,14 +198,16 @@ pub fn plan(limits: &Limits, host: &Host) -> Plan {
         String::new()
     };
     let mut arguments = vec![format!("--ulimit=nproc={processes}:{processes}")];
+    arguments.extend(DROPPED_CAPABILITIES.map(str::to_owned));
     let memory_value = if limits.memory.is_some() {
         format_bytes(memory)
     } else {
         format!("{} (default: half of the host's {})", format_bytes(memory), format_bytes(host.memory))
     };
     let cpus_value = limits.cpus.map_or_else(|| "none".to_owned(), |cpus| format!("{cpus}"));
-    let per_user = format!(
-        "gVisor's RLIMIT_NPROC of {processes} tasks per user inside the sandbox{clamped} (fork fails with EAGAIN, the sandbox stays usable)"
+    let in_gvisor = format!(
+        "gVisor's RLIMIT_NPROC of {processes} tasks per user inside the sandbox{clamped}, and without CAP_SETUID and \
+         CAP_SETGID no task changes its user: {processes} tasks in the whole sandbox (fork fails with EAGAIN, the sandbox stays usable)"
     );
     let (memory_enforcement, processes_enforcement, cpus_enforcement) = match no_host_cgroups(host) {
         Some(why) => {
@@ -197,9 +216,7 @@ pub fn plan(limits: &Limits, host: &Host) -> Plan {
                 Some(_) => Enforcement::NotEnforceable(why.clone()),
                 None => Enforcement::Unlimited("not configured".into()),
             };
-            let processes = Enforcement::Enforced(format!(
-                "{per_user}; no host backstop ({why}), so an agent that switches to other user ids gets {processes} tasks for each"
-            ));
+            let processes = Enforcement::Enforced(in_gvisor);
             (Enforcement::NotEnforceable(why), processes, cpus)
         }
         None => {
@@ -210,7 +227,7 @@ pub fn plan(limits: &Limits, host: &Host) -> Plan {
                 "the host memory cgroup (podman --memory): past it the host OOM killer ends the whole sandbox".into(),
             );
             let processes = Enforcement::Enforced(format!(
-                "{per_user}; behind it a host pids cgroup of {backstop} host threads ends the whole sandbox"
+                "{in_gvisor}; behind it a host pids cgroup of {backstop} host threads ends the whole sandbox"
             ));
             let cpus = match limits.cpus {
                 Some(cpus) if cpus < host.cpus as f64 => {
@@ -257,7 +274,15 @@ mod tests {
         let plan = plan(&limits, &host(true));
         assert_eq!(
             plan.arguments,
-            ["--ulimit=nproc=1024:1024", "--memory=4294967296", "--memory-swap=4294967296", "--pids-limit=8448", "--cpus=1.5"]
+            [
+                "--ulimit=nproc=1024:1024",
+                "--cap-drop=SETUID",
+                "--cap-drop=SETGID",
+                "--memory=4294967296",
+                "--memory-swap=4294967296",
+                "--pids-limit=8448",
+                "--cpus=1.5"
+            ]
         );
         assert!(plan.reports().iter().all(|report| matches!(report.enforcement, Enforcement::Enforced(_))), "{plan:?}");
         assert!(plan.warnings().is_empty());
@@ -267,12 +292,29 @@ mod tests {
     fn rootless_enforces_processes_only_and_says_why_the_rest_is_not() {
         let limits = Limits { memory: Some(4 << 30), processes: None, cpus: Some(1.0) };
         let plan = plan(&limits, &host(false));
-        assert_eq!(plan.arguments, ["--ulimit=nproc=4096:4096", "--runtime-flag=ignore-cgroups"]);
+        assert_eq!(plan.arguments, ["--ulimit=nproc=4096:4096", "--cap-drop=SETUID", "--cap-drop=SETGID", "--runtime-flag=ignore-cgroups"]);
         assert!(matches!(plan.processes.enforcement, Enforcement::Enforced(_)));
         let warnings = plan.warnings();
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].starts_with("limits.memory = 4G cannot be enforced here: rootless on cgroup v1"), "{warnings:?}");
         assert!(warnings[1].starts_with("limits.cpus = 1 cannot be enforced here"), "{warnings:?}");
+    }
+
+    #[test]
+    fn the_process_limit_bounds_the_whole_sandbox_because_no_task_can_change_its_user() {
+        for rootful in [true, false] {
+            let plan = plan(&Limits { processes: Some(64), ..Limits::default() }, &host(rootful));
+            for dropped in ["--cap-drop=SETUID", "--cap-drop=SETGID"] {
+                assert!(plan.arguments.iter().any(|argument| argument == dropped), "rootful {rootful}: {:?}", plan.arguments);
+            }
+            let Enforcement::Enforced(how) = &plan.processes.enforcement else { panic!("{plan:?}") };
+            assert!(how.starts_with("gVisor's RLIMIT_NPROC of 64 tasks per user"), "{how}");
+            assert!(how.contains("without CAP_SETUID and CAP_SETGID") && how.contains("64 tasks in the whole sandbox"), "{how}");
+            assert!(!how.contains("for each"), "no allowance per user id any more: {how}");
+            assert!(plan.warnings().is_empty(), "{:?}", plan.warnings());
+        }
+        let Enforcement::Enforced(rootful) = plan(&Limits::default(), &host(true)).processes.enforcement else { panic!("rootful") };
+        assert!(rootful.ends_with("behind it a host pids cgroup of 33024 host threads ends the whole sandbox"), "{rootful}");
     }
 
     #[test]

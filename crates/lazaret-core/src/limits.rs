@@ -4,9 +4,10 @@
 //! depends on the mode (rootful or rootless) and the runtime, and is decided
 //! by `lazaret_coordinator::limits`.
 
-/// Tasks (processes and threads) per user inside the sandbox when nothing
-/// is configured: far above what an agent, `git`, `node` or a `cargo build`
-/// on a few cores use (a few hundred), far below a fork bomb.
+/// Tasks (processes and threads) in the sandbox when nothing is configured
+/// (gVisor counts them per user; no task in the sandbox can change its user,
+/// so that is the whole sandbox): far above what an agent, `git`, `node` or
+/// a `cargo build` on a few cores use (a few hundred), far below a fork bomb.
 pub const DEFAULT_PROCESSES: u64 = 4096;
 /// The smallest `processes` accepted: below it the sandbox's own init,
 /// shells and `podman exec` sessions do not fit.
@@ -28,7 +29,8 @@ pub const CPUS_RANGE: std::ops::RangeInclusive<f64> = 0.01..=1024.0;
 pub struct Limits {
     /// Bytes of memory for the whole sandbox.
     pub memory: Option<u64>,
-    /// Tasks per user inside the sandbox.
+    /// Tasks in the sandbox (gVisor's `RLIMIT_NPROC`, per user; the sandbox
+    /// has no `CAP_SETUID`, so all its tasks keep their user).
     pub processes: Option<u64>,
     /// CPUs (fractions allowed).
     pub cpus: Option<f64>,
