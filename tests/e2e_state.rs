@@ -16,7 +16,16 @@ fn profile_config(env: &TestEnv, image: &str, dirs: &[&str]) {
 }
 
 fn agent(env: &TestEnv, repository: &Path, script: &str) -> std::process::Output {
-    let output = run(env.lazaret().args(["run", "--profile", "keep", "--workspace"]).arg(repository).args(["--", "sh", "-c", script]));
+    agent_on(env, repository, script, None)
+}
+
+/// `overlay`: forces the kind of new upper directories (LAZARET_STATE_OVERLAY).
+fn agent_on(env: &TestEnv, repository: &Path, script: &str, overlay: Option<&str>) -> std::process::Output {
+    let mut command = env.lazaret();
+    if let Some(overlay) = overlay {
+        command.env("LAZARET_STATE_OVERLAY", overlay);
+    }
+    let output = run(command.args(["run", "--profile", "keep", "--workspace"]).arg(repository).args(["--", "sh", "-c", script]));
     assert!(output.status.success(), "{script}: {}{}", stdout(&output), stderr(&output));
     output
 }
@@ -45,16 +54,35 @@ fn state_diff(env: &TestEnv, repository: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn files_in_persistent_directories_survive_teardown_and_reset_discards_them() {
+    survive_teardown_and_reset(None);
+}
+
+/// The fallback: the same on fuse-overlayfs (what a machine without kernel
+/// overlayfs in its user namespace gets, and what older upper directories keep).
+#[test]
+fn files_in_persistent_directories_survive_teardown_and_reset_discards_them_on_fuse_overlayfs() {
+    survive_teardown_and_reset(Some("fuse"));
+}
+
+fn survive_teardown_and_reset(overlay: Option<&str>) {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
     profile_config(&env, DEFAULT_IMAGE, &["/usr"]);
     let repository = git_repository(&env, "project");
     let domain = domain(&env, &repository);
-    agent(&env, &repository, "printf '#!/bin/sh\\necho installed-by-agent\\n' > /usr/local/bin/agent-tool; chmod +x /usr/local/bin/agent-tool; rm /usr/bin/yes; echo changed > /usr/share/lzt-note");
+    agent_on(&env, &repository, "printf '#!/bin/sh\\necho installed-by-agent\\n' > /usr/local/bin/agent-tool; chmod +x /usr/local/bin/agent-tool; rm /usr/bin/yes; echo changed > /usr/share/lzt-note", overlay);
+    let kind = std::fs::read_to_string(Path::new(domain["domain_dir"].as_str().expect("dir")).join("usr_overlay")).expect("overlay kind");
+    assert_eq!(kind.trim(), overlay.unwrap_or("kernel"), "the upper directory records its overlay kind");
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)), "full teardown");
     assert!(nothing_mounted(&domain), "nothing stays mounted after teardown");
-    let output = agent(&env, &repository, "agent-tool; test -e /usr/bin/yes && echo yes-exists || echo yes-gone; cat /usr/share/lzt-note");
+    // The kind stays the upper directory's, whatever new ones would get.
+    let output = agent_on(
+        &env,
+        &repository,
+        "agent-tool; test -e /usr/bin/yes && echo yes-exists || echo yes-gone; cat /usr/share/lzt-note",
+        Some(if overlay == Some("fuse") { "kernel" } else { "fuse" }),
+    );
     assert_eq!(stdout(&output), "installed-by-agent\nyes-gone\nchanged\n");
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
     let changes = state_diff(&env, &repository);
@@ -264,4 +292,42 @@ fn a_start_that_fails_after_the_overlays_are_mounted_unmounts_them() {
     let mounted = || std::fs::read_to_string("/proc/mounts").expect("mounts").contains(&domain_dir);
     assert!(wait_until(Duration::from_secs(10), || !mounted()), "nothing of the domain stays mounted");
     assert!(wait_until(Duration::from_secs(10), || coordinator_pids(&repository).is_empty()), "the coordinator is gone");
+}
+
+/// A directory of the image deleted and recreated is opaque (kernel
+/// overlayfs: an xattr only), a deleted directory a whiteout, and a file the
+/// agent names `.wh.<name>` is an ordinary file of the merged view: `state
+/// diff` shows each as the sandbox sees it, and so does the next session.
+#[test]
+fn a_deleted_and_recreated_directory_and_whiteout_names_are_shown_right() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    profile_config(&env, DEFAULT_IMAGE, &["/usr"]);
+    let repository = git_repository(&env, "project");
+    let domain = domain(&env, &repository);
+    agent(
+        &env,
+        &repository,
+        "rm -rf /usr/share/doc && mkdir /usr/share/doc && echo new > /usr/share/doc/only-file; rm -rf /usr/share/man; \
+         echo sneaky > /usr/share/.wh.bash-completion; echo sneaky > /usr/local/.wh..wh..opq",
+    );
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
+    let output = agent(
+        &env,
+        &repository,
+        "ls -A /usr/share/doc; test -e /usr/share/man || echo man-gone; test -d /usr/share/bash-completion && echo bash-completion-kept; cat /usr/share/.wh.bash-completion; ls -A /usr/local | wc -l",
+    );
+    assert_eq!(
+        stdout(&output),
+        "only-file\nman-gone\nbash-completion-kept\nsneaky\n2\n",
+        "the second session sees the first one's changes"
+    );
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
+    let changes = state_diff(&env, &repository);
+    let has = |kind: &str, path: &str| changes.contains(&(kind.to_owned(), path.to_owned()));
+    assert!(has("modified", "/usr/share/doc") && has("added", "/usr/share/doc/only-file"), "{changes:?}");
+    assert!(has("deleted", "/usr/share/man"), "{changes:?}");
+    assert!(has("added", "/usr/share/.wh.bash-completion") && has("added", "/usr/local/.wh..wh..opq"), "{changes:?}");
+    assert!(!changes.iter().any(|(_, path)| path == "/usr/share/bash-completion" || path == "/usr/local"), "{changes:?}");
 }
