@@ -231,6 +231,30 @@ mod tests {
         assert_eq!(nodes.len(), 8);
     }
 
+    /// Kernel overlayfs: whiteouts are 0:0 devices and opaque directories an
+    /// xattr (given as `opaque`); `.wh.` names are the agent's own files.
+    #[test]
+    fn kernel_upper_listing_takes_opaque_from_xattrs_and_wh_names_as_files() {
+        let entries = [
+            entry("bin", 'd', false),
+            entry("bin/gone", 'c', true),
+            entry("share", 'd', false),
+            entry("share/doc", 'd', false),
+            entry("share/.wh.man", 'f', false),
+            entry("share/doc/.wh..wh..opq", 'f', false),
+        ];
+        let opaque = BTreeSet::from([PathBuf::from("share/doc")]);
+        let nodes = upper_nodes(&entries, OverlayKind::Kernel, &opaque);
+        let find = |path: &str| nodes.iter().find(|(rel, _)| rel == Path::new(path)).map(|(_, node)| node.clone());
+        assert_eq!(find("bin/gone"), Some(Node::Whiteout));
+        assert!(matches!(find("share/doc"), Some(Node::Dir { opaque: true, .. })));
+        assert!(matches!(find("share"), Some(Node::Dir { opaque: false, .. })));
+        assert!(matches!(find("share/.wh.man"), Some(Node::Other(_))));
+        assert!(matches!(find("share/doc/.wh..wh..opq"), Some(Node::Other(_))));
+        assert_eq!(find("share/man"), None);
+        assert_eq!(nodes.len(), 6);
+    }
+
     #[test]
     fn classification_table() {
         let file = Node::Other(fingerprint('f', 10, 100));

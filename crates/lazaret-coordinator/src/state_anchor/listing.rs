@@ -200,6 +200,7 @@ pub(super) fn fingerprint(kind: char, size: u64, mtime_sec: i64) -> Fingerprint 
 #[cfg(test)]
 mod tests {
     use super::super::classify::{upper_nodes, Node};
+    use super::super::reach::OverlayKind;
     use super::*;
 
     #[test]
@@ -233,6 +234,9 @@ c\x000\x00-5\x00700\x000\x000\x00\x00/r/gone\x00";
         nix::sys::stat::mknod(&path, nix::sys::stat::SFlag::S_IFCHR, nix::sys::stat::Mode::empty(), 0).expect("mknod");
         let entries = list_tree_in_process(temporary.path()).expect("list");
         assert!(entries[0].whiteout);
-        assert_eq!(upper_nodes(&entries), vec![(PathBuf::from("gone"), Node::Whiteout)]);
+        assert_eq!(
+            upper_nodes(&entries, OverlayKind::Fuse, &std::collections::BTreeSet::new()),
+            vec![(PathBuf::from("gone"), Node::Whiteout)]
+        );
     }
 }

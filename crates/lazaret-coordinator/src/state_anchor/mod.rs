@@ -1,6 +1,7 @@
 //! The State Anchor (design document "State Anchor", issue 8): each of a
-//! profile's `persistent_dirs` is a fuse-overlayfs mount on the host whose
-//! lower directory is that directory in the image's own root (`podman image
+//! profile's `persistent_dirs` is an overlay mount on the host (kernel
+//! overlayfs where it can be mounted, else fuse-overlayfs; see "Kind" below)
+//! whose lower directory is that directory in the image's own root (`podman image
 //! mount`) and whose upper and work directories live in the Domain Root. The
 //! merged directory is bind-mounted read-write over the same path in the
 //! sandbox, so what the agent writes there survives teardown, and a rebuilt
@@ -11,7 +12,8 @@
 //! - `<name>_changes`: the upper directory, i.e. everything the agent changed.
 //!   Its root takes the mode and owner of the image's directory (it is what
 //!   the sandbox sees as that directory; 0700 would lock non-root users out).
-//! - `<name>_work` (0700): fuse-overlayfs' work directory.
+//! - `<name>_work` (0700): the overlay's work directory.
+//! - `<name>_overlay`: `kernel` or `fuse`, the kind that writes `<name>_changes`.
 //! - `<name>_merged` (0700): the mount point.
 //! - `<name>_base.json`: for each path in `<name>_changes`, the image's
 //!   version of that path (kind, size, mtime, mode, owner, link target) when
@@ -32,7 +34,28 @@
 //! subordinate uids) uses GNU `find -printf` there. As root everything runs on
 //! the host and is read in-process.
 //!
-//! Whiteouts: fuse-overlayfs 1.10 deletes with a character device 0/0 in the
+//! Kind: the two implementations mark deletions and opaque directories
+//! differently, so an upper directory keeps the kind that started it
+//! (`<name>_overlay`; an upper with content and no record is fuse-overlayfs',
+//! from before kernel overlayfs was used). A new one gets kernel overlayfs
+//! when `mount -t overlay` works where the mounts live (as root; rootless in
+//! podman's user namespace with `userxattr`, Linux 5.11 and later), else
+//! fuse-overlayfs with the kernel's reason in the log; `LAZARET_STATE_OVERLAY
+//! = kernel|fuse` forces one, and `lazaret doctor` says which a new one would
+//! get. Kernel mounts use `redirect_dir=nofollow,metacopy=off,index=off,
+//! xino=off` (plus `userxattr` rootless), so no xattr in an upper directory
+//! can redirect a lookup to another path or make a file's data come from
+//! elsewhere. The agent writes only through the merged directory: from
+//! inside, `trusted.*` xattrs are refused by gVisor (EOPNOTSUPP), overlayfs
+//! stores `user.overlay.*` escaped (`user.overlay.overlay.*`) under
+//! `userxattr` and ignores them as root, and mknod of a 0:0 device is refused
+//! (EPERM); `overlay_attributes_set_from_inside_cannot_hide_or_redirect_image_files`
+//! (root and rootless) tries all of these. Kernel overlayfs deletes with a
+//! 0:0 character device and marks an opaque directory with
+//! `trusted.overlay.opaque` (`user.overlay.opaque` rootless) only; its
+//! `.wh.`-named files are ordinary files.
+//!
+//! Whiteouts on fuse-overlayfs: fuse-overlayfs 1.10 deletes with a character device 0/0 in the
 //! upper directory, root and rootless alike (the kernel allows that mknod in a
 //! user namespace), and falls back to an empty `.wh.<name>` file where mknod
 //! is refused. A directory deleted and recreated is opaque: the
@@ -56,11 +79,10 @@
 //! so `exclusive` would be correct for the overlays, but the same flag
 //! governs the workspace bind mount, whose host-side changes must be seen;
 //! and measured here, `exclusive` did not make unpacking 10,000 files into an
-//! overlaid `/usr` measurably faster. The cost is fuse-overlayfs' own:
+//! overlaid `/usr` measurably faster. The cost was fuse-overlayfs' own:
 //! unpacking 10,000 files inside the sandbox took 19.4 s into a
 //! fuse-overlayfs mount, 2.35 s into a kernel overlayfs mount and 2.30 s into
-//! a plain directory (measured by hand; the State Anchor does not use kernel
-//! overlayfs yet).
+//! a plain directory (by hand), which is why kernel overlayfs is preferred.
 //!
 //! Layout: this file has the public API ([`StateAnchor`], [`recover`],
 //! [`diff`], [`reset`]); `names` the file names in the Domain Root, `reach`

@@ -171,7 +171,8 @@ impl Reach {
             std::fs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         }
         let (mounted, failure) = self.mount_overlays(std::slice::from_ref(&overlay));
-        let unmounted = if mounted.iter().any(Option::is_some) { self.unmount_overlays(&[overlay.merged.clone()], false) } else { Ok(()) };
+        let unmounted =
+            if mounted.iter().any(Option::is_some) { self.unmount_overlays(std::slice::from_ref(&overlay.merged), false) } else { Ok(()) };
         // The kernel's work directory (work/work, mode 000) is ours in the namespace.
         let removed = self.remove_trees(&[root]);
         if let Some((_, error)) = failure {
