@@ -16,7 +16,16 @@ fn profile_config(env: &TestEnv, image: &str, dirs: &[&str]) {
 }
 
 fn agent(env: &TestEnv, repository: &Path, script: &str) -> std::process::Output {
-    let output = run(env.lazaret().args(["run", "--profile", "keep", "--workspace"]).arg(repository).args(["--", "sh", "-c", script]));
+    agent_on(env, repository, script, None)
+}
+
+/// `overlay`: forces the kind of new upper directories (LAZARET_STATE_OVERLAY).
+fn agent_on(env: &TestEnv, repository: &Path, script: &str, overlay: Option<&str>) -> std::process::Output {
+    let mut command = env.lazaret();
+    if let Some(overlay) = overlay {
+        command.env("LAZARET_STATE_OVERLAY", overlay);
+    }
+    let output = run(command.args(["run", "--profile", "keep", "--workspace"]).arg(repository).args(["--", "sh", "-c", script]));
     assert!(output.status.success(), "{script}: {}{}", stdout(&output), stderr(&output));
     output
 }
@@ -45,16 +54,35 @@ fn state_diff(env: &TestEnv, repository: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn files_in_persistent_directories_survive_teardown_and_reset_discards_them() {
+    survive_teardown_and_reset(None);
+}
+
+/// The fallback: the same on fuse-overlayfs (what a machine without kernel
+/// overlayfs in its user namespace gets, and what older upper directories keep).
+#[test]
+fn files_in_persistent_directories_survive_teardown_and_reset_discards_them_on_fuse_overlayfs() {
+    survive_teardown_and_reset(Some("fuse"));
+}
+
+fn survive_teardown_and_reset(overlay: Option<&str>) {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
     profile_config(&env, DEFAULT_IMAGE, &["/usr"]);
     let repository = git_repository(&env, "project");
     let domain = domain(&env, &repository);
-    agent(&env, &repository, "printf '#!/bin/sh\\necho installed-by-agent\\n' > /usr/local/bin/agent-tool; chmod +x /usr/local/bin/agent-tool; rm /usr/bin/yes; echo changed > /usr/share/lzt-note");
+    agent_on(&env, &repository, "printf '#!/bin/sh\\necho installed-by-agent\\n' > /usr/local/bin/agent-tool; chmod +x /usr/local/bin/agent-tool; rm /usr/bin/yes; echo changed > /usr/share/lzt-note", overlay);
+    let kind = std::fs::read_to_string(Path::new(domain["domain_dir"].as_str().expect("dir")).join("usr_overlay")).expect("overlay kind");
+    assert_eq!(kind.trim(), overlay.unwrap_or("kernel"), "the upper directory records its overlay kind");
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)), "full teardown");
     assert!(nothing_mounted(&domain), "nothing stays mounted after teardown");
-    let output = agent(&env, &repository, "agent-tool; test -e /usr/bin/yes && echo yes-exists || echo yes-gone; cat /usr/share/lzt-note");
+    // The kind stays the upper directory's, whatever new ones would get.
+    let output = agent_on(
+        &env,
+        &repository,
+        "agent-tool; test -e /usr/bin/yes && echo yes-exists || echo yes-gone; cat /usr/share/lzt-note",
+        Some(if overlay == Some("fuse") { "kernel" } else { "fuse" }),
+    );
     assert_eq!(stdout(&output), "installed-by-agent\nyes-gone\nchanged\n");
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
     let changes = state_diff(&env, &repository);
@@ -264,4 +292,161 @@ fn a_start_that_fails_after_the_overlays_are_mounted_unmounts_them() {
     let mounted = || std::fs::read_to_string("/proc/mounts").expect("mounts").contains(&domain_dir);
     assert!(wait_until(Duration::from_secs(10), || !mounted()), "nothing of the domain stays mounted");
     assert!(wait_until(Duration::from_secs(10), || coordinator_pids(&repository).is_empty()), "the coordinator is gone");
+}
+
+/// A directory of the image deleted and recreated is opaque (kernel
+/// overlayfs: an xattr only), a deleted directory a whiteout, and a file the
+/// agent names `.wh.<name>` is an ordinary file of the merged view: `state
+/// diff` shows each as the sandbox sees it, and so does the next session.
+#[test]
+fn a_deleted_and_recreated_directory_and_whiteout_names_are_shown_right() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    profile_config(&env, DEFAULT_IMAGE, &["/usr"]);
+    let repository = git_repository(&env, "project");
+    let domain = domain(&env, &repository);
+    agent(
+        &env,
+        &repository,
+        "rm -rf /usr/share/doc && mkdir /usr/share/doc && echo new > /usr/share/doc/only-file; rm -rf /usr/share/man; \
+         echo sneaky > /usr/share/.wh.bash-completion; echo sneaky > /usr/local/.wh..wh..opq",
+    );
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
+    let output = agent(
+        &env,
+        &repository,
+        "ls -A /usr/share/doc; test -e /usr/share/man || echo man-gone; test -d /usr/share/bash-completion && echo bash-completion-kept; cat /usr/share/.wh.bash-completion; ls -A /usr/local | wc -l",
+    );
+    assert_eq!(
+        stdout(&output),
+        "only-file\nman-gone\nbash-completion-kept\nsneaky\n2\n",
+        "the second session sees the first one's changes"
+    );
+    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
+    let changes = state_diff(&env, &repository);
+    let has = |kind: &str, path: &str| changes.contains(&(kind.to_owned(), path.to_owned()));
+    assert!(has("modified", "/usr/share/doc") && has("added", "/usr/share/doc/only-file"), "{changes:?}");
+    assert!(has("deleted", "/usr/share/man"), "{changes:?}");
+    assert!(has("added", "/usr/share/.wh.bash-completion") && has("added", "/usr/local/.wh..wh..opq"), "{changes:?}");
+    assert!(!changes.iter().any(|(_, path)| path == "/usr/share/bash-completion" || path == "/usr/local"), "{changes:?}");
+}
+
+/// Overlayfs keeps whiteouts, opaque directories, redirects and metacopy in
+/// extended attributes and 0:0 character devices of the upper directory,
+/// which the agent's writes land in (kernel overlayfs: `trusted.overlay.*` as
+/// root, `user.overlay.*` in a user namespace). Whatever of these the agent
+/// sets from inside (both names, their escaped forms, and a 0:0 device), the
+/// next session still sees the image's files, and `state diff` shows no
+/// deletion or opaque directory the agent did not make.
+struct OverlayAttack<'a> {
+    /// Runs a script as the agent (one session), returns its output.
+    agent: &'a dyn Fn(&str) -> String,
+    /// `lazaret state diff --json` as (kind, path).
+    state_diff: &'a dyn Fn() -> Vec<(String, String)>,
+}
+
+impl OverlayAttack<'_> {
+    const CENSUS: &'static str =
+        "ls -A /usr/share/doc | wc -l; ls -A /usr/share/man | wc -l; head -c 64 /usr/bin/bash | md5sum; ls -A /usr/share/lazaret-redirect";
+
+    fn run(&self) {
+        let before = (self.agent)(&format!("mkdir /usr/share/lazaret-redirect; {}", Self::CENSUS));
+        let mut attack = String::from("touch /usr/share/doc/agent-file /usr/share/man/agent-file; chmod 755 /usr/bin/bash;");
+        for prefix in ["trusted.overlay.", "user.overlay.", "trusted.overlay.overlay.", "user.overlay.overlay."] {
+            for (path, name, value) in [
+                ("/usr/share/doc", "opaque", "y"),
+                ("/usr/share/man", "opaque", "x"),
+                ("/usr/share/lazaret-redirect", "redirect", "/usr/share/doc"),
+                ("/usr/share/lazaret-redirect", "opaque", "y"),
+                ("/usr/bin/bash", "metacopy", ""),
+                ("/usr/bin/bash", "redirect", "/usr/bin/dash"),
+            ] {
+                attack.push_str(&format!(" /opt/testhost setxattr {path} {prefix}{name} {value:?};"));
+            }
+        }
+        attack.push_str(
+            " /opt/testhost mknod-whiteout /usr/share/lazaret-redirect/whiteout; /opt/testhost mknod-whiteout /usr/share/doc/agent-device;",
+        );
+        eprintln!("from inside: {}", (self.agent)(&attack));
+        let after = (self.agent)(&format!("rm -f /usr/share/doc/agent-device /usr/share/lazaret-redirect/whiteout; {}", Self::CENSUS));
+        let lines: Vec<&str> = before.lines().collect();
+        assert_eq!(lines.len(), 3, "{before}");
+        // One more entry in doc and in man: the agent's own files.
+        let count = |line: &str| line.trim().parse::<u32>().expect("a count") + 1;
+        let expected = format!("{}\n{}\n{}\n", count(lines[0]), count(lines[1]), lines[2]);
+        assert_eq!(after, expected, "the image's files are all still there, bash is bash, the redirect shows nothing");
+        let changes = (self.state_diff)();
+        assert!(!changes.iter().any(|(kind, _)| kind == "deleted"), "no deletion the agent did not make: {changes:?}");
+        assert!(
+            !changes.iter().any(|(kind, path)| kind == "modified" && (path == "/usr/share/doc" || path == "/usr/share/man")),
+            "no directory made opaque: {changes:?}"
+        );
+    }
+}
+
+#[test]
+fn overlay_attributes_set_from_inside_cannot_hide_or_redirect_image_files() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let testhost = static_helper("lazaret-testhost");
+    env.write_config(&format!(
+        "[profiles.keep]\nimage = \"{DEFAULT_IMAGE}\"\npersistent_dirs = [\"/usr\"]\nvolumes = [{{ host = \"{}\", container = \"/opt/testhost\", mode = \"ro\" }}]\n",
+        testhost.display()
+    ));
+    let repository = git_repository(&env, "project");
+    let domain = domain(&env, &repository);
+    let agent = |script: &str| {
+        let output = agent(&env, &repository, script);
+        assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
+        stdout(&output)
+    };
+    OverlayAttack { agent: &agent, state_diff: &|| state_diff(&env, &repository) }.run();
+    let kind = std::fs::read_to_string(Path::new(domain["domain_dir"].as_str().expect("dir")).join("usr_overlay")).expect("kind");
+    assert_eq!(kind, "kernel\n", "the attack was made on kernel overlayfs");
+}
+
+#[test]
+fn overlay_attributes_set_from_inside_cannot_hide_or_redirect_image_files_rootless() {
+    let Some(user) = RootlessUser::required() else { return };
+    let _guard = sandbox_guard();
+    let config = format!("{}/lzt-state-attack-config", user.home);
+    let workspace = format!("{}/lzt-state-attack-workspace", user.home);
+    let setup = format!(
+        "rm -rf {config} {workspace} && mkdir -p {config}/lazaret {workspace} && \
+         printf '[profiles.keep]\\nimage = \"{DEFAULT_IMAGE}\"\\npersistent_dirs = [\"/usr\"]\\nvolumes = [{{ host = \"{}\", container = \"/opt/testhost\", mode = \"ro\" }}]\\n' > {config}/lazaret/config.toml && \
+         cd {workspace} && git init -q && git -c user.name=u -c user.email=u@x commit -q --allow-empty -m init",
+        user.helper("lazaret-testhost")
+    );
+    let output = user.run(&setup);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let lazaret = format!("{} --config {config}/lazaret/config.toml", user.lazaret());
+    let scope = format!("--profile keep --workspace {workspace}");
+    // The user's Domain Root outlives this test's workspace: start from nothing.
+    let reset = user.run(&format!("{lazaret} state reset --yes {scope}"));
+    assert!(reset.status.success(), "{}", stderr(&reset));
+    let domain = user.run(&format!("{lazaret} domain --json {scope}"));
+    let domain: serde_json::Value = serde_json::from_slice(&domain.stdout).expect("domain json");
+    let socket = Path::new(domain["control_socket"].as_str().expect("socket")).to_owned();
+    let agent = |script: &str| {
+        let quoted = format!("'{}'", script.replace('\'', r"'\''"));
+        let output = user.run(&format!("{lazaret} run {scope} -- sh -c {quoted}"));
+        assert!(output.status.success(), "{script}: {}{}", stdout(&output), stderr(&output));
+        let torn_down = || !socket.exists() && coordinator_pids(Path::new(&workspace)).is_empty();
+        assert!(wait_until(Duration::from_secs(10), torn_down), "the domain is torn down before the next session");
+        stdout(&output)
+    };
+    let state_diff = || {
+        let output = user.run(&format!("{lazaret} state diff --json {scope}"));
+        assert!(output.status.success(), "{}", stderr(&output));
+        let changes: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).expect("json");
+        changes
+            .iter()
+            .map(|change| (change["kind"].as_str().unwrap_or("").to_owned(), change["path"].as_str().unwrap_or("").to_owned()))
+            .collect()
+    };
+    OverlayAttack { agent: &agent, state_diff: &state_diff }.run();
+    let kind = user.run(&format!("cat {}/usr_overlay", domain["domain_dir"].as_str().expect("dir")));
+    assert_eq!(stdout(&kind), "kernel\n", "the attack was made on kernel overlayfs (user namespace)");
 }

@@ -29,6 +29,10 @@
 //!   (skipping the routing rules' usual path), for IPv6 uses it as the scope; with
 //!   `pktinfo`, names INTERFACE in an IP_PKTINFO / IPV6_PKTINFO control message of
 //!   `sendmsg` instead (an output interface set per packet); prints `send=ok|<error>`.
+//! - `setxattr PATH NAME VALUE`: sets the extended attribute NAME of PATH (not
+//!   following a final symlink); prints `setxattr NAME=ok|<error>`.
+//! - `mknod-whiteout PATH`: makes PATH a character device 0:0 (what overlayfs
+//!   stores as a whiteout); prints `mknod=ok|<error>`.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -50,6 +54,8 @@ fn main() -> ExitCode {
         Some("udp-send") => udp_send(&args[1..]),
         Some("uds-flood") => uds_flood(&args[1..]),
         Some("uds-hold") => uds_hold(&args[1..]),
+        Some("setxattr") => set_xattr(&args[1..]),
+        Some("mknod-whiteout") => mknod_whiteout(&args[1..]),
         _ => Err("usage: lazaret-testhost dns|sink|bench|mark-connect ... (see the source)".to_owned()),
     };
     match result {
@@ -305,6 +311,33 @@ fn uds_hold(args: &[String]) -> Result<(), String> {
     let _ = std::io::stdout().flush();
     std::thread::sleep(Duration::from_secs(seconds));
     drop(held);
+    Ok(())
+}
+
+fn c_string(value: &str, what: &str) -> Result<std::ffi::CString, String> {
+    std::ffi::CString::new(value).map_err(|_| format!("{what} holds a NUL byte"))
+}
+
+fn set_xattr(args: &[String]) -> Result<(), String> {
+    let path: String = arg(args, 0, "PATH")?;
+    let name: String = arg(args, 1, "NAME")?;
+    let value: String = arg(args, 2, "VALUE")?;
+    let (c_path, c_name) = (c_string(&path, "PATH")?, c_string(&name, "NAME")?);
+    // SAFETY: lsetxattr reads two NUL-terminated strings and `value.len()`
+    // bytes of `value`, all alive for the call.
+    let result = unsafe { libc::lsetxattr(c_path.as_ptr(), c_name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    let outcome = if result == 0 { "ok".to_owned() } else { std::io::Error::last_os_error().to_string() };
+    println!("setxattr {name}={outcome}");
+    Ok(())
+}
+
+fn mknod_whiteout(args: &[String]) -> Result<(), String> {
+    let path: String = arg(args, 0, "PATH")?;
+    let c_path = c_string(&path, "PATH")?;
+    // SAFETY: mknod reads a NUL-terminated string alive for the call.
+    let result = unsafe { libc::mknod(c_path.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(0, 0)) };
+    let outcome = if result == 0 { "ok".to_owned() } else { std::io::Error::last_os_error().to_string() };
+    println!("mknod={outcome}");
     Ok(())
 }
 

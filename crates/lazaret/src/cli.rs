@@ -195,6 +195,15 @@ pub enum Command {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+    /// Internal: print (NUL-terminated) each DIR whose xattr NAME is kernel
+    /// overlayfs' opaque mark; the State Anchor runs it in `podman unshare`.
+    #[command(hide = true)]
+    StateAnchorOpaque {
+        #[arg(value_name = "NAME")]
+        xattr: String,
+        #[arg(value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+    },
     /// Internal: run as a domain's Session Coordinator (started by `run`).
     #[command(hide = true)]
     Coordinator {

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::listing::{Entry, Fingerprint};
 use super::names::escape_bytes;
+use super::reach::OverlayKind;
 use super::{PersistentMount, OPAQUE_MARKER, RUNTIME_FILES, WHITEOUT_PREFIX};
 use crate::error::{Context, Result};
 
@@ -28,16 +29,20 @@ pub(super) enum Node {
     Other(Fingerprint),
 }
 
-/// Turns a listing into nodes: `.wh.` names become whiteouts or the opaque
-/// flag of their directory; fuse-overlayfs' other `.wh.` names are hidden
-/// from the merged view and skipped.
-pub(super) fn upper_nodes(entries: &[Entry]) -> Vec<(PathBuf, Node)> {
-    let mut opaque = BTreeSet::new();
+/// Turns a listing into nodes. Kernel overlayfs: character devices 0/0 are
+/// whiteouts and `opaque` (relative paths, from the xattr) the opaque
+/// directories; a `.wh.` name is an ordinary file (the kernel shows it in the
+/// merged view, so the agent may create one). fuse-overlayfs: `.wh.` names
+/// also become whiteouts or the opaque flag of their directory, and its
+/// other `.wh.` names are hidden from the merged view and skipped.
+pub(super) fn upper_nodes(entries: &[Entry], kind: OverlayKind, opaque: &BTreeSet<PathBuf>) -> Vec<(PathBuf, Node)> {
+    let mut opaque = opaque.clone();
     let mut nodes = BTreeMap::new();
     for entry in entries {
         let name = entry.relative.file_name().map(|name| name.as_bytes()).unwrap_or_default();
         let parent = entry.relative.parent().map(Path::to_path_buf).unwrap_or_default();
-        if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
+        let file_style = if kind == OverlayKind::Fuse { name.strip_prefix(WHITEOUT_PREFIX.as_bytes()) } else { None };
+        if let Some(hidden) = file_style {
             if name == OPAQUE_MARKER.as_bytes() {
                 opaque.insert(parent);
             } else if entry.fingerprint.kind == 'f' && !hidden.is_empty() && !hidden.starts_with(WHITEOUT_PREFIX.as_bytes()) {
@@ -216,7 +221,7 @@ mod tests {
             entry("share/doc/.wh..wh..opq", 'f', false),
             entry("share/doc/new", 'f', false),
         ];
-        let nodes = upper_nodes(&entries);
+        let nodes = upper_nodes(&entries, OverlayKind::Fuse, &BTreeSet::new());
         let find = |path: &str| nodes.iter().find(|(rel, _)| rel == Path::new(path)).map(|(_, node)| node.clone());
         assert_eq!(find("bin/mknod"), Some(Node::Whiteout));
         assert_eq!(find("lib/libx.so"), Some(Node::Whiteout));
@@ -224,6 +229,30 @@ mod tests {
         assert!(matches!(find("bin"), Some(Node::Dir { opaque: false, .. })));
         assert!(nodes.iter().all(|(rel, _)| !rel.to_string_lossy().contains(".wh.")), "{nodes:?}");
         assert_eq!(nodes.len(), 8);
+    }
+
+    /// Kernel overlayfs: whiteouts are 0:0 devices and opaque directories an
+    /// xattr (given as `opaque`); `.wh.` names are the agent's own files.
+    #[test]
+    fn kernel_upper_listing_takes_opaque_from_xattrs_and_wh_names_as_files() {
+        let entries = [
+            entry("bin", 'd', false),
+            entry("bin/gone", 'c', true),
+            entry("share", 'd', false),
+            entry("share/doc", 'd', false),
+            entry("share/.wh.man", 'f', false),
+            entry("share/doc/.wh..wh..opq", 'f', false),
+        ];
+        let opaque = BTreeSet::from([PathBuf::from("share/doc")]);
+        let nodes = upper_nodes(&entries, OverlayKind::Kernel, &opaque);
+        let find = |path: &str| nodes.iter().find(|(rel, _)| rel == Path::new(path)).map(|(_, node)| node.clone());
+        assert_eq!(find("bin/gone"), Some(Node::Whiteout));
+        assert!(matches!(find("share/doc"), Some(Node::Dir { opaque: true, .. })));
+        assert!(matches!(find("share"), Some(Node::Dir { opaque: false, .. })));
+        assert!(matches!(find("share/.wh.man"), Some(Node::Other(_))));
+        assert!(matches!(find("share/doc/.wh..wh..opq"), Some(Node::Other(_))));
+        assert_eq!(find("share/man"), None);
+        assert_eq!(nodes.len(), 6);
     }
 
     #[test]

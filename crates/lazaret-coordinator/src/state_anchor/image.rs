@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use super::classify::{recorded, upper_nodes, BaseManifest, Node, MANIFEST_VERSION};
 use super::listing::Fingerprint;
 use super::names::{base_manifest_path, changes_dir, normalized_segments};
-use super::reach::Reach;
+use super::reach::{OverlayKind, Reach};
+use super::upper_kind;
 use crate::error::Result;
 
 /// Where `dir` would be in the image: the image root joined with its segments.
@@ -91,8 +92,29 @@ fn upper_listings(reach: &Reach, domain_dir: &Path, planned: &[(PathBuf, String)
             index_of.push(None);
         }
     }
-    let mut trees = reach.list_trees(&roots)?;
-    Ok(index_of.into_iter().map(|index| index.map(|index| upper_nodes(&std::mem::take(&mut trees[index]))).unwrap_or_default()).collect())
+    let mut kinds = Vec::new();
+    for ((_, name), index) in planned.iter().zip(&index_of) {
+        if index.is_some() {
+            kinds.push(upper_kind(domain_dir, name)?.unwrap_or(OverlayKind::Fuse));
+        }
+    }
+    let trees = reach.list_trees(&roots)?;
+    // Kernel overlayfs marks opaque directories only with an xattr.
+    let kernel_dirs: Vec<PathBuf> = roots
+        .iter()
+        .zip(&trees)
+        .zip(&kinds)
+        .filter(|(_, kind)| **kind == OverlayKind::Kernel)
+        .flat_map(|((root, tree), _)| tree.iter().filter(|entry| entry.fingerprint.kind == 'd').map(|entry| root.join(&entry.relative)))
+        .collect();
+    let opaque = reach.opaque_dirs(&kernel_dirs)?;
+    let mut nodes: Vec<Vec<(PathBuf, Node)>> = Vec::new();
+    for ((root, tree), kind) in roots.iter().zip(trees).zip(kinds) {
+        let opaque: BTreeSet<PathBuf> = opaque.iter().filter_map(|path| path.strip_prefix(root).ok().map(Path::to_path_buf)).collect();
+        nodes.push(upper_nodes(&tree, kind, &opaque));
+    }
+    let mut nodes = nodes.into_iter();
+    Ok(index_of.into_iter().map(|index| index.and_then(|_| nodes.next()).unwrap_or_default()).collect())
 }
 
 /// A path of an upper directory next to the image's current version of it.

@@ -88,6 +88,27 @@ pub(super) fn fingerprint_of(path: &Path, metadata: &Metadata) -> Result<(Finger
     Ok((fingerprint, kind == 'c' && metadata.rdev() == 0))
 }
 
+/// Does `path` carry the overlay's opaque mark (the xattr `name` with the
+/// value `y`, or `x`, which newer kernels also write)? `lgetxattr(2)`.
+pub fn has_opaque_xattr(path: &Path, name: &str) -> std::io::Result<bool> {
+    let invalid = || std::io::Error::from(std::io::ErrorKind::InvalidInput);
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| invalid())?;
+    let c_name = std::ffi::CString::new(name).map_err(|_| invalid())?;
+    let mut value = [0u8; 8];
+    // SAFETY: both strings are NUL-terminated and live across the call; the
+    // kernel writes at most `value.len()` bytes into `value`, which we own.
+    let length = unsafe { nix::libc::lgetxattr(c_path.as_ptr(), c_name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+    if let Ok(length) = usize::try_from(length) {
+        return Ok(matches!(&value[..length.min(value.len())], b"y" | b"x"));
+    }
+    let error = std::io::Error::last_os_error();
+    match error.raw_os_error() {
+        // No such xattr, none supported, or a longer value: not the mark.
+        Some(nix::libc::ENODATA | nix::libc::EOPNOTSUPP | nix::libc::ERANGE) => Ok(false),
+        _ => Err(error),
+    }
+}
+
 pub(super) fn list_tree_in_process(root: &Path) -> Result<Vec<Entry>> {
     let mut entries = Vec::new();
     let mut pending = vec![PathBuf::new()];
@@ -179,6 +200,7 @@ pub(super) fn fingerprint(kind: char, size: u64, mtime_sec: i64) -> Fingerprint 
 #[cfg(test)]
 mod tests {
     use super::super::classify::{upper_nodes, Node};
+    use super::super::reach::OverlayKind;
     use super::*;
 
     #[test]
@@ -212,6 +234,9 @@ c\x000\x00-5\x00700\x000\x000\x00\x00/r/gone\x00";
         nix::sys::stat::mknod(&path, nix::sys::stat::SFlag::S_IFCHR, nix::sys::stat::Mode::empty(), 0).expect("mknod");
         let entries = list_tree_in_process(temporary.path()).expect("list");
         assert!(entries[0].whiteout);
-        assert_eq!(upper_nodes(&entries), vec![(PathBuf::from("gone"), Node::Whiteout)]);
+        assert_eq!(
+            upper_nodes(&entries, OverlayKind::Fuse, &std::collections::BTreeSet::new()),
+            vec![(PathBuf::from("gone"), Node::Whiteout)]
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The State Anchor (design document "State Anchor", issue 8): each of a
-//! profile's `persistent_dirs` is a fuse-overlayfs mount on the host whose
-//! lower directory is that directory in the image's own root (`podman image
+//! profile's `persistent_dirs` is an overlay mount on the host (kernel
+//! overlayfs where it can be mounted, else fuse-overlayfs; see "Kind" below)
+//! whose lower directory is that directory in the image's own root (`podman image
 //! mount`) and whose upper and work directories live in the Domain Root. The
 //! merged directory is bind-mounted read-write over the same path in the
 //! sandbox, so what the agent writes there survives teardown, and a rebuilt
@@ -11,7 +12,8 @@
 //! - `<name>_changes`: the upper directory, i.e. everything the agent changed.
 //!   Its root takes the mode and owner of the image's directory (it is what
 //!   the sandbox sees as that directory; 0700 would lock non-root users out).
-//! - `<name>_work` (0700): fuse-overlayfs' work directory.
+//! - `<name>_work` (0700): the overlay's work directory.
+//! - `<name>_overlay`: `kernel` or `fuse`, the kind that writes `<name>_changes`.
 //! - `<name>_merged` (0700): the mount point.
 //! - `<name>_base.json`: for each path in `<name>_changes`, the image's
 //!   version of that path (kind, size, mtime, mode, owner, link target) when
@@ -32,7 +34,28 @@
 //! subordinate uids) uses GNU `find -printf` there. As root everything runs on
 //! the host and is read in-process.
 //!
-//! Whiteouts: fuse-overlayfs 1.10 deletes with a character device 0/0 in the
+//! Kind: the two implementations mark deletions and opaque directories
+//! differently, so an upper directory keeps the kind that started it
+//! (`<name>_overlay`; an upper with content and no record is fuse-overlayfs',
+//! from before kernel overlayfs was used). A new one gets kernel overlayfs
+//! when `mount -t overlay` works where the mounts live (as root; rootless in
+//! podman's user namespace with `userxattr`, Linux 5.11 and later), else
+//! fuse-overlayfs with the kernel's reason in the log; `LAZARET_STATE_OVERLAY
+//! = kernel|fuse` forces one, and `lazaret doctor` says which a new one would
+//! get. Kernel mounts use `redirect_dir=nofollow,metacopy=off,index=off,
+//! xino=off` (plus `userxattr` rootless), so no xattr in an upper directory
+//! can redirect a lookup to another path or make a file's data come from
+//! elsewhere. The agent writes only through the merged directory: from
+//! inside, `trusted.*` xattrs are refused by gVisor (EOPNOTSUPP), overlayfs
+//! stores `user.overlay.*` escaped (`user.overlay.overlay.*`) under
+//! `userxattr` and ignores them as root, and mknod of a 0:0 device is refused
+//! (EPERM); `overlay_attributes_set_from_inside_cannot_hide_or_redirect_image_files`
+//! (root and rootless) tries all of these. Kernel overlayfs deletes with a
+//! 0:0 character device and marks an opaque directory with
+//! `trusted.overlay.opaque` (`user.overlay.opaque` rootless) only; its
+//! `.wh.`-named files are ordinary files.
+//!
+//! Whiteouts on fuse-overlayfs: fuse-overlayfs 1.10 deletes with a character device 0/0 in the
 //! upper directory, root and rootless alike (the kernel allows that mknod in a
 //! user namespace), and falls back to an empty `.wh.<name>` file where mknod
 //! is refused. A directory deleted and recreated is opaque: the
@@ -56,11 +79,10 @@
 //! so `exclusive` would be correct for the overlays, but the same flag
 //! governs the workspace bind mount, whose host-side changes must be seen;
 //! and measured here, `exclusive` did not make unpacking 10,000 files into an
-//! overlaid `/usr` measurably faster. The cost is fuse-overlayfs' own:
+//! overlaid `/usr` measurably faster. The cost was fuse-overlayfs' own:
 //! unpacking 10,000 files inside the sandbox took 19.4 s into a
 //! fuse-overlayfs mount, 2.35 s into a kernel overlayfs mount and 2.30 s into
-//! a plain directory (measured by hand; the State Anchor does not use kernel
-//! overlayfs yet).
+//! a plain directory (by hand), which is why kernel overlayfs is preferred.
 //!
 //! Layout: this file has the public API ([`StateAnchor`], [`recover`],
 //! [`diff`], [`reset`]); `names` the file names in the Domain Root, `reach`
@@ -88,17 +110,27 @@ use serde::{Deserialize, Serialize};
 use self::classify::{classify, is_runtime_file, recorded, scrub_runtime_files, BaseManifest};
 use self::image::{compare_with_image, record_bases, resolve_lowers, Compared};
 use self::listing::Fingerprint;
-use self::names::{base_manifest_path, changes_dir, check_mountable, merged_dir, plan, work_dir};
-use self::reach::{run, Namespace, Overlay, Reach};
+use self::names::{base_manifest_path, changes_dir, check_mountable, merged_dir, overlay_kind_path, plan, work_dir};
+use self::reach::{run, Namespace, Overlay, OverlayChoice, Reach};
 use crate::error::{Context, Result};
 
 pub use classify::{ChangeKind, StateChange};
+pub use listing::has_opaque_xattr;
 pub use names::dir_name;
+pub use reach::OverlayKind;
 
 /// Suffix of the upper directory.
 pub const CHANGES_SUFFIX: &str = "_changes";
 /// Suffix of the fuse-overlayfs work directory.
 pub const WORK_SUFFIX: &str = "_work";
+/// Suffix of the file naming the overlay kind of `<name>_changes`.
+pub const OVERLAY_SUFFIX: &str = "_overlay";
+/// Environment variable forcing the kind of new upper directories
+/// (`kernel` or `fuse`; for tests and troubleshooting).
+pub const OVERLAY_ENV: &str = "LAZARET_STATE_OVERLAY";
+/// Kernel overlayfs' opaque mark, as root and in a user namespace (`userxattr`).
+const KERNEL_OPAQUE_XATTR: &str = "trusted.overlay.opaque";
+const KERNEL_OPAQUE_USER_XATTR: &str = "user.overlay.opaque";
 /// Suffix of the mount point.
 pub const MERGED_SUFFIX: &str = "_merged";
 /// Suffix of the base manifest (see the module comment).
@@ -144,6 +176,9 @@ struct MountRecord {
     image_id: String,
     image_root: PathBuf,
     dirs: Vec<PathBuf>,
+    /// The overlay kind of each of `dirs` that got mounted (in order).
+    #[serde(default)]
+    overlays: Vec<OverlayKind>,
 }
 
 #[derive(Debug, Clone)]
@@ -209,12 +244,13 @@ impl StateAnchor {
             image_id: image_mount.id.clone(),
             image_root: image_mount.root.clone(),
             dirs: planned.iter().map(|(dir, _)| dir.clone()).collect(),
+            overlays: Vec::new(),
         };
-        let written = serde_json::to_vec(&record)
-            .map_err(crate::Error::from)
-            .and_then(|bytes| std::fs::write(domain_dir.join(STATE_FILE), bytes).map_err(crate::Error::from))
-            .with_context(|| format!("cannot write {}", domain_dir.join(STATE_FILE).display()));
-        let result = written.and_then(|()| anchor.mount_overlays(&image_mount.root, &planned));
+        let written = write_record(domain_dir, &record);
+        let result = written.and_then(|()| anchor.mount_overlays(&image_mount.root, &planned)).and_then(|kinds| {
+            // Rewritten with the kinds the overlays got.
+            write_record(domain_dir, &MountRecord { overlays: kinds, ..record })
+        });
         anchor.planned = planned;
         if let Err(error) = result {
             if let Err(cleanup) = anchor.unmount() {
@@ -230,10 +266,12 @@ impl StateAnchor {
         self.mounted.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn mount_overlays(&mut self, image_root: &Path, planned: &[(PathBuf, String)]) -> Result<()> {
+    /// Mounts the overlays; returns the kind each got.
+    fn mount_overlays(&mut self, image_root: &Path, planned: &[(PathBuf, String)]) -> Result<Vec<OverlayKind>> {
         let dirs: Vec<PathBuf> = planned.iter().map(|(dir, _)| dir.clone()).collect();
         let (lowers, _) = resolve_lowers(&self.reach, image_root, &dirs, &[])?;
         let mut overlays = Vec::new();
+        let mut kind_files = Vec::new();
         for ((dir, name), (lower, lower_fingerprint)) in planned.iter().zip(lowers) {
             let mount = PersistentMount {
                 container_path: dir.clone(),
@@ -249,16 +287,38 @@ impl StateAnchor {
                     empty
                 }
             };
+            // An upper directory keeps the kind that wrote it (see the module comment).
+            let recorded = upper_kind(&self.domain_dir, name)?;
             self.prepare(&mount, lower_fingerprint.as_ref())
                 .with_context(|| format!("cannot mount the persistent directory {}", dir.display()))?;
-            tracing::debug!(dir = %dir.display(), lower = %lower.display(), "mounting an overlay");
-            overlays.push(Overlay { lower, upper: mount.changes.clone(), work: mount.work.clone(), merged: mount.merged.clone() });
+            let kind = match recorded {
+                Some(OverlayKind::Kernel) => OverlayChoice::Kernel,
+                Some(OverlayKind::Fuse) => OverlayChoice::Fuse,
+                None => forced_choice(),
+            };
+            tracing::debug!(dir = %dir.display(), lower = %lower.display(), ?kind, "mounting an overlay");
+            kind_files.push((overlay_kind_path(&self.domain_dir, name), recorded.is_none()));
+            overlays.push(Overlay { lower, upper: mount.changes.clone(), work: mount.work.clone(), merged: mount.merged.clone(), kind });
             self.mounts.push(mount);
         }
         let (mounted, failure) = self.reach.mount_overlays(&overlays);
-        self.lock().overlays = mounted;
+        self.lock().overlays = mounted.iter().map(Option::is_some).collect();
+        let mut kinds = Vec::new();
+        for ((result, (kind_file, new)), mount) in mounted.iter().zip(&kind_files).zip(&self.mounts) {
+            let Some(result) = result else { continue };
+            if let Some(reason) = &result.fallback_reason {
+                tracing::warn!(dir = %mount.container_path.display(), %reason, "kernel overlayfs cannot be mounted here; using fuse-overlayfs");
+            }
+            tracing::info!(dir = %mount.container_path.display(), overlay = result.kind.name(), "persistent directory mounted");
+            if *new {
+                // Before the sandbox starts: nothing is in the upper directory yet.
+                std::fs::write(kind_file, format!("{}\n", result.kind.name()))
+                    .with_context(|| format!("cannot write {}", kind_file.display()))?;
+            }
+            kinds.push(result.kind);
+        }
         match failure {
-            None => Ok(()),
+            None => Ok(kinds),
             Some((index, error)) => {
                 Err(error).with_context(|| format!("cannot mount the persistent directory {}", self.mounts[index].container_path.display()))
             }
@@ -358,6 +418,60 @@ impl StateAnchor {
         }
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "State Anchor unmounted");
         Ok(())
+    }
+}
+
+fn write_record(domain_dir: &Path, record: &MountRecord) -> Result<()> {
+    serde_json::to_vec(record)
+        .map_err(crate::Error::from)
+        .and_then(|bytes| std::fs::write(domain_dir.join(STATE_FILE), bytes).map_err(crate::Error::from))
+        .with_context(|| format!("cannot write {}", domain_dir.join(STATE_FILE).display()))
+}
+
+/// The kind of overlay that wrote `<name>_changes`: as recorded in
+/// `<name>_overlay`; fuse-overlayfs for an upper directory with content but
+/// no record (made before kernel overlayfs was used); `None` for one that is
+/// absent or empty (any kind may start it).
+fn upper_kind(domain_dir: &Path, name: &str) -> Result<Option<OverlayKind>> {
+    let path = overlay_kind_path(domain_dir, name);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match text.trim() {
+            "kernel" => return Ok(Some(OverlayKind::Kernel)),
+            "fuse" => return Ok(Some(OverlayKind::Fuse)),
+            other => crate::bail!("{} names the unknown overlay kind {other:?}", path.display()),
+        },
+        Err(error) if error.kind() == ErrorKind::NotFound => {}
+        Err(error) => return Err(error).with_context(|| format!("cannot read {}", path.display())),
+    }
+    let changes = changes_dir(domain_dir, name);
+    match std::fs::read_dir(&changes) {
+        Ok(mut entries) => Ok(entries.next().is_some().then_some(OverlayKind::Fuse)),
+        Err(error) if error.kind() == ErrorKind::NotFound => Ok(None),
+        // Unreadable: it has content of some kind; the older kind is the safe guess.
+        Err(_) => Ok(Some(OverlayKind::Fuse)),
+    }
+}
+
+/// The choice for a new upper directory: [`OVERLAY_ENV`] or either.
+fn forced_choice() -> OverlayChoice {
+    match std::env::var(OVERLAY_ENV).as_deref() {
+        Ok("fuse") => OverlayChoice::Fuse,
+        Ok("kernel") => OverlayChoice::Kernel,
+        _ => OverlayChoice::Either,
+    }
+}
+
+/// Which overlay a new persistent directory would get here (`lazaret
+/// doctor`): kernel overlayfs if a probe mount succeeds, else fuse-overlayfs
+/// and the kernel's reason.
+pub fn probe_overlay() -> (OverlayKind, Option<String>) {
+    match forced_choice() {
+        OverlayChoice::Fuse => return (OverlayKind::Fuse, Some(format!("{OVERLAY_ENV}=fuse"))),
+        OverlayChoice::Kernel | OverlayChoice::Either => {}
+    }
+    match Reach::current().probe_kernel_overlay() {
+        Ok(()) => (OverlayKind::Kernel, None),
+        Err(error) => (OverlayKind::Fuse, Some(error.chained())),
     }
 }
 
@@ -531,11 +645,12 @@ pub fn reset(domain_dir: &Path, persistent_dirs: &[PathBuf]) -> Result<()> {
     let trees: Vec<PathBuf> = planned.iter().flat_map(|(_, name)| [changes_dir(domain_dir, name), work_dir(domain_dir, name)]).collect();
     reach.remove_trees(&trees)?;
     for (_, name) in &planned {
-        let manifest = base_manifest_path(domain_dir, name);
-        match std::fs::remove_file(&manifest) {
-            Ok(()) => {}
-            Err(error) if error.kind() == ErrorKind::NotFound => {}
-            Err(error) => return Err(error).with_context(|| format!("cannot remove {}", manifest.display())),
+        for file in [base_manifest_path(domain_dir, name), overlay_kind_path(domain_dir, name)] {
+            match std::fs::remove_file(&file) {
+                Ok(()) => {}
+                Err(error) if error.kind() == ErrorKind::NotFound => {}
+                Err(error) => return Err(error).with_context(|| format!("cannot remove {}", file.display())),
+            }
         }
     }
     Ok(())

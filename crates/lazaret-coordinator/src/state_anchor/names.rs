@@ -8,7 +8,7 @@ use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::{BASE_SUFFIX, CHANGES_SUFFIX, MERGED_SUFFIX, NAME_MAX, WORK_SUFFIX};
+use super::{BASE_SUFFIX, CHANGES_SUFFIX, MERGED_SUFFIX, NAME_MAX, OVERLAY_SUFFIX, WORK_SUFFIX};
 use crate::error::Result;
 
 /// The file name stem of a persistent directory inside the Domain Root.
@@ -112,6 +112,11 @@ pub(super) fn check_mountable(path: &Path, what: &str) -> Result<()> {
 
 pub(super) fn changes_dir(domain_dir: &Path, name: &str) -> PathBuf {
     domain_dir.join(format!("{name}{CHANGES_SUFFIX}"))
+}
+
+/// The file recording which overlay kind wrote `<name>_changes`.
+pub(super) fn overlay_kind_path(domain_dir: &Path, name: &str) -> PathBuf {
+    domain_dir.join(format!("{name}{OVERLAY_SUFFIX}"))
 }
 
 pub(super) fn work_dir(domain_dir: &Path, name: &str) -> PathBuf {

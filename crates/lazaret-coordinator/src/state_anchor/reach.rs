@@ -3,18 +3,20 @@
 //! unshare`) rootless. Image mounts, fuse-overlayfs mounts and unmounts,
 //! listings, stats and hashes all go through [`Reach`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::ErrorKind;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::listing::{fingerprint_of, list_tree_in_process, only_missing_paths, parse_find_output, Entry, Fingerprint};
+use super::listing::{fingerprint_of, has_opaque_xattr, list_tree_in_process, only_missing_paths, parse_find_output, Entry, Fingerprint};
 use super::mounts::{parse_mountinfo, unmount_path, MountPoint};
 use super::names::check_mountable;
-use super::{ImageMount, FIND_ARGUMENT_BYTES, FIND_FORMAT};
+use super::{ImageMount, FIND_ARGUMENT_BYTES, FIND_FORMAT, KERNEL_OPAQUE_USER_XATTR, KERNEL_OPAQUE_XATTR};
 use crate::error::{Context, Result};
 use crate::podman::Podman;
 
@@ -88,48 +90,96 @@ impl Reach {
         run(unmount, || format!("podman image unmount {id}")).map(drop)
     }
 
-    /// Mounts each overlay, in order, stopping at the first failure. Returns
-    /// which are mounted and, on failure, the index that failed and why.
-    /// Rootless, all run in one `podman unshare`.
-    pub(super) fn mount_overlays(&self, overlays: &[Overlay]) -> (Vec<bool>, Option<(usize, crate::Error)>) {
-        let mut mounted = vec![false; overlays.len()];
-        match self.namespace {
-            Namespace::Host => {
-                for (index, overlay) in overlays.iter().enumerate() {
-                    let mut command = self.command("fuse-overlayfs");
-                    command.arg("-o").arg(overlay.options()).arg(&overlay.merged);
-                    match run(command, || "fuse-overlayfs".to_owned()) {
-                        Ok(_) => mounted[index] = true,
-                        Err(error) => return (mounted, Some((index, error))),
-                    }
-                }
-                (mounted, None)
-            }
-            Namespace::Rootless => {
-                if overlays.is_empty() {
-                    return (mounted, None);
-                }
-                let mut command = self.command("sh");
-                command.args(["-c", "while [ $# -ge 2 ]; do fuse-overlayfs -o \"$1\" \"$2\" || exit 1; shift 2; done", "sh"]);
-                for overlay in overlays {
-                    command.arg(overlay.options()).arg(&overlay.merged);
-                }
-                let Err(error) = run(command, || "podman unshare fuse-overlayfs".to_owned()) else {
-                    return (vec![true; overlays.len()], None);
-                };
-                match self.mount_table() {
-                    Ok(table) => {
-                        for (index, overlay) in overlays.iter().enumerate() {
-                            mounted[index] = table.iter().any(|mount| mount.path == overlay.merged);
-                        }
-                        let failed = mounted.iter().position(|&mounted| !mounted).unwrap_or(0);
-                        (mounted, Some((failed, error)))
-                    }
-                    // Unknown: try to unmount all of them.
-                    Err(_) => (vec![true; overlays.len()], Some((0, error))),
-                }
+    /// Mounts each overlay, in order, stopping at the first failure, all in
+    /// one shell where the mounts live (`podman unshare` rootless). An
+    /// overlay that may use either kind tries kernel overlayfs first and
+    /// falls back to fuse-overlayfs with the kernel's complaint as reason.
+    /// Returns the kind each got (`None`: not mounted) and, on failure, the
+    /// index that failed and why.
+    pub(super) fn mount_overlays(&self, overlays: &[Overlay]) -> (Vec<Option<MountedOverlay>>, Option<(usize, crate::Error)>) {
+        let mut mounted = vec![None; overlays.len()];
+        if overlays.is_empty() {
+            return (mounted, None);
+        }
+        let mut command = self.command("sh");
+        command.args(["-c", MOUNT_SCRIPT, "sh"]);
+        for overlay in overlays {
+            let choice = match overlay.kind {
+                OverlayChoice::Kernel => "kernel",
+                OverlayChoice::Fuse => "fuse",
+                OverlayChoice::Either => "either",
+            };
+            command.arg(choice).arg(overlay.kernel_options(self.namespace)).arg(overlay.options()).arg(&overlay.merged);
+        }
+        let output = match command.output() {
+            Ok(output) => output,
+            Err(error) => return (mounted, Some((0, crate::Error::msg(format!("cannot run sh to mount the overlays: {error}"))))),
+        };
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            let mut fields = line.splitn(3, ' ');
+            let (Some(Ok(index)), Some(kind)) = (fields.next().map(str::parse::<usize>), fields.next()) else { continue };
+            let kind = match kind {
+                "kernel" => OverlayKind::Kernel,
+                "fuse" => OverlayKind::Fuse,
+                _ => continue,
+            };
+            if let Some(slot) = mounted.get_mut(index) {
+                *slot = Some(MountedOverlay { kind, fallback_reason: fields.next().map(|reason| reason.trim().to_owned()) });
             }
         }
+        if output.status.success() {
+            return (mounted, None);
+        }
+        let error = crate::Error::msg(format!(
+            "mounting the overlays failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+        let failed = mounted.iter().position(Option::is_none).unwrap_or(0);
+        match self.mount_table() {
+            Ok(table) => {
+                // The table is the truth about what is mounted.
+                for (index, overlay) in overlays.iter().enumerate() {
+                    if mounted[index].is_none() && table.iter().any(|mount| mount.path == overlay.merged) {
+                        mounted[index] = Some(MountedOverlay { kind: OverlayKind::Fuse, fallback_reason: None });
+                    }
+                }
+                (mounted, Some((failed, error)))
+            }
+            // Unknown: try to unmount all of them.
+            Err(_) => (
+                overlays.iter().map(|_| Some(MountedOverlay { kind: OverlayKind::Fuse, fallback_reason: None })).collect(),
+                Some((failed, error)),
+            ),
+        }
+    }
+
+    /// Can a kernel overlayfs be mounted where the mounts live (on plain
+    /// directories in a temporary directory)? `Err` has the kernel's reason.
+    pub(super) fn probe_kernel_overlay(&self) -> Result<()> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|elapsed| elapsed.subsec_nanos()).unwrap_or(0);
+        let root = std::env::temp_dir().join(format!("lazaret-overlay-probe-{}-{nanos}", std::process::id()));
+        std::fs::DirBuilder::new().mode(0o700).create(&root).with_context(|| format!("cannot create {}", root.display()))?;
+        let overlay = Overlay {
+            lower: root.join("lower"),
+            upper: root.join("upper"),
+            work: root.join("work"),
+            merged: root.join("merged"),
+            kind: OverlayChoice::Kernel,
+        };
+        for dir in [&overlay.lower, &overlay.upper, &overlay.work, &overlay.merged] {
+            std::fs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let (mounted, failure) = self.mount_overlays(std::slice::from_ref(&overlay));
+        let unmounted =
+            if mounted.iter().any(Option::is_some) { self.unmount_overlays(std::slice::from_ref(&overlay.merged), false) } else { Ok(()) };
+        // The kernel's work directory (work/work, mode 000) is ours in the namespace.
+        let removed = self.remove_trees(&[root]);
+        if let Some((_, error)) = failure {
+            return Err(error);
+        }
+        unmounted?;
+        removed
     }
 
     /// Unmounts every mount (stacked ones too) at each of `merged`; a path
@@ -160,16 +210,19 @@ impl Reach {
                 Ok(())
             }
             Namespace::Rootless => {
-                // fusermount3 first; the mount table only to tell "was not
-                // mounted" from a real failure, and to catch stacked mounts.
+                // umount (kernel overlays; fuse ones too) or fusermount3;
+                // the mount table only to tell "was not mounted" from a real
+                // failure, and to catch stacked mounts.
                 let mut pending: Vec<PathBuf> = merged.to_vec();
                 for _ in 0..8 {
                     if pending.is_empty() {
                         return Ok(());
                     }
                     let mut command = self.command("sh");
-                    command.args(["-c", "rc=0; for m do fusermount3 -u \"$m\" || rc=1; done; exit $rc", "sh"]).args(&pending);
-                    let result = run(command, || "podman unshare fusermount3 -u".to_owned());
+                    command
+                        .args(["-c", "rc=0; for m do umount \"$m\" 2>/dev/null || fusermount3 -u \"$m\" || rc=1; done; exit $rc", "sh"])
+                        .args(&pending);
+                    let result = run(command, || "podman unshare umount".to_owned());
                     if result.is_ok() && !stacked {
                         return Ok(());
                     }
@@ -179,7 +232,7 @@ impl Reach {
                         return Err(error);
                     }
                 }
-                crate::bail!("overlays stay mounted after repeated fusermount3 -u: {merged:?}")
+                crate::bail!("overlays stay mounted after repeated umount and fusermount3 -u: {merged:?}")
             }
         }
     }
@@ -230,6 +283,36 @@ impl Reach {
                 Ok(trees)
             }
         }
+    }
+
+    /// Which of `dirs` (directories of kernel overlayfs upper directories)
+    /// carry its opaque xattr: `trusted.overlay.opaque` as root,
+    /// `user.overlay.opaque` rootless (`userxattr`), read where the mounts
+    /// live (rootless by this executable's `state-anchor-opaque` in `podman
+    /// unshare`: the directories may belong to subordinate uids).
+    pub(super) fn opaque_dirs(&self, dirs: &[PathBuf]) -> Result<BTreeSet<PathBuf>> {
+        let mut opaque = BTreeSet::new();
+        match self.namespace {
+            Namespace::Host => {
+                for dir in dirs {
+                    if has_opaque_xattr(dir, KERNEL_OPAQUE_XATTR).with_context(|| format!("cannot read the xattrs of {}", dir.display()))? {
+                        opaque.insert(dir.clone());
+                    }
+                }
+            }
+            Namespace::Rootless => {
+                let executable = std::env::current_exe().context("cannot find the lazaret executable")?;
+                for chunk in argument_chunks(dirs) {
+                    let mut command = self.command(&executable.to_string_lossy());
+                    command.args(["state-anchor-opaque", KERNEL_OPAQUE_USER_XATTR, "--"]).args(chunk);
+                    let output = run(command, || "podman unshare lazaret state-anchor-opaque".to_owned())?;
+                    for path in output.split(|&byte| byte == 0).filter(|path| !path.is_empty()) {
+                        opaque.insert(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
+                    }
+                }
+            }
+        }
+        Ok(opaque)
     }
 
     /// lstat of each path: `None` when it does not exist.
@@ -316,14 +399,66 @@ impl Reach {
     }
 }
 
-/// One fuse-overlayfs mount to make.
+/// One overlay mount to make.
 #[derive(Debug, Clone)]
 pub(super) struct Overlay {
     pub(super) lower: PathBuf,
     pub(super) upper: PathBuf,
     pub(super) work: PathBuf,
     pub(super) merged: PathBuf,
+    pub(super) kind: OverlayChoice,
 }
+
+/// Which overlay implementation an upper directory is written by (recorded
+/// next to it and in the State Anchor record): the two mark deletions and
+/// opaque directories differently, so an upper keeps its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OverlayKind {
+    /// Kernel overlayfs (`mount -t overlay`; `userxattr` rootless).
+    Kernel,
+    /// fuse-overlayfs.
+    Fuse,
+}
+
+impl OverlayKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            OverlayKind::Kernel => "kernel",
+            OverlayKind::Fuse => "fuse",
+        }
+    }
+}
+
+/// What to mount: a kind an existing upper directory requires, or either
+/// (kernel overlayfs, else fuse-overlayfs) for a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OverlayChoice {
+    Kernel,
+    Fuse,
+    Either,
+}
+
+/// How one overlay got mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct MountedOverlay {
+    pub(super) kind: OverlayKind,
+    /// Why kernel overlayfs was not used, when it was tried and failed.
+    pub(super) fallback_reason: Option<String>,
+}
+
+/// `$1` choice, `$2` kernel options, `$3` fuse-overlayfs options, `$4` the
+/// mount point, repeated; prints `INDEX KIND [REASON]` per mount.
+const MOUNT_SCRIPT: &str = r#"i=0
+while [ $# -ge 4 ]; do
+  case $1 in
+    kernel) mount -t overlay overlay -o "$2" "$4" || exit 1; echo "$i kernel" ;;
+    fuse) fuse-overlayfs -o "$3" "$4" || exit 1; echo "$i fuse" ;;
+    *) if reason=$(mount -t overlay overlay -o "$2" "$4" 2>&1); then echo "$i kernel"
+       else fuse-overlayfs -o "$3" "$4" || exit 1; echo "$i fuse $(printf %s "$reason" | tr "\\n" " ")"; fi ;;
+  esac
+  i=$((i+1)); shift 4
+done"#;
 
 impl Overlay {
     /// fuse-overlayfs' `-o` (paths checked by [`check_mountable`]).
@@ -334,6 +469,17 @@ impl Overlay {
         options.push(&self.upper);
         options.push(",workdir=");
         options.push(&self.work);
+        options
+    }
+
+    /// Kernel overlayfs' `-o`: no redirects followed or made, no metacopy,
+    /// no index (see the module comment); `userxattr` rootless.
+    pub(super) fn kernel_options(&self, namespace: Namespace) -> std::ffi::OsString {
+        let mut options = self.options();
+        options.push(",redirect_dir=nofollow,metacopy=off,index=off,xino=off");
+        if namespace == Namespace::Rootless {
+            options.push(",userxattr");
+        }
         options
     }
 }

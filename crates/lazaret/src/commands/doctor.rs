@@ -75,6 +75,7 @@ fn all_checks(config_path: Option<&Path>) -> Vec<Check> {
         netstack(selected.as_ref().ok().map(|selected| selected.version.as_str())),
         tool("runc", &["--version"], "apt-get install runc"),
         tool("fuse-overlayfs", &["--version"], "apt-get install fuse-overlayfs"),
+        state_anchor_overlay(),
         git(),
     ];
     checks.extend(rootless(uid));
@@ -120,6 +121,17 @@ fn limits(plan: &lazaret_coordinator::limits::Plan, profile: Option<&str>) -> Ve
             }
         })
         .collect()
+}
+
+/// Which overlay new persistent directories get here: kernel overlayfs when
+/// a probe mount succeeds, else fuse-overlayfs (with the kernel's reason).
+fn state_anchor_overlay() -> Check {
+    match lazaret_coordinator::state_anchor::probe_overlay() {
+        (kind, None) => Check::pass("state anchor overlay", format!("{} overlayfs", kind.name())),
+        (kind, Some(reason)) => {
+            Check::pass("state anchor overlay", format!("{} overlayfs (kernel overlayfs not usable: {reason})", kind.name()))
+        }
+    }
 }
 
 /// Which runsc the sandboxes run with, and why (`$LAZARET_RUNSC`,

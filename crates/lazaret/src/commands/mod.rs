@@ -55,6 +55,21 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Audit { action: Some(AuditCommand::Verify { target }), .. } => audit::verify(config_path, &target),
         Command::Status { target, json } => status::status(config_path, &target, json),
         Command::Sessions { target, limit, json } => status::sessions(config_path, &target, limit, json),
+        Command::StateAnchorOpaque { xattr, dirs } => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            for dir in dirs {
+                let opaque = anyhow::Context::with_context(lazaret_coordinator::state_anchor::has_opaque_xattr(&dir, &xattr), || {
+                    format!("cannot read the xattrs of {}", dir.display())
+                })?;
+                if opaque {
+                    out.write_all(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))?;
+                    out.write_all(b"\0")?;
+                }
+            }
+            out.flush()?;
+            Ok(0)
+        }
         Command::Coordinator { target, mount_workspace } => {
             let config = crate::workspace::load_config(config_path)?;
             let resolved = crate::workspace::resolve_target(&config, &target)?;
