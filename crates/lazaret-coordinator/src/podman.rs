@@ -153,13 +153,25 @@ pub fn ulimit_arguments() -> Vec<String> {
 
 /// `--ulimit=nofile=…` at or below this host's hard limit.
 pub fn nofile_argument() -> String {
-    ulimit_argument("nofile", nix::sys::resource::Resource::RLIMIT_NOFILE, 65_536)
+    let value = nofile_limit();
+    format!("--ulimit=nofile={value}:{value}")
+}
+
+/// The open-file limit a sandbox gets: 65,536 or this host's hard limit if
+/// lower. runsc's own processes (sentry, gofer) run with it too, so it is
+/// their budget of host file descriptors.
+pub fn nofile_limit() -> u64 {
+    ulimit_value(nix::sys::resource::Resource::RLIMIT_NOFILE, 65_536)
 }
 
 fn ulimit_argument(name: &str, resource: nix::sys::resource::Resource, preferred: u64) -> String {
-    let hard = nix::sys::resource::getrlimit(resource).map(|(_, hard)| hard).unwrap_or(1024);
-    let value = preferred.min(hard);
+    let value = ulimit_value(resource, preferred);
     format!("--ulimit={name}={value}:{value}")
+}
+
+fn ulimit_value(resource: nix::sys::resource::Resource, preferred: u64) -> u64 {
+    let hard = nix::sys::resource::getrlimit(resource).map(|(_, hard)| hard).unwrap_or(1024);
+    preferred.min(hard)
 }
 
 /// Flags that put a container under gVisor on these machines: the runsc

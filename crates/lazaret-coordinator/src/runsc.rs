@@ -103,6 +103,14 @@ pub struct Features {
     pub host_uds: bool,
     /// `--ignore-cgroups`: needed rootless on these machines.
     pub ignore_cgroups: bool,
+    /// `--file-access-mounts` (gVisor 2021-03): how bind mounts are cached,
+    /// overridable per mount by the `dev.gvisor.spec.mount.*` annotations
+    /// (gVisor 2019-12), so a runsc with this flag has both. See
+    /// [`Features::per_mount_file_access`].
+    pub file_access_mounts: bool,
+    /// `--dcache`: one dentry cache of a given size for all of the sandbox's
+    /// gofer mounts instead of 1,000 per mount.
+    pub dcache: bool,
 }
 
 impl Features {
@@ -137,6 +145,8 @@ impl Features {
                 "overlay2" => features.overlay2 = true,
                 "host-uds" => features.host_uds = true,
                 "ignore-cgroups" => features.ignore_cgroups = true,
+                "file-access-mounts" => features.file_access_mounts = true,
+                "dcache" => features.dcache = true,
                 "platform" => {
                     // "specifies which platform to use: systrap (default), ptrace, kvm. (default "systrap")"
                     let help = lines.get(index + 1).copied().unwrap_or("");
@@ -167,15 +177,23 @@ impl Features {
     pub fn fast_file_access(&self) -> bool {
         self.directfs && self.default_platform.as_deref().is_some_and(|platform| platform != "ptrace")
     }
+
+    /// Whether the sandbox's bind mounts can be cached one by one: the global
+    /// `--file-access-mounts=exclusive` with a `share=shared` mount hint on
+    /// each mount the host changes (see `coordinator::sandbox`). Debian 12's
+    /// runsc (20221219) and the current one both can.
+    pub fn per_mount_file_access(&self) -> bool {
+        self.file_access_mounts
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const DEBIAN_FLAGS: &str = "  -file-access value\n    \tspecifies which filesystem validation to use for the root mount: exclusive (default), shared.\n  -host-uds value\n    \tcontrols permission to access host Unix-domain sockets. Values: none|open|create|all, default: none\n  -ignore-cgroups\n    \tdon't configure cgroups.\n  -overlay2 value\n    \twrap mounts with overlayfs.\n  -platform string\n    \tspecifies which platform to use: ptrace (default), kvm. (default \"ptrace\")\n";
+    const DEBIAN_FLAGS: &str = "  -dcache int\n    \tSet the global dentry cache size. (default -1)\n  -file-access value\n    \tspecifies which filesystem validation to use for the root mount: exclusive (default), shared.\n  -file-access-mounts value\n    \tspecifies which filesystem validation to use for volumes other than the root mount: shared (default), exclusive. (default shared)\n  -host-uds value\n    \tcontrols permission to access host Unix-domain sockets. Values: none|open|create|all, default: none\n  -ignore-cgroups\n    \tdon't configure cgroups.\n  -overlay2 value\n    \twrap mounts with overlayfs.\n  -platform string\n    \tspecifies which platform to use: ptrace (default), kvm. (default \"ptrace\")\n";
 
-    const CURRENT_FLAGS: &str = "  -directfs\n    \tdirectly access the container filesystems from the sentry. (default true)\n  -host-uds value\n    \tcontrols permission\n  -ignore-cgroups\n    \tdon't configure cgroups.\n  -overlay2 value\n    \twrap mounts with overlayfs. Format is\n  -platform string\n    \tspecifies which platform to use: systrap (default), ptrace, kvm. (default \"systrap\")\n  -platform_device_path string\n";
+    const CURRENT_FLAGS: &str = "  -dcache int\n    \tSet the global dentry cache size. (default -1)\n  -directfs\n    \tdirectly access the container filesystems from the sentry. (default true)\n  -file-access-mounts value\n    \tspecifies which filesystem validation to use for volumes other than the root mount: shared (default), exclusive. (default shared)\n  -host-uds value\n    \tcontrols permission\n  -ignore-cgroups\n    \tdon't configure cgroups.\n  -overlay2 value\n    \twrap mounts with overlayfs. Format is\n  -platform string\n    \tspecifies which platform to use: systrap (default), ptrace, kvm. (default \"systrap\")\n  -platform_device_path string\n";
 
     #[test]
     fn debian_12_runsc_is_ptrace_without_directfs() {
@@ -186,6 +204,7 @@ mod tests {
         assert_eq!(features.platforms, vec!["ptrace", "kvm"]);
         assert!(!features.directfs && features.overlay2 && features.host_uds && features.ignore_cgroups);
         assert!(!features.fast_file_access());
+        assert!(features.per_mount_file_access() && features.dcache);
     }
 
     #[test]
@@ -194,13 +213,13 @@ mod tests {
         assert_eq!(features.date, Some(20_260_905));
         assert_eq!(features.default_platform.as_deref(), Some("systrap"));
         assert_eq!(features.platforms, vec!["systrap", "ptrace", "kvm"]);
-        assert!(features.directfs && features.fast_file_access());
+        assert!(features.directfs && features.fast_file_access() && features.per_mount_file_access() && features.dcache);
     }
 
     #[test]
     fn a_runsc_without_flags_output_has_no_features() {
         let features = Features::parse("runsc version VERSION_MISSING\n", "");
         assert_eq!(features.date, None);
-        assert!(!features.host_uds && !features.fast_file_access());
+        assert!(!features.host_uds && !features.fast_file_access() && !features.per_mount_file_access() && !features.dcache);
     }
 }

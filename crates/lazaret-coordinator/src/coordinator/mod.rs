@@ -103,14 +103,27 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     // Choosing runsc runs `--version` of each candidate (about 40 ms each):
     // done beside the store and workspace preparation, not after them.
     let configured_runsc = resolved.runsc.clone();
-    let runsc = tokio::task::spawn_blocking(move || crate::runsc::select(configured_runsc.as_deref()));
+    let runsc = tokio::task::spawn_blocking(move || {
+        crate::runsc::select(configured_runsc.as_deref()).map(|selected| {
+            let features = crate::runsc::Features::probe(&selected.path);
+            (selected, features)
+        })
+    });
     let store_path = domain_resources.domain_dir.join(STORE_FILE);
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await.context("store task failed")??;
     let prepare_resolved = resolved.clone();
     let (git, workspace_mounts) =
         tokio::task::spawn_blocking(move || prepare_workspace(&prepare_resolved, mode)).await.context("workspace task failed")??;
-    let runsc = runsc.await.context("runsc task failed")??;
+    let (runsc, runsc_features) = runsc.await.context("runsc task failed")??;
     tracing::info!(runsc = %runsc.path.display(), version = %runsc.version, why = runsc.why, "sandbox runtime");
+    // The agent's checkout and git directory: only the sandbox writes them
+    // while it runs, so gVisor may cache them (see `sandbox`).
+    let caching = sandbox::Caching::new(
+        runsc_features.as_ref(),
+        git.as_ref().map(GitLayout::sandbox_only_sources).unwrap_or_default(),
+        crate::podman::nofile_limit(),
+    );
+    tracing::info!(cached = ?caching.sandbox_only, dentry_cache = ?caching.dentry_cache, "gVisor file caching");
     let domain = Arc::new(Domain::new(resolved, Arc::new(store), git.clone()));
     let podman = Podman::default();
 
@@ -205,7 +218,8 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
                 &sandbox_arguments,
                 &container_command,
                 sidecar_name.as_deref(),
-                &limits
+                &limits,
+                &caching
             )
         );
         start_domain.set_default_command(default_command);

@@ -190,6 +190,15 @@ impl GitLayout {
         ]
     }
 
+    /// The host directories that nothing but the sandbox writes while it
+    /// runs: the checkout and the agent's git directory (D1; the host writes
+    /// them in [`GitLayout::prepare`], before the start, and only reads the
+    /// branch's ref files afterwards). gVisor may cache them
+    /// (`coordinator::sandbox`).
+    pub fn sandbox_only_sources(&self) -> Vec<PathBuf> {
+        vec![self.checkout.clone(), self.agent_git_dir.clone()]
+    }
+
     /// The script git runs inside the sandbox once it is up: fetch the seed,
     /// then put the agent branch where the host says. If the host has the
     /// agent branch, the agent continues from it (kept as is when it is

@@ -72,14 +72,14 @@
 //! (with `--network=none` podman provides no resolv.conf, and none from an
 //! earlier session appears), and `diff` never lists them.
 //!
-//! gVisor file access: these are ordinary bind mounts, so runsc serves them
-//! with `--file-access-mounts=shared` (its default; the flag is global):
-//! gVisor revalidates its dentry cache against the host on each access.
-//! Nothing writes to a merged directory from the host while the sandbox runs,
-//! so `exclusive` would be correct for the overlays, but the same flag
-//! governs the workspace bind mount, whose host-side changes must be seen;
-//! and measured here, `exclusive` did not make unpacking 10,000 files into an
-//! overlaid `/usr` measurably faster. The cost was fuse-overlayfs' own:
+//! gVisor file access: these are ordinary bind mounts, served `shared`:
+//! gVisor revalidates its dentry cache against the host on each access (in
+//! git mode the sandbox runs with `--file-access-mounts=exclusive` for the
+//! agent's checkout, and each of these mounts gets a `share=shared` mount
+//! hint, see `coordinator::sandbox`). Nothing writes to a merged directory
+//! from the host while the sandbox runs, so `exclusive` would be correct for
+//! the overlays, but measured here it did not make unpacking 10,000 files
+//! into an overlaid `/usr` measurably faster. The cost was fuse-overlayfs' own:
 //! unpacking 10,000 files inside the sandbox took 19.4 s into a
 //! fuse-overlayfs mount, 2.35 s into a kernel overlayfs mount and 2.30 s into
 //! a plain directory (by hand), which is why kernel overlayfs is preferred.
