@@ -209,18 +209,17 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     let container_command = domain.git.as_ref().map(|layout| layout.container_command()).unwrap_or_default();
     let start_task = tokio::spawn(async move {
         // (aborted at teardown; the loops it spawns are ended with the runtime)
+        let spec = sandbox::SandboxSpec {
+            runsc: &runsc.path,
+            workspace_mounts: &sandbox_arguments,
+            command: &container_command,
+            sidecar: sidecar_name.as_deref(),
+            limits: &limits,
+            caching: &caching,
+        };
         let (default_command, started) = tokio::join!(
             sandbox::default_command(&start_podman, &start_domain.resolved.image),
-            sandbox::start(
-                &start_podman,
-                &start_domain.resolved,
-                &runsc.path,
-                &sandbox_arguments,
-                &container_command,
-                sidecar_name.as_deref(),
-                &limits,
-                &caching
-            )
+            sandbox::start(&start_podman, &start_domain.resolved, &spec)
         );
         start_domain.set_default_command(default_command);
         let container = start_domain.resolved.domain.container_name.clone();

@@ -73,22 +73,28 @@ impl Caching {
     }
 }
 
-/// `workspace_mounts` are the podman arguments that provide `/workspace`
-/// (the agent's checkout, see `git_sentry`, or the workspace itself);
-/// `command` the sandbox's main process (`sleep infinity` when empty; the
-/// agent's repository is seeded by its own, `GitLayout::container_command`);
-/// `runsc` is the runtime `crate::runsc::select` chose; `limits` how the
-/// profile's resource limits are enforced (`crate::limits::plan`);
-/// `caching` which mounts gVisor may cache.
-pub fn run_arguments(
-    resolved: &ResolvedProfile,
-    runsc: &std::path::Path,
-    workspace_mounts: &[String],
-    command: &[String],
-    sidecar: Option<&str>,
-    limits: &crate::limits::Plan,
-    caching: &Caching,
-) -> Result<RunInvocation> {
+/// What the sandbox is started with, besides its profile.
+#[derive(Clone, Copy)]
+pub struct SandboxSpec<'a> {
+    /// The runtime `crate::runsc::select` chose.
+    pub runsc: &'a std::path::Path,
+    /// The podman arguments that provide `/workspace` (the agent's checkout,
+    /// see `git_sentry`, or the workspace itself) and the other mounts.
+    pub workspace_mounts: &'a [String],
+    /// The sandbox's main process (`sleep infinity` when empty; the agent's
+    /// repository is seeded by its own, `GitLayout::container_command`).
+    pub command: &'a [String],
+    /// The Network Sidecar's container, whose network the sandbox joins.
+    pub sidecar: Option<&'a str>,
+    /// How the profile's resource limits are enforced (`crate::limits::plan`).
+    pub limits: &'a crate::limits::Plan,
+    /// Which mounts gVisor may cache.
+    pub caching: &'a Caching,
+}
+
+/// The `podman run` invocation of the sandbox of `resolved`.
+pub fn run_arguments(resolved: &ResolvedProfile, spec: &SandboxSpec<'_>) -> Result<RunInvocation> {
+    let SandboxSpec { runsc, workspace_mounts, command, sidecar, limits, caching } = *spec;
     let domain = &resolved.domain;
     let mut arguments: Vec<OsString> = Vec::new();
     let mut push = |argument: String| arguments.push(OsString::from(argument));
@@ -252,17 +258,8 @@ fn clean(path: &Path) -> PathBuf {
 pub const HOST_UDS_ARGUMENT: &str = "--runtime-flag=host-uds=open";
 
 /// Starts the sandbox; fails with podman's message.
-pub async fn start(
-    podman: &Podman,
-    resolved: &ResolvedProfile,
-    runsc: &std::path::Path,
-    workspace_mounts: &[String],
-    command: &[String],
-    sidecar: Option<&str>,
-    limits: &crate::limits::Plan,
-    caching: &Caching,
-) -> Result<()> {
-    let invocation = run_arguments(resolved, runsc, workspace_mounts, command, sidecar, limits, caching)?;
+pub async fn start(podman: &Podman, resolved: &ResolvedProfile, spec: &SandboxSpec<'_>) -> Result<()> {
+    let invocation = run_arguments(resolved, spec)?;
     let mut command = tokio::process::Command::from(podman.command());
     command.args(&invocation.arguments).envs(invocation.environment).stdin(std::process::Stdio::null());
     let output = command.output().await.context("cannot run podman")?;
