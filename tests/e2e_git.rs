@@ -350,6 +350,32 @@ fn stale_git_lock_files_of_a_killed_sandbox_do_not_block_the_next_start() {
     assert_eq!(stdout(&second), "lazaret/agent-default\n0\n");
 }
 
+/// The seed reports its result through the agent-writable outbox. What the
+/// agent leaves there (a directory where the status goes, a symlink where it
+/// is written first, a directory for the log) neither fails nor stalls the
+/// next start, and a seed failure's output is the start's error.
+#[test]
+fn what_the_agent_plants_in_the_outbox_does_not_block_the_next_start() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    let outbox = "/run/lazaret/outbox";
+    let plant = format!(
+        "mkdir -p {outbox}/.lazaret-seed-status/x {outbox}/.lazaret-seed.log; \
+         ln -sfn {outbox}/agent.bundle {outbox}/.lazaret-seed-status.tmp; ls -A {outbox}"
+    );
+    let first = run_agent(&env, &repository, &plant);
+    assert!(stdout(&first).contains(".lazaret-seed-status.tmp"), "planted: {}{}", stdout(&first), stderr(&first));
+    let domain = domain_json(&env, "default", &repository);
+    assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)));
+    let started = std::time::Instant::now();
+    let second = run_agent(&env, &repository, "git rev-parse --abbrev-ref HEAD");
+    assert!(second.status.success(), "the next start recovers: {}", stderr(&second));
+    assert_eq!(stdout(&second), "lazaret/agent-default\n");
+    assert!(started.elapsed() < Duration::from_secs(60), "and does not wait out the seed limit: {:?}", started.elapsed());
+}
+
 /// Attack review finding 3: a file named `ESC[1A ESC[2K`… erased the D4
 /// warning block from `lazaret diff`, and an OSC title sequence in a patch
 /// reached the terminal raw. Every agent-controlled string is neutralized,

@@ -41,8 +41,12 @@ fn nothing_mounted(domain: &serde_json::Value) -> bool {
 }
 
 fn state_diff(env: &TestEnv, repository: &Path) -> Vec<(String, String)> {
-    let output = run(env.lazaret().args(["state", "diff", "--json", "--profile", "keep", "--workspace"]).arg(repository));
-    assert!(output.status.success(), "{}", stderr(&output));
+    changes(&run(env.lazaret().args(["state", "diff", "--json", "--profile", "keep", "--workspace"]).arg(repository)))
+}
+
+/// The (kind, path) pairs of `lazaret state diff --json` output, sorted.
+fn changes(output: &std::process::Output) -> Vec<(String, String)> {
+    assert!(output.status.success(), "{}", stderr(output));
     let changes: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).expect("json");
     let mut changes: Vec<(String, String)> = changes
         .iter()
@@ -437,15 +441,7 @@ fn overlay_attributes_set_from_inside_cannot_hide_or_redirect_image_files_rootle
         assert!(wait_until(Duration::from_secs(10), torn_down), "the domain is torn down before the next session");
         stdout(&output)
     };
-    let state_diff = || {
-        let output = user.run(&format!("{lazaret} state diff --json {scope}"));
-        assert!(output.status.success(), "{}", stderr(&output));
-        let changes: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).expect("json");
-        changes
-            .iter()
-            .map(|change| (change["kind"].as_str().unwrap_or("").to_owned(), change["path"].as_str().unwrap_or("").to_owned()))
-            .collect()
-    };
+    let state_diff = || changes(&user.run(&format!("{lazaret} state diff --json {scope}")));
     OverlayAttack { agent: &agent, state_diff: &state_diff }.run();
     let kind = user.run(&format!("cat {}/usr_overlay", domain["domain_dir"].as_str().expect("dir")));
     assert_eq!(stdout(&kind), "kernel\n", "the attack was made on kernel overlayfs (user namespace)");

@@ -67,11 +67,7 @@ pub fn candidates() -> Vec<PathBuf> {
 }
 
 fn version_of(path: &Path) -> Option<(String, Option<u32>)> {
-    let output = Command::new(path).arg("--version").stdin(Stdio::null()).output().ok()?;
-    if !output.status.success() {
-        return None;
-    }
-    let features = Features::parse(&String::from_utf8_lossy(&output.stdout), "");
+    let features = Features::parse(&run_runsc(path, "--version")?, "");
     Some((features.version, features.date))
 }
 
@@ -116,16 +112,14 @@ pub struct Features {
 impl Features {
     /// Runs `runsc --version` and `runsc flags`; `None` if it does not run.
     pub fn probe(runsc: &std::path::Path) -> Option<Features> {
-        let run = |argument: &str| {
-            let output = Command::new(runsc).arg(argument).stdin(Stdio::null()).output().ok()?;
-            output
-                .status
-                .success()
-                .then(|| format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
-        };
-        let version = run("--version")?;
-        let flags = run("flags").unwrap_or_default();
-        Some(Features::parse(&version, &flags))
+        let version = run_runsc(runsc, "--version")?;
+        Some(Features::probe_flags(runsc, &version))
+    }
+
+    /// Runs only `runsc flags`, for a runsc whose `--version` output is
+    /// already known (`Selected::version`, read when it was chosen).
+    pub fn probe_flags(runsc: &std::path::Path, version: &str) -> Features {
+        Features::parse(version, &run_runsc(runsc, "flags").unwrap_or_default())
     }
 
     /// Reads the output of `runsc --version` and of `runsc flags`.
@@ -185,6 +179,13 @@ impl Features {
     pub fn per_mount_file_access(&self) -> bool {
         self.file_access_mounts
     }
+}
+
+/// The output (stdout, then stderr) of `runsc ARGUMENT`; `None` if it does
+/// not run or fails.
+fn run_runsc(runsc: &std::path::Path, argument: &str) -> Option<String> {
+    let output = Command::new(runsc).arg(argument).stdin(Stdio::null()).output().ok()?;
+    output.status.success().then(|| format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
 }
 
 #[cfg(test)]

@@ -105,7 +105,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     let configured_runsc = resolved.runsc.clone();
     let runsc = tokio::task::spawn_blocking(move || {
         crate::runsc::select(configured_runsc.as_deref()).map(|selected| {
-            let features = crate::runsc::Features::probe(&selected.path);
+            let features = crate::runsc::Features::probe_flags(&selected.path, &selected.version);
             (selected, features)
         })
     });
@@ -119,7 +119,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     // The agent's checkout and git directory: only the sandbox writes them
     // while it runs, so gVisor may cache them (see `sandbox`).
     let caching = sandbox::Caching::new(
-        runsc_features.as_ref(),
+        Some(&runsc_features),
         git.as_ref().map(GitLayout::sandbox_only_sources).unwrap_or_default(),
         crate::podman::nofile_limit(),
     );

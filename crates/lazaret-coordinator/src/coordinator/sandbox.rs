@@ -317,7 +317,7 @@ pub async fn wait_for_seed(podman: &Podman, container: &str, layout: &crate::git
     let started = std::time::Instant::now();
     let mut next_check = started + std::time::Duration::from_secs(2);
     loop {
-        if layout.seed_result()?.is_some() {
+        if layout.seed_done()? {
             return Ok(());
         }
         let now = std::time::Instant::now();
@@ -328,7 +328,7 @@ pub async fn wait_for_seed(podman: &Podman, container: &str, layout: &crate::git
             let (podman, name) = (podman.clone(), container.to_owned());
             let running = tokio::task::spawn_blocking(move || podman.container_running(&name)).await.unwrap_or(false);
             // The result may have come just before the sandbox ended.
-            if !running && layout.seed_result()?.is_none() {
+            if !running && !layout.seed_done()? {
                 bail!("the sandbox stopped before the agent's repository was set up");
             }
             next_check = now + std::time::Duration::from_secs(2);

@@ -43,6 +43,7 @@ pub const MAX_BUNDLE_BYTES: u64 = 1 << 30;
 /// In the outbox: the seed's exit status and its output (see
 /// [`GitLayout::container_command`]).
 const SEED_STATUS: &str = ".lazaret-seed-status";
+const SEED_STATUS_TEMPORARY: &str = ".lazaret-seed-status.tmp";
 const SEED_LOG: &str = ".lazaret-seed.log";
 
 /// The agent branch of a profile.
@@ -112,14 +113,11 @@ impl GitLayout {
         replace_unless(&self.agent_git_dir.join("config"), |m| m.file_type().is_file(), |path| std::fs::write(path, b""))?;
         replace_unless(&self.checkout.join(".git"), |m| m.file_type().is_dir(), |path| std::fs::create_dir(path))?;
         sync::write_config_mirror(&self.host.config_path(), &self.config_mirror)?;
-        // A result left by an earlier sandbox must not pass for this one's.
-        let (status, log) = self.seed_result_paths();
-        for file in [status, log] {
-            match std::fs::remove_file(&file) {
-                Ok(()) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => return Err(error).with_context(|| format!("cannot remove {}", file.display())),
-            }
+        // A result left by an earlier sandbox must not pass for this one's,
+        // and nothing the agent planted there (a directory, a symlink that
+        // the status would be renamed into) may stall or fail this start.
+        for name in [SEED_STATUS, SEED_STATUS_TEMPORARY, SEED_LOG] {
+            remove_planted(&self.outbox.join(name))?;
         }
         self.write_seed_bundle()
     }
@@ -132,30 +130,25 @@ impl GitLayout {
     /// before the status is written: sessions start only after it.
     pub fn container_command(&self) -> Vec<String> {
         let status = format!("{OUTBOX_IN_CONTAINER}/{SEED_STATUS}");
+        let temporary = format!("{OUTBOX_IN_CONTAINER}/{SEED_STATUS_TEMPORARY}");
         let log = format!("{OUTBOX_IN_CONTAINER}/{SEED_LOG}");
         let seed = self.seed_script();
         vec![
             "sh".to_owned(),
             "-c".to_owned(),
-            format!("(\n{seed}) > {log} 2>&1\necho $? > {status}.tmp && mv -f {status}.tmp {status}\nexec sleep infinity\n"),
+            format!("(\n{seed}) > {log} 2>&1\necho $? > {temporary} && mv -f {temporary} {status}\nexec sleep infinity\n"),
         ]
     }
 
-    /// Host paths of the seed's exit status and output.
-    pub fn seed_result_paths(&self) -> (PathBuf, PathBuf) {
-        (self.outbox.join(SEED_STATUS), self.outbox.join(SEED_LOG))
-    }
-
-    /// The seed's result once the sandbox wrote it: `Ok(None)` while it
-    /// runs, `Err` with its output when it failed. Read as agent-written
-    /// files (no symlink, no FIFO, capped).
-    pub fn seed_result(&self) -> Result<Option<()>> {
-        let (status, log) = self.seed_result_paths();
-        let Some(status) = sync::read_agent_file(&status) else { return Ok(None) };
+    /// Whether the seed is done: `Ok(false)` while it runs, `Err` with its
+    /// output when it failed. Read as agent-written files (no symlink, no
+    /// FIFO, capped).
+    pub fn seed_done(&self) -> Result<bool> {
+        let Some(status) = sync::read_agent_file(&self.outbox.join(SEED_STATUS)) else { return Ok(false) };
         if String::from_utf8_lossy(&status).trim() == "0" {
-            return Ok(Some(()));
+            return Ok(true);
         }
-        let mut output = sync::read_agent_file(&log).unwrap_or_default();
+        let mut output = sync::read_agent_file(&self.outbox.join(SEED_LOG)).unwrap_or_default();
         output.truncate(4096);
         bail!("{}", lazaret_core::terminal_text::block(String::from_utf8_lossy(&output).trim()))
     }
@@ -333,11 +326,23 @@ fn replace_unless(
 ) -> Result<()> {
     match std::fs::symlink_metadata(path) {
         Ok(metadata) if is_expected(&metadata) => return Ok(()),
-        Ok(metadata) if metadata.file_type().is_dir() => std::fs::remove_dir_all(path)?,
-        Ok(_) => std::fs::remove_file(path)?,
+        Ok(_) => remove_planted(path)?,
         Err(_) => {}
     }
     create(path).with_context(|| format!("cannot create {}", path.display()))
+}
+
+/// Removes whatever the agent may have left at `path`: a directory with its
+/// tree, anything else (a symlink itself, never its target) as a file;
+/// nothing there is fine.
+fn remove_planted(path: &Path) -> Result<()> {
+    let removed = match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    };
+    removed.with_context(|| format!("cannot remove {}", path.display()))
 }
 
 #[cfg(test)]

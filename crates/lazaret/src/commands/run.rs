@@ -25,12 +25,12 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
     for warning in limits.warnings() {
         eprintln!("lazaret: warning: {warning}");
     }
-    let mode = workspace_mode(&resolved.workspace, &resolved.profile, mount_workspace)?;
+    let (mode, repository) = workspace_mode(&resolved.workspace, &resolved.profile, mount_workspace)?;
     // Only when this session starts the domain: a running domain has its
     // image, and its agent checkout was seeded long ago.
     let prepare = || -> Result<()> {
         std::thread::scope(|scope| {
-            let note = scope.spawn(|| uncommitted_note(&resolved.workspace, &resolved.profile, mode));
+            let note = scope.spawn(|| repository.as_ref().and_then(|repository| uncommitted_note(repository, &resolved.profile)));
             let image = ensure_image(&resolved.image);
             if let Ok(Some(note)) = note.join() {
                 eprintln!("{note}");
@@ -129,9 +129,9 @@ async fn answer_escalations(mut actions: tokio::sync::mpsc::UnboundedReceiver<cr
     }
 }
 
-/// A git repository gets the agent-branch layout; anything else needs the
-/// explicit `--mount-workspace`.
-fn workspace_mode(workspace: &Path, profile: &str, mount_workspace: bool) -> Result<WorkspaceMode> {
+/// A git repository gets the agent-branch layout (and is returned for the
+/// start's note); anything else needs the explicit `--mount-workspace`.
+fn workspace_mode(workspace: &Path, profile: &str, mount_workspace: bool) -> Result<(WorkspaceMode, Option<HostRepository>)> {
     let repository = HostRepository::discover(workspace)?;
     match (repository, mount_workspace) {
         (Some(_), true) => anyhow::bail!(
@@ -140,8 +140,8 @@ fn workspace_mode(workspace: &Path, profile: &str, mount_workspace: bool) -> Res
             workspace.display(),
             agent_branch(profile)
         ),
-        (Some(_), false) => Ok(WorkspaceMode::AgentBranch),
-        (None, true) => Ok(WorkspaceMode::Direct),
+        (Some(repository), false) => Ok((WorkspaceMode::AgentBranch, Some(repository))),
+        (None, true) => Ok((WorkspaceMode::Direct, None)),
         (None, false) => anyhow::bail!(
             "{} is not a git repository. Lazaret gives the agent its own branch of a repository, so that your files and history \
              are never at risk. Either make it one (git init && git add -A && git commit -m initial), or pass --mount-workspace \
@@ -153,17 +153,13 @@ fn workspace_mode(workspace: &Path, profile: &str, mount_workspace: bool) -> Res
 
 /// When a domain starts on a repository with uncommitted changes: a note
 /// that the agent's checkout does not have them (it starts from HEAD).
-fn uncommitted_note(workspace: &Path, profile: &str, mode: WorkspaceMode) -> Option<String> {
-    if mode != WorkspaceMode::AgentBranch {
-        return None;
-    }
-    let repository = HostRepository::discover(workspace).ok()??;
+fn uncommitted_note(repository: &HostRepository, profile: &str) -> Option<String> {
     let changes = repository.git_text(&["status", "--porcelain", "--untracked-files=normal"]).unwrap_or_default();
     let count = changes.lines().count();
     (count > 0).then(|| {
         format!(
             "lazaret: note: {count} uncommitted change(s) in {} are not in the agent's checkout of {}; it starts from HEAD ({})",
-            workspace.display(),
+            repository.workdir.display(),
             agent_branch(profile),
             repository.resolve("HEAD").map(|sha| sha[..12.min(sha.len())].to_owned()).unwrap_or_default()
         )
