@@ -328,6 +328,142 @@ fn host_uncommitted_changes_are_announced_and_not_given_to_the_agent() {
     assert!(!stderr(&joined).contains("uncommitted change"), "{}", stderr(&joined));
 }
 
+/// The coordinator's log of a domain.
+fn coordinator_log(domain: &serde_json::Value) -> String {
+    let dir = Path::new(domain["domain_dir"].as_str().expect("domain_dir"));
+    std::fs::read_to_string(dir.join("coordinator.log")).unwrap_or_default()
+}
+
+/// Issue 16, item 3: on a domain's first start the host builds the agent's
+/// repository and checkout from host data, and git inside the sandbox takes
+/// them as they are: the index is not rewritten by the first `git status`
+/// (no file is read again), and modes, symlinks and end-of-line attributes
+/// are what git inside would have checked out. The agent starts on the
+/// host's existing agent branch, not on HEAD.
+fn first_checkout_from_host_data(subject: &Subject) {
+    let repository = git_repository(&subject.env, "project");
+    for directory in 0..20 {
+        let dir = repository.join(format!("dir{directory:02}"));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for file in 0..20 {
+            std::fs::write(dir.join(format!("file{file:02}.txt")), format!("{directory} {file}\n")).expect("write");
+        }
+    }
+    std::fs::write(repository.join("run.sh"), "#!/bin/sh\necho hi\n").expect("write");
+    std::fs::set_permissions(repository.join("run.sh"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    std::os::unix::fs::symlink("src/lib.rs", repository.join("link")).expect("symlink");
+    std::fs::write(repository.join(".gitattributes"), "*.crlf text eol=crlf\n").expect("write");
+    std::fs::write(repository.join("notes.crlf"), "a\nb\n").expect("write");
+    git(&repository, &["add", "-A"]);
+    git(&repository, &["commit", "--quiet", "-m", "content"]);
+    git(&repository, &["branch", BRANCH]);
+    let branch_commit = git(&repository, &["rev-parse", BRANCH]).trim().to_owned();
+    std::fs::write(repository.join("README.md"), "# the host moved on\n").expect("write");
+    git(&repository, &["commit", "--quiet", "-am", "host moves on"]);
+    subject.hand_over();
+
+    let script = "cd /workspace; git rev-parse HEAD; git symbolic-ref HEAD; \
+        before=$(sha256sum .git/index); git status --porcelain; after=$(sha256sum .git/index); \
+        [ \"$before\" = \"$after\" ] && echo INDEX_KEPT; \
+        stat -c %a run.sh; readlink link; od -An -c notes.crlf; ls dir07 | wc -l; cat README.md";
+    let output = run(subject.lazaret().args(["run", "--workspace"]).arg(&repository).args(["--", "sh", "-c", script]));
+    assert!(output.status.success(), "{}: {}", subject.label(), stderr(&output));
+    let lines: Vec<String> = stdout(&output).lines().map(|line| line.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    assert_eq!(
+        lines,
+        [
+            branch_commit.as_str(),
+            "refs/heads/lazaret/agent-default",
+            "INDEX_KEPT",
+            "755",
+            "src/lib.rs",
+            "a \\r \\n b \\r \\n",
+            "20",
+            "# project"
+        ],
+        "{}",
+        subject.label()
+    );
+    let log = coordinator_log(&subject.domain("default", &repository));
+    assert!(log.contains("first checkout prepared on the host"), "{}: {log}", subject.label());
+}
+
+#[test]
+fn the_first_checkout_is_prepared_on_the_host_and_taken_as_it_is_inside() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    first_checkout_from_host_data(&Subject::current());
+}
+
+#[test]
+fn the_first_checkout_is_prepared_on_the_host_and_taken_as_it_is_inside_rootless() {
+    let _guard = sandbox_guard();
+    let Some(subject) = Subject::rootless() else { return };
+    first_checkout_from_host_data(&subject);
+}
+
+/// The host's first checkout runs no command and reads no file for the
+/// agent: a filter driver in the repository's config leaves the checkout to
+/// git inside the sandbox (where the driver runs, if at all), and the user's
+/// global config (here a filter driver in `$XDG_CONFIG_HOME/git/config`) is
+/// not read by it.
+#[test]
+fn the_first_checkout_on_the_host_runs_no_filter_driver() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let marker = env.path().join("filter-ran-on-the-host");
+    let filter = format!("touch {}; cat", marker.display());
+
+    let configured = git_repository(&env, "configured");
+    std::fs::write(configured.join(".gitattributes"), "*.txt filter=mark\n").expect("write");
+    std::fs::write(configured.join("notes.txt"), "plain\n").expect("write");
+    git(&configured, &["add", "-A"]);
+    git(&configured, &["commit", "--quiet", "-m", "attributes"]);
+    git(&configured, &["config", "filter.mark.smudge", &filter]);
+    let output = run_agent(&env, &configured, "cat /workspace/notes.txt; git -C /workspace status --porcelain");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "plain\n");
+    assert!(!marker.exists(), "the host ran the repository's filter driver");
+    let log = coordinator_log(&domain_json(&env, "default", &configured));
+    assert!(log.contains("left to git inside the sandbox") && log.contains("filter.mark.smudge"), "{log}");
+
+    std::fs::create_dir_all(env.path().join("config/git")).expect("mkdir");
+    std::fs::write(env.path().join("config/git/config"), format!("[filter \"mark\"]\n\tsmudge = {filter}\n")).expect("write");
+    let global = git_repository(&env, "global");
+    std::fs::write(global.join(".gitattributes"), "*.txt filter=mark\n").expect("write");
+    std::fs::write(global.join("notes.txt"), "plain\n").expect("write");
+    git(&global, &["add", "-A"]);
+    git(&global, &["commit", "--quiet", "-m", "attributes"]);
+    let _ = std::fs::remove_file(&marker);
+    let output = run_agent(&env, &global, "cat /workspace/notes.txt");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "plain\n");
+    assert!(!marker.exists(), "the host ran a filter driver of the user's global config");
+    assert!(coordinator_log(&domain_json(&env, "default", &global)).contains("first checkout prepared on the host"));
+}
+
+/// Nothing is lost when the agent's git directory is gone but its checkout
+/// is not (the user deleted one of them): the host does not build a first
+/// checkout over it; git inside checks out and the agent's files stay.
+#[test]
+fn a_checkout_without_its_git_directory_is_not_replaced() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    let first = run_agent(&env, &repository, "echo draft > /workspace/notes.txt");
+    assert!(first.status.success(), "{}", stderr(&first));
+    let domain = domain_json(&env, "default", &repository);
+    assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)));
+    let domain_dir = Path::new(domain["domain_dir"].as_str().expect("dir"));
+    std::fs::remove_dir_all(domain_dir.join("agent.git")).expect("remove the agent's git directory");
+    let second = run_agent(&env, &repository, "cd /workspace; cat notes.txt README.md; git status --porcelain");
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert_eq!(stdout(&second), "draft\n# project\n?? notes.txt\n");
+    assert!(coordinator_log(&domain).contains("CheckoutNotEmpty"), "{}", coordinator_log(&domain));
+}
+
 /// A sandbox killed in the middle of a git command leaves lock files in the
 /// agent's repository; the next start must not trip over them.
 #[test]

@@ -376,6 +376,15 @@ impl Subject {
         repository
     }
 
+    /// Gives the test's home (and the workspaces in it) to the subject, after
+    /// the test changed them as root.
+    pub fn hand_over(&self) {
+        if let Some(user) = &self.user {
+            let chown = Command::new("chown").arg("-R").arg(format!("{}:", user.name)).arg(self.env.path()).status().expect("chown");
+            assert!(chown.success(), "chown the test home to {}", user.name);
+        }
+    }
+
     /// Writes the configuration; as the rootless user with the test's own
     /// `data_root` first (see [`Subject::lazaret`]).
     pub fn write_config(&self, text: &str) {

@@ -1,5 +1,7 @@
 //! The host's own git, hardened (DECISIONS D3): it only ever runs in the
-//! user's repository (never in one the agent can write), with hooks,
+//! user's repository (never in one the agent can write; the one other place
+//! is a domain's first checkout, built in fresh directories no sandbox has
+//! seen, see `first_checkout`), with hooks,
 //! fsmonitor, automatic maintenance and credential helpers disabled and
 //! object checks on. Its environment carries no `GIT_*` variable.
 
@@ -11,7 +13,7 @@ use crate::error::{Context, Result};
 
 /// `-c` settings applied to every host git invocation. All but one also apply
 /// to the housekeeping run ([`HostRepository::housekeeping`]).
-const HARDENING: [&str; 14] = [
+pub(super) const HARDENING: [&str; 14] = [
     "gc.auto=0",
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",

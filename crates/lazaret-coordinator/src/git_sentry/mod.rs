@@ -18,6 +18,7 @@
 pub mod contents;
 pub mod diff;
 pub mod exporter;
+pub mod first_checkout;
 pub mod host_git;
 pub mod quarantine;
 pub mod ref_watch;
@@ -45,6 +46,26 @@ pub const MAX_BUNDLE_BYTES: u64 = 1 << 30;
 const SEED_STATUS: &str = ".lazaret-seed-status";
 const SEED_STATUS_TEMPORARY: &str = ".lazaret-seed-status.tmp";
 const SEED_LOG: &str = ".lazaret-seed.log";
+/// In the transfer directory: the commits the seed bundle was made for (see
+/// [`SeedTips`]).
+const SEED_TIPS: &str = "seed.tips";
+
+/// The host commits a start seeds from: its `HEAD` and, if the host has it,
+/// the agent branch. Written beside the seed bundle as two lines (the second
+/// empty when there is no branch): the host reuses the bundle while they are
+/// unchanged, and git inside the sandbox fetches from the bundle only the
+/// commits its repository lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedTips {
+    pub head: String,
+    pub branch: Option<String>,
+}
+
+impl SeedTips {
+    fn text(&self) -> String {
+        format!("{}\n{}\n", self.head, self.branch.as_deref().unwrap_or_default())
+    }
+}
 
 /// The agent branch of a profile.
 pub fn agent_branch(profile: &str) -> String {
@@ -90,16 +111,27 @@ impl GitLayout {
         self.transfer.join("seed.bundle")
     }
 
-    /// Creates the directories, the agent's git directory skeleton (only
-    /// when absent: an existing one is the agent's and is not read), the
-    /// config mirror and the seed bundle. Also makes sure the mount points
-    /// inside the agent's directories are what they must be (a directory
-    /// `hooks`, a regular file `config`): the agent may have replaced them
-    /// with symlinks while the sandbox was running.
+    /// Creates the directories, the config mirror and the seed bundle; on a
+    /// domain's first start, the agent's git directory and checkout from
+    /// host data (`first_checkout`), else the git directory's skeleton (only
+    /// when absent: an existing one is the agent's and is not read). Also
+    /// makes sure the mount points inside the agent's directories are what
+    /// they must be (a directory `hooks`, a regular file `config`): the agent
+    /// may have replaced them with symlinks while the sandbox was running.
     pub fn prepare(&self) -> Result<()> {
-        for dir in [&self.checkout, &self.transfer, &self.outbox, &self.import] {
+        for dir in [&self.transfer, &self.outbox, &self.import] {
             crate::private_dirs::ensure_private_dir(dir)?;
         }
+        sync::write_config_mirror(&self.host.config_path(), &self.config_mirror)?;
+        let tips = self.write_seed_bundle()?;
+        match first_checkout::prepare(self, &tips) {
+            Ok(None) | Ok(Some(first_checkout::Skip::NotFirst)) => {}
+            Ok(Some(skip)) => tracing::info!(?skip, "the first checkout is left to git inside the sandbox"),
+            Err(error) => {
+                tracing::warn!(error = %error.chained(), "cannot prepare the first checkout on the host; git inside the sandbox does it")
+            }
+        }
+        crate::private_dirs::ensure_private_dir(&self.checkout)?;
         if std::fs::symlink_metadata(&self.agent_git_dir).is_err() {
             crate::private_dirs::ensure_private_dir(&self.agent_git_dir)?;
             for dir in ["objects", "refs/heads", "refs/tags"] {
@@ -112,14 +144,13 @@ impl GitLayout {
         replace_unless(&self.agent_git_dir.join("hooks"), |m| m.file_type().is_dir(), |path| std::fs::create_dir(path))?;
         replace_unless(&self.agent_git_dir.join("config"), |m| m.file_type().is_file(), |path| std::fs::write(path, b""))?;
         replace_unless(&self.checkout.join(".git"), |m| m.file_type().is_dir(), |path| std::fs::create_dir(path))?;
-        sync::write_config_mirror(&self.host.config_path(), &self.config_mirror)?;
         // A result left by an earlier sandbox must not pass for this one's,
         // and nothing the agent planted there (a directory, a symlink that
         // the status would be renamed into) may stall or fail this start.
         for name in [SEED_STATUS, SEED_STATUS_TEMPORARY, SEED_LOG] {
             remove_planted(&self.outbox.join(name))?;
         }
-        self.write_seed_bundle()
+        Ok(())
     }
 
     /// The sandbox's main process: runs [`Self::seed_script`] as soon as the
@@ -154,21 +185,35 @@ impl GitLayout {
     }
 
     /// A bundle of the host's `HEAD` and, if it exists on the host, of the
-    /// agent branch.
-    fn write_seed_bundle(&self) -> Result<()> {
-        if self.host.resolve("HEAD").is_none() {
-            bail!("the repository {} has no commit yet; commit once, then start the agent", self.host.workdir.display());
-        }
-        let bundle = self.seed_bundle();
-        let _ = std::fs::remove_file(&bundle);
-        let bundle_text = bundle.to_string_lossy().into_owned();
+    /// agent branch, with the [`SeedTips`] it was made for. The bundle of the
+    /// previous start is kept while the tips are unchanged (the transfer
+    /// directory is the host's; the sandbox sees it read-only): packing a
+    /// repository's whole history on every start cost up to a second.
+    fn write_seed_bundle(&self) -> Result<SeedTips> {
         let branch_ref = self.branch_ref();
+        let mut resolved = self.host.resolve_all(&["HEAD", &branch_ref])?.into_iter();
+        let (Some(Some(head)), Some(branch)) = (resolved.next(), resolved.next()) else {
+            bail!("the repository {} has no commit yet; commit once, then start the agent", self.host.workdir.display());
+        };
+        let tips = SeedTips { head, branch };
+        let bundle = self.seed_bundle();
+        let tips_file = self.transfer.join(SEED_TIPS);
+        let unchanged = std::fs::read(&tips_file).is_ok_and(|text| text == tips.text().as_bytes());
+        if unchanged && std::fs::symlink_metadata(&bundle).is_ok_and(|metadata| metadata.file_type().is_file()) {
+            return Ok(tips);
+        }
+        remove_planted(&tips_file)?;
+        remove_planted(&bundle)?;
+        let bundle_text = bundle.to_string_lossy().into_owned();
         let mut arguments = vec!["bundle", "create", "--quiet", bundle_text.as_str(), "HEAD"];
-        if self.host.resolve(&branch_ref).is_some() {
+        if tips.branch.is_some() {
             arguments.push(&branch_ref);
         }
         self.host.git(&arguments)?;
-        Ok(())
+        let temporary = self.transfer.join(format!("{SEED_TIPS}.tmp"));
+        std::fs::write(&temporary, tips.text()).with_context(|| format!("cannot write {}", temporary.display()))?;
+        std::fs::rename(&temporary, &tips_file).with_context(|| format!("cannot write {}", tips_file.display()))?;
+        Ok(tips)
     }
 
     /// The podman arguments that mount the agent's repository (D2).
@@ -192,8 +237,9 @@ impl GitLayout {
         vec![self.checkout.clone(), self.agent_git_dir.clone()]
     }
 
-    /// The script git runs inside the sandbox once it is up: fetch the seed,
-    /// then put the agent branch where the host says. If the host has the
+    /// The script git runs inside the sandbox once it is up: fetch from the
+    /// seed what the agent's repository lacks, then put the agent branch
+    /// where the host says. If the host has the
     /// agent branch, the agent continues from it (kept as is when it is
     /// ahead); if not (first start, or the user deleted it after merging),
     /// the branch starts afresh at the host's `HEAD`. The checkout is reset
@@ -204,24 +250,67 @@ impl GitLayout {
             r#"set -e
 cd /workspace
 # A commondir written in an earlier session would point git elsewhere.
-rm -f .git/commondir
+if [ -e .git/commondir ] || [ -L .git/commondir ]; then rm -f .git/commondir; fi
 # A sandbox killed in the middle of a git command leaves its lock files; this
 # runs before any session, so no git process of this sandbox holds them.
 find .git -path .git/objects -prune -o -type f -name '*.lock' -exec rm -f {{}} +
-git update-ref -d refs/lazaret/host-branch 2>/dev/null || true
-git fetch --quiet --no-tags --no-write-fetch-head {TRANSFER_IN_CONTAINER}/seed.bundle "+HEAD:refs/lazaret/host-head" 2>&1
-git fetch --quiet --no-tags --no-write-fetch-head {TRANSFER_IN_CONTAINER}/seed.bundle "+{branch_ref}:refs/lazaret/host-branch" 2>/dev/null || true
-current=$(git rev-parse --verify --quiet "{branch_ref}" || true)
-moved=
-if target=$(git rev-parse --verify --quiet refs/lazaret/host-branch); then
-  if [ -z "$current" ] || git merge-base --is-ancestor "$current" "$target"; then
-    if [ "$current" != "$target" ]; then git update-ref "{branch_ref}" "$target"; moved=1; fi
-  fi
-else
-  target=$(git rev-parse refs/lazaret/host-head)
-  if [ "$current" != "$target" ]; then git update-ref "{branch_ref}" "$target"; moved=1; fi
+head= branch=
+{{ read -r head; read -r branch; }} < {TRANSFER_IN_CONTAINER}/{SEED_TIPS} || true
+# One git process tells which of the host's commits this repository has, and
+# where the agent branch and the two host refs point (a line with a space is
+# a name git does not know).
+state=$(printf '%s\n' "$head^{{commit}}" "${{branch:-none}}^{{commit}}" "{branch_ref}" refs/lazaret/host-head refs/lazaret/host-branch |
+  git cat-file --batch-check='%(objectname)')
+has_head= has_branch= current= was_head= was_branch= line_number=0
+while IFS= read -r line; do
+  case $line in *" "*) line= ;; esac
+  line_number=$((line_number + 1))
+  case $line_number in
+    1) has_head=$line ;; 2) has_branch=$line ;; 3) current=$line ;; 4) was_head=$line ;; 5) was_branch=$line ;;
+  esac
+done <<EOF
+$state
+EOF
+# The host's commits come from the seed bundle only when this repository
+# lacks them (unpacking a whole history through gVisor costs seconds).
+if [ -z "$has_head" ]; then
+  git fetch --quiet --no-tags --no-write-fetch-head {TRANSFER_IN_CONTAINER}/seed.bundle "+HEAD:refs/lazaret/host-head" 2>&1
+  head=$(git rev-parse refs/lazaret/host-head)
+  was_head=$head
 fi
-git symbolic-ref HEAD "{branch_ref}"
+if [ -n "$branch" ] && [ -z "$has_branch" ]; then
+  branch=
+  if git fetch --quiet --no-tags --no-write-fetch-head {TRANSFER_IN_CONTAINER}/seed.bundle "+{branch_ref}:refs/lazaret/host-branch" 2>/dev/null; then
+    branch=$(git rev-parse refs/lazaret/host-branch)
+    was_branch=$branch
+  fi
+fi
+# If the host has the agent branch, the agent continues from it (kept as it
+# is when it is ahead or has diverged); if not, the branch is the host's HEAD.
+updates=
+if [ "$was_head" != "$head" ]; then updates="${{updates}}update refs/lazaret/host-head $head
+"; fi
+if [ -n "$branch" ]; then
+  target=$branch
+  if [ "$was_branch" != "$branch" ]; then updates="${{updates}}update refs/lazaret/host-branch $branch
+"; fi
+else
+  target=$head
+  if [ -n "$was_branch" ]; then updates="${{updates}}delete refs/lazaret/host-branch
+"; fi
+fi
+moved=
+if [ "$current" != "$target" ]; then
+  if [ -z "$branch" ] || [ -z "$current" ] || git merge-base --is-ancestor "$current" "$target"; then
+    updates="${{updates}}update {branch_ref} $target
+"
+    moved=1
+  fi
+fi
+if [ -n "$updates" ]; then printf '%s' "$updates" | git update-ref --stdin; fi
+symbolic=
+if [ -f .git/HEAD ] && [ ! -L .git/HEAD ]; then IFS= read -r symbolic < .git/HEAD || true; fi
+if [ "$symbolic" != "ref: {branch_ref}" ]; then git symbolic-ref HEAD "{branch_ref}"; fi
 if [ -n "$moved" ] || [ ! -e .git/index ]; then git reset --quiet --hard; fi
 "#
         )

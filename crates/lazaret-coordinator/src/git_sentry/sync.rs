@@ -19,11 +19,13 @@ pub const EXPORT_LIMIT: Duration = Duration::from_secs(15);
 /// Ref files of the agent read by the host: at most this many bytes.
 const MAX_REF_FILE: u64 = 4 << 20;
 
-/// Writes the redacted host config into `mirror`, in place (same inode), so
-/// the read-only bind mount inside the sandbox sees the new content.
+/// Writes the agent's view of the host config (redacted, plus the sandbox's
+/// own settings: `git_config_mirror::mirror`) into `mirror`, in place (same
+/// inode), so the read-only bind mount inside the sandbox sees the new
+/// content.
 pub fn write_config_mirror(host_config: &Path, mirror: &Path) -> Result<()> {
     let text = std::fs::read_to_string(host_config).with_context(|| format!("cannot read {}", host_config.display()))?;
-    let redacted = lazaret_core::git_config_mirror::redact(&text);
+    let redacted = lazaret_core::git_config_mirror::mirror(&text);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)

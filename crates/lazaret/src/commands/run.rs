@@ -27,16 +27,17 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
     }
     let (mode, repository) = workspace_mode(&resolved.workspace, &resolved.profile, mount_workspace)?;
     // Only when this session starts the domain: a running domain has its
-    // image, and its agent checkout was seeded long ago.
+    // image, and its agent checkout was seeded long ago. The note about the
+    // host's working tree (a `git status`: 150-200 ms in a 10,000-file
+    // repository) is made while the coordinator starts, and said once it is
+    // up, before the session's own output.
+    let note: std::sync::Mutex<Option<std::thread::JoinHandle<Option<String>>>> = std::sync::Mutex::new(None);
     let prepare = || -> Result<()> {
-        std::thread::scope(|scope| {
-            let note = scope.spawn(|| repository.as_ref().and_then(|repository| uncommitted_note(repository, &resolved.profile)));
-            let image = ensure_image(&resolved.image);
-            if let Ok(Some(note)) = note.join() {
-                eprintln!("{note}");
-            }
-            image
-        })
+        if let (Some(repository), Ok(mut slot)) = (repository.clone(), note.lock()) {
+            let profile = resolved.profile.clone();
+            *slot = Some(std::thread::spawn(move || uncommitted_note(&repository, &profile)));
+        }
+        ensure_image(&resolved.image)
     };
     let session_id = new_session_id()?;
     // The Session Anchor: this process's key, registered with the
@@ -51,6 +52,10 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
     runtime.block_on(async {
         let launch = CoordinatorLaunch { config_path, resolved: &resolved, mode, prepare: &prepare };
         let joined = hold_to_bind::join(&launch, &session_id, &public_key, &command).await?;
+        let note = note.lock().ok().and_then(|mut slot| slot.take());
+        if let Some(Ok(Some(note))) = note.map(std::thread::JoinHandle::join) {
+            eprintln!("{note}");
+        }
         let argv = match (command.is_empty(), resolved.command.is_empty()) {
             (false, _) => command,
             (true, false) => resolved.command.clone(),
