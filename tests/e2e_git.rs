@@ -464,6 +464,43 @@ fn a_checkout_without_its_git_directory_is_not_replaced() {
     assert!(coordinator_log(&domain).contains("CheckoutNotEmpty"), "{}", coordinator_log(&domain));
 }
 
+/// `core.checkStat = minimal` (the mirror's sandbox setting) must not hide
+/// an edit: a file rewritten with the same size in the same second as its
+/// `git add` is still seen as modified (git's racy-entry check).
+#[test]
+fn a_same_size_edit_in_the_second_of_its_git_add_is_seen() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    let script = "cd /workspace; git config --get core.checkStat; \
+        for i in 1 2 3 4 5; do echo aaaa > same.txt; git add same.txt; echo bbbb > same.txt; git status --porcelain same.txt; done";
+    let output = run_agent(&env, &repository, script);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "minimal\nAM same.txt\nAM same.txt\nAM same.txt\nAM same.txt\nAM same.txt\n");
+}
+
+/// A FIFO the agent leaves where git reads `HEAD` or a ref hung the seed's
+/// first git until the 600 s seed limit, on every start.
+#[test]
+fn fifos_planted_at_head_and_refs_do_not_hang_the_next_start() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    let plant = "cd /workspace/.git; rm -f HEAD refs/lazaret/host-head packed-refs; \
+        mkfifo HEAD refs/lazaret/host-head packed-refs; ls -l HEAD | cut -c1";
+    let first = run_agent(&env, &repository, plant);
+    assert_eq!(stdout(&first), "p\n", "planted: {}", stderr(&first));
+    let domain = domain_json(&env, "default", &repository);
+    assert!(wait_until(Duration::from_secs(30), || domain_is_torn_down(&domain, &repository)));
+    let started = Instant::now();
+    let second = run_agent(&env, &repository, "git -C /workspace rev-parse --abbrev-ref HEAD");
+    assert!(second.status.success(), "the next start recovers: {}", stderr(&second));
+    assert_eq!(stdout(&second), "lazaret/agent-default\n");
+    assert!(started.elapsed() < Duration::from_secs(60), "and does not wait out the seed limit: {:?}", started.elapsed());
+}
+
 /// A sandbox killed in the middle of a git command leaves lock files in the
 /// agent's repository; the next start must not trip over them.
 #[test]

@@ -60,6 +60,128 @@ fn stdin_and_stdout_pass_through_without_a_terminal() {
     assert!(stderr(&output).contains("to-stderr"), "{}", stderr(&output));
 }
 
+/// Output to a regular file keeps its place among the host's own writes and
+/// stdout and stderr do not overwrite each other (gVisor writes a donated
+/// regular file from offset 0: with the runsc exec of sessions, `before` and
+/// `hi` were lost here until such output was relayed).
+#[test]
+fn output_redirected_to_a_file_keeps_its_place() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let workspace = git_repository(&env, "ws");
+    let file = env.path().join("out.txt");
+    let script = format!(
+        "{{ echo before; {lazaret} run --workspace {workspace} -- sh -c 'echo hi; echo err >&2; echo more'; echo \"status $?\"; echo after; }} > {file} 2>&1",
+        lazaret = env!("CARGO_BIN_EXE_lazaret"),
+        workspace = workspace.display(),
+        file = file.display()
+    );
+    let output = run(Command::new("sh")
+        .args(["-c", &script])
+        .env("XDG_CONFIG_HOME", env.path().join("config"))
+        .env("XDG_DATA_HOME", env.path().join("data"))
+        .env("XDG_RUNTIME_DIR", env.path().join("run")));
+    assert!(output.status.success(), "{}", stderr(&output));
+    // stdout and stderr are two streams: their lines may interleave either way.
+    let text = std::fs::read_to_string(&file).expect("read");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 6, "{text}");
+    assert_eq!((lines[0], lines[4], lines[5]), ("before", "status 0", "after"), "{text}");
+    let mut middle = lines[1..4].to_vec();
+    let stdout_order: Vec<&str> = middle.iter().copied().filter(|line| *line != "err").collect();
+    assert_eq!(stdout_order, ["hi", "more"], "{text}");
+    middle.sort_unstable();
+    assert_eq!(middle, ["err", "hi", "more"], "{text}");
+    let input = env.path().join("in.txt");
+    std::fs::write(&input, "from a file\n").expect("write");
+    let output = run(env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "cat"])
+        .stdin(std::fs::File::open(&input).expect("open")));
+    assert_eq!(stdout(&output), "from a file\n", "{}", stderr(&output));
+}
+
+/// Sessions start with `runsc exec` (not `podman exec`), and a session's
+/// process has exactly the sandbox's privileges: the capabilities of the
+/// container's own process (without CAP_SETUID and CAP_SETGID),
+/// no-new-privileges and its process limit. The process spec, which holds
+/// the session's credential, is gone from the host afterwards.
+fn sessions_run_with_the_sandboxs_privileges(subject: &Subject) {
+    let workspace = subject.repository("ws");
+    let fields = "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs)' /proc/$1/status; grep 'Max processes' /proc/$1/limits";
+    let script = format!("f() {{ {fields}; }}; f self; echo ---; f 1; echo READY; sleep 3");
+    let mut child = subject
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let cli = child.id();
+    let mut lines = std::io::BufRead::lines(BufReader::new(child.stdout.take().expect("stdout")));
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        if line == "READY" {
+            break;
+        }
+        seen.push(line);
+    }
+    // The CLI's children while the session runs.
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        if status.lines().any(|line| line == format!("PPid:\t{cli}")) {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            children.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+        }
+    }
+    let output = child.wait_with_output().expect("wait");
+    assert!(output.status.success(), "{}: {}", subject.label(), stderr(&output));
+    assert!(
+        children.iter().any(|command| command.contains("runsc") && command.contains(" exec --process ")),
+        "{}: the session is a runsc exec: {children:?}",
+        subject.label()
+    );
+    assert!(!children.iter().any(|command| command.contains("podman")), "{}: no podman exec: {children:?}", subject.label());
+    let split = seen.iter().position(|line| line == "---").expect("separator");
+    let (session, container) = (&seen[..split], &seen[split + 1..]);
+    assert_eq!(session, container, "{}: the session's privileges are the container's", subject.label());
+    assert!(session.contains(&"NoNewPrivs:\t1".to_owned()), "{session:?}");
+    let bounding = session.iter().find_map(|line| line.strip_prefix("CapBnd:\t")).expect("CapBnd");
+    let bounding = u64::from_str_radix(bounding, 16).expect("hex");
+    assert_eq!(bounding & ((1 << 6) | (1 << 7)), 0, "{}: no CAP_SETGID or CAP_SETUID: {bounding:x}", subject.label());
+    assert!(session.iter().any(|line| line.starts_with("Max processes") && line.contains("4096")), "{session:?}");
+    let domain = subject.domain("default", &workspace);
+    let socket_dir = Path::new(domain["control_socket"].as_str().expect("socket")).parent().expect("dir").to_path_buf();
+    let left: Vec<String> = std::fs::read_dir(&socket_dir)
+        .expect("socket dir")
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("session-"))
+        .collect();
+    assert!(left.is_empty(), "{}: process specs left behind: {left:?}", subject.label());
+}
+
+#[test]
+fn sessions_run_with_the_sandboxs_privileges_through_runsc_exec() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    sessions_run_with_the_sandboxs_privileges(&Subject::current());
+}
+
+#[test]
+fn sessions_run_with_the_sandboxs_privileges_through_runsc_exec_rootless() {
+    let _guard = sandbox_guard();
+    let Some(subject) = Subject::rootless() else { return };
+    sessions_run_with_the_sandboxs_privileges(&subject);
+}
+
 #[test]
 fn eight_simultaneous_sessions_share_one_coordinator_and_one_container() {
     eight_simultaneous_sessions(&Subject::current());

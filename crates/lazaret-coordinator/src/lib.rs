@@ -19,6 +19,7 @@ pub mod coordinator;
 pub mod domain_lock;
 pub mod error;
 pub mod escalation;
+pub mod exec_target;
 pub mod git_sentry;
 pub mod helper_binaries;
 pub mod limits;

@@ -1,8 +1,15 @@
-//! Running one client session's command inside the sandbox with
-//! `podman exec`.
+//! Running one client session's command inside the sandbox: with `runsc
+//! exec` and the container's own process settings when the coordinator
+//! recorded them (`lazaret_coordinator::exec_target`; 20-30 ms instead of
+//! `podman exec`'s 140-220), else with `podman exec`. Either way the process
+//! gets the container's user, capabilities, no-new-privileges and
+//! environment, plus the session's variables, and no terminal from the
+//! runtime. The process spec carries the session's credential, so it goes to
+//! runsc through a FIFO in the user's private socket directory, never
+//! through a file or a command line.
 //!
 //! Interactive (stdin and stdout are terminals): a host PTY sits between the
-//! user's terminal and `podman exec -i`, so the CLI owns the byte stream (it
+//! user's terminal and the exec, so the CLI owns the byte stream (it
 //! can pause output and draw a prompt). Inside the sandbox, `script` gives
 //! the command a terminal of its own, since `podman exec -t` fails under
 //! runsc (conmon passes `--tty`, which runsc lacks). gVisor's line
@@ -10,15 +17,17 @@
 //! delivers it: a ^C typed by the user becomes a SIGINT inside the sandbox
 //! (see [`interrupt_script`]). Window size changes are applied with `stty`.
 //!
-//! Non-interactive: `podman exec -i` with stdin, stdout and stderr passed
-//! through.
+//! Non-interactive: the exec with stdin, stdout and stderr passed through.
 
+use std::ffi::OsString;
 use std::io::{IsTerminal, Read, Write};
 use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
+use lazaret_coordinator::exec_target::{ExecTarget, SessionProcess};
 use lazaret_coordinator::podman::{self, Podman};
 
 use crate::prompt::{keys, PromptAction, PromptState};
@@ -110,7 +119,105 @@ pub struct SessionCommand<'a> {
     /// The delegated Session Anchor credential (base64), for `lazaret-escalate`.
     pub credential: &'a str,
     pub argv: &'a [String],
+    /// `runsc exec` of the running sandbox, if the coordinator recorded it.
+    pub exec: Option<&'a ExecTarget>,
+    /// The user's private socket directory: where the process spec's FIFO is.
+    pub private_dir: &'a Path,
 }
+
+/// A process to start on the host for a session, and the process spec that
+/// `runsc exec` reads from a FIFO once it runs.
+struct Launch {
+    program: OsString,
+    arguments: Vec<OsString>,
+    environment: Vec<(OsString, OsString)>,
+    feed: Option<ProcessFeed>,
+}
+
+/// How a session's `inner` command (run by `sh` or `script` inside) is
+/// started: `runsc exec` with the recorded target, else `podman exec`.
+fn launch(session: &SessionCommand<'_>, term: Option<&str>, inner: Vec<String>) -> Result<Launch> {
+    let mut environment = podman::environment();
+    let Some(target) = session.exec else {
+        environment.extend(session_environment(session).into_iter().map(|(name, value)| (name.into(), value.into())));
+        let mut arguments: Vec<OsString> = exec_arguments(session, term).into_iter().map(OsString::from).collect();
+        arguments.extend(inner.into_iter().map(OsString::from));
+        return Ok(Launch { program: Podman::default().program().into(), arguments, environment, feed: None });
+    };
+    let mut variables = vec![("LAZARET_SESSION_ID".to_owned(), session.session_id.to_owned())];
+    variables.extend(session_environment(session));
+    if let Some(term) = term {
+        variables.push(("TERM".to_owned(), term.to_owned()));
+    }
+    let process = target.session_process(&SessionProcess { argv: &inner, cwd: "/workspace", environment: &variables });
+    let feed = ProcessFeed::create(session.private_dir, session.session_id, serde_json::to_vec(&process)?)?;
+    let arguments = vec![
+        OsString::from("--root"),
+        target.root.clone().into_os_string(),
+        OsString::from("exec"),
+        OsString::from("--process"),
+        feed.fifo.clone().into_os_string(),
+        OsString::from(&target.container_id),
+    ];
+    Ok(Launch { program: target.runsc.clone().into_os_string(), arguments, environment, feed: Some(feed) })
+}
+
+/// The FIFO through which `runsc exec --process` reads the session's
+/// process spec (which holds the credential): 0600 in the private socket
+/// directory, written once runsc opens it, removed when dropped.
+struct ProcessFeed {
+    fifo: PathBuf,
+    spec: Vec<u8>,
+}
+
+impl ProcessFeed {
+    fn create(dir: &Path, session_id: &str, spec: Vec<u8>) -> Result<ProcessFeed> {
+        let fifo = dir.join(format!("session-{session_id}.process"));
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR)
+            .with_context(|| format!("cannot create {}", fifo.display()))?;
+        Ok(ProcessFeed { fifo, spec })
+    }
+
+    /// Writes the spec if runsc has opened the FIFO: `Ok(true)` when done,
+    /// `Ok(false)` while runsc has not opened it yet.
+    fn try_deliver(&self) -> Result<bool> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = match std::fs::OpenOptions::new().write(true).custom_flags(nix::libc::O_NONBLOCK).open(&self.fifo) {
+            Ok(file) => file,
+            Err(error) if error.raw_os_error() == Some(nix::libc::ENXIO) => return Ok(false),
+            Err(error) => return Err(error).with_context(|| format!("cannot open {}", self.fifo.display())),
+        };
+        nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()))
+            .with_context(|| format!("cannot make {} blocking", self.fifo.display()))?;
+        let mut file = file;
+        file.write_all(&self.spec).with_context(|| format!("cannot write {}", self.fifo.display()))?;
+        Ok(true)
+    }
+}
+
+impl Drop for ProcessFeed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.fifo);
+    }
+}
+
+/// How long relayed output is drained after the session's process ended.
+const RELAY_DRAIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A regular file is relayed through a pipe, anything else (a terminal, a
+/// pipe, `/dev/null`) passed as it is. gVisor writes a donated regular file
+/// at its own offset, from 0: `{ echo a; lazaret run -- echo b; } > f` lost
+/// `a`, and stdout and stderr overwrote each other in `> f 2>&1`.
+fn passed_or_relayed(stream: &impl std::os::fd::AsFd) -> Stdio {
+    match nix::sys::stat::fstat(stream.as_fd()) {
+        Ok(stat) if stat.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG => Stdio::piped(),
+        _ => Stdio::inherit(),
+    }
+}
+
+/// How long runsc may take to open the FIFO before the session fails.
+const FEED_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Variables podman passes into the session by name (`--env NAME`), so
 /// their values never appear on a host command line.
@@ -157,9 +264,18 @@ pub async fn run(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSend
         let session_id = session.session_id.to_owned();
         let credential = session.credential.to_owned();
         let argv = session.argv.to_vec();
+        let exec = session.exec.cloned();
+        let private_dir = session.private_dir.to_path_buf();
         tokio::task::spawn_blocking(move || {
             run_interactive(
-                &SessionCommand { container: &container, session_id: &session_id, credential: &credential, argv: &argv },
+                &SessionCommand {
+                    container: &container,
+                    session_id: &session_id,
+                    credential: &credential,
+                    argv: &argv,
+                    exec: exec.as_ref(),
+                    private_dir: &private_dir,
+                },
                 ui,
                 actions,
             )
@@ -175,16 +291,40 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
     // `sh` records the command's pid so that an interrupt can be delivered
     // inside the sandbox; `exec` then replaces it with the command.
     let state = state_file(session.session_id);
-    let mut command = tokio::process::Command::from(Podman::default().command());
+    let mut inner = vec!["sh".to_owned(), "-c".to_owned(), format!("echo \"$$\" > {state}; exec \"$@\""), "lazaret-session".to_owned()];
+    inner.extend(session.argv.iter().cloned());
+    let launch = launch(session, None, inner)?;
+    let mut command = tokio::process::Command::new(&launch.program);
     command
-        .args(exec_arguments(session, None))
-        .args(["sh", "-c", &format!("echo \"$$\" > {state}; exec \"$@\""), "lazaret-session"])
-        .args(session.argv)
-        .envs(session_environment(session))
-        .stdin(Stdio::inherit())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit());
-    let mut child = command.spawn().context("cannot run podman exec")?;
+        .env_clear()
+        .envs(launch.environment.iter().map(|(name, value)| (name, value)))
+        .args(&launch.arguments)
+        .stdin(passed_or_relayed(&std::io::stdin()))
+        .stdout(passed_or_relayed(&std::io::stdout()))
+        .stderr(passed_or_relayed(&std::io::stderr()));
+    let mut child = command.spawn().with_context(|| format!("cannot run {}", launch.program.to_string_lossy()))?;
+    let mut relays = Vec::new();
+    if let Some(mut input) = child.stdin.take() {
+        // Ends with the process: nothing waits for it.
+        tokio::spawn(async move { tokio::io::copy(&mut tokio::io::stdin(), &mut input).await });
+    }
+    if let Some(mut output) = child.stdout.take() {
+        relays.push(tokio::spawn(async move { tokio::io::copy(&mut output, &mut tokio::io::stdout()).await }));
+    }
+    if let Some(mut output) = child.stderr.take() {
+        relays.push(tokio::spawn(async move { tokio::io::copy(&mut output, &mut tokio::io::stderr()).await }));
+    }
+    if let Some(feed) = &launch.feed {
+        let deadline = tokio::time::Instant::now() + FEED_LIMIT;
+        while !feed.try_deliver()? {
+            if child.try_wait()?.is_some() || tokio::time::Instant::now() > deadline {
+                let _ = child.kill().await;
+                anyhow::bail!("runsc exec did not read the session's process spec");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+    drop(launch);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let status = tokio::select! {
@@ -198,6 +338,11 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
             return Ok(128 + 2);
         }
     };
+    // What the command wrote before it ended is in the pipes; a process it
+    // left behind that keeps them open is not waited for long.
+    for relay in relays {
+        let _ = tokio::time::timeout(RELAY_DRAIN, relay).await;
+    }
     Ok(status.code().unwrap_or(UNKNOWN_STATUS))
 }
 
@@ -220,23 +365,31 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
         command = quoted.join(" "),
     );
     let term = std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".to_owned());
-    let podman = Podman::default();
-    let mut builder = CommandBuilder::new(podman.program());
+    let script: Vec<String> =
+        ["script", "--quiet", "--flush", "--return", "--echo", "always", "--command", &inner, "/dev/null"].map(str::to_owned).to_vec();
+    let launch = launch(session, Some(&term), script)?;
+    let mut builder = CommandBuilder::new(&launch.program);
     builder.env_clear();
-    for (name, value) in podman::environment() {
+    for (name, value) in &launch.environment {
         builder.env(name, value);
     }
-    for (name, value) in session_environment(session) {
-        builder.env(name, value);
-    }
-    for argument in exec_arguments(session, Some(&term)) {
+    for argument in &launch.arguments {
         builder.arg(argument);
     }
-    for argument in ["script", "--quiet", "--flush", "--return", "--echo", "always", "--command", &inner, "/dev/null"] {
-        builder.arg(argument);
-    }
-    let mut child = pair.slave.spawn_command(builder).map_err(|error| anyhow::anyhow!("cannot run podman exec: {error}"))?;
+    let mut child =
+        pair.slave.spawn_command(builder).map_err(|error| anyhow::anyhow!("cannot run {}: {error}", launch.program.to_string_lossy()))?;
     drop(pair.slave);
+    if let Some(feed) = &launch.feed {
+        let deadline = std::time::Instant::now() + FEED_LIMIT;
+        while !feed.try_deliver()? {
+            if child.try_wait()?.is_some() || std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                anyhow::bail!("runsc exec did not read the session's process spec");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    drop(launch);
 
     let mut reader = pair.master.try_clone_reader().map_err(|error| anyhow::anyhow!("{error}"))?;
     let mut writer = pair.master.take_writer().map_err(|error| anyhow::anyhow!("{error}"))?;

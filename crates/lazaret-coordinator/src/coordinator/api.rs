@@ -120,12 +120,19 @@ impl Domain {
     }
 
     /// Records the agent branch as it is right after seeding (an unchanged
-    /// branch is not exported) and starts the exporter inside the sandbox.
-    pub async fn mark_branch_seeded(&self) {
+    /// branch is not exported) and how the exporter inside the sandbox is
+    /// run: with `runsc exec` of `target` it starts at the first export,
+    /// with `podman exec` now.
+    pub async fn mark_branch_seeded(&self, target: Option<crate::exec_target::ExecTarget>) {
         if let Some(layout) = &self.git {
             let mut state = self.export_lock.lock().await;
             state.last_exported = Some(git_sentry::sync::branch_fingerprint(layout));
-            state.exporter.start(&layout.export_loop_script());
+            if let Some(target) = target {
+                state.exporter.use_runsc(target, self.resolved.domain.domain_dir.clone());
+            }
+            if !state.exporter.starts_cheaply() {
+                state.exporter.start(&layout.export_loop_script());
+            }
         }
     }
 

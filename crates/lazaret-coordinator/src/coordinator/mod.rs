@@ -21,6 +21,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::domain_lock::DomainLock;
 use crate::error::{Context, Result};
+use crate::exec_target::ExecTarget;
 use crate::git_sentry::{self, GitLayout, HostRepository};
 use crate::podman::Podman;
 
@@ -99,6 +100,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     // Until the control socket is bound, a failure removes what this start
     // created (sockets, TLS files), so nothing half-made is left behind.
     let mut startup = StartupCleanup { resources: domain_resources.clone(), armed: true, state_anchor: None };
+    ExecTarget::remove(&domain_resources.domain_dir);
 
     // Choosing runsc runs `--version` of each candidate (about 40 ms each):
     // done beside the store and workspace preparation, not after them.
@@ -224,15 +226,26 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
         start_domain.set_default_command(default_command);
         let container = start_domain.resolved.domain.container_name.clone();
         let seeded = match (&started, &start_domain.git) {
-            (Ok(()), Some(layout)) => sandbox::wait_for_seed(&start_podman, &container, layout)
+            (Ok(_), Some(layout)) => sandbox::wait_for_seed(&start_podman, &container, layout)
                 .await
                 .context("cannot set up the agent's repository inside the sandbox"),
             _ => Ok(()),
         };
-        match started.and(seeded) {
-            Ok(()) => {
+        match started.and_then(|id| seeded.map(|()| id)) {
+            Ok(id) => {
+                // Sessions start with `runsc exec` where runsc's state is
+                // found, else with `podman exec` (see `exec_target`).
+                let target = ExecTarget::locate(&runsc.path, &id, &container);
+                match &target {
+                    Some(target) => {
+                        if let Err(error) = target.write(&start_domain.resolved.domain.domain_dir) {
+                            tracing::warn!(error = %error.chained(), "sessions use podman exec");
+                        }
+                    }
+                    None => tracing::info!(id, "runsc's state of the sandbox not found; sessions use podman exec"),
+                }
                 tracing::info!("sandbox running");
-                start_domain.mark_branch_seeded().await;
+                start_domain.mark_branch_seeded(target).await;
                 start_domain.set_container_state(ContainerState::Running, None);
                 if let Some(layout) = start_domain.git.clone() {
                     tokio::spawn(git_sentry::sync::mirror_config_loop(layout.clone()));
@@ -281,6 +294,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     };
 
     tracing::info!(reason, "tearing down");
+    ExecTarget::remove(&domain_resources.domain_dir);
     domain.begin_shutdown_if_idle(true);
     domain.emit(Event::ShuttingDown { reason: reason.to_owned() });
     // Hold the domain lock while tearing down, so that no new coordinator

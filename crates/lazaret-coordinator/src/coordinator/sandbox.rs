@@ -257,8 +257,9 @@ fn clean(path: &Path) -> PathBuf {
 /// gets, the Escalation Socket (D10).
 pub const HOST_UDS_ARGUMENT: &str = "--runtime-flag=host-uds=open";
 
-/// Starts the sandbox; fails with podman's message.
-pub async fn start(podman: &Podman, resolved: &ResolvedProfile, spec: &SandboxSpec<'_>) -> Result<()> {
+/// Starts the sandbox and returns its container ID; fails with podman's
+/// message.
+pub async fn start(podman: &Podman, resolved: &ResolvedProfile, spec: &SandboxSpec<'_>) -> Result<String> {
     let invocation = run_arguments(resolved, spec)?;
     let mut command = tokio::process::Command::from(podman.command());
     command.args(&invocation.arguments).envs(invocation.environment).stdin(std::process::Stdio::null());
@@ -266,7 +267,9 @@ pub async fn start(podman: &Podman, resolved: &ResolvedProfile, spec: &SandboxSp
     if !output.status.success() {
         bail!("podman could not start the sandbox: {}", String::from_utf8_lossy(&output.stderr).trim());
     }
-    Ok(())
+    // `podman run --detach` prints the new container's ID last.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    Ok(stdout.lines().last().unwrap_or_default().trim().to_owned())
 }
 
 /// Removes the container (any state) if it exists.

@@ -1,10 +1,13 @@
 //! Running the export inside the sandbox: one long-lived shell per
-//! container (`podman exec -i`), started once, that reads one request line
-//! and answers one result line per export, so an export does not pay for a
-//! fresh `podman exec` (200-300 ms under runsc). If it is gone (the agent can
-//! kill it), the export runs through a fresh `podman exec` as before and the
-//! next export starts a new shell; if it hangs, it is killed when the export's
-//! time is up ([`super::sync::EXPORT_LIMIT`]).
+//! container, started once, that reads one request line and answers one
+//! result line per export, so an export does not pay for a fresh exec. If it
+//! is gone (the agent can kill it), the export runs through a fresh exec and
+//! the next export starts a new shell; if it hangs, it is killed when the
+//! export's time is up ([`super::sync::EXPORT_LIMIT`]). The execs are `runsc
+//! exec`s with the container's own process settings when the coordinator
+//! found runsc's state of the sandbox (`crate::exec_target`; 20-30 ms, so
+//! the shell is started at the first export, not beside the first session),
+//! else `podman exec`s (200-300 ms; the shell is started with the sandbox).
 //!
 //! The shell, the `git` it runs and its answers are the agent's to replace or
 //! forge: an answer only says that a bundle may be in the outbox, which the
@@ -12,6 +15,7 @@
 //! stale answer can at most make the host import a bundle the agent wrote
 //! itself, which it can always do.
 
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -20,6 +24,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::time::Instant;
 
 use crate::error::Result;
+use crate::exec_target::{ExecTarget, EXPORTER_LOOP, EXPORTER_ONCE};
 use crate::podman::Podman;
 
 /// A result line longer than this is not the exporter's: it is dropped.
@@ -44,16 +49,45 @@ pub enum Outcome {
 }
 
 /// Runs exports inside one container, through the long-lived shell when it
-/// lives and a fresh `podman exec` otherwise.
+/// lives and a fresh exec otherwise.
 pub struct Exporter {
     container: String,
+    /// `runsc exec` of the running sandbox, and where the process specs go.
+    runsc: Option<(ExecTarget, PathBuf)>,
     process: Option<Process>,
     next_request: u64,
 }
 
 impl Exporter {
     pub fn new(container: &str) -> Exporter {
-        Exporter { container: container.to_owned(), process: None, next_request: 1 }
+        Exporter { container: container.to_owned(), runsc: None, process: None, next_request: 1 }
+    }
+
+    /// Runs the exports through `runsc exec` of `target` (process specs in
+    /// `spec_dir`, the private Domain Root) from now on.
+    pub fn use_runsc(&mut self, target: ExecTarget, spec_dir: PathBuf) {
+        self.runsc = Some((target, spec_dir));
+    }
+
+    /// Whether a fresh exec is cheap (`runsc exec`), so that the shell need
+    /// not be started before the first export.
+    pub fn starts_cheaply(&self) -> bool {
+        self.runsc.is_some()
+    }
+
+    /// The exec of `argv` in the sandbox (`-i` for podman when `interactive`).
+    fn exec(&self, argv: &[&str], interactive: bool, spec_name: &str) -> Result<tokio::process::Command> {
+        let argv: Vec<String> = argv.iter().map(|word| (*word).to_owned()).collect();
+        if let Some((target, dir)) = &self.runsc {
+            return Ok(tokio::process::Command::from(target.own_command(&dir.join(spec_name), &argv)?));
+        }
+        let mut command = tokio::process::Command::from(Podman::default().command());
+        command.arg("exec");
+        if interactive {
+            command.arg("-i");
+        }
+        command.arg(&self.container).args(&argv);
+        Ok(command)
     }
 
     /// Starts the long-lived shell if none runs, without waiting for it: the
@@ -62,13 +96,14 @@ impl Exporter {
         if self.process.is_some() {
             return;
         }
-        let mut command = tokio::process::Command::from(Podman::default().command());
-        command
-            .args(["exec", "-i", &self.container, "sh", "-c", loop_script, EXPORTER_NAME])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
+        let mut command = match self.exec(&["sh", "-c", loop_script, EXPORTER_NAME], true, EXPORTER_LOOP) {
+            Ok(command) => command,
+            Err(error) => {
+                tracing::warn!(error = %error.chained(), "cannot start the exporter inside the sandbox");
+                return;
+            }
+        };
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
         match command.spawn() {
             Ok(mut child) => match (child.stdin.take(), child.stdout.take()) {
                 (Some(stdin), Some(stdout)) => {
@@ -99,7 +134,7 @@ impl Exporter {
                 }
                 // Gone (killed inside, or podman failed): a fresh exec below.
                 Ok(None) => {
-                    tracing::info!("the exporter inside the sandbox is gone; exporting through a fresh podman exec");
+                    tracing::info!("the exporter inside the sandbox is gone; exporting through a fresh exec");
                     let _ = process.child.start_kill();
                 }
                 Err(_) => {
@@ -109,8 +144,7 @@ impl Exporter {
             }
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let mut command = tokio::process::Command::from(Podman::default().command());
-        command.args(["exec", &self.container, "sh", "-c", one_shot]);
+        let command = self.exec(&["sh", "-c", one_shot], false, EXPORTER_ONCE)?;
         let output = crate::podman::output_within(command, remaining, "the export of the agent branch").await?;
         self.start(loop_script);
         Ok(if output.status.success() { Outcome::Written } else { Outcome::Failed })

@@ -13,8 +13,8 @@
 //! never runs again for the domain, whatever the agent does.
 //!
 //! Host git runs as the sandbox's git would check out: the agent's config
-//! (the mirror) is the repository config, no system or global config, no
-//! `$HOME` (so no global attributes), no hooks. A config that would make the
+//! (the mirror) is the repository config, no system or global config or
+//! attributes, no `$HOME`, no hooks, no submodule recursion. A config that would make the
 //! checkout run a host command or read a host file the sandbox lacks (a
 //! filter driver, an attributes file, an include) leaves the seeding to git
 //! inside the sandbox, as before. Files are dated two seconds back before
@@ -56,6 +56,11 @@ pub enum Skip {
 /// nothing of the attempt left behind (the caller then lets the sandbox
 /// seed).
 pub fn prepare(layout: &GitLayout, tips: &SeedTips) -> Result<Option<Skip>> {
+    let domain_dir = layout.agent_git_dir.parent().context("the agent's git directory has no parent")?;
+    let git_dir = domain_dir.join(GIT_DIR_TEMPORARY);
+    let work_tree = domain_dir.join(WORK_TREE_TEMPORARY);
+    // What a start that died half-way left (host-only, never mounted).
+    remove_leftovers(&git_dir, &work_tree)?;
     if std::fs::symlink_metadata(&layout.agent_git_dir).is_ok() {
         return Ok(Some(Skip::NotFirst));
     }
@@ -70,13 +75,8 @@ pub fn prepare(layout: &GitLayout, tips: &SeedTips) -> Result<Option<Skip>> {
     if let Some(key) = config_key_needing_the_sandbox(&layout.config_mirror)? {
         return Ok(Some(Skip::Config(key)));
     }
-    let domain_dir = layout.agent_git_dir.parent().context("the agent's git directory has no parent")?;
-    let git_dir = domain_dir.join(GIT_DIR_TEMPORARY);
-    let work_tree = domain_dir.join(WORK_TREE_TEMPORARY);
     let started = Instant::now();
-    let built = remove_leftovers(&git_dir, &work_tree)
-        .and_then(|()| build(layout, tips, &config, &git_dir, &work_tree))
-        .and_then(|()| move_into_place(layout, &git_dir, &work_tree));
+    let built = build(layout, tips, &config, &git_dir, &work_tree).and_then(|()| move_into_place(layout, &git_dir, &work_tree));
     if let Err(error) = built {
         let _ = remove_leftovers(&git_dir, &work_tree);
         return Err(error);
@@ -167,6 +167,7 @@ fn seed_git(git_dir: &Path, work_tree: &Path, arguments: &[&str]) -> Result<()> 
         .env("GIT_WORK_TREE", work_tree)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_ATTR_NOSYSTEM", "1")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_COMMITTER_NAME", "Lazaret")
         .env("GIT_COMMITTER_EMAIL", "lazaret@lazaret.invalid")
@@ -174,6 +175,11 @@ fn seed_git(git_dir: &Path, work_tree: &Path, arguments: &[&str]) -> Result<()> 
         .env("GIT_AUTHOR_EMAIL", "lazaret@lazaret.invalid")
         .current_dir(work_tree);
     for setting in super::host_git::HARDENING {
+        command.arg("-c").arg(setting);
+    }
+    // No second git in a submodule's directory (`.gitmodules` may be the
+    // agent's, from the host's agent branch).
+    for setting in ["submodule.recurse=false", "fetch.recurseSubmodules=false"] {
         command.arg("-c").arg(setting);
     }
     let output =

@@ -141,6 +141,9 @@ impl GitLayout {
         } else {
             crate::private_dirs::ensure_private_dir(&self.agent_git_dir)?;
         }
+        // A FIFO or symlink at HEAD would hang or break the seed's first git.
+        let head = format!("ref: {}\n", self.branch_ref());
+        replace_unless(&self.agent_git_dir.join("HEAD"), |m| m.file_type().is_file(), |path| std::fs::write(path, &head))?;
         replace_unless(&self.agent_git_dir.join("hooks"), |m| m.file_type().is_dir(), |path| std::fs::create_dir(path))?;
         replace_unless(&self.agent_git_dir.join("config"), |m| m.file_type().is_file(), |path| std::fs::write(path, b""))?;
         replace_unless(&self.checkout.join(".git"), |m| m.file_type().is_dir(), |path| std::fs::create_dir(path))?;
@@ -254,6 +257,9 @@ if [ -e .git/commondir ] || [ -L .git/commondir ]; then rm -f .git/commondir; fi
 # A sandbox killed in the middle of a git command leaves its lock files; this
 # runs before any session, so no git process of this sandbox holds them.
 find .git -path .git/objects -prune -o -type f -name '*.lock' -exec rm -f {{}} +
+# A FIFO where git reads a ref would hang every start: refs are files.
+find .git/refs .git/packed-refs ! -type f ! -type d -exec rm -f {{}} + 2>/dev/null || true
+if [ ! -f {TRANSFER_IN_CONTAINER}/{SEED_TIPS} ]; then echo "lazaret: the host's seed has no {SEED_TIPS}" >&2; exit 1; fi
 head= branch=
 {{ read -r head; read -r branch; }} < {TRANSFER_IN_CONTAINER}/{SEED_TIPS} || true
 # One git process tells which of the host's commits this repository has, and

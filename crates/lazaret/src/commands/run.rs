@@ -16,6 +16,7 @@ use crate::cli::DomainTarget;
 use crate::hold_to_bind::{self, CoordinatorLaunch};
 use crate::session::{self, SessionCommand};
 use crate::workspace::{load_config, resolve_target};
+use lazaret_coordinator::exec_target::ExecTarget;
 
 pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: bool, command: Vec<String>) -> Result<u8> {
     let config = load_config(config_path)?;
@@ -61,6 +62,7 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
             (true, false) => resolved.command.clone(),
             (true, true) => joined.registration.default_command.clone(),
         };
+        let exec = ExecTarget::read(&resolved.domain.domain_dir, &joined.registration.container_name);
         let client = Arc::new(joined.client);
         let ui: session::SharedUi = std::sync::Arc::new(std::sync::Mutex::new(session::TerminalUi::new()));
         let (actions, action_receiver) = tokio::sync::mpsc::unbounded_channel();
@@ -76,6 +78,8 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
                 session_id: &session_id,
                 credential: &credential,
                 argv: &argv,
+                exec: exec.as_ref(),
+                private_dir: &resolved.domain.socket_dir,
             },
             ui,
             actions,
