@@ -59,22 +59,31 @@ pub struct SessionProcess<'a> {
 
 impl ExecTarget {
     /// Finds the container's runsc state where runsc keeps it when podman
-    /// runs it (`$XDG_RUNTIME_DIR/runsc` with podman's runtime directory,
-    /// else `/var/run/runsc`) and takes its spec's `process`.
+    /// runs it (as root `/var/run/runsc`; rootless `$XDG_RUNTIME_DIR/runsc`,
+    /// podman's runtime directory) and takes its spec's `process`. Only a
+    /// directory and a file of this user (not symlinks, not writable by
+    /// anyone else) are taken: a state file planted by another user would
+    /// name the capabilities and the control socket.
     pub fn locate(runsc: &Path, container_id: &str, container_name: &str) -> Option<ExecTarget> {
         if container_id.is_empty() || !container_id.bytes().all(|byte| byte.is_ascii_hexdigit()) {
             return None;
         }
-        let uid = nix::unistd::getuid().as_raw();
+        let uid = nix::unistd::geteuid().as_raw();
         let mut roots: Vec<PathBuf> = Vec::new();
-        if let Some(runtime_dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|value| !value.is_empty()) {
-            roots.push(PathBuf::from(runtime_dir).join("runsc"));
+        if uid == 0 {
+            roots.push(PathBuf::from("/var/run/runsc"));
+            roots.push(PathBuf::from("/run/runsc"));
+        } else {
+            if let Some(runtime_dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|value| !value.is_empty()) {
+                roots.push(PathBuf::from(runtime_dir).join("runsc"));
+            }
+            roots.push(PathBuf::from(format!("/run/user/{uid}/runsc")));
         }
-        roots.push(PathBuf::from(format!("/run/user/{uid}/runsc")));
-        roots.push(PathBuf::from("/var/run/runsc"));
-        roots.push(PathBuf::from("/run/runsc"));
         let suffix = format!("{container_id}.state");
         for root in roots {
+            if !is_own_private(&root, uid, true) {
+                continue;
+            }
             let Ok(entries) = std::fs::read_dir(&root) else { continue };
             for entry in entries.flatten() {
                 let name = entry.file_name();
@@ -84,7 +93,10 @@ impl ExecTarget {
                     continue;
                 }
                 let state_file = entry.path();
-                let process = read_process(&state_file, container_id)?;
+                if !is_own_private(&state_file, uid, false) {
+                    continue;
+                }
+                let Some(process) = read_process(&state_file, container_id) else { continue };
                 return Some(ExecTarget {
                     runsc: runsc.to_path_buf(),
                     root,
@@ -182,6 +194,35 @@ impl ExecTarget {
     }
 }
 
+/// The name of a session's process-spec FIFO in the private socket
+/// directory (the CLI creates it, see `session.rs` of the binary).
+pub fn session_fifo_name(session_id: &str) -> String {
+    format!("session-{session_id}.process")
+}
+
+/// Removes FIFOs that sessions left in `socket_dir` (a CLI killed before
+/// runsc read its FIFO); only FIFOs with that name are touched.
+pub fn remove_session_fifos(socket_dir: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(entries) = std::fs::read_dir(socket_dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("session-") && name.ends_with(".process") && entry.file_type().is_ok_and(|kind| kind.is_fifo()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Whether `path` is a directory (or a regular file) owned by `uid`, not a
+/// symlink, and writable by nobody else.
+fn is_own_private(path: &Path, uid: u32, directory: bool) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(metadata) = std::fs::symlink_metadata(path) else { return false };
+    let kind = if directory { metadata.file_type().is_dir() } else { metadata.file_type().is_file() };
+    kind && metadata.uid() == uid && metadata.mode() & 0o022 == 0
+}
+
 /// The spec's `process` from runsc's state file, if the file is runsc's
 /// state of `container_id`.
 fn read_process(state_file: &Path, container_id: &str) -> Option<serde_json::Value> {
@@ -240,6 +281,8 @@ mod tests {
     fn only_the_state_of_the_named_container_is_taken() {
         let dir = tempfile::tempdir().expect("tempdir");
         let state = dir.path().join("abc_sandbox:abc.state");
+        assert!(is_own_private(dir.path(), nix::unistd::geteuid().as_raw(), true));
+        assert!(!is_own_private(dir.path(), nix::unistd::geteuid().as_raw() + 1, true), "another user's");
         std::fs::write(&state, r#"{"id":"abc","spec":{"process":{"args":["x"]}}}"#).expect("write");
         assert_eq!(read_process(&state, "abc"), Some(serde_json::json!({"args": ["x"]})));
         assert_eq!(read_process(&state, "abd"), None);

@@ -172,7 +172,7 @@ struct ProcessFeed {
 
 impl ProcessFeed {
     fn create(dir: &Path, session_id: &str, spec: Vec<u8>) -> Result<ProcessFeed> {
-        let fifo = dir.join(format!("session-{session_id}.process"));
+        let fifo = dir.join(lazaret_coordinator::exec_target::session_fifo_name(session_id));
         let _ = std::fs::remove_file(&fifo);
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR)
             .with_context(|| format!("cannot create {}", fifo.display()))?;
@@ -205,15 +205,18 @@ impl Drop for ProcessFeed {
 /// How long relayed output is drained after the session's process ended.
 const RELAY_DRAIN: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// A regular file is relayed through a pipe, anything else (a terminal, a
-/// pipe, `/dev/null`) passed as it is. gVisor writes a donated regular file
-/// at its own offset, from 0: `{ echo a; lazaret run -- echo b; } > f` lost
-/// `a`, and stdout and stderr overwrote each other in `> f 2>&1`.
-fn passed_or_relayed(stream: &impl std::os::fd::AsFd) -> Stdio {
-    match nix::sys::stat::fstat(stream.as_fd()) {
-        Ok(stat) if stat.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG => Stdio::piped(),
-        _ => Stdio::inherit(),
-    }
+/// Copies the CLI's stdin into the session on a thread of its own: a read
+/// from a terminal blocks, and a blocked thread must not hold the CLI's exit
+/// (the process ends with the CLI).
+fn relay_stdin(input: tokio::process::ChildStdin) -> Result<()> {
+    let fd = input.into_owned_fd().context("cannot take the session's stdin")?;
+    nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()))
+        .context("cannot make the session's stdin blocking")?;
+    let mut input = std::fs::File::from(fd);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut input);
+    });
+    Ok(())
 }
 
 /// How long runsc may take to open the FIFO before the session fails.
@@ -299,14 +302,22 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
         .env_clear()
         .envs(launch.environment.iter().map(|(name, value)| (name, value)))
         .args(&launch.arguments)
-        .stdin(passed_or_relayed(&std::io::stdin()))
-        .stdout(passed_or_relayed(&std::io::stdout()))
-        .stderr(passed_or_relayed(&std::io::stderr()));
+        // The session's stdio are pipes of the CLI, relayed, never the
+        // user's own files: runsc writes a donated regular file at its own
+        // offset, from 0 (`{ echo a; lazaret run -- echo b; } > f` lost `a`,
+        // and stdout and stderr overwrote each other in `> f 2>&1`), and as
+        // root it chowns every stdio it is given to the sandbox's user (the
+        // user's terminal, `/dev/null`). conmon did the same for podman exec.
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut child = command.spawn().with_context(|| format!("cannot run {}", launch.program.to_string_lossy()))?;
     let mut relays = Vec::new();
-    if let Some(mut input) = child.stdin.take() {
-        // Ends with the process: nothing waits for it.
-        tokio::spawn(async move { tokio::io::copy(&mut tokio::io::stdin(), &mut input).await });
+    if let Some(input) = child.stdin.take() {
+        relay_stdin(input)?;
     }
     if let Some(mut output) = child.stdout.take() {
         relays.push(tokio::spawn(async move { tokio::io::copy(&mut output, &mut tokio::io::stdout()).await }));
@@ -325,8 +336,6 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
         }
     }
     drop(launch);
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let status = tokio::select! {
         status = child.wait() => status?,
         _ = terminate.recv() => { let _ = child.kill().await; return Ok(128 + 15); }
@@ -381,7 +390,15 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
     drop(pair.slave);
     if let Some(feed) = &launch.feed {
         let deadline = std::time::Instant::now() + FEED_LIMIT;
-        while !feed.try_deliver()? {
+        loop {
+            match feed.try_deliver() {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(error) => {
+                    let _ = child.kill();
+                    return Err(error);
+                }
+            }
             if child.try_wait()?.is_some() || std::time::Instant::now() > deadline {
                 let _ = child.kill();
                 anyhow::bail!("runsc exec did not read the session's process spec");

@@ -101,6 +101,9 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     // created (sockets, TLS files), so nothing half-made is left behind.
     let mut startup = StartupCleanup { resources: domain_resources.clone(), armed: true, state_anchor: None };
     ExecTarget::remove(&domain_resources.domain_dir);
+    // FIFOs of sessions whose CLI was killed before runsc read them (no
+    // session of this domain runs before its coordinator does).
+    crate::exec_target::remove_session_fifos(&domain_resources.socket_dir);
 
     // Choosing runsc runs `--version` of each candidate (about 40 ms each):
     // done beside the store and workspace preparation, not after them.
