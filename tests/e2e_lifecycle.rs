@@ -63,7 +63,8 @@ fn stdin_and_stdout_pass_through_without_a_terminal() {
 /// Output to a regular file keeps its place among the host's own writes and
 /// stdout and stderr do not overwrite each other (gVisor writes a donated
 /// regular file from offset 0: with the runsc exec of sessions, `before` and
-/// `hi` were lost here until such output was relayed).
+/// `hi` were lost here until such output was relayed), and a file given as
+/// stdin keeps its owner (runsc as root chowns the stdio it is given).
 #[test]
 fn output_redirected_to_a_file_keeps_its_place() {
     let _guard = sandbox_guard();
@@ -93,8 +94,11 @@ fn output_redirected_to_a_file_keeps_its_place() {
     assert_eq!(stdout_order, ["hi", "more"], "{text}");
     middle.sort_unstable();
     assert_eq!(middle, ["err", "hi", "more"], "{text}");
+    // runsc as root chowns the stdio it is given to the sandbox's user: the
+    // CLI's own files must never be given to it.
     let input = env.path().join("in.txt");
     std::fs::write(&input, "from a file\n").expect("write");
+    std::os::unix::fs::chown(&input, Some(65534), Some(65534)).expect("chown to nobody");
     let output = run(env
         .lazaret()
         .args(["run", "--workspace"])
@@ -102,6 +106,8 @@ fn output_redirected_to_a_file_keeps_its_place() {
         .args(["--", "cat"])
         .stdin(std::fs::File::open(&input).expect("open")));
     assert_eq!(stdout(&output), "from a file\n", "{}", stderr(&output));
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&input).expect("stat"));
+    assert_eq!(owner, 65534, "the session's stdin file keeps its owner");
 }
 
 /// Sessions start with `runsc exec` (not `podman exec`), and a session's
