@@ -104,11 +104,12 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     assert.ok(latency < WITHIN_MS, `shown ${latency} ms after the sandbox's request`);
     const warning = await wb.page.evaluate(() => [...document.querySelectorAll(".statusbar-item")].find((e) => e.textContent.includes("Lazaret: 1 pending"))?.className ?? "");
     assert.match(warning, /warning-kind|has-background-color/, `warning colour: ${warning}`);
-    await waitUntil(5_000, async () => (await wb.treeText()).includes("touch approved-marker"));
-    await waitUntil(5_000, async () => (await wb.treeText()).includes("justification: create the marker"));
+    // The tree renders its rows in more than one pass: wait (up to 5 s) until
+    // the group's count and the request's rows are all there.
+    const wanted = ["touch approved-marker", `cwd: ${repo}`, "justification: create the marker", "not auto-approved:", "Pending escalations (1)"];
+    await waitUntil(5_000, async () => { const shown = await wb.treeText(); return wanted.every((expected) => shown.includes(expected)); });
     const text = await wb.treeText();
-    for (const expected of ["touch approved-marker", `cwd: ${repo}`, "justification: create the marker", "not auto-approved:", "Pending escalations (1)"])
-      assert.ok(text.includes(expected), `${expected} in\n${text}`);
+    for (const expected of wanted) assert.ok(text.includes(expected), `${expected} in\n${text}`);
     const badge = await wb.page.locator(".activitybar .badge-content").allTextContents();
     assert.ok(badge.includes("1"), `badge on the view container: ${badge}`);
     await wb.screenshot("status-bar.png", { x: 0, y: 760, width: 1400, height: 100 });
