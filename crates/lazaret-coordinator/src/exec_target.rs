@@ -80,6 +80,7 @@ impl ExecTarget {
             roots.push(PathBuf::from(format!("/run/user/{uid}/runsc")));
         }
         let suffix = format!("{container_id}.state");
+        let sandbox_suffix = format!(":{suffix}");
         for root in roots {
             if !is_own_private(&root, uid, true) {
                 continue;
@@ -89,7 +90,7 @@ impl ExecTarget {
                 let name = entry.file_name();
                 let name = name.to_string_lossy();
                 // `<sandbox>_sandbox:<container>.state` (and `<container>.state` in older runsc)
-                if name != suffix.as_str() && !name.ends_with(&format!(":{suffix}")) {
+                if name != suffix.as_str() && !name.ends_with(&sandbox_suffix) {
                     continue;
                 }
                 let state_file = entry.path();
@@ -114,15 +115,7 @@ impl ExecTarget {
     pub fn write(&self, domain_dir: &Path) -> Result<()> {
         let target = domain_dir.join(FILE);
         let temporary = domain_dir.join(format!("{FILE}.tmp"));
-        let text = serde_json::to_vec(self).context("cannot encode the exec record")?;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temporary)
-            .with_context(|| format!("cannot write {}", temporary.display()))?;
-        std::io::Write::write_all(&mut file, &text)?;
+        write_private(&temporary, &serde_json::to_vec(self).context("cannot encode the exec record")?)?;
         std::fs::rename(&temporary, &target).with_context(|| format!("cannot write {}", target.display()))?;
         Ok(())
     }
@@ -143,13 +136,13 @@ impl ExecTarget {
         }
     }
 
-    /// `runsc exec` of `process_file` in the sandbox, with podman's
-    /// environment (as a `podman exec` would have).
-    pub fn command(&self, process_file: &Path) -> std::process::Command {
-        let mut command = std::process::Command::new(&self.runsc);
-        command.env_clear().envs(crate::podman::environment());
-        command.arg("--root").arg(&self.root).arg("exec").arg("--process").arg(process_file).arg(&self.container_id);
-        command
+    /// The arguments of `runsc` that run `process_file` in the sandbox.
+    pub fn exec_arguments(&self, process_file: &Path) -> Vec<std::ffi::OsString> {
+        let mut arguments: Vec<std::ffi::OsString> =
+            vec!["--root".into(), self.root.clone().into_os_string(), "exec".into(), "--process".into()];
+        arguments.push(process_file.as_os_str().to_owned());
+        arguments.push(self.container_id.clone().into());
+        arguments
     }
 
     /// A process of the coordinator's own in the sandbox (no secret in it):
@@ -157,15 +150,11 @@ impl ExecTarget {
     /// runs it returned.
     pub fn own_command(&self, process_file: &Path, argv: &[String]) -> Result<std::process::Command> {
         let process = self.session_process(&SessionProcess { argv, cwd: "/workspace", environment: &[] });
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(process_file)
-            .with_context(|| format!("cannot write {}", process_file.display()))?;
-        std::io::Write::write_all(&mut file, &serde_json::to_vec(&process).context("cannot encode a process spec")?)?;
-        Ok(self.command(process_file))
+        write_private(process_file, &serde_json::to_vec(&process).context("cannot encode a process spec")?)?;
+        // With podman's environment, as a `podman exec` would have.
+        let mut command = std::process::Command::new(&self.runsc);
+        command.env_clear().envs(crate::podman::environment()).args(self.exec_arguments(process_file));
+        Ok(command)
     }
 
     /// The `process.json` of one session: the container's process with its
@@ -192,6 +181,19 @@ impl ExecTarget {
         }
         process
     }
+}
+
+/// Writes `bytes` to `path`, created 0600 (or truncated).
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    std::io::Write::write_all(&mut file, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
 }
 
 /// The name of a session's process-spec FIFO in the private socket

@@ -138,27 +138,16 @@ struct Launch {
 /// started: `runsc exec` with the recorded target, else `podman exec`.
 fn launch(session: &SessionCommand<'_>, term: Option<&str>, inner: Vec<String>) -> Result<Launch> {
     let mut environment = podman::environment();
+    let variables = session_environment(session, term);
     let Some(target) = session.exec else {
-        environment.extend(session_environment(session).into_iter().map(|(name, value)| (name.into(), value.into())));
-        let mut arguments: Vec<OsString> = exec_arguments(session, term).into_iter().map(OsString::from).collect();
+        let mut arguments: Vec<OsString> = exec_arguments(session, &variables).into_iter().map(OsString::from).collect();
         arguments.extend(inner.into_iter().map(OsString::from));
+        environment.extend(variables.into_iter().map(|(name, value)| (name.into(), value.into())));
         return Ok(Launch { program: Podman::default().program().into(), arguments, environment, feed: None });
     };
-    let mut variables = vec![("LAZARET_SESSION_ID".to_owned(), session.session_id.to_owned())];
-    variables.extend(session_environment(session));
-    if let Some(term) = term {
-        variables.push(("TERM".to_owned(), term.to_owned()));
-    }
     let process = target.session_process(&SessionProcess { argv: &inner, cwd: "/workspace", environment: &variables });
     let feed = ProcessFeed::create(session.private_dir, session.session_id, serde_json::to_vec(&process)?)?;
-    let arguments = vec![
-        OsString::from("--root"),
-        target.root.clone().into_os_string(),
-        OsString::from("exec"),
-        OsString::from("--process"),
-        feed.fifo.clone().into_os_string(),
-        OsString::from(&target.container_id),
-    ];
+    let arguments = target.exec_arguments(&feed.fifo);
     Ok(Launch { program: target.runsc.clone().into_os_string(), arguments, environment, feed: Some(feed) })
 }
 
@@ -194,6 +183,20 @@ impl ProcessFeed {
         file.write_all(&self.spec).with_context(|| format!("cannot write {}", self.fifo.display()))?;
         Ok(true)
     }
+
+    /// Writes the spec once runsc opens the FIFO, waiting at most
+    /// [`FEED_LIMIT`]; fails when `exited` says runsc ended first. Blocks
+    /// the calling thread for the few milliseconds runsc takes to start.
+    fn deliver(&self, mut exited: impl FnMut() -> Result<bool>) -> Result<()> {
+        let deadline = std::time::Instant::now() + FEED_LIMIT;
+        while !self.try_deliver()? {
+            if exited()? || std::time::Instant::now() > deadline {
+                anyhow::bail!("runsc exec did not read the session's process spec");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        Ok(())
+    }
 }
 
 impl Drop for ProcessFeed {
@@ -222,10 +225,17 @@ fn relay_stdin(input: tokio::process::ChildStdin) -> Result<()> {
 /// How long runsc may take to open the FIFO before the session fails.
 const FEED_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Variables podman passes into the session by name (`--env NAME`), so
-/// their values never appear on a host command line.
-fn session_environment(session: &SessionCommand<'_>) -> Vec<(String, String)> {
-    vec![(lazaret_protocol::escalation::CREDENTIAL_VARIABLE.to_owned(), session.credential.to_owned())]
+/// The session's variables, set in its process (with podman: passed by name,
+/// `--env NAME`, so their values never appear on a host command line).
+fn session_environment(session: &SessionCommand<'_>, term: Option<&str>) -> Vec<(String, String)> {
+    let mut variables = vec![
+        ("LAZARET_SESSION_ID".to_owned(), session.session_id.to_owned()),
+        (lazaret_protocol::escalation::CREDENTIAL_VARIABLE.to_owned(), session.credential.to_owned()),
+    ];
+    if let Some(term) = term {
+        variables.push(("TERM".to_owned(), term.to_owned()));
+    }
+    variables
 }
 
 pub fn is_interactive() -> bool {
@@ -242,14 +252,10 @@ fn state_file(session_id: &str) -> String {
 }
 
 /// The exec prefix shared by both modes.
-fn exec_arguments(session: &SessionCommand<'_>, term: Option<&str>) -> Vec<String> {
+fn exec_arguments(session: &SessionCommand<'_>, variables: &[(String, String)]) -> Vec<String> {
     let mut arguments = vec!["exec".to_owned(), "--interactive".to_owned(), "--workdir=/workspace".to_owned()];
-    arguments.push(format!("--env=LAZARET_SESSION_ID={}", session.session_id));
-    for (name, _) in session_environment(session) {
+    for (name, _) in variables {
         arguments.push(format!("--env={name}"));
-    }
-    if let Some(term) = term {
-        arguments.push(format!("--env=TERM={term}"));
     }
     arguments.push(session.container.to_owned());
     arguments
@@ -326,14 +332,8 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
         relays.push(tokio::spawn(async move { tokio::io::copy(&mut output, &mut tokio::io::stderr()).await }));
     }
     if let Some(feed) = &launch.feed {
-        let deadline = tokio::time::Instant::now() + FEED_LIMIT;
-        while !feed.try_deliver()? {
-            if child.try_wait()?.is_some() || tokio::time::Instant::now() > deadline {
-                let _ = child.kill().await;
-                anyhow::bail!("runsc exec did not read the session's process spec");
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
+        // On failure the child goes with `kill_on_drop`.
+        feed.deliver(|| Ok(child.try_wait()?.is_some()))?;
     }
     drop(launch);
     let status = tokio::select! {
@@ -389,21 +389,9 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
         pair.slave.spawn_command(builder).map_err(|error| anyhow::anyhow!("cannot run {}: {error}", launch.program.to_string_lossy()))?;
     drop(pair.slave);
     if let Some(feed) = &launch.feed {
-        let deadline = std::time::Instant::now() + FEED_LIMIT;
-        loop {
-            match feed.try_deliver() {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(error) => {
-                    let _ = child.kill();
-                    return Err(error);
-                }
-            }
-            if child.try_wait()?.is_some() || std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                anyhow::bail!("runsc exec did not read the session's process spec");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
+        if let Err(error) = feed.deliver(|| Ok(child.try_wait()?.is_some())) {
+            let _ = child.kill();
+            return Err(error);
         }
     }
     drop(launch);

@@ -124,10 +124,7 @@ fn build(layout: &GitLayout, tips: &SeedTips, config: &str, git_dir: &Path, work
     for dir in [git_dir, work_tree] {
         builder.create(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    for dir in ["objects", "refs/heads", "refs/tags"] {
-        std::fs::create_dir_all(git_dir.join(dir))?;
-    }
-    std::fs::write(git_dir.join("HEAD"), format!("ref: {}\n", layout.branch_ref()))?;
+    super::git_skeleton(git_dir, &layout.branch_ref())?;
     std::fs::write(git_dir.join("config"), config)?;
 
     let git = |arguments: &[&str]| seed_git(git_dir, work_tree, arguments);

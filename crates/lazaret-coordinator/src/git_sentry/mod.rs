@@ -132,17 +132,13 @@ impl GitLayout {
             }
         }
         crate::private_dirs::ensure_private_dir(&self.checkout)?;
-        if std::fs::symlink_metadata(&self.agent_git_dir).is_err() {
-            crate::private_dirs::ensure_private_dir(&self.agent_git_dir)?;
-            for dir in ["objects", "refs/heads", "refs/tags"] {
-                std::fs::create_dir_all(self.agent_git_dir.join(dir))?;
-            }
-            std::fs::write(self.agent_git_dir.join("HEAD"), format!("ref: {}\n", self.branch_ref()))?;
-        } else {
-            crate::private_dirs::ensure_private_dir(&self.agent_git_dir)?;
+        let absent = std::fs::symlink_metadata(&self.agent_git_dir).is_err();
+        crate::private_dirs::ensure_private_dir(&self.agent_git_dir)?;
+        if absent {
+            git_skeleton(&self.agent_git_dir, &self.branch_ref())?;
         }
         // A FIFO or symlink at HEAD would hang or break the seed's first git.
-        let head = format!("ref: {}\n", self.branch_ref());
+        let head = head_file(&self.branch_ref());
         replace_unless(&self.agent_git_dir.join("HEAD"), |m| m.file_type().is_file(), |path| std::fs::write(path, &head))?;
         replace_unless(&self.agent_git_dir.join("hooks"), |m| m.file_type().is_dir(), |path| std::fs::create_dir(path))?;
         replace_unless(&self.agent_git_dir.join("config"), |m| m.file_type().is_file(), |path| std::fs::write(path, b""))?;
@@ -255,10 +251,10 @@ cd /workspace
 # A commondir written in an earlier session would point git elsewhere.
 if [ -e .git/commondir ] || [ -L .git/commondir ]; then rm -f .git/commondir; fi
 # A sandbox killed in the middle of a git command leaves its lock files; this
-# runs before any session, so no git process of this sandbox holds them.
-find .git -path .git/objects -prune -o -type f -name '*.lock' -exec rm -f {{}} +
-# A FIFO where git reads a ref would hang every start: refs are files.
-find .git/refs .git/packed-refs ! -type f ! -type d -exec rm -f {{}} + 2>/dev/null || true
+# runs before any session, so no git process of this sandbox holds them. And
+# a FIFO where git reads a ref would hang every start: refs are files.
+find .git -path .git/objects -prune -o \( -type f -name '*.lock' -o \( -path '.git/refs/*' -o -path .git/packed-refs \) ! -type f ! -type d \) \
+  -exec rm -f {{}} +
 if [ ! -f {TRANSFER_IN_CONTAINER}/{SEED_TIPS} ]; then echo "lazaret: the host's seed has no {SEED_TIPS}" >&2; exit 1; fi
 head= branch=
 {{ read -r head; read -r branch; }} < {TRANSFER_IN_CONTAINER}/{SEED_TIPS} || true
@@ -410,6 +406,21 @@ done
         }
         Ok(target)
     }
+}
+
+/// The content of a `HEAD` that names `branch_ref`.
+fn head_file(branch_ref: &str) -> String {
+    format!("ref: {branch_ref}\n")
+}
+
+/// The skeleton of a git directory whose `HEAD` is `branch_ref`, in the
+/// existing directory `git_dir`.
+fn git_skeleton(git_dir: &Path, branch_ref: &str) -> Result<()> {
+    for dir in ["objects", "refs/heads", "refs/tags"] {
+        std::fs::create_dir_all(git_dir.join(dir))?;
+    }
+    std::fs::write(git_dir.join("HEAD"), head_file(branch_ref))?;
+    Ok(())
 }
 
 /// If `path` is missing or not what `is_expected` accepts (e.g. a symlink
