@@ -29,16 +29,32 @@ const PODMAN_LIMITS: [&str; 3] = ["--runtime=runc", "--ulimit=nofile=4096:4096",
 impl TestNetwork {
     fn create() -> TestNetwork {
         let id = std::process::id();
-        let unique = (id + NETWORK_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) % 200;
-        let name = format!("lzt-net-{id}-{unique}");
-        let prefix = format!("10.213.{}", 20 + unique);
-        let prefix6 = format!("fd42:213:{:x}:", 20 + unique);
-        let output = Command::new("podman")
-            .args(["network", "create", "--internal", "--ipv6", "--subnet", &format!("{prefix}.0/24")])
-            .args(["--subnet", &format!("{prefix6}:/64"), &name])
-            .output()
-            .expect("podman");
-        assert!(output.status.success(), "network create: {}", stderr(&output));
+        // A subnet in 10.213.20-219 picked from the process id, and the next
+        // one if the host already routes it or another network holds it (a
+        // CI machine's own networks are not ours to know; seen there).
+        let mut refusals = Vec::new();
+        let (name, prefix, prefix6) = loop {
+            let unique = (id + NETWORK_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) % 200;
+            let name = format!("lzt-net-{id}-{unique}");
+            let prefix = format!("10.213.{}", 20 + unique);
+            let prefix6 = format!("fd42:213:{:x}:", 20 + unique);
+            let output = Command::new("podman")
+                .args(["network", "create", "--internal", "--ipv6", "--subnet", &format!("{prefix}.0/24")])
+                .args(["--subnet", &format!("{prefix6}:/64"), &name])
+                .output()
+                .expect("podman");
+            if output.status.success() {
+                break (name, prefix, prefix6);
+            }
+            let error = stderr(&output);
+            assert!(
+                error.contains("already used") && refusals.len() < 200,
+                "network create: {error}\nearlier refusals: {refusals:?}\n{}",
+                host_networks()
+            );
+            eprintln!("{name}: {}; trying the next subnet", error.trim());
+            refusals.push(error.trim().to_owned());
+        };
         let network = TestNetwork { name, prefix, prefix6, dns: false, hosts: Default::default(), host_side: Default::default() };
         for host in [11, 12] {
             network.start_listener(host);
@@ -123,6 +139,17 @@ impl TestNetwork {
 }
 
 static NETWORK_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The host's addresses and podman's networks, for a failure message.
+fn host_networks() -> String {
+    let addresses = Command::new("ip").args(["-o", "addr"]).output().map(|output| stdout(&output)).unwrap_or_default();
+    let networks = Command::new("podman")
+        .args(["network", "ls", "--format", "{{.Name}} {{range .Subnets}}{{.Subnet}} {{end}}"])
+        .output()
+        .map(|output| stdout(&output))
+        .unwrap_or_default();
+    format!("host addresses:\n{addresses}podman networks:\n{networks}")
+}
 
 impl Drop for TestNetwork {
     fn drop(&mut self) {
