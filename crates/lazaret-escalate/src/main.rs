@@ -23,6 +23,11 @@ use lazaret_protocol::escalation::{
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
+mod arena;
+
+#[global_allocator]
+static ALLOCATOR: arena::Arena = arena::Arena::new();
+
 const USAGE: &str = "\
 lazaret-escalate: ask the host to run a command (Lazaret Host Escalation)
 
@@ -89,12 +94,14 @@ fn main() -> ExitCode {
     }
 }
 
-fn random_hex(bytes: usize) -> Result<String, String> {
-    let mut buffer = vec![0u8; bytes];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut file| file.read_exact(&mut buffer))
-        .map_err(|error| format!("cannot read /dev/urandom: {error}"))?;
-    Ok(buffer.iter().map(|byte| format!("{byte:02x}")).collect())
+/// Two random 16-byte values as hex (the request id and the nonce), from
+/// one call of the kernel's generator (`getrandom`, through the TLS
+/// provider: no file to open).
+fn request_id_and_nonce(provider: &rustls::crypto::CryptoProvider) -> Result<(String, String), String> {
+    let mut buffer = [0u8; 32];
+    provider.secure_random.fill(&mut buffer).map_err(|_| "the kernel's random generator failed".to_owned())?;
+    let hex = |bytes: &[u8]| bytes.iter().map(|byte| format!("{byte:02x}")).collect::<String>();
+    Ok((hex(&buffer[..16]), hex(&buffer[16..])))
 }
 
 fn now_ms() -> u64 {
@@ -102,7 +109,7 @@ fn now_ms() -> u64 {
 }
 
 /// Builds the signed request from the session credential in the environment.
-fn signed_request(arguments: &Arguments) -> Result<(SignedRequest, String), String> {
+fn signed_request(arguments: &Arguments, provider: &rustls::crypto::CryptoProvider) -> Result<(SignedRequest, String), String> {
     let session_id =
         std::env::var(SESSION_ID_VARIABLE).map_err(|_| format!("{SESSION_ID_VARIABLE} is not set: run inside a `lazaret run` session"))?;
     let encoded =
@@ -118,13 +125,13 @@ fn signed_request(arguments: &Arguments) -> Result<(SignedRequest, String), Stri
         .and_then(|bytes| bytes.try_into().ok())
         .ok_or_else(|| "the delegated key in the credential is malformed".to_owned())?;
     let key = SigningKey::from_bytes(&secret);
-    let request_id = random_hex(16)?;
+    let (request_id, nonce) = request_id_and_nonce(provider)?;
     let payload = RequestPayload {
         request_id: request_id.clone(),
         session_id,
         argv: arguments.argv.clone(),
         justification: arguments.justification.clone(),
-        nonce: random_hex(16)?,
+        nonce,
         timestamp_ms: now_ms(),
     };
     let payload = serde_json::to_string(&payload).map_err(|error| error.to_string())?;
@@ -135,21 +142,40 @@ fn signed_request(arguments: &Arguments) -> Result<(SignedRequest, String), Stri
     ))
 }
 
-fn tls_config() -> Result<rustls::ClientConfig, String> {
+/// The client's key, its certificate and the CA certificate, from the
+/// bundle the coordinator writes in that order (`paths::CLIENT_BUNDLE`).
+fn parse_bundle(bundle: &[u8]) -> Result<(PrivateKeyDer<'static>, Vec<CertificateDer<'static>>, CertificateDer<'static>), String> {
+    let key = PrivateKeyDer::from_pem_slice(bundle).map_err(|error| format!("no private key: {error}"))?;
+    let certificates: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(bundle).collect::<Result<_, _>>().map_err(|error| format!("bad certificate: {error}"))?;
+    match <[CertificateDer<'static>; 2]>::try_from(certificates) {
+        Ok([client, ca]) => Ok((key, vec![client], ca)),
+        Err(certificates) => {
+            Err(format!("expected the client certificate and the CA certificate, found {} certificates", certificates.len()))
+        }
+    }
+}
+
+fn tls_config(provider: Arc<rustls::crypto::CryptoProvider>) -> Result<rustls::ClientConfig, String> {
+    // Open and read: no `statx` for a size hint (each call is a trip through
+    // the Sentry); the file is under 2 KiB.
+    let mut bundle = Vec::with_capacity(4096);
+    std::fs::File::open(paths::CLIENT_BUNDLE)
+        .and_then(|mut file| file.read_to_end(&mut bundle))
+        .map_err(|error| format!("cannot read {}: {error}", paths::CLIENT_BUNDLE))?;
+    let (key, chain, ca) = parse_bundle(&bundle).map_err(|error| format!("{}: {error}", paths::CLIENT_BUNDLE))?;
     let mut roots = rustls::RootCertStore::empty();
-    let ca =
-        CertificateDer::from_pem_file(paths::CA_CERTIFICATE).map_err(|error| format!("cannot read {}: {error}", paths::CA_CERTIFICATE))?;
     roots.add(ca).map_err(|error| format!("bad CA certificate: {error}"))?;
-    let chain = vec![CertificateDer::from_pem_file(paths::CLIENT_CERTIFICATE)
-        .map_err(|error| format!("cannot read {}: {error}", paths::CLIENT_CERTIFICATE))?];
-    let key = PrivateKeyDer::from_pem_file(paths::CLIENT_KEY).map_err(|error| format!("cannot read {}: {error}", paths::CLIENT_KEY))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    rustls::ClientConfig::builder_with_provider(provider)
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|error| error.to_string())?
         .with_root_certificates(roots)
         .with_client_auth_cert(chain, key)
-        .map_err(|error| format!("bad client certificate: {error}"))
+        .map_err(|error| format!("bad client certificate: {error}"))?;
+    // One connection per process: nothing to resume, so no ticket is kept
+    // (the coordinator sends none either).
+    config.resumption = rustls::client::Resumption::disabled();
+    Ok(config)
 }
 
 fn read_frame(stream: &mut impl Read) -> Result<Option<ServerFrame>, String> {
@@ -165,15 +191,40 @@ fn read_frame(stream: &mut impl Read) -> Result<Option<ServerFrame>, String> {
     serde_json::from_slice(&body).map(Some).map_err(|error| format!("bad frame from the coordinator: {error}"))
 }
 
+/// Completes the handshake and sends `request` in the same write as the
+/// client's last handshake flight: one system call (a trip to the Sentry)
+/// fewer, and the coordinator reads the request with the handshake's end.
+fn handshake_and_send(connection: &mut rustls::ClientConnection, socket: &mut UnixStream, request: &[u8]) -> Result<(), String> {
+    let failed = |error: std::io::Error| format!("TLS handshake with the coordinator: {error}");
+    while connection.is_handshaking() {
+        while connection.wants_write() {
+            connection.write_tls(socket).map_err(failed)?;
+        }
+        if !connection.is_handshaking() {
+            break;
+        }
+        if connection.read_tls(socket).map_err(failed)? == 0 {
+            return Err("the coordinator closed the connection during the TLS handshake".to_owned());
+        }
+        connection.process_new_packets().map_err(|error| format!("TLS handshake with the coordinator: {error}"))?;
+    }
+    connection.writer().write_all(request).map_err(|error| format!("sending the request: {error}"))?;
+    while connection.wants_write() {
+        connection.write_tls(socket).map_err(|error| format!("sending the request: {error}"))?;
+    }
+    Ok(())
+}
+
 fn escalate(arguments: &Arguments) -> Result<u8, String> {
-    let (request, _request_id) = signed_request(arguments)?;
-    let config = tls_config()?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let (request, _request_id) = signed_request(arguments, &provider)?;
+    let config = tls_config(provider)?;
     let server_name = ServerName::try_from(paths::SERVER_NAME).map_err(|error| error.to_string())?;
-    let connection = rustls::ClientConnection::new(Arc::new(config), server_name).map_err(|error| error.to_string())?;
-    let socket = UnixStream::connect(paths::SOCKET).map_err(|error| format!("cannot connect to {}: {error}", paths::SOCKET))?;
-    let mut stream = rustls::StreamOwned::new(connection, socket);
+    let mut connection = rustls::ClientConnection::new(Arc::new(config), server_name).map_err(|error| error.to_string())?;
+    let mut socket = UnixStream::connect(paths::SOCKET).map_err(|error| format!("cannot connect to {}: {error}", paths::SOCKET))?;
     let body = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
-    stream.write_all(&encode_frame(&body)).and_then(|()| stream.flush()).map_err(|error| format!("sending the request: {error}"))?;
+    handshake_and_send(&mut connection, &mut socket, &encode_frame(&body))?;
+    let mut stream = rustls::StreamOwned::new(connection, socket);
     let mut stdout = std::io::stdout();
     let mut stderr = std::io::stderr();
     loop {
@@ -206,5 +257,22 @@ fn escalate(arguments: &Arguments) -> Result<u8, String> {
             }
             ServerFrame::Refused { reason } => return Err(reason),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bundle_without_its_key_or_with_a_certificate_missing_is_refused_by_name() {
+        let certificate = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let error = parse_bundle(certificate.repeat(2).as_bytes()).expect_err("refused");
+        assert!(error.starts_with("no private key"), "{error}");
+        let key = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
+        let error = parse_bundle(format!("{key}{certificate}").as_bytes()).expect_err("refused");
+        assert!(error.contains("found 1 certificates"), "{error}");
+        let (_, chain, _) = parse_bundle(format!("{key}{certificate}{certificate}").as_bytes()).expect("key and two certificates");
+        assert_eq!(chain.len(), 1, "the client's own certificate is its chain");
     }
 }

@@ -31,6 +31,10 @@ pub mod paths {
     pub const CA_CERTIFICATE: &str = "/run/lazaret/tls/ca.pem";
     pub const CLIENT_CERTIFICATE: &str = "/run/lazaret/tls/client.pem";
     pub const CLIENT_KEY: &str = "/run/lazaret/tls/client.key";
+    /// The three above in one file, in this order: the client's key, its
+    /// certificate, the CA certificate. `lazaret-escalate` reads only this
+    /// (one open through the gofer instead of three).
+    pub const CLIENT_BUNDLE: &str = "/run/lazaret/tls/bundle.pem";
     /// The server name the client expects in the coordinator's certificate.
     pub const SERVER_NAME: &str = "lazaret-coordinator";
 }
@@ -109,7 +113,9 @@ pub enum ServerFrame {
         request_id: String,
         message: String,
     },
-    /// About to run `argv` (which differs from the request when edited).
+    /// `argv` runs (it differs from the request when edited). Sent at once
+    /// for an edit; otherwise in the same write as the command's first
+    /// output or its end, so a quick command costs the client one wake-up.
     Running {
         request_id: String,
         argv: Vec<String>,

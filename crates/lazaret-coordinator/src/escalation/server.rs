@@ -132,10 +132,21 @@ fn blank_record(request_id: &str, session_id: &str, received_at_ms: u64) -> Audi
 }
 
 async fn send(stream: &mut (impl AsyncWrite + Unpin), frame: &ServerFrame) {
-    if let Ok(body) = serde_json::to_vec(frame) {
-        let _ = stream.write_all(&encode_frame(&body)).await;
-        let _ = stream.flush().await;
+    send_after(stream, None, frame).await;
+}
+
+/// Sends `held` (if any) and `frame` in one write: one TLS record, one
+/// wake-up of the client inside the sandbox (each costs it a trip through
+/// the Sentry).
+async fn send_after(stream: &mut (impl AsyncWrite + Unpin), held: Option<ServerFrame>, frame: &ServerFrame) {
+    let mut bytes = Vec::new();
+    for frame in held.iter().chain([frame]) {
+        if let Ok(body) = serde_json::to_vec(frame) {
+            bytes.extend_from_slice(&encode_frame(&body));
+        }
     }
+    let _ = stream.write_all(&bytes).await;
+    let _ = stream.flush().await;
 }
 
 async fn handle<D: EscalationDomain>(stream: UnixStream, server: &EscalationServer, domain: &D) {
@@ -339,7 +350,16 @@ async fn decide_and_run<D: EscalationDomain>(
     let mut executed = vec![program.display().to_string()];
     executed.extend(argv[1..].iter().cloned());
     record.executed_argv = Some(executed);
-    send(tls, &ServerFrame::Running { request_id: payload.request_id.clone(), argv: argv.clone(), decision: outcome }).await;
+    // `Running` goes out with the command's first output or its end (an
+    // auto-approved `true` answers in one write, not two); the client
+    // reports only an edit from it, so an edit is sent at once.
+    let running_frame = ServerFrame::Running { request_id: payload.request_id.clone(), argv: argv.clone(), decision: outcome.clone() };
+    let held = if outcome == "edited" {
+        send(tls, &running_frame).await;
+        None
+    } else {
+        Some(running_frame)
+    };
     // A cap on host commands running at once (finding 6: ten `cat /dev/zero`
     // ran side by side, each allowed 600 s).
     let Ok(running) = server.running.clone().try_acquire_owned() else {
@@ -355,40 +375,37 @@ async fn decide_and_run<D: EscalationDomain>(
         return;
     };
     let command_timeout = settings.command_timeout;
-    let tls_cell = tokio::sync::Mutex::new(&mut *tls);
+    let tls_cell = tokio::sync::Mutex::new((&mut *tls, held));
     let finished = execute::run(&program, &argv[1..], &settings.workspace, &host_path, command_timeout, |frame| {
         let tls_cell = &tls_cell;
         async move {
             let mut guard = tls_cell.lock().await;
-            send(&mut **guard, &frame).await;
+            let (stream, held) = &mut *guard;
+            let held = held.take();
+            send_after(&mut **stream, held, &frame).await;
         }
     })
     .await;
     // The command is over: its slot frees before the client hears so, or a
     // client's next request could find its own slot still taken.
     drop(running);
-    let tls = tls_cell.into_inner();
+    let (tls, held) = tls_cell.into_inner();
     record.finished_at_ms = Some(now_ms());
-    match finished {
+    let last = match finished {
         Ok(finished) if finished.timed_out => {
             record.reason = Some(format!("killed after {} s", command_timeout.as_secs()));
-            send(
-                tls,
-                &ServerFrame::TimedOut {
-                    reason: format!("the host command ran longer than {} s and was killed", command_timeout.as_secs()),
-                },
-            )
-            .await;
+            ServerFrame::TimedOut { reason: format!("the host command ran longer than {} s and was killed", command_timeout.as_secs()) }
         }
         Ok(finished) => {
             record.exit_status = finished.exit_status;
-            send(tls, &ServerFrame::Exit { status: finished.exit_status.unwrap_or(255) }).await;
+            ServerFrame::Exit { status: finished.exit_status.unwrap_or(255) }
         }
         Err(error) => {
             record.reason = Some(format!("could not run: {error}"));
-            send(tls, &ServerFrame::Denied { reason: format!("could not run the command on the host: {error}") }).await;
+            ServerFrame::Denied { reason: format!("could not run the command on the host: {error}") }
         }
-    }
+    };
+    send_after(tls, held, &last).await;
     domain.emit(Event::EscalationFinished { request_id: payload.request_id.clone(), exit_status: record.exit_status });
     domain.audit(record).await;
 }

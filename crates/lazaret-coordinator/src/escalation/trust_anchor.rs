@@ -90,10 +90,15 @@ impl TrustAnchor {
             .build()
             .context("cannot build the client verifier")?;
         let (certificate, key) = self.server_certificate()?;
-        let config = rustls::ServerConfig::builder_with_provider(provider)
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(verifier)
             .with_single_cert(vec![certificate], key)?;
+        // Each `lazaret-escalate` is a new process with one connection: it
+        // cannot resume, so tickets would be work on both sides for nothing
+        // (and one more flight for the client to read).
+        config.send_tls13_tickets = 0;
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         Ok(Arc::new(config))
     }
 }
@@ -110,7 +115,9 @@ pub fn credentials_directory(domain_hash: &str, fallback: &Path) -> PathBuf {
     }
 }
 
-/// Writes ca.pem, client.pem and client.key (0644, 0644, 0600) into `dir`.
+/// Writes ca.pem, client.pem, client.key and bundle.pem (all three in one,
+/// key first: `paths::CLIENT_BUNDLE`) into `dir`, which only this user can
+/// enter.
 pub fn write_credentials(dir: &Path, ca_pem: &str, client: &ClientCredentials) -> Result<()> {
     if let Some(parent) = dir.parent() {
         crate::private_dirs::ensure_private_dir(parent)?;
@@ -118,10 +125,18 @@ pub fn write_credentials(dir: &Path, ca_pem: &str, client: &ClientCredentials) -
     crate::private_dirs::ensure_private_dir(dir)?;
     // The sandbox reads these as its own (mapped) root; in rootless mode the
     // container root is the host user, so the directory can stay 0700.
-    for (name, contents) in [("ca.pem", ca_pem), ("client.pem", &client.certificate_pem), ("client.key", &client.key_pem)] {
+    let bundle = bundle_pem(ca_pem, client);
+    for (name, contents) in
+        [("ca.pem", ca_pem), ("client.pem", &client.certificate_pem), ("client.key", &client.key_pem), ("bundle.pem", &bundle)]
+    {
         std::fs::write(dir.join(name), contents).with_context(|| format!("cannot write {}", dir.join(name).display()))?;
     }
     Ok(())
+}
+
+/// The client's key, its certificate and the CA certificate, as one PEM file.
+fn bundle_pem(ca_pem: &str, client: &ClientCredentials) -> String {
+    [client.key_pem.as_str(), client.certificate_pem.as_str(), ca_pem].iter().map(|pem| format!("{}\n", pem.trim_end())).collect()
 }
 
 /// The URI SANs of a DER certificate.
@@ -155,6 +170,22 @@ mod tests {
         let (_, parsed) = x509_parser::parse_x509_certificate(der.as_ref()).expect("x509");
         let days = (parsed.validity().not_after.timestamp() - time::OffsetDateTime::now_utc().unix_timestamp()) / 86_400;
         assert!((29..=30).contains(&days), "client certificate valid for {days} days");
+    }
+
+    #[test]
+    fn the_bundle_holds_the_key_then_the_client_certificate_then_the_ca() {
+        let anchor = TrustAnchor::generate().expect("ca");
+        let credentials = anchor.client_credentials(&sandbox_identity("claude", "0123456789ab", "abcd")).expect("client");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tls = dir.path().join("tls");
+        write_credentials(&tls, anchor.ca_pem(), &credentials).expect("write");
+        let bundle = std::fs::read(tls.join("bundle.pem")).expect("bundle");
+        let key = PrivateKeyDer::from_pem_slice(&bundle).expect("key");
+        assert_eq!(key.secret_der(), PrivateKeyDer::from_pem_slice(credentials.key_pem.as_bytes()).expect("key").secret_der());
+        let certificates: Vec<CertificateDer> =
+            CertificateDer::pem_slice_iter(&bundle).collect::<std::result::Result<_, _>>().expect("pem");
+        let separate = ["client.pem", "ca.pem"].map(|name| CertificateDer::from_pem_file(tls.join(name)).expect("certificate"));
+        assert_eq!(certificates, separate.to_vec());
     }
 
     use rustls::pki_types::pem::PemObject;
