@@ -208,9 +208,18 @@ fn handshake_and_send(connection: &mut rustls::ClientConnection, socket: &mut Un
         }
         connection.process_new_packets().map_err(|error| format!("TLS handshake with the coordinator: {error}"))?;
     }
-    connection.writer().write_all(request).map_err(|error| format!("sending the request: {error}"))?;
-    while connection.wants_write() {
-        connection.write_tls(socket).map_err(|error| format!("sending the request: {error}"))?;
+    // rustls takes at most its buffer limit (64 KiB) of plaintext at a time;
+    // a larger request goes out in turns.
+    let mut rest = request;
+    while !rest.is_empty() {
+        let taken = connection.writer().write(rest).map_err(|error| format!("sending the request: {error}"))?;
+        rest = &rest[taken..];
+        if taken == 0 && !connection.wants_write() {
+            return Err("sending the request: the TLS connection takes no more data".to_owned());
+        }
+        while connection.wants_write() {
+            connection.write_tls(socket).map_err(|error| format!("sending the request: {error}"))?;
+        }
     }
     Ok(())
 }
