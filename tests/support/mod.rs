@@ -251,13 +251,16 @@ impl RootlessUser {
     }
 
     /// Runs `script` with `sh -c` as the user, in a clean login-like environment.
+    /// `LAZARET_RUNSC`, if the suite sets it, is passed on.
     pub fn run(&self, script: &str) -> Output {
+        let runsc = std::env::var("LAZARET_RUNSC").map(|runsc| format!("LAZARET_RUNSC={runsc}"));
         Command::new("runuser")
             .args(["-u", &self.name, "--", "env", "-i"])
             .arg(format!("HOME={}", self.home))
             .arg(format!("USER={}", self.name))
             .arg(format!("XDG_RUNTIME_DIR=/run/user/{}", self.uid))
             .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+            .args(runsc)
             .args(["sh", "-c", script])
             .current_dir(&self.home)
             .output()
@@ -363,6 +366,11 @@ impl Subject {
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("XDG_RUNTIME_DIR", format!("/run/user/{}", user.uid))
             .current_dir(self.env.path());
+        // The runsc a suite runs against (tests/run's second pass on
+        // Debian's) holds for the rootless user too.
+        if let Some(runsc) = std::env::var_os("LAZARET_RUNSC") {
+            command.env("LAZARET_RUNSC", runsc);
+        }
         command
     }
 

@@ -56,6 +56,7 @@ fn main() -> ExitCode {
         Some("uds-hold") => uds_hold(&args[1..]),
         Some("setxattr") => set_xattr(&args[1..]),
         Some("mknod-whiteout") => mknod_whiteout(&args[1..]),
+        Some("privileges") => privileges(),
         _ => Err("usage: lazaret-testhost dns|sink|bench|mark-connect ... (see the source)".to_owned()),
     };
     match result {
@@ -338,6 +339,25 @@ fn mknod_whiteout(args: &[String]) -> Result<(), String> {
     let result = unsafe { libc::mknod(c_path.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(0, 0)) };
     let outcome = if result == 0 { "ok".to_owned() } else { std::io::Error::last_os_error().to_string() };
     println!("mknod={outcome}");
+    Ok(())
+}
+
+/// Prints this process's no_new_privs flag and process limit as the kernel
+/// answers them (`prctl`, `getrlimit`): the gVisor in Debian 12 shows no
+/// `NoNewPrivs` line in `/proc/PID/status` and no `/proc/PID/limits`.
+fn privileges() -> Result<(), String> {
+    // SAFETY: PR_GET_NO_NEW_PRIVS reads no memory; the other arguments must be 0.
+    let flag = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
+    if flag < 0 {
+        return Err(format!("prctl(PR_GET_NO_NEW_PRIVS): {}", std::io::Error::last_os_error()));
+    }
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one `rlimit`, which `limit` is, alive for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut limit) } != 0 {
+        return Err(format!("getrlimit(RLIMIT_NPROC): {}", std::io::Error::last_os_error()));
+    }
+    println!("no-new-privs {flag}");
+    println!("nproc {} {}", limit.rlim_cur, limit.rlim_max);
     Ok(())
 }
 
