@@ -402,6 +402,8 @@ fn a_request_that_needs_a_human_waits_and_is_approved_denied_or_edited_over_json
     let text = stdout(&output);
     assert!(text.contains("approve=0") && text.contains("deny=97") && text.contains("edit=0"), "{text}\n{}", stderr(&output));
     assert!(stderr(&output).contains("denied: not today"), "{}", stderr(&output));
+    // The client reports an edit (its `Running` frame is sent at once).
+    assert!(stderr(&output).contains("the request was edited; running: touch edited-marker"), "{}", stderr(&output));
     assert!(repository.join("approved-marker").exists());
     assert!(!repository.join("denied-marker").exists());
     assert!(repository.join("edited-marker").exists() && !repository.join("requested-marker").exists(), "the edited argv is what runs");
