@@ -460,11 +460,11 @@ struct Forger {
 }
 
 impl Forger {
-    fn config(&self, client: Option<(String, String)>, ca: &str) -> Arc<rustls::ClientConfig> {
+    fn config(&self, client: Option<(String, String)>, ca: rustls::pki_types::CertificateDer<'static>) -> Arc<rustls::ClientConfig> {
         use rustls::pki_types::pem::PemObject;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(rustls::pki_types::CertificateDer::from_pem_slice(ca.as_bytes()).expect("ca")).expect("root");
+        roots.add(ca).expect("root");
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .expect("versions")
@@ -480,18 +480,25 @@ impl Forger {
         })
     }
 
+    /// The sandbox's `bundle.pem`: its key, its certificate, the CA.
+    fn bundle(&self) -> Option<String> {
+        std::fs::read_to_string(self.tls_dir.join("bundle.pem")).ok()
+    }
+
+    /// The sandbox's certificate and key, as PEM (the bundle holds one of
+    /// each before the CA, and PEM parsing takes the first).
     fn sandbox_credentials(&self) -> Option<(String, String)> {
-        Some((
-            std::fs::read_to_string(self.tls_dir.join("client.pem")).ok()?,
-            std::fs::read_to_string(self.tls_dir.join("client.key")).ok()?,
-        ))
+        let bundle = self.bundle()?;
+        Some((bundle.clone(), bundle))
     }
 
     /// Sends `request` (JSON) and returns the coordinator's frames, or the error.
     fn send(&self, client: Option<(String, String)>, request: &serde_json::Value) -> Result<Vec<serde_json::Value>, String> {
-        let ca = std::fs::read_to_string(self.tls_dir.join("ca.pem")).expect("ca.pem");
+        use rustls::pki_types::pem::PemObject;
+        let bundle = self.bundle().expect("bundle.pem");
+        let ca = rustls::pki_types::CertificateDer::pem_slice_iter(bundle.as_bytes()).nth(1).expect("the CA").expect("pem");
         let connection = rustls::ClientConnection::new(
-            self.config(client, &ca),
+            self.config(client, ca),
             rustls::pki_types::ServerName::try_from("lazaret-coordinator").expect("name"),
         )
         .expect("connection");

@@ -200,9 +200,6 @@ fn handshake_and_send(connection: &mut rustls::ClientConnection, socket: &mut Un
         while connection.wants_write() {
             connection.write_tls(socket).map_err(failed)?;
         }
-        if !connection.is_handshaking() {
-            break;
-        }
         if connection.read_tls(socket).map_err(failed)? == 0 {
             return Err("the coordinator closed the connection during the TLS handshake".to_owned());
         }

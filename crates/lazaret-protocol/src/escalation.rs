@@ -28,12 +28,9 @@ pub const SESSION_ID_VARIABLE: &str = "LAZARET_SESSION_ID";
 /// Fixed paths inside the sandbox.
 pub mod paths {
     pub const SOCKET: &str = "/run/lazaret/escalate.sock";
-    pub const CA_CERTIFICATE: &str = "/run/lazaret/tls/ca.pem";
-    pub const CLIENT_CERTIFICATE: &str = "/run/lazaret/tls/client.pem";
-    pub const CLIENT_KEY: &str = "/run/lazaret/tls/client.key";
-    /// The three above in one file, in this order: the client's key, its
-    /// certificate, the CA certificate. `lazaret-escalate` reads only this
-    /// (one open through the gofer instead of three).
+    /// The sandbox's TLS credentials in one file, in this order: the
+    /// client's key, its certificate, the CA certificate (one open through
+    /// the gofer per request, not three).
     pub const CLIENT_BUNDLE: &str = "/run/lazaret/tls/bundle.pem";
     /// The server name the client expects in the coordinator's certificate.
     pub const SERVER_NAME: &str = "lazaret-coordinator";

@@ -115,28 +115,21 @@ pub fn credentials_directory(domain_hash: &str, fallback: &Path) -> PathBuf {
     }
 }
 
-/// Writes ca.pem, client.pem, client.key and bundle.pem (all three in one,
-/// key first: `paths::CLIENT_BUNDLE`) into `dir`, which only this user can
+/// Writes `bundle.pem` (`paths::CLIENT_BUNDLE`: the client's key, its
+/// certificate, the CA certificate) into `dir`, which only this user can
 /// enter.
 pub fn write_credentials(dir: &Path, ca_pem: &str, client: &ClientCredentials) -> Result<()> {
     if let Some(parent) = dir.parent() {
         crate::private_dirs::ensure_private_dir(parent)?;
     }
     crate::private_dirs::ensure_private_dir(dir)?;
-    // The sandbox reads these as its own (mapped) root; in rootless mode the
+    // The sandbox reads it as its own (mapped) root; in rootless mode the
     // container root is the host user, so the directory can stay 0700.
-    let bundle = bundle_pem(ca_pem, client);
-    for (name, contents) in
-        [("ca.pem", ca_pem), ("client.pem", &client.certificate_pem), ("client.key", &client.key_pem), ("bundle.pem", &bundle)]
-    {
-        std::fs::write(dir.join(name), contents).with_context(|| format!("cannot write {}", dir.join(name).display()))?;
-    }
+    let bundle: String =
+        [client.key_pem.as_str(), client.certificate_pem.as_str(), ca_pem].iter().map(|pem| format!("{}\n", pem.trim_end())).collect();
+    let path = dir.join("bundle.pem");
+    std::fs::write(&path, bundle).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
-}
-
-/// The client's key, its certificate and the CA certificate, as one PEM file.
-fn bundle_pem(ca_pem: &str, client: &ClientCredentials) -> String {
-    [client.key_pem.as_str(), client.certificate_pem.as_str(), ca_pem].iter().map(|pem| format!("{}\n", pem.trim_end())).collect()
 }
 
 /// The URI SANs of a DER certificate.
@@ -184,8 +177,10 @@ mod tests {
         assert_eq!(key.secret_der(), PrivateKeyDer::from_pem_slice(credentials.key_pem.as_bytes()).expect("key").secret_der());
         let certificates: Vec<CertificateDer> =
             CertificateDer::pem_slice_iter(&bundle).collect::<std::result::Result<_, _>>().expect("pem");
-        let separate = ["client.pem", "ca.pem"].map(|name| CertificateDer::from_pem_file(tls.join(name)).expect("certificate"));
-        assert_eq!(certificates, separate.to_vec());
+        let expected = [credentials.certificate_pem.as_str(), anchor.ca_pem()]
+            .map(|pem| CertificateDer::from_pem_slice(pem.as_bytes()).expect("certificate"));
+        assert_eq!(certificates, expected.to_vec());
+        assert_eq!(std::fs::read_dir(&tls).expect("dir").count(), 1, "one file");
     }
 
     use rustls::pki_types::pem::PemObject;
