@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sha2::{Digest, Sha256};
@@ -229,4 +230,82 @@ fn image_build_is_cached() {
     let output = run(env.lazaret().args(["image", "build"]));
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(stderr(&output).contains("up to date"), "second build should be a cache hit: {}", stderr(&output));
+}
+
+/// A machine whose processes were all killed while `/run` stayed (a killed
+/// session, an image taken of a running machine: how CI machines come to
+/// be) leaves rootless podman with a container recorded as running, no
+/// pause process, and every command refused. Lazaret names the fix before
+/// doing any work, doctor names it and leaves nothing behind, and
+/// `scripts/setup-rootless-user` (which `tests/run` calls) repairs it.
+/// Reproduced with a throwaway user, so the suite's rootless user is not
+/// disturbed.
+#[test]
+fn rootless_podman_without_its_pause_process_is_named_and_repaired_by_set_up() {
+    if !require_root("creating a throwaway user and killing all its processes") {
+        return;
+    }
+    let name = "lazaret-ci-stale";
+    let set_up = || {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/setup-rootless-user");
+        let output = run(Command::new(script).arg(name));
+        assert!(output.status.success(), "setup-rootless-user {name}: {}", stderr(&output));
+        output
+    };
+    set_up();
+    let user = RootlessUser::named(name);
+
+    // A root file system with one program, for runc (no image to pull).
+    let root = tempfile::Builder::new().prefix("lzt-stale-root").tempdir_in("/tmp").expect("tempdir");
+    std::fs::set_permissions(root.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let libraries = stdout(&run(Command::new("ldd").arg("/usr/bin/sleep")));
+    let mut files = vec![PathBuf::from("/usr/bin/sleep")];
+    files.extend(libraries.split_whitespace().filter(|word| word.starts_with('/')).map(PathBuf::from));
+    for file in &files {
+        let target = root.path().join(file.strip_prefix("/").expect("absolute"));
+        std::fs::create_dir_all(target.parent().expect("parent")).expect("mkdir");
+        std::fs::copy(file, &target).expect("copy");
+    }
+    assert!(Command::new("chown").arg("-R").arg(format!("{name}:")).arg(root.path()).status().expect("chown").success());
+    let started = user.run(&format!("podman run -d --runtime runc --network none --rootfs {} /usr/bin/sleep 600", root.path().display()));
+    assert!(started.status.success(), "a container as {name}: {}", stderr(&started));
+
+    // Every process of the user dies at once; /run/user/UID stays.
+    let _ = Command::new("pkill").args(["-KILL", "-u", name]).status();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while Command::new("pgrep").args(["-u", name]).output().expect("pgrep").status.success() {
+        assert!(std::time::Instant::now() < deadline, "{name}'s processes did not die");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let broken = user.run("podman ps");
+    assert!(!broken.status.success() && stderr(&broken).contains("invalid internal status"), "the state: {}", stderr(&broken));
+
+    // Lazaret stops at its first podman call and names the fix.
+    let build = user.run(&format!("{} image build", user.lazaret()));
+    let text = stderr(&build);
+    assert!(!build.status.success(), "{text}");
+    assert!(text.contains("run `podman system migrate` as this user"), "the fix is named: {text}");
+    assert!(!text.contains("collecting files"), "no work before podman was asked: {text}");
+    let doctor = user.run(&format!("LAZARET_HELPER_DIR={} {} doctor", user.bin.path().display(), user.lazaret()));
+    let report = stdout(&doctor);
+    assert_eq!(doctor.status.code(), Some(1), "{report}");
+    let default_image = report.lines().skip_while(|line| !line.contains("[FAIL] default image")).take(3).collect::<Vec<_>>().join("\n");
+    assert!(default_image.contains("fix: rootless podman lost its pause process"), "{report}");
+    let probes: Vec<PathBuf> = std::fs::read_dir("/tmp")
+        .expect("/tmp")
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("lazaret-overlay-probe-"))
+        .filter(|entry| entry.metadata().is_ok_and(|meta| std::os::unix::fs::MetadataExt::uid(&meta).to_string() == user.uid))
+        .map(|entry| entry.path())
+        .collect();
+    assert!(probes.is_empty(), "doctor's overlay probe left {probes:?}");
+
+    // Set-up repairs it: podman works again, the container is no longer running.
+    let repaired = set_up();
+    assert!(stderr(&repaired).contains("podman system migrate"), "{}", stderr(&repaired));
+    let listed = user.run("podman ps --all --format '{{.State}}'");
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert!(!stdout(&listed).contains("running"), "{}", stdout(&listed));
+    let removed = user.run("podman rm --all --force");
+    assert!(removed.status.success(), "{}", stderr(&removed));
 }

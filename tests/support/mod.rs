@@ -220,6 +220,13 @@ pub struct RootlessUser {
 impl RootlessUser {
     pub fn from_environment() -> Option<RootlessUser> {
         let name = std::env::var("LAZARET_TEST_ROOTLESS_USER").ok()?;
+        Some(RootlessUser::named(&name))
+    }
+
+    /// An existing ordinary user, with Lazaret's binaries copied where it
+    /// can run them.
+    pub fn named(name: &str) -> RootlessUser {
+        let name = name.to_owned();
         let passwd = Command::new("getent").args(["passwd", &name]).output().expect("getent");
         let fields: Vec<String> = stdout(&passwd).trim().split(':').map(str::to_owned).collect();
         let bin = tempfile::Builder::new().prefix("lzt-rootless").tempdir_in("/tmp").expect("tempdir");
@@ -228,7 +235,8 @@ impl RootlessUser {
         for helper in ["lazaret-escalate", "lazaret-sidecar", "lazaret-testhost"] {
             std::fs::copy(static_helper(helper), bin.path().join(helper)).expect("copy helper");
         }
-        Some(RootlessUser { name, uid: fields[2].clone(), home: fields[5].clone(), bin })
+        assert!(fields.len() > 5, "no such user: {name}");
+        RootlessUser { name, uid: fields[2].clone(), home: fields[5].clone(), bin }
     }
 
     /// The rootless test user, or `None` after [`missing_requirement`]
@@ -327,11 +335,19 @@ impl Subject {
         subject.write_config("");
         // The user's podman has its own images: build the default one once,
         // so no test's timing includes that first build.
-        static USER_IMAGE: Once = Once::new();
-        USER_IMAGE.call_once(|| {
+        // Every test that needs it reports a failed build (not a poisoned once).
+        static USER_IMAGE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+        let built = USER_IMAGE.get_or_init(|| {
             let output = run(subject.lazaret().args(["image", "build"]));
-            assert!(output.status.success(), "lazaret image build as the rootless user: {}", stderr(&output));
+            if output.status.success() {
+                Ok(())
+            } else {
+                Err(stderr(&output))
+            }
         });
+        if let Err(message) = built {
+            panic!("lazaret image build as the rootless user: {message}");
+        }
         Some(subject)
     }
 

@@ -34,7 +34,7 @@ pub fn ensure_image(podman: &Podman) -> Result<String> {
     let bytes = std::fs::read(&binary)?;
     let hash = lazaret_core::ids::hex(&Sha256::digest(&bytes)[..6]);
     let tag = format!("localhost/lazaret-sidecar:{hash}");
-    if podman.image_exists(&tag) {
+    if podman.image_exists(&tag)? {
         return Ok(tag);
     }
     let context = tempfile_dir()?;
@@ -47,7 +47,7 @@ pub fn ensure_image(podman: &Podman) -> Result<String> {
     let output = podman.command().args(["build", "--quiet", "--tag", &tag]).arg(&context).stdin(std::process::Stdio::null()).output()?;
     let _ = std::fs::remove_dir_all(&context);
     if !output.status.success() {
-        bail!("cannot build the sidecar image {tag}: {}", String::from_utf8_lossy(&output.stderr).trim());
+        bail!("cannot build the sidecar image {tag}: {}", crate::podman::explain(&output.stderr));
     }
     Ok(tag)
 }

@@ -53,15 +53,50 @@ impl Podman {
             .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "true")
     }
 
-    pub fn image_exists(&self, image: &str) -> bool {
-        self.command()
+    /// Whether a local image exists. Fails (with podman's message and, for
+    /// a known state, its fix) when podman itself does not work, so a broken
+    /// podman is never taken for a missing image.
+    pub fn image_exists(&self, image: &str) -> crate::Result<bool> {
+        let output = self
+            .command()
             .args(["image", "exists", image])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
+            .output()
+            .map_err(|error| crate::format_err!("cannot run {}: {error}", self.program))?;
+        // `podman image exists` exits 1, silently, for "no such image"; but
+        // rootless podman that cannot set up its namespace exits 1 too, with
+        // an error message.
+        let silent = String::from_utf8_lossy(&output.stderr).lines().all(|line| line.trim().is_empty() || line.contains("level=warning"));
+        match output.status.code() {
+            Some(0) => Ok(true),
+            Some(1) if silent => Ok(false),
+            _ => crate::bail!("`{} image exists {image}` failed: {}", self.program, explain(&output.stderr)),
+        }
     }
+}
+
+/// Podman's error output, trimmed, with the one fix Lazaret knows for a
+/// state podman cannot leave by itself.
+pub fn explain(stderr: &[u8]) -> String {
+    let message = String::from_utf8_lossy(stderr).trim().to_owned();
+    match hint(&message) {
+        Some(hint) => format!("{message}\n{hint}"),
+        None => message,
+    }
+}
+
+/// The fix for a podman state that podman's own message leaves unclear.
+pub fn hint(message: &str) -> Option<&'static str> {
+    // Rootless podman keeps its user namespace alive in a pause process. When
+    // every podman process was killed but its runtime directory survived (no
+    // reboot, or /run kept across one), it records containers as running
+    // whose conmon is gone and refuses every command.
+    (message.contains("invalid internal status") && message.contains("pause process")).then_some(
+        "rootless podman lost its pause process and still records containers as running whose processes are gone \
+         (its processes were killed while its runtime directory stayed); run `podman system migrate` as this user: \
+         it marks them stopped, and the next podman command starts a new pause process",
+    )
 }
 
 /// Runs a `podman exec` (or any podman command whose length the sandbox

@@ -265,7 +265,7 @@ pub async fn start(podman: &Podman, resolved: &ResolvedProfile, spec: &SandboxSp
     command.args(&invocation.arguments).envs(invocation.environment).stdin(std::process::Stdio::null());
     let output = command.output().await.context("cannot run podman")?;
     if !output.status.success() {
-        bail!("podman could not start the sandbox: {}", String::from_utf8_lossy(&output.stderr).trim());
+        bail!("podman could not start the sandbox: {}", crate::podman::explain(&output.stderr));
     }
     // `podman run --detach` prints the new container's ID last.
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -292,7 +292,7 @@ pub async fn remove(podman: &Podman, name: &str) -> Result<()> {
         if output.status.success() {
             return Ok(());
         }
-        message = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        message = crate::podman::explain(&output.stderr);
         tracing::debug!(attempt, %message, "podman rm failed; retrying");
     }
     bail!("podman could not remove {name}: {message}")

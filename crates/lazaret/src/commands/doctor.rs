@@ -204,11 +204,12 @@ fn probes(
     let image = match lazaret_coordinator::network::ensure_image(&podman) {
         Ok(image) => image,
         Err(error) => {
-            return vec![Check::fail(
-                "sandbox start",
-                format!("cannot build the probe image: {}", error.chained()),
-                "scripts/build, then run doctor again",
-            )];
+            let message = error.chained();
+            let fix = match lazaret_coordinator::podman::hint(&message) {
+                Some(hint) => hint.to_owned(),
+                None => "scripts/build, then run doctor again".to_owned(),
+            };
+            return vec![Check::fail("sandbox start", format!("cannot build the probe image: {message}"), fix)];
         }
     };
     let mut sandbox = lazaret_coordinator::coordinator::sandbox::runtime_arguments(&runsc.path, None, limits);
@@ -264,6 +265,9 @@ fn probe(podman: &Podman, name: &'static str, what: &str, arguments: &[String], 
 /// A one-line fix for what podman said when a container did not start.
 pub fn advice_for_podman_error(message: &str) -> String {
     let lower = message.to_ascii_lowercase();
+    if let Some(hint) = lazaret_coordinator::podman::hint(message) {
+        return hint.to_owned();
+    }
     let advice = if lower.contains("container-init binary not found") || lower.contains("catatonit") {
         "podman's --init needs catatonit: apt-get install catatonit (a Recommends of podman, left out by --no-install-recommends), \
          or set init_path in containers.conf to an existing catatonit"
@@ -486,10 +490,15 @@ fn helper(name: &'static str, expected_version: &str) -> Check {
 
 fn default_image() -> Check {
     const NAME: &str = "default image";
-    if Podman::default().image_exists(DEFAULT_IMAGE) {
-        Check::pass(NAME, DEFAULT_IMAGE)
-    } else {
-        Check::warn(NAME, format!("{DEFAULT_IMAGE} is not built"), "lazaret image build")
+    match Podman::default().image_exists(DEFAULT_IMAGE) {
+        Ok(true) => Check::pass(NAME, DEFAULT_IMAGE),
+        Ok(false) => Check::warn(NAME, format!("{DEFAULT_IMAGE} is not built"), "lazaret image build"),
+        Err(error) => {
+            let message = error.to_string();
+            let fix = advice_for_podman_error(&message);
+            // The fix is shown once, as the fix.
+            Check::fail(NAME, message.replace(&fix, "").trim_end().to_owned(), fix)
+        }
     }
 }
 
@@ -506,6 +515,9 @@ mod tests {
         let limits = "Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied";
         assert!(advice_for_podman_error(limits).contains("hard limits"));
         assert!(advice_for_podman_error("something new").contains("podman's message"));
+        let pause = "level=error msg=\"invalid internal status, try resetting the pause process with \\\"podman system migrate\\\": could not find any running process: no such process\"";
+        assert!(advice_for_podman_error(pause).starts_with("rootless podman lost its pause process"), "{}", advice_for_podman_error(pause));
+        assert!(lazaret_coordinator::podman::explain(pause.as_bytes()).ends_with("the next podman command starts a new pause process"));
     }
 
     #[test]

@@ -64,10 +64,13 @@ pub(crate) enum Entry {
 pub fn build(tag: &str, force: bool) -> Result<u8> {
     let started = Instant::now();
     let podman = Podman::default();
+    // Asked first: a podman that does not work fails here, not after the
+    // files were collected and packed.
+    let exists = podman.image_exists(tag)?;
     progress(&format!("collecting files for {tag} from this host's Debian packages"));
     let entries = collect_entries()?;
     let key = content_key(&format!("recipe {RECIPE_VERSION}"), &entries);
-    if !force && podman.image_label(tag, CONTENT_LABEL).as_deref() == Some(key.as_str()) {
+    if !force && exists && podman.image_label(tag, CONTENT_LABEL).as_deref() == Some(key.as_str()) {
         progress(&format!("{tag} is up to date (content {})", &key[..12]));
         return Ok(0);
     }
@@ -278,7 +281,7 @@ fn import(podman: &Podman, tag: &str, key: &str, entries: &BTreeMap<PathBuf, Ent
     let written = write_archive(stdin, entries, total_bytes);
     let output = child.wait_with_output().context("podman import did not finish")?;
     if !output.status.success() {
-        bail!("`podman import` failed for {tag}: {}", String::from_utf8_lossy(&output.stderr).trim());
+        bail!("`podman import` failed for {tag}: {}", lazaret_coordinator::podman::explain(&output.stderr));
     }
     written.with_context(|| format!("writing the root file system of {tag}"))
 }

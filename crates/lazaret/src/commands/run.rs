@@ -179,7 +179,7 @@ fn uncommitted_note(repository: &HostRepository, profile: &str) -> Option<String
 /// must exist locally (no registry is assumed reachable).
 fn ensure_image(image: &str) -> Result<()> {
     let podman = Podman::default();
-    if podman.image_exists(image) {
+    if podman.image_exists(image)? {
         return Ok(());
     }
     if image == DEFAULT_IMAGE {
