@@ -7,6 +7,7 @@
 //! podman's default runsc and the builds `scripts/install-deps` makes in
 //! `/usr/local/lib/lazaret/runsc-<date>/runsc`.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -27,27 +28,124 @@ pub struct Selected {
 
 /// Chooses the runsc (see the module documentation).
 pub fn select(configured: Option<&Path>) -> Result<Selected> {
+    let mut probe = |path: &Path| run_runsc(path, "--version").map(|version| Features::parse(&version, ""));
+    choose(configured, &mut probe).map(|(selected, _)| selected)
+}
+
+/// [`select`] and the chosen runsc's [`Features`], for a sandbox start: each
+/// binary's `--version` and `flags` output is remembered in `memory` (a file
+/// in the domain's private directory) under the binary's identity (device,
+/// inode, size, modification and change times), so a cold start runs no
+/// runsc probe until a runsc is installed, rebuilt or replaced. Each probe is
+/// a Go program's start, 10-25 ms here, on the start's critical path.
+pub fn select_remembered(configured: Option<&Path>, memory: &Path) -> Result<(Selected, Features)> {
+    let mut remembered = Remembered::load(memory);
+    let chosen = choose(configured, &mut |path| remembered.features(path));
+    remembered.save(memory);
+    chosen
+}
+
+fn choose(configured: Option<&Path>, probe: &mut dyn FnMut(&Path) -> Option<Features>) -> Result<(Selected, Features)> {
     let explicit =
         std::env::var_os("LAZARET_RUNSC").filter(|value| !value.is_empty()).map(|value| (PathBuf::from(value), "$LAZARET_RUNSC"));
     if let Some((path, why)) = explicit.or_else(|| configured.map(|path| (path.to_path_buf(), "[runtime] runsc"))) {
-        let Some((version, date)) = version_of(&path) else {
+        let Some(features) = probe(&path) else {
             bail!("the runsc named by {why}, {}, does not run (`{} --version` failed)", path.display(), path.display());
         };
-        return Ok(Selected { path, version, date, why });
+        return Ok((Selected { path, version: features.version.clone(), date: features.date, why }, features));
     }
-    let mut best: Option<Selected> = None;
+    let mut best: Option<(Selected, Features)> = None;
     for path in candidates() {
-        let Some((version, date)) = version_of(&path) else { continue };
-        if best.as_ref().is_none_or(|best| date.unwrap_or(0) > best.date.unwrap_or(0)) {
-            best = Some(Selected { path, version, date, why: "the newest runsc found" });
+        let Some(features) = probe(&path) else { continue };
+        if best.as_ref().is_none_or(|(best, _)| features.date.unwrap_or(0) > best.date.unwrap_or(0)) {
+            let selected = Selected { path, version: features.version.clone(), date: features.date, why: "the newest runsc found" };
+            best = Some((selected, features));
         }
     }
     match best {
-        Some(selected) => Ok(selected),
+        Some(best) => Ok(best),
         None => {
             bail!("no runsc found (looked in podman's paths and {BUILT_RUNSC_DIR}/runsc-*): apt-get install runsc, or scripts/install-deps")
         }
     }
+}
+
+/// What [`select_remembered`] keeps per runsc path.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Probe {
+    identity: [i64; 6],
+    version: String,
+    flags: String,
+}
+
+/// The remembered probes of one file, and the ones used this time.
+#[derive(Default)]
+struct Remembered {
+    known: std::collections::BTreeMap<String, Probe>,
+    used: std::collections::BTreeMap<String, Probe>,
+}
+
+impl Remembered {
+    /// A missing or unreadable file is an empty memory.
+    fn load(file: &Path) -> Remembered {
+        let known = std::fs::read(file).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default();
+        Remembered { known, used: Default::default() }
+    }
+
+    /// The binary's features: remembered if it is the same file, else probed.
+    fn features(&mut self, path: &Path) -> Option<Features> {
+        let identity = identity(path)?;
+        let key = path.to_string_lossy().into_owned();
+        let probe = match self.known.get(&key) {
+            Some(probe) if probe.identity == identity => probe.clone(),
+            _ => {
+                let version = run_runsc(path, "--version")?;
+                let flags = run_runsc(path, "flags").unwrap_or_default();
+                Probe { identity, version, flags }
+            }
+        };
+        let features = Features::parse(&probe.version, &probe.flags);
+        self.used.insert(key, probe);
+        Some(features)
+    }
+
+    /// Writes what was used (a new file, renamed into place), if it changed;
+    /// a failure only costs the next start its probes.
+    fn save(&self, file: &Path) {
+        if self.used == self.known {
+            return;
+        }
+        let Ok(text) = serde_json::to_vec(&self.used) else { return };
+        let partial = file.with_extension("partial");
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&partial)
+            .and_then(|mut out| std::io::Write::write_all(&mut out, &text))
+            .and_then(|()| std::fs::rename(&partial, file));
+        if let Err(error) = written {
+            tracing::debug!(%error, file = %file.display(), "cannot remember the runsc probes");
+            let _ = std::fs::remove_file(&partial);
+        }
+    }
+}
+
+/// A binary's identity: device, inode, size, modification and change times
+/// (nanoseconds). A rebuilt or replaced runsc has another.
+fn identity(path: &Path) -> Option<[i64; 6]> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let nanos = |seconds: i64, nanos: i64| seconds.saturating_mul(1_000_000_000).saturating_add(nanos);
+    Some([
+        meta.dev() as i64,
+        meta.ino() as i64,
+        meta.size() as i64,
+        nanos(meta.mtime(), meta.mtime_nsec()),
+        nanos(meta.ctime(), meta.ctime_nsec()),
+        i64::from(meta.mode()),
+    ])
 }
 
 /// podman's default runsc, then the builds in [`BUILT_RUNSC_DIR`].
@@ -64,11 +162,6 @@ pub fn candidates() -> Vec<PathBuf> {
     built.sort();
     paths.extend(built);
     paths
-}
-
-fn version_of(path: &Path) -> Option<(String, Option<u32>)> {
-    let features = Features::parse(&run_runsc(path, "--version")?, "");
-    Some((features.version, features.date))
 }
 
 /// The runsc podman runs for `--runtime=runsc`: the first of podman's
@@ -222,5 +315,65 @@ mod tests {
         let features = Features::parse("runsc version VERSION_MISSING\n", "");
         assert_eq!(features.date, None);
         assert!(!features.host_uds && !features.fast_file_access() && !features.per_mount_file_access() && !features.dcache);
+    }
+
+    /// A stand-in runsc that logs each probe to `probes` in its directory.
+    fn fake_runsc(dir: &Path, date: &str) -> PathBuf {
+        let script = format!(
+            "#!/bin/sh\ncase \"$1\" in\n--version) echo v >> \"$(dirname \"$0\")/probes\"; echo 'runsc version 0.0~{date}' ;;\nflags) echo f >> \"$(dirname \"$0\")/probes\"; printf '  -directfs\\n  -host-uds value\\n' ;;\nesac\n"
+        );
+        let partial = dir.join("runsc.partial");
+        std::fs::write(&partial, script).expect("write");
+        std::fs::set_permissions(&partial, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        let runsc = dir.join("runsc");
+        std::fs::rename(&partial, &runsc).expect("rename");
+        // Another test's fork can hold the written file open for a moment
+        // (ETXTBSY): wait until it runs, with an argument that logs nothing.
+        for _ in 0..100 {
+            if Command::new(&runsc).arg("warm-up").status().is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        runsc
+    }
+
+    fn probes_run(dir: &Path) -> usize {
+        std::fs::read_to_string(dir.join("probes")).unwrap_or_default().lines().count()
+    }
+
+    #[test]
+    fn probes_are_remembered_until_the_binary_is_replaced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let memory = dir.path().join("runsc-probes.json");
+        let runsc = fake_runsc(dir.path(), "20260905");
+
+        let mut remembered = Remembered::load(&memory);
+        let features = remembered.features(&runsc).expect("runs");
+        remembered.save(&memory);
+        assert_eq!((features.date, features.directfs, features.host_uds), (Some(20260905), true, true));
+        assert_eq!(probes_run(dir.path()), 2, "--version and flags, once each");
+        let mode = std::fs::metadata(&memory).expect("saved").permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+
+        let mut remembered = Remembered::load(&memory);
+        assert_eq!(remembered.features(&runsc), Some(features), "the same answer from memory");
+        remembered.save(&memory);
+        assert_eq!(probes_run(dir.path()), 2, "the same binary is not probed again");
+
+        // Replaced (a new file renamed over it): probed again, and remembered anew.
+        let runsc = fake_runsc(dir.path(), "20270101");
+        let mut remembered = Remembered::load(&memory);
+        assert_eq!(remembered.features(&runsc).and_then(|features| features.date), Some(20270101));
+        remembered.save(&memory);
+        assert_eq!(probes_run(dir.path()), 4);
+        assert_eq!(Remembered::load(&memory).features(&runsc).and_then(|features| features.date), Some(20270101));
+        assert_eq!(probes_run(dir.path()), 4);
+
+        // A memory that is not ours to read is no memory; a binary that does not run is not remembered.
+        std::fs::write(&memory, "not json").expect("write");
+        assert!(Remembered::load(&memory).features(&runsc).is_some());
+        assert_eq!(probes_run(dir.path()), 6);
+        assert_eq!(Remembered::load(&memory).features(&dir.path().join("missing")), None);
     }
 }

@@ -33,6 +33,9 @@ const TEARDOWN_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// File name of the state store inside the Domain Root.
 pub const STORE_FILE: &str = "state.redb";
+
+/// The runsc probes this domain remembers (`runsc::select_remembered`).
+pub const RUNSC_PROBES_FILE: &str = "runsc-probes.json";
 /// File name of the coordinator's log inside the Domain Root.
 pub const LOG_FILE: &str = "coordinator.log";
 
@@ -105,15 +108,12 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     // session of this domain runs before its coordinator does).
     crate::exec_target::remove_session_fifos(&domain_resources.socket_dir);
 
-    // Choosing runsc runs `--version` of each candidate (about 40 ms each):
-    // done beside the store and workspace preparation, not after them.
+    // Choosing runsc starts each candidate twice (`--version`, `flags`)
+    // unless the domain remembers them: beside the store and workspace
+    // preparation, not after them.
     let configured_runsc = resolved.runsc.clone();
-    let runsc = tokio::task::spawn_blocking(move || {
-        crate::runsc::select(configured_runsc.as_deref()).map(|selected| {
-            let features = crate::runsc::Features::probe_flags(&selected.path, &selected.version);
-            (selected, features)
-        })
-    });
+    let remembered = domain_resources.domain_dir.join(RUNSC_PROBES_FILE);
+    let runsc = tokio::task::spawn_blocking(move || crate::runsc::select_remembered(configured_runsc.as_deref(), &remembered));
     let store_path = domain_resources.domain_dir.join(STORE_FILE);
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await.context("store task failed")??;
     let prepare_resolved = resolved.clone();
