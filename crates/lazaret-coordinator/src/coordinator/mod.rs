@@ -407,7 +407,7 @@ fn prepare_escalation(resolved: &ResolvedProfile) -> Result<PreparedEscalation> 
     );
     let podman_arguments = vec![
         sandbox::HOST_UDS_ARGUMENT.to_owned(),
-        format!("--volume={}:/run/lazaret/tls:ro", tls_dir.display()),
+        format!("--volume={}:{}:ro", tls_dir.display(), trust_anchor::bundle_location().0),
         format!("--volume={}:{}", domain.escalation_socket.display(), lazaret_protocol::escalation::paths::SOCKET),
         format!("--volume={}:/run/lazaret/bin/lazaret-escalate:ro", helper.display()),
     ];

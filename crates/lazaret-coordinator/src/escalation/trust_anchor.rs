@@ -115,6 +115,12 @@ pub fn credentials_directory(domain_hash: &str, fallback: &Path) -> PathBuf {
     }
 }
 
+/// Where the sandbox finds the credentials directory, and the bundle's name
+/// in it: both from `paths::CLIENT_BUNDLE`, which the client reads.
+pub fn bundle_location() -> (&'static str, &'static str) {
+    paths::CLIENT_BUNDLE.rsplit_once('/').unwrap_or(("/", "bundle.pem"))
+}
+
 /// Writes `bundle.pem` (`paths::CLIENT_BUNDLE`: the client's key, its
 /// certificate, the CA certificate) into `dir`, which only this user can
 /// enter.
@@ -127,7 +133,7 @@ pub fn write_credentials(dir: &Path, ca_pem: &str, client: &ClientCredentials) -
     // container root is the host user, so the directory can stay 0700.
     let bundle: String =
         [client.key_pem.as_str(), client.certificate_pem.as_str(), ca_pem].iter().map(|pem| format!("{}\n", pem.trim_end())).collect();
-    let path = dir.join("bundle.pem");
+    let path = dir.join(bundle_location().1);
     std::fs::write(&path, bundle).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
@@ -172,6 +178,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let tls = dir.path().join("tls");
         write_credentials(&tls, anchor.ca_pem(), &credentials).expect("write");
+        assert_eq!(bundle_location(), ("/run/lazaret/tls", "bundle.pem"));
         let bundle = std::fs::read(tls.join("bundle.pem")).expect("bundle");
         let key = PrivateKeyDer::from_pem_slice(&bundle).expect("key");
         assert_eq!(key.secret_der(), PrivateKeyDer::from_pem_slice(credentials.key_pem.as_bytes()).expect("key").secret_der());
