@@ -218,13 +218,19 @@ fn oversized_requests_and_a_flood_of_pending_requests_are_refused() {
 
 /// `lazaret pending` never reports "nothing pending" for a domain it could
 /// not ask (finding 15): the error is printed and the exit status is 1.
-#[test]
-fn pending_reports_a_domain_it_cannot_list() {
-    let env = TestEnv::new();
+/// A control socket where `lazaret pending` looks for coordinators, for a
+/// test to play a coordinator on.
+fn fake_control_socket(env: &TestEnv) -> std::os::unix::net::UnixListener {
     let socket_dir = env.path().join("run/lazaret/0123456789ab");
     std::fs::create_dir_all(&socket_dir).expect("mkdir");
     std::fs::set_permissions(env.path().join("run/lazaret"), std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
-    let listener = std::os::unix::net::UnixListener::bind(socket_dir.join("control.sock")).expect("bind");
+    std::os::unix::net::UnixListener::bind(socket_dir.join("control.sock")).expect("bind")
+}
+
+#[test]
+fn pending_reports_a_domain_it_cannot_list() {
+    let env = TestEnv::new();
+    let listener = fake_control_socket(&env);
     // A coordinator that answers every call with an error, as one whose
     // answer was too big did.
     std::thread::spawn(move || {
@@ -246,6 +252,46 @@ fn pending_reports_a_domain_it_cannot_list() {
         assert!(stderr(&output).contains("Response is too big"), "{arguments:?}: {}", stderr(&output));
         assert!(!stdout(&output).contains("no pending escalations"), "{arguments:?}: {}", stdout(&output));
     }
+}
+
+/// Issue 26 item 5: a client that could not ask never says "nothing
+/// pending". A coordinator that takes the connection and never answers
+/// made `lazaret pending` (and `editor-info`, the editors' discovery) wait
+/// for an hour; now it is reported within seconds and the exit status says
+/// the list is incomplete.
+#[test]
+fn pending_reports_a_coordinator_that_does_not_answer() {
+    let env = TestEnv::new();
+    let listener = fake_control_socket(&env);
+    // Accepts, reads, never answers.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let within = |arguments: &[&str]| {
+        let mut child = env.lazaret().args(arguments).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+        let started = std::time::Instant::now();
+        let ended = wait_until(Duration::from_secs(30), || child.try_wait().ok().flatten().is_some());
+        if !ended {
+            let _ = child.kill();
+        }
+        let output = child.wait_with_output().expect("wait");
+        assert!(ended, "lazaret {arguments:?} still waited after 30 s");
+        (output, started.elapsed())
+    };
+    for arguments in [&["pending"][..], &["pending", "--json"][..]] {
+        let (output, took) = within(arguments);
+        assert_eq!(output.status.code(), Some(1), "{arguments:?}: {}{}", stdout(&output), stderr(&output));
+        assert!(stderr(&output).contains("did not answer within 5 s"), "{arguments:?}: {}", stderr(&output));
+        assert!(!stdout(&output).contains("no pending escalations"), "{arguments:?}: {}", stdout(&output));
+        assert!(took < Duration::from_secs(15), "{arguments:?} took {took:?}");
+    }
+    let (output, _) = within(&["editor-info", "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).expect("editor-info json");
+    assert_eq!(info["domains"], serde_json::json!([]), "{info}");
 }
 
 /// Attack review finding 14: 3,000 connect/junk/close cycles added 3,000
@@ -543,10 +589,22 @@ fn signed_request(
     nonce: &str,
     key_override: Option<&SigningKey>,
 ) -> serde_json::Value {
+    signed_request_with_id(credential, session_id, &format!("forged-{nonce}"), argv, nonce, key_override)
+}
+
+/// A signed request whose client-chosen id is `request_id`.
+fn signed_request_with_id(
+    credential: &serde_json::Value,
+    session_id: &str,
+    request_id: &str,
+    argv: &[&str],
+    nonce: &str,
+    key_override: Option<&SigningKey>,
+) -> serde_json::Value {
     let secret: [u8; 32] = BASE64.decode(credential["delegatedSecretKey"].as_str().expect("key")).expect("b64").try_into().expect("32");
     let key = key_override.cloned().unwrap_or_else(|| SigningKey::from_bytes(&secret));
     let payload = serde_json::json!({
-        "requestId": format!("forged-{nonce}"), "sessionId": session_id, "argv": argv, "nonce": nonce, "timestampMs": now_ms()
+        "requestId": request_id, "sessionId": session_id, "argv": argv, "nonce": nonce, "timestampMs": now_ms()
     })
     .to_string();
     let signature = BASE64.encode(key.sign(payload.as_bytes()).to_bytes());
@@ -556,24 +614,23 @@ fn signed_request(
     })
 }
 
-#[test]
-fn forged_replayed_and_unauthenticated_requests_are_refused_and_audited() {
-    let _guard = sandbox_guard();
-    ensure_default_image();
-    let env = TestEnv::new();
-    escalation_config(&env, &["touch *"], 5);
-    let repository = git_repository(&env, "project");
+/// A session that prints its id and credential, then runs `then` (its
+/// output follows on the returned lines) and sleeps: the id, the
+/// credential and a forging client for its Escalation Socket.
+struct ForgingSession {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    session_id: String,
+    credential: serde_json::Value,
+    forger: Forger,
+}
+
+fn forging_session(env: &TestEnv, repository: &Path, then: &str) -> ForgingSession {
     let mut child = env
         .lazaret()
         .args(["run", "--workspace"])
-        .arg(&repository)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "echo $LAZARET_SESSION_ID; echo $LAZARET_SESSION_CREDENTIAL; \
-                env -u LAZARET_SESSION_CREDENTIAL lazaret-escalate -- touch no-credential; echo no-credential=$?; sleep 30",
-        ])
+        .arg(repository)
+        .args(["--", "sh", "-c", &format!("echo $LAZARET_SESSION_ID; echo $LAZARET_SESSION_CREDENTIAL; {then} sleep 60")])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -581,15 +638,30 @@ fn forged_replayed_and_unauthenticated_requests_are_refused_and_audited() {
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let session_id = lines.next().expect("line").expect("id");
     let credential_b64 = lines.next().expect("line").expect("credential");
-    assert_eq!(lines.next().expect("line").expect("status"), "no-credential=99", "a process without the credential is refused");
     let credential: serde_json::Value = serde_json::from_slice(&BASE64.decode(credential_b64.trim()).expect("b64")).expect("json");
-    let domain = domain_json(&env, "default", &repository);
+    let domain = domain_json(env, "default", repository);
     let hash = domain["domain_hash"].as_str().expect("hash");
     let uid = std::process::Command::new("id").arg("-u").output().expect("id");
     let forger = Forger {
         socket: PathBuf::from(domain["escalation_socket"].as_str().expect("socket")),
         tls_dir: PathBuf::from(format!("/dev/shm/lazaret-{}/{hash}", stdout(&uid).trim())),
     };
+    ForgingSession { child, lines, session_id, credential, forger }
+}
+
+#[test]
+fn forged_replayed_and_unauthenticated_requests_are_refused_and_audited() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &["touch *"], 5);
+    let repository = git_repository(&env, "project");
+    let ForgingSession { mut child, mut lines, session_id, credential, forger } = forging_session(
+        &env,
+        &repository,
+        "env -u LAZARET_SESSION_CREDENTIAL lazaret-escalate -- touch no-credential; echo no-credential=$?;",
+    );
+    assert_eq!(lines.next().expect("line").expect("status"), "no-credential=99", "a process without the credential is refused");
     let creds = forger.sandbox_credentials().expect("the sandbox's TLS credentials");
 
     // The harness works: a well-formed request with the real credential runs.
@@ -649,6 +721,72 @@ fn forged_replayed_and_unauthenticated_requests_are_refused_and_audited() {
     assert_eq!(rejected.len(), 5, "replay, tamper, stranger, no certificate, then the foreign CA counted: {rejected:#?}");
     assert_eq!(rejected.iter().filter(|reason| reason.starts_with("TLS handshake failed")).count(), 1, "{rejected:#?}");
     assert!(rejected.iter().any(|reason| reason.starts_with("1 more connections refused (TLS handshake failed)")), "{rejected:#?}");
+}
+
+/// Attack review (issue 26, finding 7): the coordinator keyed a request by
+/// the id its client chose, so a second request reusing a pending id ended
+/// both (audited as `timedOut`, "nobody approved within 120 s", which was
+/// false), and an agent knew the id a link in an editor had to name. Ids are
+/// now minted by the coordinator; the client's is kept as a correlation
+/// value only.
+#[test]
+fn request_ids_are_minted_by_the_coordinator_and_a_reused_client_id_ends_nothing() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &[], 60);
+    let repository = git_repository(&env, "project");
+    let ForgingSession { mut child, session_id, credential, forger, .. } = forging_session(&env, &repository, "");
+    let forger = Arc::new(forger);
+    let chosen = "chosen-by-the-agent";
+    let senders: Vec<_> = ["first", "second"]
+        .iter()
+        .enumerate()
+        .map(|(index, name)| {
+            let request = signed_request_with_id(&credential, &session_id, chosen, &["touch", name], &format!("{:032x}", index + 1), None);
+            let forger = forger.clone();
+            let creds = forger.sandbox_credentials().expect("the sandbox's TLS credentials");
+            std::thread::spawn(move || forger.send(Some(creds), &request))
+        })
+        .collect();
+    let mut pending = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(8), || {
+            pending = serde_json::from_slice::<Vec<serde_json::Value>>(&run(env.lazaret().args(["pending", "--json"])).stdout)
+                .unwrap_or_default();
+            pending.len() == 2
+        }),
+        "both requests wait, each under its own id: {pending:#?}"
+    );
+    let ids: Vec<String> = pending.iter().map(|p| p["requestId"].as_str().expect("id").to_owned()).collect();
+    assert_ne!(ids[0], ids[1]);
+    for id in &ids {
+        assert_ne!(id, chosen);
+        assert!(id.len() == 32 && id.bytes().all(|byte| byte.is_ascii_hexdigit()), "a minted id: {id}");
+    }
+    let first = pending.iter().find(|p| p["argv"][1] == "first").expect("first")["requestId"].as_str().expect("id").to_owned();
+    let second = pending.iter().find(|p| p["argv"][1] == "second").expect("second")["requestId"].as_str().expect("id").to_owned();
+    // The client's id answers nothing.
+    let by_chosen = run(env.lazaret().args(["approve", chosen]));
+    assert!(!by_chosen.status.success(), "{}", stdout(&by_chosen));
+    assert!(run(env.lazaret().args(["approve", &first])).status.success());
+    assert!(run(env.lazaret().args(["deny", &second])).status.success());
+    let outcomes: Vec<Vec<serde_json::Value>> = senders.into_iter().map(|sender| sender.join().expect("thread").expect("frames")).collect();
+    assert_eq!(outcomes[0].last().expect("frame")["type"], "exit", "{outcomes:?}");
+    assert_eq!(outcomes[1].last().expect("frame")["type"], "denied", "{outcomes:?}");
+    assert_eq!(outcomes[0][0]["requestId"], first.as_str(), "the client hears the minted id: {outcomes:?}");
+    assert!(repository.join("first").exists());
+    assert!(!repository.join("second").exists());
+    let _ = child.kill();
+    let _ = child.wait();
+    let records = audit(&env, &repository);
+    let record = |id: &str| records.iter().find(|r| r["requestId"] == id).cloned().unwrap_or_default();
+    assert_eq!(record(&first)["outcome"], "approved", "{records:#?}");
+    assert_eq!(record(&second)["outcome"], "denied", "{records:#?}");
+    for id in [&first, &second] {
+        assert_eq!(record(id)["clientRequestId"], chosen, "{records:#?}");
+    }
+    assert!(!records.iter().any(|r| r["outcome"] == "timedOut"), "{records:#?}");
 }
 
 #[test]

@@ -604,6 +604,98 @@ fn escape_sequences_in_agent_file_names_and_patches_never_reach_the_terminal() {
     check("after the session");
 }
 
+/// Issue 26 finding 3 (DECISIONS D16): both editors ran `git merge <branch
+/// name>` after their confirmation, so a commit the agent made while it was
+/// up (an `.envrc`) was merged unseen. A review now names its commits
+/// (`branch/diff` with `head`, `branch/fileContents` with `baseCommit` and
+/// `headCommit`), and `lazaret merge --expect` merges the reviewed commit or
+/// nothing.
+#[test]
+fn a_merge_takes_the_reviewed_commit_and_refuses_a_branch_that_moved() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    let script = "cd /workspace; echo reviewed > notes.txt; git add notes.txt; git commit -qm reviewed; echo COMMITTED; sleep 60";
+    let (mut child, mut lines) = spawn_agent_lines(&env, &repository, script);
+    assert_eq!(lines.next().map(|l| l.expect("line")).as_deref(), Some("COMMITTED"));
+    let branch_head = || {
+        let output = Command::new("git").arg("-C").arg(&repository).args(["rev-parse", "--verify", "--quiet", BRANCH]).output();
+        output.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    assert!(wait_until(Duration::from_secs(10), || branch_head().is_some()), "the agent branch reached the host");
+    let reviewed = branch_head().expect("head");
+    let host_head = git(&repository, &["rev-parse", "HEAD"]).trim().to_owned();
+    let domain = domain_json(&env, "default", &repository);
+    let mut rpc = Rpc::connect(Path::new(domain["control_socket"].as_str().expect("socket")));
+    let shown = rpc.result("branch/diff", serde_json::json!({"patch": false}));
+    assert_eq!(shown["head"], reviewed.as_str());
+
+    // The agent commits again while the human reads the review.
+    let container = domain["container_name"].as_str().expect("name");
+    let sneak = Command::new("podman")
+        .args([
+            "exec",
+            container,
+            "sh",
+            "-c",
+            "cd /workspace && echo 'export SNEAKED=1' > .envrc && git add .envrc && git commit -qm sneak",
+        ])
+        .output()
+        .expect("podman exec");
+    assert!(sneak.status.success(), "{}", stderr(&sneak));
+    assert!(wait_until(Duration::from_secs(10), || branch_head().is_some_and(|head| head != reviewed)), "the branch moved on the host");
+    let moved = branch_head().expect("head");
+
+    // The review, pinned, still shows what it showed.
+    let pinned = rpc.result("branch/diff", serde_json::json!({"patch": false, "head": reviewed}));
+    assert_eq!(pinned["head"], reviewed.as_str());
+    assert_eq!(pinned["files"].as_array().map(Vec::len), Some(1), "{pinned}");
+    assert_eq!(pinned["warnings"], serde_json::json!([]), "{pinned}");
+    let mut contents = |head: Option<&str>| {
+        let mut params = serde_json::json!({"path": ".envrc"});
+        if let Some(head) = head {
+            params["baseCommit"] = shown["base"].clone();
+            params["headCommit"] = head.into();
+        }
+        rpc.result("branch/fileContents", params)
+    };
+    let at_review = contents(Some(&reviewed));
+    assert_eq!((at_review["headCommit"].as_str(), at_review["head"]["exists"].as_bool()), (Some(reviewed.as_str()), Some(false)));
+    let now = contents(None);
+    assert_eq!((now["headCommit"].as_str(), now["head"]["exists"].as_bool()), (Some(moved.as_str()), Some(true)));
+    let bad = rpc.call("branch/fileContents", serde_json::json!({"path": "notes.txt", "headCommit": &reviewed[..12]}));
+    assert_eq!(bad["error"]["code"], 1004, "a short id is refused: {bad}");
+    assert!(bad["error"]["message"].as_str().unwrap_or("").contains(&reviewed[..12]), "the message names the value: {bad}");
+
+    // The merge of what was reviewed is refused now, and merges nothing.
+    let refused = run(env.lazaret().args(["merge", "--yes", "--expect", &reviewed, "--workspace"]).arg(&repository));
+    assert_eq!(refused.status.code(), Some(3), "{}{}", stdout(&refused), stderr(&refused));
+    assert!(stderr(&refused).contains("moved since the review"), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("1 commit(s) you have not reviewed"), "{}", stderr(&refused));
+    let short = run(env.lazaret().args(["merge", "--yes", "--expect", &moved[..12], "--workspace"]).arg(&repository));
+    assert_eq!(short.status.code(), Some(1), "{}", stderr(&short));
+    assert!(stderr(&short).contains("not a full commit id"), "{}", stderr(&short));
+    let unconfirmed = run(env.lazaret().args(["merge", "--expect", &moved, "--workspace"]).arg(&repository).stdin(Stdio::null()));
+    assert_eq!(unconfirmed.status.code(), Some(1), "{}", stderr(&unconfirmed));
+    assert!(stderr(&unconfirmed).contains("without confirmation"), "{}", stderr(&unconfirmed));
+    assert_eq!(git(&repository, &["rev-parse", "HEAD"]).trim(), host_head, "nothing was merged");
+    assert!(!repository.join(".envrc").exists() && !repository.join("notes.txt").exists());
+
+    // Reviewed again: the merge names the file that makes hosts run code
+    // and takes exactly that commit.
+    let merged = run(env.lazaret().args(["merge", "--yes", "--expect", &moved, "--workspace"]).arg(&repository));
+    assert!(merged.status.success(), "{}{}", stdout(&merged), stderr(&merged));
+    let text = stdout(&merged);
+    assert!(text.contains("WARNING: 1 file(s) that make hosts run code") && text.contains("! .envrc"), "{text}");
+    assert_eq!(git(&repository, &["rev-parse", "HEAD"]).trim(), moved);
+    assert_eq!(std::fs::read_to_string(repository.join("notes.txt")).expect("merged"), "reviewed\n");
+    let again = run(env.lazaret().args(["merge", "--yes", "--workspace"]).arg(&repository));
+    assert!(again.status.success() && stdout(&again).contains("nothing to merge"), "{}", stdout(&again));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Attack review finding 8: the export and the uncommitted diff ran the
 /// sandbox's `git` through `podman exec` without a time limit, and the end of
 /// a session waits for the export: a `git` that hangs held the session (and

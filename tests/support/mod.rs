@@ -528,3 +528,66 @@ impl Rpc {
         panic!("no pending escalation appeared");
     }
 }
+
+/// One entry of the hostile corpus (`tests/hostile/strings.json`, DECISIONS
+/// D16): agent-controlled text every client must show inert.
+#[derive(Debug, Clone)]
+pub struct Hostile {
+    pub name: String,
+    /// Expanded: repeated as the entry says, `@MARKER@` replaced.
+    pub text: String,
+}
+
+impl Hostile {
+    /// The entry as a file name: `/` replaced by `_`, at most 200 bytes (cut
+    /// on a character boundary), never empty.
+    pub fn file_name(&self) -> String {
+        let mut name = self.text.replace(['/', '\0'], "_");
+        let mut end = name.len().min(200);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+        if name.is_empty() || name == "." || name == ".." {
+            name = format!("empty-{}", self.name);
+        }
+        name
+    }
+}
+
+/// The hostile corpus with `@MARKER@` replaced by `marker` (whose existence
+/// after a test means something ran that should not have).
+pub fn hostile_corpus(marker: &Path) -> Vec<Hostile> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/hostile/strings.json");
+    let document: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("the hostile corpus")).expect("corpus json");
+    let placeholder = document["marker"].as_str().expect("marker placeholder");
+    document["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|entry| {
+            let times = entry["repeat"].as_u64().unwrap_or(1) as usize;
+            let text = entry["text"].as_str().expect("text").repeat(times).replace(placeholder, &marker.display().to_string());
+            Hostile { name: entry["name"].as_str().expect("name").to_owned(), text }
+        })
+        .collect()
+}
+
+/// What a terminal would act on in `bytes` a program wrote to it: escape
+/// and other control characters (a CR only before a LF, as a terminal's
+/// own newline translation writes it), C1 controls, bidi and invisible
+/// characters. Empty when the output is inert.
+pub fn terminal_hazards(bytes: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(bytes);
+    let characters: Vec<char> = text.chars().collect();
+    let mut found = Vec::new();
+    for (index, character) in characters.iter().enumerate() {
+        let allowed = matches!(character, '\n' | '\t') || (*character == '\r' && characters.get(index + 1) == Some(&'\n'));
+        if !allowed && lazaret_core::terminal_text::is_unsafe(*character) {
+            let start = index.saturating_sub(20);
+            let context: String = characters[start..(index + 20).min(characters.len())].iter().collect();
+            found.push(format!("U+{:04X} in {context:?}", *character as u32));
+        }
+    }
+    found
+}

@@ -7,6 +7,8 @@ export const API_VERSION = 1;
 
 /** One record of the escalation audit trail (hash-chained). */
 export interface AuditRecord {
+  /** The id the requesting client chose: a correlation value only, written by the agent (absent from records made before ids were minted by the coordinator). */
+  clientRequestId?: string | null;
   decidedAtMs?: number | null;
   /** `policy`, `terminal`, `rpc:<client>` (the client name is self-declared by the answering process) or `timeout`. */
   decidedBy?: string | null;
@@ -24,6 +26,7 @@ export interface AuditRecord {
   /** Why (a refusal's reason, a denial's reason). */
   reason?: string | null;
   receivedAtMs: number;
+  /** Minted by the coordinator for each request (DECISIONS D16). */
   requestId: string;
   requestedArgv: string[];
   /** Position in the chain, from 1. */
@@ -220,6 +223,7 @@ export interface PendingEscalation {
   /** Why this was not auto-approved. */
   reasons: string[];
   receivedAtMs: number;
+  /** Minted by the coordinator, random per request: never the agent's choice (DECISIONS D16). Clients key a request by (domain, id). */
   requestId: string;
   /** Warnings: commands that run project code or take command-running options. */
   riskNotes: string[];
@@ -484,11 +488,14 @@ export interface AuditVerifyParams {
 
 /** Parameters of `branch/diff`. */
 export interface BranchDiffParams {
+  head?: string;
   patch?: boolean;
 }
 
 /** Parameters of `branch/fileContents`. */
 export interface BranchFileContentsParams {
+  baseCommit?: string;
+  headCommit?: string;
   path: string;
 }
 
@@ -525,9 +532,9 @@ export interface Methods {
   "audit/list": { params: AuditListParams; result: AuditRecord[] };
   /** Verifies the audit hash chain. */
   "audit/verify": { params: AuditVerifyParams; result: AuditVerification };
-  /** The agent branch against its base, plus uncommitted changes. `patch: false` leaves the patch texts empty. */
+  /** The agent branch against its base, plus uncommitted changes. `patch: false` leaves the patch texts empty. `head` (a full commit id) diffs that commit instead of the branch's current head, so a client can show again exactly what it showed (DECISIONS D16). */
   "branch/diff": { params: BranchDiffParams; result: BranchDiff };
-  /** One path (relative to the workspace) at the agent branch's base, at its head, and in the sandbox's working tree, for a diff editor. */
+  /** One path (relative to the workspace) at the agent branch's base, at its head, and in the sandbox's working tree, for a diff editor. `baseCommit` and `headCommit` (full commit ids, from the `BranchDiff` the client shows) pin the committed sides to those commits: a review shows the commits it names, never a branch that moved since (DECISIONS D16). */
   "branch/fileContents": { params: BranchFileContentsParams; result: FileContents };
   /** What the agent changed in the profile's persistent directories (all, or the one named by `dir`), as `lazaret state diff` shows it. */
   "state/diff": { params: StateDiffParams; result: StateChange[] };

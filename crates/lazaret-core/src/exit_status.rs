@@ -7,6 +7,9 @@
 pub const FAILURE: u8 = 1;
 /// Bad command-line usage (clap uses 2 as well).
 pub const USAGE: u8 = 2;
+/// `lazaret merge --expect COMMIT`: the agent branch is no longer at the
+/// commit that was reviewed; nothing was merged.
+pub const BRANCH_MOVED: u8 = 3;
 /// A security abort (DECISIONS D8): path traversal, a lockfile owned by
 /// another user, a protected path in a volume. Nothing was created.
 pub const SECURITY_ABORT: u8 = 77;

@@ -43,6 +43,12 @@ pub fn name(text: &str) -> Cow<'_, str> {
     if !text.chars().any(|c| is_unsafe(c) || c == '"' || c == '\\') {
         return Cow::Borrowed(text);
     }
+    Cow::Owned(quoted(text))
+}
+
+/// `text` always in double quotes, with the escapes of [`name`] (one word
+/// of an argv shown as a list).
+pub fn quoted(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 8);
     out.push('"');
     for character in text.chars() {
@@ -53,7 +59,7 @@ pub fn name(text: &str) -> Cow<'_, str> {
         }
     }
     out.push('"');
-    Cow::Owned(out)
+    out
 }
 
 /// Multi-line text (a patch): newlines and tabs stay; every other unsafe
@@ -73,9 +79,30 @@ pub fn block(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The start of `text` (already made safe), at most `max_chars`
+/// characters, and a note of how much was cut: a long command or
+/// justification cannot push what matters out of sight, and the reader is
+/// told there is more.
+pub fn cut(text: &str, max_chars: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(max_chars) {
+        None => Cow::Borrowed(text),
+        Some((end, _)) => {
+            let more = text[end..].chars().count();
+            Cow::Owned(format!("{}… (cut: {more} more characters)", &text[..end]))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cut_keeps_the_start_and_says_how_much_is_left() {
+        assert!(matches!(cut("short", 5), Cow::Borrowed("short")));
+        assert_eq!(cut("ünïcode", 3), "ünï… (cut: 4 more characters)");
+        assert_eq!(cut(&"a".repeat(65536), 10), format!("{}… (cut: 65526 more characters)", "a".repeat(10)));
+    }
 
     #[test]
     fn plain_text_is_unchanged() {

@@ -99,14 +99,25 @@ pub trait LazaretApi {
     async fn audit_verify(&self) -> RpcResult<AuditVerification>;
 
     /// The agent branch against its base, plus uncommitted changes.
-    /// `patch: false` leaves the patch texts empty.
+    /// `patch: false` leaves the patch texts empty. `head` (a full commit
+    /// id) diffs that commit instead of the branch's current head, so a
+    /// client can show again exactly what it showed (DECISIONS D16).
     #[method(name = "branch/diff", param_kind = map)]
-    async fn branch_diff(&self, patch: Option<bool>) -> RpcResult<BranchDiff>;
+    async fn branch_diff(&self, patch: Option<bool>, head: Option<String>) -> RpcResult<BranchDiff>;
 
     /// One path (relative to the workspace) at the agent branch's base, at
     /// its head, and in the sandbox's working tree, for a diff editor.
+    /// `baseCommit` and `headCommit` (full commit ids, from the
+    /// `BranchDiff` the client shows) pin the committed sides to those
+    /// commits: a review shows the commits it names, never a branch that
+    /// moved since (DECISIONS D16).
     #[method(name = "branch/fileContents", param_kind = map)]
-    async fn branch_file_contents(&self, path: String) -> RpcResult<FileContents>;
+    async fn branch_file_contents(
+        &self,
+        path: String,
+        #[argument(rename = "baseCommit")] base_commit: Option<String>,
+        #[argument(rename = "headCommit")] head_commit: Option<String>,
+    ) -> RpcResult<FileContents>;
 
     /// What the agent changed in the profile's persistent directories (all,
     /// or the one named by `dir`), as `lazaret state diff` shows it.

@@ -93,7 +93,13 @@ pub struct AuditRecord {
     pub previous_hash: String,
     /// SHA-256 (hex) over `previousHash` and this record with `hash` empty.
     pub hash: String,
+    /// Minted by the coordinator for each request (DECISIONS D16).
     pub request_id: String,
+    /// The id the requesting client chose: a correlation value only,
+    /// written by the agent (absent from records made before ids were
+    /// minted by the coordinator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
     /// The session the request claimed; `verified` says whether its
     /// signature checked out (`-` for network changes).
     pub session_id: String,
@@ -296,6 +302,8 @@ pub struct LearnedAddress {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PendingEscalation {
+    /// Minted by the coordinator, random per request: never the agent's
+    /// choice (DECISIONS D16). Clients key a request by (domain, id).
     pub request_id: String,
     pub domain_hash: String,
     pub profile: String,

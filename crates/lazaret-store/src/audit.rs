@@ -21,7 +21,13 @@ pub struct AuditRecord {
     pub previous_hash: String,
     /// SHA-256 over `previous_hash` and this record with `hash` empty.
     pub hash: String,
+    /// Minted by the coordinator for each request.
     pub request_id: String,
+    /// The id the requesting client chose (a correlation value, written by
+    /// the agent). Left out of the JSON when absent, so records stored
+    /// before it existed hash as they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
     /// The session the request claimed; `verified` says whether its
     /// signature checked out.
     pub session_id: String,
@@ -167,6 +173,7 @@ mod tests {
             previous_hash: String::new(),
             hash: String::new(),
             request_id: request.into(),
+            client_request_id: None,
             session_id: "s".into(),
             verified: true,
             outcome: "auto".into(),

@@ -129,6 +129,26 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Merge the agent branch into the workspace's current branch, pinned to
+    /// the commit you reviewed.
+    ///
+    /// Shows what will be merged (the files from the branch's base to the
+    /// commit, and first the files that make hosts run code), asks, then
+    /// runs `git merge` of that commit id, never of the branch name: a
+    /// commit the agent adds while you read is not merged. With --expect the
+    /// merge is refused (exit status 3) when the branch is no longer at that
+    /// commit: review it again (`lazaret diff`). The editors run this.
+    Merge {
+        #[command(flatten)]
+        target: DomainTarget,
+        /// The full commit id you reviewed (40 hex digits, as `lazaret diff
+        /// --json` gives it as `head`); refused when the branch moved.
+        #[arg(long, value_name = "COMMIT")]
+        expect: Option<String>,
+        /// Merge without asking (a script, or an editor that asked already).
+        #[arg(long, short)]
+        yes: bool,
+    },
     /// Show the domain's escalation audit trail (every request from the
     /// sandbox, verified or refused, its decision and what ran), or verify
     /// its hash chain.
@@ -152,9 +172,17 @@ pub enum Command {
     #[command(subcommand)]
     Net(NetCommand),
     /// List the escalation requests waiting for a human, in every running domain.
+    ///
+    /// The agent's text (argv, justification) is shown escaped; a long
+    /// command or justification is cut after its start, saying so: --full
+    /// prints all of it. A domain that cannot be asked is an error (exit
+    /// status 1), never an empty list.
     Pending {
         #[arg(long)]
         json: bool,
+        /// Print every request whole, however long.
+        #[arg(long)]
+        full: bool,
     },
     /// Approve a pending escalation (id or unique prefix, see `lazaret pending`).
     Approve { request_id: String },

@@ -115,6 +115,13 @@ impl Domain {
         *self.default_command.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = command;
     }
 
+    /// The agent branch's layout, or the error of a domain without one.
+    fn agent_branch_layout(&self) -> Result<GitLayout, ErrorObjectOwned> {
+        self.git
+            .clone()
+            .ok_or_else(|| rpc_error(error_code::INVALID_VALUE, "this domain mounts its workspace directly; there is no agent branch"))
+    }
+
     pub fn container_is_running(&self) -> bool {
         self.container.borrow().0 == ContainerState::Running
     }
@@ -369,6 +376,7 @@ fn network_audit_record(outcome: &str, reason: Option<String>, decided_by: &str,
         previous_hash: String::new(),
         hash: String::new(),
         request_id: format!("network-{now}-{number}"),
+        client_request_id: None,
         session_id: "-".to_owned(),
         verified: true,
         outcome: outcome.to_owned(),
@@ -625,37 +633,60 @@ impl LazaretApiServer for Api {
         Ok(audit_verification(verification))
     }
 
-    async fn branch_diff(&self, patch: Option<bool>) -> RpcResult<BranchDiff> {
-        let Some(layout) = self.0.git.clone() else {
-            return Err(rpc_error(error_code::INVALID_VALUE, "this domain mounts its workspace directly; there is no agent branch"));
-        };
+    async fn branch_diff(&self, patch: Option<bool>, head: Option<String>) -> RpcResult<BranchDiff> {
+        let layout = self.0.agent_branch_layout()?;
         let with_patch = patch.unwrap_or(true);
         let host = layout.host.clone();
         let branch = layout.branch.clone();
-        let mut diff = tokio::task::spawn_blocking(move || git_sentry::diff::committed(&host, &branch, with_patch))
-            .await
-            .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))?
-            .map_err(|error| rpc_error(error_code::GIT_FAILED, error.chained()))?;
+        let mut diff = tokio::task::spawn_blocking(move || match head {
+            Some(head) => {
+                let head =
+                    host.commit(&head).map_err(|message| rpc_error(error_code::INVALID_VALUE, format!("the head commit: {message}")))?;
+                git_sentry::diff::committed_at(&host, &branch, head, with_patch).map_err(git_failed)
+            }
+            None => git_sentry::diff::committed(&host, &branch, with_patch).map_err(git_failed),
+        })
+        .await
+        .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))??;
         if self.0.container_is_running() {
-            git_sentry::diff::add_uncommitted(&mut diff, &self.0.resolved.domain.container_name, with_patch)
-                .await
-                .map_err(|error| rpc_error(error_code::GIT_FAILED, error.chained()))?;
+            git_sentry::diff::add_uncommitted(&mut diff, &self.0.resolved.domain.container_name, with_patch).await.map_err(git_failed)?;
         }
         Ok(diff)
     }
 
-    async fn branch_file_contents(&self, path: String) -> RpcResult<FileContents> {
-        let Some(layout) = self.0.git.clone() else {
-            return Err(rpc_error(error_code::INVALID_VALUE, "this domain mounts its workspace directly; there is no agent branch"));
-        };
+    async fn branch_file_contents(
+        &self,
+        path: String,
+        base_commit: Option<String>,
+        head_commit: Option<String>,
+    ) -> RpcResult<FileContents> {
+        let layout = self.0.agent_branch_layout()?;
         git_sentry::contents::check_path(&path).map_err(|message| rpc_error(error_code::INVALID_VALUE, message))?;
         let host = layout.host.clone();
         let branch = layout.branch.clone();
         let committed_path = path.clone();
-        let mut contents = tokio::task::spawn_blocking(move || git_sentry::contents::committed(&host, &branch, &committed_path))
-            .await
-            .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))?
-            .map_err(|error| rpc_error(error_code::GIT_FAILED, error.chained()))?;
+        let mut contents = tokio::task::spawn_blocking(move || {
+            let pinned = |side: &str, id: &str| {
+                host.commit(id).map_err(|message| rpc_error(error_code::INVALID_VALUE, format!("the {side} commit: {message}")))
+            };
+            match (base_commit, head_commit) {
+                (None, None) => git_sentry::contents::committed(&host, &branch, &committed_path).map_err(git_failed),
+                (base, Some(head)) => {
+                    let head = pinned("head", &head)?;
+                    let (base, head) = match base {
+                        Some(base) => (pinned("base", &base)?, head),
+                        None => git_sentry::diff::endpoints_at(&host, head),
+                    };
+                    git_sentry::contents::committed_at(&host, base, head, &committed_path).map_err(git_failed)
+                }
+                (Some(_), None) => Err(rpc_error(
+                    error_code::INVALID_VALUE,
+                    "a base commit without a head commit: pin both, or the head alone (its base is its merge base with HEAD)",
+                )),
+            }
+        })
+        .await
+        .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))??;
         if self.0.container_is_running() {
             let working = git_sentry::contents::working(&self.0.resolved.domain.container_name, &path)
                 .await
@@ -704,6 +735,11 @@ impl LazaretApiServer for Api {
     }
 }
 
+/// A git failure of `branch/*` in wire form.
+fn git_failed(error: crate::Error) -> ErrorObjectOwned {
+    rpc_error(error_code::GIT_FAILED, error.chained())
+}
+
 /// A stored session in wire form.
 pub fn completed_session(record: SessionRecord) -> CompletedSession {
     CompletedSession {
@@ -724,6 +760,7 @@ pub fn audit_record(record: lazaret_store::AuditRecord) -> AuditRecord {
         previous_hash: record.previous_hash,
         hash: record.hash,
         request_id: record.request_id,
+        client_request_id: record.client_request_id,
         session_id: record.session_id,
         verified: record.verified,
         outcome: record.outcome,

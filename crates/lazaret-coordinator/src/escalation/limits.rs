@@ -133,7 +133,7 @@ pub fn bound_for_audit(record: &mut lazaret_store::AuditRecord) {
     if let Some(argv) = record.executed_argv.as_mut() {
         bound_argv(argv);
     }
-    for value in [&mut record.justification, &mut record.reason] {
+    for value in [&mut record.justification, &mut record.reason, &mut record.client_request_id] {
         if let Some(text) = value.as_mut() {
             *text = bounded(text);
         }

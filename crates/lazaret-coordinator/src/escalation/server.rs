@@ -110,12 +110,23 @@ pub async fn serve<D: EscalationDomain>(listener: UnixListener, server: Arc<Esca
     }
 }
 
+/// A new request's id: random, minted here for every request that gets
+/// past authentication (DECISIONS D16). The id the client sent is only a
+/// correlation value: an agent that reused a pending request's id ended
+/// both requests, and could have named the id of a request it wanted a
+/// link in an editor to answer.
+fn mint_request_id() -> Result<String, String> {
+    lazaret_core::ids::random_hex(16).map_err(|error| format!("the coordinator could not make a request id: {error}"))
+}
+
+/// A record of a connection that never made a request (`-` for both ids).
 fn blank_record(request_id: &str, session_id: &str, received_at_ms: u64) -> AuditRecord {
     AuditRecord {
         sequence: 0,
         previous_hash: String::new(),
         hash: String::new(),
         request_id: request_id.to_owned(),
+        client_request_id: None,
         session_id: session_id.to_owned(),
         verified: false,
         outcome: "rejected".to_owned(),
@@ -189,6 +200,14 @@ async fn handle<D: EscalationDomain>(stream: UnixStream, server: &EscalationServ
             return;
         }
     };
+    let request_id = match mint_request_id() {
+        Ok(request_id) => request_id,
+        Err(reason) => {
+            server.refuse_unauthenticated(domain, "no request id", reason.clone(), received_at_ms).await;
+            send(&mut tls, &ServerFrame::Refused { reason }).await;
+            return;
+        }
+    };
     let verified = {
         let mut guard = domain.broker().replay_guard.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         verify::verify(&signed, |session_id| domain.session_public_key(session_id), now_ms(), &mut guard)
@@ -196,8 +215,8 @@ async fn handle<D: EscalationDomain>(stream: UnixStream, server: &EscalationServ
     let payload = match verified {
         Ok(payload) => payload,
         Err(reason) => {
-            let (session_id, request_id) = verify::claimed_session(&signed);
-            let mut record = blank_record(&request_id, &session_id, received_at_ms);
+            let (session_id, client_request_id) = verify::claimed_session(&signed);
+            let mut record = request_record(&request_id, &client_request_id, &session_id, received_at_ms);
             record.reason = Some(reason.clone());
             if let Ok(payload) = serde_json::from_str::<RequestPayload>(&signed.payload) {
                 record.requested_argv = payload.argv;
@@ -210,7 +229,7 @@ async fn handle<D: EscalationDomain>(stream: UnixStream, server: &EscalationServ
         }
     };
     if let Some(reason) = super::limits::oversize(&payload) {
-        let mut record = blank_record(&payload.request_id, &payload.session_id, received_at_ms);
+        let mut record = request_record(&request_id, &payload.request_id, &payload.session_id, received_at_ms);
         record.verified = true;
         record.requested_argv = payload.argv;
         record.justification = payload.justification;
@@ -219,7 +238,20 @@ async fn handle<D: EscalationDomain>(stream: UnixStream, server: &EscalationServ
         send(&mut tls, &ServerFrame::Refused { reason }).await;
         return;
     }
-    decide_and_run(&mut tls, server, domain, payload, received_at_ms).await;
+    decide_and_run(&mut tls, server, domain, Request { id: request_id, payload }, received_at_ms).await;
+}
+
+/// The record of a request: its minted id and the one its client chose.
+fn request_record(request_id: &str, client_request_id: &str, session_id: &str, received_at_ms: u64) -> AuditRecord {
+    let mut record = blank_record(request_id, session_id, received_at_ms);
+    record.client_request_id = Some(client_request_id.to_owned());
+    record
+}
+
+/// A verified request and the id the coordinator minted for it.
+struct Request {
+    id: String,
+    payload: RequestPayload,
 }
 
 async fn read_request(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Result<SignedRequest, String> {
@@ -235,11 +267,12 @@ async fn decide_and_run<D: EscalationDomain>(
     tls: &mut (impl AsyncWrite + tokio::io::AsyncRead + Unpin),
     server: &EscalationServer,
     domain: &D,
-    payload: RequestPayload,
+    request: Request,
     received_at_ms: u64,
 ) {
+    let Request { id: request_id, payload } = request;
     let settings = &server.settings;
-    let mut record = blank_record(&payload.request_id, &payload.session_id, received_at_ms);
+    let mut record = request_record(&request_id, &payload.request_id, &payload.session_id, received_at_ms);
     record.verified = true;
     record.requested_argv = payload.argv.clone();
     record.justification = payload.justification.clone();
@@ -271,7 +304,7 @@ async fn decide_and_run<D: EscalationDomain>(
             }
             let timeout = settings.approval_timeout;
             let escalation = PendingEscalation {
-                request_id: payload.request_id.clone(),
+                request_id: request_id.clone(),
                 domain_hash: settings.domain_hash.clone(),
                 profile: settings.profile.clone(),
                 session_id: payload.session_id.clone(),
@@ -292,7 +325,7 @@ async fn decide_and_run<D: EscalationDomain>(
             send(
                 tls,
                 &ServerFrame::Pending {
-                    request_id: payload.request_id.clone(),
+                    request_id: request_id.clone(),
                     message: "waiting for a human to approve this request on the host".to_owned(),
                 },
             )
@@ -303,7 +336,7 @@ async fn decide_and_run<D: EscalationDomain>(
                 // The client hung up: nobody is waiting for the answer any
                 // more, so the request leaves every client's queue now.
                 _ = wait_for_hangup(tls) => {
-                    domain.broker().withdraw(&payload.request_id);
+                    domain.broker().withdraw(&request_id);
                     Some(Answer::Deny { reason: "the requesting process went away".to_owned(), decided_by: "client".to_owned() })
                 }
             };
@@ -319,7 +352,7 @@ async fn decide_and_run<D: EscalationDomain>(
                     return finish_without_running(tls, domain, record, "aborted", &decided_by, frame).await;
                 }
                 None => {
-                    domain.broker().withdraw(&payload.request_id);
+                    domain.broker().withdraw(&request_id);
                     let reason = format!("nobody approved the request within {} s", timeout.as_secs());
                     return finish_without_running(tls, domain, record, "timedOut", "timeout", ServerFrame::TimedOut { reason }).await;
                 }
@@ -330,7 +363,7 @@ async fn decide_and_run<D: EscalationDomain>(
     record.outcome = outcome.clone();
     record.decided_by = Some(decided_by.clone());
     domain.emit(Event::EscalationResolved {
-        request_id: payload.request_id.clone(),
+        request_id: request_id.clone(),
         outcome: outcome.clone(),
         decided_by,
         argv: Some(argv.clone()),
@@ -353,7 +386,7 @@ async fn decide_and_run<D: EscalationDomain>(
     // `Running` goes out with the command's first output or its end (an
     // auto-approved `true` answers in one write, not two); the client
     // reports only an edit from it, so an edit is sent at once.
-    let running_frame = ServerFrame::Running { request_id: payload.request_id.clone(), argv: argv.clone(), decision: outcome.clone() };
+    let running_frame = ServerFrame::Running { request_id: request_id.clone(), argv: argv.clone(), decision: outcome.clone() };
     let held = if outcome == "edited" {
         send(tls, &running_frame).await;
         None
@@ -406,7 +439,7 @@ async fn decide_and_run<D: EscalationDomain>(
         }
     };
     send_after(tls, held, &last).await;
-    domain.emit(Event::EscalationFinished { request_id: payload.request_id.clone(), exit_status: record.exit_status });
+    domain.emit(Event::EscalationFinished { request_id: request_id.clone(), exit_status: record.exit_status });
     domain.audit(record).await;
 }
 

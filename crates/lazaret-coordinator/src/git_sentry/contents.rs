@@ -98,7 +98,18 @@ fn committed_version(host: &HostRepository, commit: &str, path: &str) -> Result<
 /// The committed sides of `path`: at the merge base and at the agent
 /// branch's head (both absent while the branch has not reached the host).
 pub fn committed(host: &HostRepository, branch: &str, path: &str) -> Result<FileContents> {
-    let Some((base, head)) = super::diff::endpoints(host, branch) else {
+    committed_between(host, super::diff::endpoints(host, branch), path)
+}
+
+/// The committed sides of `path` at `base` and `head`, commits the caller
+/// checked with [`HostRepository::commit`]: what a review names, whatever
+/// the branch points at now (DECISIONS D16).
+pub fn committed_at(host: &HostRepository, base: String, head: String, path: &str) -> Result<FileContents> {
+    committed_between(host, Some((base, head)), path)
+}
+
+fn committed_between(host: &HostRepository, endpoints: Option<(String, String)>, path: &str) -> Result<FileContents> {
+    let Some((base, head)) = endpoints else {
         return Ok(FileContents {
             path: path.to_owned(),
             base_commit: None,

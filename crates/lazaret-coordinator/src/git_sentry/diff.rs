@@ -16,12 +16,29 @@ const MAX_PATCH_BYTES: usize = 4 << 20;
 /// head on the host; `None` while the branch has not reached the host.
 pub fn endpoints(host: &HostRepository, branch: &str) -> Option<(String, String)> {
     let head = host.resolve(&format!("refs/heads/{branch}"))?;
-    let base = host.git_text(&["merge-base", "HEAD", &head]).unwrap_or_else(|_| head.clone());
-    Some((base, head))
+    Some(endpoints_at(host, head))
 }
 
-/// The committed part, from the host repository.
+/// The base of a commit of the agent branch (its merge base with the
+/// host's `HEAD`) and the commit.
+pub fn endpoints_at(host: &HostRepository, head: String) -> (String, String) {
+    let base = host.git_text(&["merge-base", "HEAD", &head]).unwrap_or_else(|_| head.clone());
+    (base, head)
+}
+
+/// The committed part, from the host repository, at the branch's head now.
 pub fn committed(host: &HostRepository, branch: &str, with_patch: bool) -> Result<BranchDiff> {
+    between(host, branch, endpoints(host, branch), with_patch)
+}
+
+/// The committed part at `head`, a commit the caller checked with
+/// [`HostRepository::commit`] (a review shown again, or a merge pinned to
+/// what was reviewed), whatever the branch points at now.
+pub fn committed_at(host: &HostRepository, branch: &str, head: String, with_patch: bool) -> Result<BranchDiff> {
+    between(host, branch, Some(endpoints_at(host, head)), with_patch)
+}
+
+fn between(host: &HostRepository, branch: &str, endpoints: Option<(String, String)>, with_patch: bool) -> Result<BranchDiff> {
     let mut diff = BranchDiff {
         branch: branch.to_owned(),
         base: None,
@@ -31,7 +48,7 @@ pub fn committed(host: &HostRepository, branch: &str, with_patch: bool) -> Resul
         uncommitted: None,
         warnings: Vec::new(),
     };
-    let Some((base, head)) = endpoints(host, branch) else { return Ok(diff) };
+    let Some((base, head)) = endpoints else { return Ok(diff) };
     let range = [base.as_str(), head.as_str()];
     diff.files = parse_changes(
         &host.git_text(&["diff", "--no-ext-diff", "--no-textconv", "--numstat", "-z", range[0], range[1]])?,

@@ -146,6 +146,23 @@ impl HostRepository {
             .collect())
     }
 
+    /// A commit a client names by its full id (40 or 64 hex digits, as
+    /// `BranchDiff` gives it): the id, when this repository has that commit.
+    /// Nothing shorter is taken: a client pins what it showed (DECISIONS
+    /// D16), and an agent can make a commit that shares a short prefix.
+    /// The message names the value.
+    pub fn commit(&self, id: &str) -> std::result::Result<String, String> {
+        if !matches!(id.len(), 40 | 64) || !id.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+            return Err(format!("{id:?} is not a full commit id (40 or 64 hex digits)"));
+        }
+        let id = id.to_ascii_lowercase();
+        match self.resolve_all(&[id.as_str()]) {
+            Ok(found) if found.first().cloned().flatten().as_deref() == Some(id.as_str()) => Ok(id),
+            Ok(_) => Err(format!("commit {id} is not in the repository {}", self.workdir.display())),
+            Err(error) => Err(format!("cannot look up commit {id}: {error}")),
+        }
+    }
+
     /// The commit a ref points at, `None` if it does not exist.
     pub fn resolve(&self, reference: &str) -> Option<String> {
         self.git_text(&["rev-parse", "--verify", "--quiet", &format!("{reference}^{{commit}}")]).ok().filter(|sha| !sha.is_empty())

@@ -28,6 +28,25 @@ async fn live_sockets(socket_root: &Path) -> Vec<PathBuf> {
     sockets
 }
 
+/// How long a coordinator has to answer a listing: every call but
+/// `session/register` answers at once, so one that does not is stuck, and
+/// saying so beats waiting (an editor's discovery and `lazaret pending`
+/// must not hang on one domain).
+const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Characters of a command or justification `lazaret pending` prints
+/// before it cuts (without --full).
+const SHOWN_CHARACTERS: usize = 300;
+
+/// `call`'s answer, or an error saying the coordinator at `socket` did not
+/// answer in time.
+async fn within<T>(socket: &Path, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(ANSWER_TIMEOUT, call).await {
+        Ok(answer) => answer,
+        Err(_) => bail!("the coordinator at {} did not answer within {} s", socket.display(), ANSWER_TIMEOUT.as_secs()),
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
@@ -53,9 +72,16 @@ pub fn editor_info(config_path: Option<&Path>, json: bool, workspaces: &[PathBuf
         }
         let mut domains = Vec::new();
         for socket in live_sockets(&config.socket_root).await {
-            let Ok(client) = lazaret_rpc::client::connect(&socket).await else { continue };
-            if let Ok(status) = client.domain_status().await {
-                domains.push(RunningDomain { control_socket: socket.display().to_string(), status });
+            // A domain that does not answer is left out (the editors connect
+            // to every control socket themselves and show its failure).
+            let status = within(&socket, async {
+                let client = lazaret_rpc::client::connect(&socket).await?;
+                Ok(client.domain_status().await.answered()?)
+            })
+            .await;
+            match status {
+                Ok(status) => domains.push(RunningDomain { control_socket: socket.display().to_string(), status }),
+                Err(error) => tracing::warn!("{error:#}"),
             }
         }
         domains
@@ -97,10 +123,11 @@ async fn all_pending(socket_root: &Path) -> (Vec<(PathBuf, PendingEscalation)>, 
     let mut pending = Vec::new();
     let mut failures = Vec::new();
     for socket in live_sockets(socket_root).await {
-        let listed = match lazaret_rpc::client::connect(&socket).await {
-            Ok(client) => client.escalation_list().await.answered(),
-            Err(error) => Err(error),
-        };
+        let listed = within(&socket, async {
+            let client = lazaret_rpc::client::connect(&socket).await?;
+            Ok(client.escalation_list().await.answered()?)
+        })
+        .await;
         match listed {
             Ok(list) => pending.extend(list.into_iter().map(|escalation| (socket.clone(), escalation))),
             Err(error) => failures.push(format!("cannot list the pending requests of {}: {error:#}", socket.display())),
@@ -117,7 +144,7 @@ fn report_failures(failures: &[String]) -> u8 {
     u8::from(!failures.is_empty())
 }
 
-pub fn pending(config_path: Option<&Path>, json: bool) -> Result<u8> {
+pub fn pending(config_path: Option<&Path>, json: bool, full: bool) -> Result<u8> {
     let config = load_config(config_path)?;
     let (pending, failures) = runtime()?.block_on(all_pending(&config.socket_root));
     if json {
@@ -127,17 +154,31 @@ pub fn pending(config_path: Option<&Path>, json: bool) -> Result<u8> {
     if pending.is_empty() && failures.is_empty() {
         println!("no pending escalations");
     }
+    // The agent's text, escaped and (without --full) cut after its start;
+    // `cut` remembers whether anything was.
+    let mut cut = false;
+    let mut shown = |text: &str| -> String {
+        let safe = lazaret_core::terminal_text::name(text);
+        let start = lazaret_core::terminal_text::cut(&safe, if full { usize::MAX } else { SHOWN_CHARACTERS });
+        cut |= start.len() != safe.len();
+        start.into_owned()
+    };
     for (_, escalation) in &pending {
-        // The request id and the justification come from the sandbox.
         let name = lazaret_core::terminal_text::name;
-        println!("{}  {} ({})  {}", name(&escalation.request_id), escalation.profile, escalation.domain_hash, name(&escalation.display));
+        // The command first: its start is what a reader must see.
+        let command = shown(&escalation.display);
+        let justification = escalation.justification.as_deref().map(&mut shown);
+        println!("{}  {} ({})  {}", name(&escalation.request_id), escalation.profile, escalation.domain_hash, command);
         println!("    in {}", name(&escalation.cwd));
-        if let Some(justification) = &escalation.justification {
-            println!("    justification: {}", name(justification));
+        if let Some(justification) = justification {
+            println!("    justification: {justification}");
         }
         for note in &escalation.risk_notes {
             println!("    RISK: {}", name(note));
         }
+    }
+    if cut {
+        println!("(long text was cut: lazaret pending --full prints it whole)");
     }
     Ok(report_failures(&failures))
 }

@@ -28,7 +28,7 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, stat: bool, json: 
             return Ok::<_, anyhow::Error>(None);
         }
         let client = lazaret_rpc::client::connect(&socket).await?;
-        Ok(Some(client.branch_diff(Some(with_patch)).await.answered()?))
+        Ok(Some(client.branch_diff(Some(with_patch), None).await.answered()?))
     })?;
     let diff = match from_coordinator {
         Some(diff) => diff,

@@ -11,6 +11,7 @@ mod domain;
 mod generate;
 pub mod image;
 mod init;
+mod merge;
 mod net;
 mod run;
 mod state;
@@ -38,13 +39,14 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Run { target, mount_workspace, command } => run::run(config_path, &target, mount_workspace, command),
         Command::Diff { target, stat, json } => diff::run(config_path, &target, stat, json),
+        Command::Merge { target, expect, yes } => merge::run(config_path, &target, expect.as_deref(), yes),
         Command::State(StateCommand::Diff { target, dir, json }) => state::diff(config_path, &target, dir.as_deref(), json),
         Command::State(StateCommand::Reset { target, dir, yes }) => state::reset(config_path, &target, dir.as_deref(), yes),
         Command::Net(NetCommand::Show { target, json }) => net::call(config_path, &target, net::Change::Show, json),
         Command::Net(NetCommand::Allow { rule, target }) => net::call(config_path, &target, net::Change::Allow(rule), false),
         Command::Net(NetCommand::Deny { rule, target }) => net::call(config_path, &target, net::Change::Deny(rule), false),
         Command::Net(NetCommand::Reload { target }) => net::call(config_path, &target, net::Change::Reload, false),
-        Command::Pending { json } => approvals::pending(config_path, json),
+        Command::Pending { json, full } => approvals::pending(config_path, json, full),
         Command::Approve { request_id } => approvals::respond(config_path, &request_id, Decision::Approve, None, None),
         Command::Deny { request_id, reason } => approvals::respond(config_path, &request_id, Decision::Deny, None, reason),
         Command::Edit { request_id, argv } => approvals::respond(config_path, &request_id, Decision::Edit, Some(argv), None),

@@ -6,10 +6,24 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
+use lazaret_core::terminal_text;
+
 use super::state::{Mode, PromptState};
+
+/// Characters of the command shown before it is cut.
+const SHOWN_COMMAND: usize = 240;
+/// Characters of any other text of the agent shown before it is cut.
+const SHOWN_TEXT: usize = 160;
 
 fn label(text: &str) -> Span<'static> {
     Span::styled(format!("{text:<15}"), Style::default().add_modifier(Modifier::BOLD))
+}
+
+/// The start of `text` (already escaped), noting in `cut` when it was cut.
+fn fit(text: &str, max_chars: usize, cut: &mut bool) -> String {
+    let start = terminal_text::cut(text, max_chars);
+    *cut |= start.len() != text.len();
+    start.into_owned()
 }
 
 /// Draws the prompt over the whole frame.
@@ -22,22 +36,41 @@ pub fn render(frame: &mut Frame<'_>, state: &PromptState) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
 
+    // The agent's text (command, argv, justification) is escaped and cut:
+    // a long justification must not push the command out of the window, and
+    // nothing the agent wrote may act on the terminal (DECISIONS D16). The
+    // command comes first.
+    let mut cut = false;
+    let argv = format!("[{}]", escalation.argv.iter().map(|word| terminal_text::quoted(word)).collect::<Vec<_>>().join(", "));
+    let justification = escalation.justification.as_deref().map(|text| terminal_text::name(text).into_owned());
     let mut lines = vec![
-        Line::from(vec![label("Request"), Span::raw(escalation.request_id.clone())]),
-        Line::from(vec![label("Profile"), Span::raw(format!("{} (domain {})", escalation.profile, escalation.domain_hash))]),
-        Line::from(vec![label("Directory"), Span::raw(escalation.cwd.clone())]),
-        Line::from(vec![label("Justification"), Span::raw(escalation.justification.clone().unwrap_or_else(|| "(none given)".to_owned()))]),
         Line::from(vec![
             label("Command"),
-            Span::styled(escalation.display.clone(), Style::default().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
+            Span::styled(fit(&escalation.display, SHOWN_COMMAND, &mut cut), Style::default().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
         ]),
-        Line::from(vec![label("Exact argv"), Span::raw(format!("{:?}", escalation.argv))]),
+        Line::from(vec![label("Exact argv"), Span::raw(fit(&argv, SHOWN_TEXT, &mut cut))]),
+        Line::from(vec![label("Request"), Span::raw(terminal_text::name(&escalation.request_id).into_owned())]),
+        Line::from(vec![label("Profile"), Span::raw(format!("{} (domain {})", escalation.profile, escalation.domain_hash))]),
+        Line::from(vec![label("Directory"), Span::raw(terminal_text::name(&escalation.cwd).into_owned())]),
+        Line::from(vec![
+            label("Justification"),
+            Span::raw(justification.map(|text| fit(&text, SHOWN_TEXT, &mut cut)).unwrap_or_else(|| "(none given)".to_owned())),
+        ]),
     ];
+    if cut {
+        lines.push(Line::styled(
+            format!("Long text was cut: `lazaret pending --full` prints request {} whole.", terminal_text::name(&escalation.request_id)),
+            Style::default().add_modifier(Modifier::ITALIC),
+        ));
+    }
     for reason in &escalation.reasons {
-        lines.push(Line::from(vec![label("Asking because"), Span::raw(reason.clone())]));
+        lines.push(Line::from(vec![label("Asking because"), Span::raw(fit(&terminal_text::name(reason), SHOWN_TEXT, &mut cut))]));
     }
     for note in &escalation.risk_notes {
-        lines.push(Line::from(vec![label("RISK"), Span::styled(note.clone(), Style::default().fg(Color::Red))]));
+        lines.push(Line::from(vec![
+            label("RISK"),
+            Span::styled(fit(&terminal_text::name(note), SHOWN_TEXT, &mut cut), Style::default().fg(Color::Red)),
+        ]));
     }
     let footer_height = if matches!(state.mode, Mode::Editing { .. }) { 4 } else { 3 };
     let [body, footer] = Layout::vertical([Constraint::Min(1), Constraint::Length(footer_height)]).areas(inner);
@@ -137,6 +170,26 @@ mod tests {
         state.push(long);
         state.push(escalation("second", &["ls"]));
         assert_snapshot("long", &state, 80, 24);
+    }
+
+    /// Agent text at its worst: a 4 KiB justification of escapes, bidi
+    /// and newlines before a 60 KiB argv. The command still comes first,
+    /// the cut is said, the actions stay on screen and no cell holds a
+    /// character that acts on the terminal.
+    #[test]
+    fn prompt_snapshot_hostile_text() {
+        let mut state = PromptState::new();
+        let mut hostile = escalation("7f3a9c", &["printf", "\u{1b}]0;pwned\u{7}", "evil\u{202e}txt", &"A".repeat(60 << 10)]);
+        hostile.display = lazaret_core::policy::display_command(&hostile.argv);
+        hostile.justification = Some("line one\nline two\r\u{1b}[2J\u{9b}H\u{2066}x\u{2069}\u{200b}".repeat(128));
+        state.push(hostile);
+        let mut terminal = Terminal::new(TestBackend::new(80, 24)).expect("terminal");
+        terminal.draw(|frame| render(frame, &state)).expect("draw");
+        let buffer = terminal.backend().buffer().clone();
+        for cell in buffer.content() {
+            assert!(!cell.symbol().chars().any(lazaret_core::terminal_text::is_unsafe), "a raw {:?} on the screen", cell.symbol());
+        }
+        assert_snapshot("hostile", &state, 80, 24);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 --- The control protocol's method names and API version, and LuaLS annotations of its wire types.
 
 ---@class lazaret.AuditRecord
+---@field clientRequestId? string The id the requesting client chose: a correlation value only, written by the agent (absent from records made before ids were minted by the coordinator).
 ---@field decidedAtMs? integer
 ---@field decidedBy? string `policy`, `terminal`, `rpc:<client>` (the client name is self-declared by the answering process) or `timeout`.
 ---@field executedArgv? string[] What ran (differs from the request when edited).
@@ -14,7 +15,7 @@
 ---@field previousHash string `hash` of the record before (empty for the first).
 ---@field reason? string Why (a refusal's reason, a denial's reason).
 ---@field receivedAtMs integer
----@field requestId string
+---@field requestId string Minted by the coordinator for each request (DECISIONS D16).
 ---@field requestedArgv string[]
 ---@field sequence integer Position in the chain, from 1.
 ---@field sessionId string The session the request claimed; `verified` says whether its signature checked out (`-` for network changes).
@@ -136,7 +137,7 @@
 ---@field profile string
 ---@field reasons string[] Why this was not auto-approved.
 ---@field receivedAtMs integer
----@field requestId string
+---@field requestId string Minted by the coordinator, random per request: never the agent's choice (DECISIONS D16). Clients key a request by (domain, id).
 ---@field riskNotes string[] Warnings: commands that run project code or take command-running options.
 ---@field sessionId string The verified session the request came from.
 
