@@ -640,11 +640,9 @@ fn forging_session(env: &TestEnv, repository: &Path, then: &str) -> ForgingSessi
     let credential_b64 = lines.next().expect("line").expect("credential");
     let credential: serde_json::Value = serde_json::from_slice(&BASE64.decode(credential_b64.trim()).expect("b64")).expect("json");
     let domain = domain_json(env, "default", repository);
-    let hash = domain["domain_hash"].as_str().expect("hash");
-    let uid = std::process::Command::new("id").arg("-u").output().expect("id");
     let forger = Forger {
         socket: PathBuf::from(domain["escalation_socket"].as_str().expect("socket")),
-        tls_dir: PathBuf::from(format!("/dev/shm/lazaret-{}/{hash}", stdout(&uid).trim())),
+        tls_dir: Path::new(domain["socket_dir"].as_str().expect("socket_dir")).join("tls"),
     };
     ForgingSession { child, lines, session_id, credential, forger }
 }

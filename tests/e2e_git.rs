@@ -443,6 +443,73 @@ fn the_first_checkout_on_the_host_runs_no_filter_driver() {
     assert!(coordinator_log(&domain_json(&env, "default", &global)).contains("first checkout prepared on the host"));
 }
 
+/// Issue 33 finding 1: the host's first checkout fetched the seed bundle
+/// by its path with the repository's config in force, so a
+/// `url.<x>.insteadOf = <the data root>` in the user's `.git/config` (a
+/// repository copied with its `.git`) turned it into a URL: git:// ran
+/// `core.gitProxy` as the user, http:// would have connected outside the
+/// sandbox's policy. The checkout now unbundles (no transport at all) and
+/// host git runs with every transport refused. Each rewriting runs nothing,
+/// connects nowhere, and the first checkout is still the host's.
+fn first_checkout_follows_no_url_rewriting(subject: &Subject) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("address").port();
+    let marker = |variant: &str| subject.env.path().join(format!("ran-{variant}"));
+    let script = |variant: &str| {
+        let path = subject.env.path().join(format!("{variant}.sh"));
+        std::fs::write(&path, format!("#!/bin/sh\ntouch {}\n", marker(variant).display())).expect("write");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        path.display().to_string()
+    };
+    let variants: Vec<(&str, String, Vec<(String, String)>)> = vec![
+        ("git-proxy", format!("git://127.0.0.1:{port}/x"), vec![("core.gitProxy".into(), script("git-proxy"))]),
+        ("ssh", "ssh://lazaret.invalid/x".into(), vec![("core.sshCommand".into(), script("ssh"))]),
+        ("ext", format!("ext::{} %S", script("ext")), vec![("protocol.ext.allow".into(), "always".into())]),
+        (
+            "http-proxy",
+            "http://lazaret.invalid/x".into(),
+            vec![("http.proxy".into(), format!("http://127.0.0.1:{port}")), ("protocol.http.allow".into(), "always".into())],
+        ),
+        (
+            "upload-pack",
+            "file:///nonexistent/x".into(),
+            vec![("uploadpack.packObjectsHook".into(), script("upload-pack")), ("protocol.file.allow".into(), "always".into())],
+        ),
+    ];
+    for (variant, url, settings) in variants {
+        let repository = git_repository(&subject.env, variant);
+        let domain = subject.domain("default", &repository);
+        let domain_dir = domain["domain_dir"].as_str().expect("domain_dir");
+        git(&repository, &["config", &format!("url.{url}.insteadOf"), domain_dir]);
+        for (key, value) in &settings {
+            git(&repository, &["config", key, value]);
+        }
+        subject.hand_over();
+        let output = run(subject.lazaret().args(["run", "--workspace"]).arg(&repository).args(["--", "cat", "/workspace/README.md"]));
+        assert!(output.status.success(), "{} {variant}: {}", subject.label(), stderr(&output));
+        assert_eq!(stdout(&output), "# project\n", "{} {variant}", subject.label());
+        assert!(!marker(variant).exists(), "{} {variant}: host git ran the repository's command", subject.label());
+        assert!(listener.accept().is_err(), "{} {variant}: host git connected to {url}", subject.label());
+        let log = coordinator_log(&domain);
+        assert!(log.contains("first checkout prepared on the host"), "{} {variant}: {log}", subject.label());
+    }
+}
+
+#[test]
+fn the_first_checkout_follows_no_url_rewriting() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    first_checkout_follows_no_url_rewriting(&Subject::current());
+}
+
+#[test]
+fn the_first_checkout_follows_no_url_rewriting_rootless() {
+    let _guard = sandbox_guard();
+    let Some(subject) = Subject::rootless() else { return };
+    first_checkout_follows_no_url_rewriting(&subject);
+}
+
 /// Nothing is lost when the agent's git directory is gone but its checkout
 /// is not (the user deleted one of them): the host does not build a first
 /// checkout over it; git inside checks out and the agent's files stay.

@@ -6,7 +6,7 @@ mod support;
 use std::io::{BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -567,6 +567,54 @@ fn a_lockfile_planted_in_tmp_by_another_user_blocks_nothing() {
     let parent = std::fs::metadata(lockfile.parent().expect("parent")).expect("stat");
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&parent.permissions()) & 0o777, 0o700, "the lock's directory is private");
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &workspace)));
+}
+
+/// Issue 33 finding 2: the sandbox's TLS bundle went to
+/// `/dev/shm/lazaret-<uid>/<hash>` whatever `XDG_RUNTIME_DIR` said, so any
+/// local user who created `/dev/shm/lazaret-<uid>` first made every start
+/// with escalation exit 77. It lives in the domain's private socket
+/// directory now; the planted directory changes nothing.
+fn a_tls_directory_planted_in_dev_shm_blocks_nothing(subject: &Subject) {
+    let uid = match &subject.user {
+        Some(user) => user.uid.clone(),
+        None => stdout(&Command::new("id").arg("-u").output().expect("id")).trim().to_owned(),
+    };
+    let planted = PathBuf::from(format!("/dev/shm/lazaret-{uid}"));
+    let _ = std::fs::remove_dir_all(&planted);
+    let created = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "mkdir", "-m", "700"])
+        .arg(&planted)
+        .status()
+        .expect("setpriv");
+    assert!(created.success(), "nobody creates {}", planted.display());
+    let socket_dir = match &subject.user {
+        Some(user) => PathBuf::from(format!("/run/user/{}/lazaret", user.uid)),
+        None => subject.env.path().join("run/lazaret"),
+    };
+    subject.write_config(&format!("[escalation]\nenabled = true\nauto_approve = [\"true\"]\nsocket_dir = \"{}\"\n", socket_dir.display()));
+    let workspace = subject.repository("ws");
+    let output = run(subject.lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "lazaret-escalate", "--", "true"]));
+    let owner = std::fs::metadata(&planted).map(|metadata| std::os::unix::fs::MetadataExt::uid(&metadata));
+    let _ = std::fs::remove_dir_all(&planted);
+    assert_eq!(output.status.code(), Some(0), "{}: a planted /dev/shm directory blocks nothing: {}", subject.label(), stderr(&output));
+    assert_eq!(owner.ok(), Some(65534), "{}: the planted directory was left as it was", subject.label());
+}
+
+#[test]
+fn a_tls_directory_planted_in_dev_shm_by_another_user_blocks_nothing() {
+    if !require_root("to create a directory as another user") {
+        return;
+    }
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    a_tls_directory_planted_in_dev_shm_blocks_nothing(&Subject::current());
+}
+
+#[test]
+fn a_tls_directory_planted_in_dev_shm_by_another_user_blocks_nothing_rootless() {
+    let _guard = sandbox_guard();
+    let Some(subject) = Subject::rootless() else { return };
+    a_tls_directory_planted_in_dev_shm_blocks_nothing(&subject);
 }
 
 #[test]

@@ -17,7 +17,6 @@
 //! a state format without the spec, the container gone) leaves no record,
 //! and sessions go through `podman exec` as before.
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -115,7 +114,7 @@ impl ExecTarget {
     pub fn write(&self, domain_dir: &Path) -> Result<()> {
         let target = domain_dir.join(FILE);
         let temporary = domain_dir.join(format!("{FILE}.tmp"));
-        write_private(&temporary, &serde_json::to_vec(self).context("cannot encode the exec record")?)?;
+        crate::private_dirs::write_private(&temporary, &serde_json::to_vec(self).context("cannot encode the exec record")?)?;
         std::fs::rename(&temporary, &target).with_context(|| format!("cannot write {}", target.display()))?;
         Ok(())
     }
@@ -150,7 +149,7 @@ impl ExecTarget {
     /// runs it returned.
     pub fn own_command(&self, process_file: &Path, argv: &[String]) -> Result<std::process::Command> {
         let process = self.session_process(&SessionProcess { argv, cwd: "/workspace", environment: &[] });
-        write_private(process_file, &serde_json::to_vec(&process).context("cannot encode a process spec")?)?;
+        crate::private_dirs::write_private(process_file, &serde_json::to_vec(&process).context("cannot encode a process spec")?)?;
         // With podman's environment, as a `podman exec` would have.
         let mut command = std::process::Command::new(&self.runsc);
         command.env_clear().envs(crate::podman::environment()).args(self.exec_arguments(process_file));
@@ -181,19 +180,6 @@ impl ExecTarget {
         }
         process
     }
-}
-
-/// Writes `bytes` to `path`, created 0600 (or truncated).
-fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    std::io::Write::write_all(&mut file, bytes).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
 }
 
 /// The name of a session's process-spec FIFO in the private socket

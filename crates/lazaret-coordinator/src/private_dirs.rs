@@ -1,7 +1,8 @@
 //! Creating the private directories a domain needs (socket directories,
-//! the Domain Root) so that no other user can plant or read anything there.
+//! the Domain Root) so that no other user can plant or read anything there,
+//! and the private files written into them.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use crate::error::{Context, Result};
@@ -41,6 +42,19 @@ pub fn ensure_private_dir(path: &Path) -> Result<()> {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("cannot chmod {}", path.display()))?;
     }
+    Ok(())
+}
+
+/// Writes `bytes` to `path`, created 0600 (or truncated).
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    std::io::Write::write_all(&mut file, bytes).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 

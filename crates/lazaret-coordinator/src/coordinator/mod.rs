@@ -336,10 +336,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
         task.abort();
     }
     let _ = std::fs::remove_file(&domain_resources.escalation_socket);
-    let _ = std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(
-        &domain_resources.domain_hash,
-        &domain_resources.socket_dir,
-    ));
+    let _ = std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(&domain_resources.socket_dir));
     let _ = std::fs::remove_dir(&domain_resources.socket_dir);
     server_task.abort();
     tracing::info!("teardown complete");
@@ -370,8 +367,7 @@ impl Drop for StartupCleanup {
         let _ = std::fs::remove_file(&resources.control_socket);
         let _ = std::fs::remove_dir_all(resources.socket_dir.join("sidecar"));
         let _ = std::fs::remove_dir_all(resources.socket_dir.join("sandbox"));
-        let _ =
-            std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(&resources.domain_hash, &resources.socket_dir));
+        let _ = std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(&resources.socket_dir));
         let _ = std::fs::remove_dir(&resources.socket_dir);
     }
 }
@@ -383,7 +379,7 @@ struct PreparedEscalation {
     podman_arguments: Vec<String>,
 }
 
-/// Trust Anchor, client credentials on a memory-backed directory, the
+/// Trust Anchor, client credentials in the domain's private socket directory, the
 /// socket, and the mounts: the socket is the only host socket the sandbox
 /// gets (D10), which runsc must be told to allow (`host-uds=open`).
 fn prepare_escalation(resolved: &ResolvedProfile) -> Result<PreparedEscalation> {
@@ -396,7 +392,7 @@ fn prepare_escalation(resolved: &ResolvedProfile) -> Result<PreparedEscalation> 
     let sandbox_id = lazaret_core::ids::random_hex(8)?;
     let identity = trust_anchor::sandbox_identity(&resolved.profile, &domain.domain_hash, &sandbox_id);
     let credentials = anchor.client_credentials(&identity)?;
-    let tls_dir = trust_anchor::credentials_directory(&domain.domain_hash, &domain.socket_dir);
+    let tls_dir = trust_anchor::credentials_directory(&domain.socket_dir);
     trust_anchor::write_credentials(&tls_dir, anchor.ca_pem(), &credentials)?;
     let _ = std::fs::remove_file(&domain.escalation_socket);
     let listener = bind_private(&domain.escalation_socket)?;

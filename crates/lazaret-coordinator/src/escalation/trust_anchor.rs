@@ -103,16 +103,14 @@ impl TrustAnchor {
     }
 }
 
-/// A memory-backed directory for the sandbox's TLS files: under `/dev/shm`
-/// (tmpfs on Linux), else the socket directory.
-pub fn credentials_directory(domain_hash: &str, fallback: &Path) -> PathBuf {
-    let uid = nix::unistd::getuid().as_raw();
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.join(format!("lazaret-{uid}")).join(domain_hash)
-    } else {
-        fallback.join("tls")
-    }
+/// The directory of the sandbox's TLS files: `tls` in the domain's socket
+/// directory, which is the user's own (0700, in the private socket root).
+/// It was `/dev/shm/lazaret-<uid>/<hash>`, which any local user could create
+/// first and so stop every start of this user's domains (issue 33, the
+/// class of hole DECISIONS D12 closed for the lockfile). The runtime
+/// directory is a tmpfs where a login manager makes it (`/run/user/<uid>`).
+pub fn credentials_directory(socket_dir: &Path) -> PathBuf {
+    socket_dir.join("tls")
 }
 
 /// Where the sandbox finds the credentials directory, and the bundle's name
@@ -134,7 +132,7 @@ pub fn write_credentials(dir: &Path, ca_pem: &str, client: &ClientCredentials) -
     let bundle: String =
         [client.key_pem.as_str(), client.certificate_pem.as_str(), ca_pem].iter().map(|pem| format!("{}\n", pem.trim_end())).collect();
     let path = dir.join(bundle_location().1);
-    std::fs::write(&path, bundle).with_context(|| format!("cannot write {}", path.display()))?;
+    crate::private_dirs::write_private(&path, bundle.as_bytes())?;
     Ok(())
 }
 

@@ -14,7 +14,9 @@
 //!
 //! Host git runs as the sandbox's git would check out: the agent's config
 //! (the mirror) is the repository config, no system or global config or
-//! attributes, no `$HOME`, no hooks, no submodule recursion. A config that would make the
+//! attributes, no `$HOME`, no hooks, no submodule recursion, and no
+//! transport: the seed bundle is unbundled, never fetched by its path (which
+//! the config's URL rewriting could turn into a proxied or remote URL). A config that would make the
 //! checkout run a host command or read a host file the sandbox lacks (a
 //! filter driver, an attributes file, an include) leaves the seeding to git
 //! inside the sandbox, as before. Files are dated two seconds back before
@@ -128,19 +130,20 @@ fn build(layout: &GitLayout, tips: &SeedTips, config: &str, git_dir: &Path, work
     std::fs::write(git_dir.join("config"), config)?;
 
     let git = |arguments: &[&str]| seed_git(git_dir, work_tree, arguments);
+    // The objects come in by unbundling, never by a fetch: a fetch names the
+    // bundle by its path, which the repository's `url.<x>.insteadOf` can
+    // turn into a URL (git:// ran `core.gitProxy` as the user, issue 33).
+    // The refs are set from the tips the bundle was written from.
     let bundle = layout.seed_bundle();
-    let bundle = bundle.to_string_lossy();
+    git(&["bundle", "unbundle", bundle.to_string_lossy().as_ref()])?;
     let branch_ref = layout.branch_ref();
-    let host_branch = format!("+{branch_ref}:refs/lazaret/host-branch");
-    let mut fetch = vec!["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", bundle.as_ref(), "+HEAD:refs/lazaret/host-head"];
-    if tips.branch.is_some() {
-        fetch.push(&host_branch);
+    git(&["update-ref", "refs/lazaret/host-head", &tips.head])?;
+    if let Some(branch) = &tips.branch {
+        git(&["update-ref", "refs/lazaret/host-branch", branch])?;
     }
-    git(&fetch)?;
     // As the sandbox's seed does: the agent continues from the host's agent
     // branch if there is one, else starts at the host's HEAD.
-    let start = if tips.branch.is_some() { "refs/lazaret/host-branch" } else { "refs/lazaret/host-head" };
-    git(&["update-ref", &branch_ref, start])?;
+    git(&["update-ref", &branch_ref, tips.branch.as_deref().unwrap_or(&tips.head)])?;
     git(&["read-tree", "--reset", "-u", "HEAD"])?;
     backdate_files(work_tree)?;
     git(&["update-index", "-q", "--refresh"])?;
@@ -166,6 +169,11 @@ fn seed_git(git_dir: &Path, work_tree: &Path, arguments: &[&str]) -> Result<()> 
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_ATTR_NOSYSTEM", "1")
         .env("GIT_TERMINAL_PROMPT", "0")
+        // No transport at all, whatever the config's `protocol.*.allow` say:
+        // nothing here may reach a remote or run a proxy (a name no
+        // transport has).
+        .env("GIT_ALLOW_PROTOCOL", "lazaret-none")
+        .env("GIT_PROTOCOL_FROM_USER", "0")
         .env("GIT_COMMITTER_NAME", "Lazaret")
         .env("GIT_COMMITTER_EMAIL", "lazaret@lazaret.invalid")
         .env("GIT_AUTHOR_NAME", "Lazaret")
