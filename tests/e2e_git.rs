@@ -462,7 +462,9 @@ fn first_checkout_follows_no_url_rewriting(subject: &Subject) {
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
         path.display().to_string()
     };
-    let variants: Vec<(&str, String, Vec<(String, String)>)> = vec![
+    // (name, the URL the data root is rewritten to, the settings beside it)
+    type Variant = (&'static str, String, Vec<(String, String)>);
+    let variants: Vec<Variant> = vec![
         ("git-proxy", format!("git://127.0.0.1:{port}/x"), vec![("core.gitProxy".into(), script("git-proxy"))]),
         ("ssh", "ssh://lazaret.invalid/x".into(), vec![("core.sshCommand".into(), script("ssh"))]),
         ("ext", format!("ext::{} %S", script("ext")), vec![("protocol.ext.allow".into(), "always".into())]),
