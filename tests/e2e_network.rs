@@ -695,6 +695,95 @@ fn the_sidecar_enforces_names_and_addresses_rootless() {
     assert_eq!(stdout(&wide), "other=0\ngateway-dns=1\n", "rootless, 0.0.0.0/0: {}", stderr(&wide));
 }
 
+/// Issue 33 finding 4: rootless, `allow_egress = ["10.0.0.0/8"]` (a common
+/// corporate range) opened rootless podman's own network namespace: a
+/// listener on slirp4netns's resolver address (10.0.2.3, which answers any
+/// name from the host's resolver: a way around the name allowlist) and one
+/// on the namespace's own address (10.0.2.100) were reachable from the
+/// sandbox. The sidecar now keeps that whole user-mode network out of reach,
+/// found from the namespace podman made; the test network stays reachable.
+#[test]
+fn rootless_podmans_namespace_and_its_resolver_stay_out_of_reach_under_a_wide_allow() {
+    let Some(user) = RootlessUser::required() else { return };
+    let _guard = sandbox_guard();
+    let lazaret = user.lazaret();
+    let build = user.run(&format!("{lazaret} image build"));
+    assert!(build.status.success(), "{}", stderr(&build));
+    let name = format!("lzt-rs-{}", std::process::id());
+    user.run("for n in $(podman network ls --format '{{.Name}}' | grep '^lzt-rs-'); do podman network rm -f $n; done; true");
+    // Not `--internal`: an internal network has no route to the namespace,
+    // which would hide the hole. Nothing is aimed off the machine: every
+    // address the sandbox tries is a listener of this test in the namespace
+    // or on the network.
+    let hosts = format!(
+        "set -e; podman network create --subnet 10.213.231.0/24 {name} >/dev/null; \
+         podman run -d --name {name}-h12 {limits} --network {name} --ip 10.213.231.12 {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null",
+        limits = PODMAN_LIMITS.join(" ")
+    );
+    let pids = format!("{}/lzt-rs-listeners", user.home);
+    // Listeners inside rootless podman's namespace, on its resolver's address
+    // (put on lo, as a resolver answering there would be) and its own.
+    let listeners = format!(
+        "podman unshare --rootless-netns sh -c 'ip -o -4 address show tap0 | grep -q \" 10.0.2.100/24 \" || exit 3; \
+         ip address add 10.0.2.3/32 dev lo; \
+         nc -lk 10.0.2.3 53 </dev/null >/dev/null 2>&1 & echo $! > {pids}; \
+         nc -lk 10.0.2.100 8080 </dev/null >/dev/null 2>&1 & echo $! >> {pids}'"
+    );
+    let cleanup = format!(
+        "kill $(cat {pids} 2>/dev/null) 2>/dev/null; rm -f {pids}; \
+         podman unshare --rootless-netns ip address del 10.0.2.3/32 dev lo 2>/dev/null; \
+         podman rm -f -t 0 {name}-h12 >/dev/null 2>&1; \
+         for i in 1 2 3 4 5 6 7 8 9 10; do podman network rm -f {name} >/dev/null 2>&1 && break; sleep 1; done; true"
+    );
+    let created = user.run(&hosts);
+    let listening = user.run(&listeners);
+    if !created.status.success() || !listening.status.success() {
+        user.run(&cleanup);
+        panic!("rootless test network and listeners: {}{}", stderr(&created), stderr(&listening));
+    }
+    let config = format!("{}/lzt-rs-config", user.home);
+    // An upstream of its own (never asked: no name is allowed), so that the
+    // namespace's resolver is not also the sidecar's upstream (which only
+    // the sidecar may reach, however it is allowed).
+    let upstream = "dns_upstream = [\"10.213.231.53\"]\\n";
+    let workspace = format!("{}/lzt-rs-workspace", user.home);
+    let setup = format!(
+        "rm -rf {config} {workspace} && mkdir -p {config}/lazaret {workspace} && \
+         printf '[network]\\npodman_network = \"{name}\"\\nallow_egress = [\"10.0.0.0/8\"]\\n{upstream}' > {config}/lazaret/config.toml && \
+         cd {workspace} && git init -q && git -c user.name=u -c user.email=u@x commit -q --allow-empty -m init"
+    );
+    assert!(user.run(&setup).status.success());
+    // The listeners answer inside the namespace (the check is not vacuous).
+    let direct = user.run(
+        "podman unshare --rootless-netns sh -c 'nc -z -w 2 10.0.2.3 53; echo resolver=$?; nc -z -w 2 10.0.2.100 8080; echo namespace=$?'",
+    );
+    let script = "nc -z -w 2 10.213.231.12 8080; echo other=$?; nc -z -w 2 10.0.2.3 53; echo resolver=$?; nc -z -w 2 10.0.2.100 8080; echo namespace=$?";
+    let output = user.run(&format!("{lazaret} --config {config}/lazaret/config.toml run --workspace {workspace} -- sh -c '{script}'"));
+    let doctor = |allow: &str| {
+        let doctor = user.run(&format!(
+            "printf '[network]\\npodman_network = \"{name}\"\\nallow_egress = [{allow}]\\n{upstream}' > {config}/lazaret/config.toml && \
+             {lazaret} --config {config}/lazaret/config.toml doctor --json"
+        ));
+        let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap_or_default();
+        report["checks"].as_array().and_then(|checks| checks.iter().find(|check| check["name"] == "rootless network namespace").cloned())
+    };
+    let wide = doctor("\"10.0.0.0/8\"");
+    // Named exactly, it is opened, and doctor says so.
+    let exact = doctor("\"10.0.0.0/8\", \"10.0.2.0/24\"");
+    let opened = user.run(&format!("{lazaret} --config {config}/lazaret/config.toml run --workspace {workspace} -- sh -c '{script}'"));
+    user.run(&cleanup);
+    assert_eq!(stdout(&direct), "resolver=0\nnamespace=0\n", "the listeners in the namespace: {}", stderr(&direct));
+    assert!(output.status.success(), "{}{}", stdout(&output), stderr(&output));
+    assert_eq!(stdout(&output), "other=0\nresolver=1\nnamespace=1\n", "rootless, 10.0.0.0/8: {}", stderr(&output));
+    let wide = wide.expect("doctor checks the namespace");
+    assert_eq!(wide["status"], "pass", "{wide}");
+    assert!(wide["detail"].as_str().unwrap_or("").contains("10.0.2.0/24"), "{wide}");
+    let exact = exact.expect("doctor checks the namespace");
+    assert_eq!(exact["status"], "warn", "{exact}");
+    assert!(exact["detail"].as_str().unwrap_or("").contains("names 10.0.2.0/24 exactly"), "{exact}");
+    assert_eq!(stdout(&opened), "other=0\nresolver=0\nnamespace=0\n", "named exactly: {}", stderr(&opened));
+}
+
 #[test]
 fn the_hosts_own_addresses_stay_out_of_reach_under_a_wide_allow() {
     let _guard = sandbox_guard();

@@ -79,6 +79,9 @@ pub fn resolv_conf_argument(dir: &Path) -> Result<String> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostProtection {
     pub addresses: Vec<IpAddr>,
+    /// Networks out of reach as a whole (`address/length`, host bits
+    /// cleared): rootless podman's user-mode network.
+    pub blocked: Vec<String>,
     /// `address/length` with the host bits cleared.
     pub networks: Vec<String>,
 }
@@ -86,8 +89,22 @@ pub struct HostProtection {
 impl HostProtection {
     /// The sidecar's `protect` request.
     pub fn request(&self) -> serde_json::Value {
-        let addresses: Vec<String> = self.addresses.iter().map(ToString::to_string).collect();
-        serde_json::json!({ "protect": { "addresses": addresses, "networks": self.networks } })
+        serde_json::json!({ "protect": { "addresses": self.protected(), "networks": self.networks } })
+    }
+
+    /// What the sidecar keeps out of reach: the addresses, then the blocked networks.
+    pub fn protected(&self) -> Vec<String> {
+        self.addresses.iter().map(ToString::to_string).chain(self.blocked.iter().cloned()).collect()
+    }
+
+    /// Adds what `other` protects.
+    fn merge(&mut self, other: &HostProtection) {
+        self.add_addresses(other.addresses.iter().copied());
+        for network in &other.blocked {
+            if !self.blocked.contains(network) {
+                self.blocked.push(network.clone());
+            }
+        }
     }
 
     fn add_addresses(&mut self, addresses: impl IntoIterator<Item = IpAddr>) {
@@ -116,11 +133,7 @@ pub fn host_protection() -> Option<HostProtection> {
 fn protection_from(interfaces: impl IntoIterator<Item = (IpAddr, Option<IpAddr>)>) -> HostProtection {
     let mut protection = HostProtection::default();
     for (address, netmask) in interfaces {
-        let link_local = match address {
-            IpAddr::V4(v4) => v4.is_link_local(),
-            IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
-        };
-        if address.is_loopback() || link_local {
+        if is_loopback_or_link_local(address) {
             continue;
         }
         protection.add_addresses([address]);
@@ -131,6 +144,16 @@ fn protection_from(interfaces: impl IntoIterator<Item = (IpAddr, Option<IpAddr>)
         }
     }
     protection
+}
+
+/// Addresses of a namespace's own: the sandbox's namespace has its own, and
+/// the sidecar never opens them.
+fn is_loopback_or_link_local(address: IpAddr) -> bool {
+    let link_local = match address {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+    };
+    address.is_loopback() || link_local
 }
 
 /// `address/length` of the network `address` lies in, with the host bits
@@ -159,16 +182,18 @@ pub const PROTECTION_REFRESH: Duration = Duration::from_secs(2);
 
 /// Keeps the running sidecar's [`HostProtection`] current (attack review
 /// finding 17: it used to be read once, when the sidecar started): reads the
-/// host's interfaces every [`PROTECTION_REFRESH`] and sends them, with the
-/// network's `gateways`, whenever they changed since `sent`. Runs until the
-/// task is aborted; a failed read or send is tried again at the next tick.
-pub async fn refresh_protection(socket: PathBuf, gateways: Vec<IpAddr>, mut sent: HostProtection) {
+/// host's interfaces every [`PROTECTION_REFRESH`] and sends them, with what
+/// stays protected for the sidecar's life (`fixed`: the network's gateways,
+/// rootless podman's namespace), whenever they changed since `sent`. Runs
+/// until the task is aborted; a failed read or send is tried again at the
+/// next tick.
+pub async fn refresh_protection(socket: PathBuf, fixed: HostProtection, mut sent: HostProtection) {
     let mut ticks = tokio::time::interval(PROTECTION_REFRESH);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let Some(mut now) = host_protection() else { continue };
-        now.add_addresses(gateways.iter().copied());
+        now.merge(&fixed);
         if now == sent {
             continue;
         }
@@ -225,9 +250,10 @@ pub fn container_arguments(podman_network: &str) -> Vec<String> {
 pub struct StartedSidecar {
     /// Its control socket.
     pub socket: PathBuf,
-    /// The podman network's gateways (protected like the host's addresses).
-    pub gateways: Vec<IpAddr>,
-    /// What it was told to protect (gateways included).
+    /// What stays protected for its life: the podman network's gateways
+    /// (like the host's addresses) and, rootless, podman's network namespace.
+    pub fixed: HostProtection,
+    /// What it was told to protect (`fixed` included).
     pub protection: HostProtection,
 }
 
@@ -265,9 +291,13 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
         HostProtection::default()
     });
     let gateways = network_gateways(podman, &resolved.podman_network);
-    protection.add_addresses(gateways.iter().copied());
-    for address in &protection.addresses {
-        command.arg(format!("--protect={address}"));
+    let mut fixed = HostProtection { addresses: gateways.clone(), ..HostProtection::default() };
+    if !nix::unistd::geteuid().is_root() {
+        fixed.merge(&rootless_namespace(podman, &gateways, &protection)?);
+    }
+    protection.merge(&fixed);
+    for protected in protection.protected() {
+        command.arg(format!("--protect={protected}"));
     }
     for network in &protection.networks {
         command.arg(format!("--protect-net={network}"));
@@ -299,7 +329,97 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(StartedSidecar { socket, gateways, protection })
+    Ok(StartedSidecar { socket, fixed, protection })
+}
+
+/// What rootless podman's network namespace holds (issue 33 finding 4: under
+/// `allow_egress = ["10.0.0.0/8"]` the sandbox reached slirp4netns's
+/// resolver at 10.0.2.3, which answers any name from the host's resolver, and
+/// the namespace's own 10.0.2.100): every address of its interfaces, the
+/// networks of those that are not a podman network's bridge (`gateways`)
+/// nor one of the host's own networks (with pasta the namespace copies the
+/// host's, which stay internal only for a name's answers), and its
+/// resolvers. Read from the namespace podman made, as podman configured it
+/// (slirp4netns's `cidr`, pasta's options), at each start.
+fn rootless_namespace(podman: &Podman, gateways: &[IpAddr], host: &HostProtection) -> Result<HostProtection> {
+    let output = podman
+        .command()
+        .args(["unshare", "--rootless-netns", "sh", "-c", "ip -o address show; cat /etc/resolv.conf"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("cannot run podman unshare --rootless-netns")?;
+    if !output.status.success() {
+        bail!(
+            "cannot read rootless podman's network namespace, so its resolver could not be kept out of the sandbox's reach: {}",
+            crate::podman::explain(&output.stderr)
+        );
+    }
+    Ok(namespace_protection(&String::from_utf8_lossy(&output.stdout), gateways, host))
+}
+
+/// What the sidecar keeps out of reach of rootless podman's namespace on
+/// `podman_network` (`lazaret doctor` shows it, and warns when an allow entry
+/// names it exactly).
+pub fn rootless_namespace_on(podman: &Podman, podman_network: &str) -> Result<HostProtection> {
+    let gateways = network_gateways(podman, podman_network);
+    rootless_namespace(podman, &gateways, &host_protection().unwrap_or_default())
+}
+
+/// [`rootless_namespace`] from `ip -o address show` and `resolv.conf` text.
+fn namespace_protection(text: &str, gateways: &[IpAddr], host: &HostProtection) -> HostProtection {
+    let mut protection = HostProtection::default();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let ["nameserver", server, ..] = words.as_slice() {
+            if let Ok(address) = server.parse::<IpAddr>() {
+                protection.add_addresses([address]);
+            }
+            continue;
+        }
+        let Some(index) = words.iter().position(|word| *word == "inet" || *word == "inet6") else { continue };
+        let Some((address, length)) = words.get(index + 1).and_then(|cidr| cidr.split_once('/')) else { continue };
+        let (Ok(address), Ok(length)) = (address.parse::<IpAddr>(), length.parse::<u32>()) else { continue };
+        if is_loopback_or_link_local(address) {
+            continue;
+        }
+        protection.add_addresses([address]);
+        let Some(network) = prefix_netmask(address, length).and_then(|netmask| network_of(address, netmask)) else { continue };
+        if !gateways.contains(&address) && !host.networks.contains(&network) && !protection.blocked.contains(&network) {
+            protection.blocked.push(network);
+        }
+    }
+    // What a blocked network holds (an address, a smaller network) is
+    // protected with it, so that an allow of exactly that network opens all
+    // of it.
+    let blocked = protection.blocked.clone();
+    protection.addresses.retain(|address| !blocked.iter().any(|network| in_network(*address, network)));
+    protection.blocked.retain(|inner| !blocked.iter().any(|outer| outer != inner && contains_network(outer, inner)));
+    protection
+}
+
+/// Whether the network `outer` holds the network `inner` (both `address/length`).
+fn contains_network(outer: &str, inner: &str) -> bool {
+    let length = |network: &str| network.split_once('/').and_then(|(_, length)| length.parse::<u32>().ok());
+    let address = inner.split_once('/').and_then(|(address, _)| address.parse::<IpAddr>().ok());
+    match (length(outer), length(inner), address) {
+        (Some(outer_length), Some(inner_length), Some(address)) => outer_length <= inner_length && in_network(address, outer),
+        _ => false,
+    }
+}
+
+/// Whether `address` lies in `network` (`address/length`).
+fn in_network(address: IpAddr, network: &str) -> bool {
+    let Some(length) = network.split_once('/').and_then(|(_, length)| length.parse().ok()) else { return false };
+    prefix_netmask(address, length).and_then(|netmask| network_of(address, netmask)).as_deref() == Some(network)
+}
+
+/// The netmask of a prefix length.
+fn prefix_netmask(address: IpAddr, length: u32) -> Option<IpAddr> {
+    match address {
+        IpAddr::V4(_) if length <= 32 => Some(IpAddr::V4(std::net::Ipv4Addr::from(u32::MAX.checked_shl(32 - length).unwrap_or(0)))),
+        IpAddr::V6(_) if length <= 128 => Some(IpAddr::V6(std::net::Ipv6Addr::from(u128::MAX.checked_shl(128 - length).unwrap_or(0)))),
+        _ => None,
+    }
 }
 
 /// The sidecar's event stream (`{"watch":true}`): one JSON object per line,
@@ -388,6 +508,30 @@ mod tests {
             protection.request().to_string(),
             r#"{"protect":{"addresses":["192.168.1.23","10.88.0.1","2001:db8:1:2::17","203.0.113.9","198.51.100.7","198.51.100.8","198.51.100.9","100.64.0.2"],"networks":["192.168.1.0/24","10.88.0.0/16","2001:db8:1:2::/64","100.64.0.2/32"]}}"#
         );
+    }
+
+    #[test]
+    fn rootless_podmans_namespace_is_protected_whole_but_for_bridges_and_the_hosts_networks() {
+        let text = "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever
+1: lo    inet6 ::1/128 scope host \\       valid_lft forever preferred_lft forever
+1: lo    inet 10.0.2.3/32 scope global lo\\       valid_lft forever preferred_lft forever
+2: tap0    inet 10.0.2.100/24 brd 10.0.2.255 scope global tap0\\       valid_lft forever preferred_lft forever
+2: tap0    inet6 fd00::f880:6dff:fe48:682e/64 scope global dynamic mngtmpaddr \\       valid_lft 86391sec preferred_lft 14391sec
+2: tap0    inet6 fe80::f880:6dff:fe48:682e/64 scope link \\       valid_lft forever preferred_lft forever
+3: cni-podman1    inet 10.213.7.1/24 brd 10.213.7.255 scope global cni-podman1\\       valid_lft forever preferred_lft forever
+4: eth0    inet 192.168.1.23/24 brd 192.168.1.255 scope global eth0\\       valid_lft forever preferred_lft forever
+nameserver 10.0.2.3
+nameserver 10.255.255.53
+options edns0
+";
+        let host = HostProtection { networks: vec!["192.168.1.0/24".into()], ..HostProtection::default() };
+        let protection = namespace_protection(text, &[ip("10.213.7.1")], &host);
+        let addresses: Vec<String> = protection.addresses.iter().map(ToString::to_string).collect();
+        assert_eq!(addresses, ["10.213.7.1", "192.168.1.23", "10.255.255.53"], "what a blocked network holds goes with it");
+        assert_eq!(protection.blocked, ["10.0.2.0/24", "fd00::/64"], "slirp4netns's networks; not the bridge's, not the host's");
+        assert!(protection.request().to_string().contains(r#""10.255.255.53","10.0.2.0/24","fd00::/64"]"#), "{}", protection.request());
+        assert!(in_network(ip("10.0.2.3"), "10.0.2.0/24") && !in_network(ip("10.0.3.3"), "10.0.2.0/24"));
+        assert!(contains_network("10.0.2.0/24", "10.0.2.3/32") && !contains_network("10.0.2.3/32", "10.0.2.0/24"));
     }
 
     #[test]

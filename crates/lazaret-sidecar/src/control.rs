@@ -6,8 +6,10 @@
 //! - `{"set": {"allow": [...], "deny": [...], "private": "allow"|"refuse"}}`: replace
 //!   the whole policy (reload); `private` is whether a name's answer may open internal
 //!   addresses no CIDR allow covers (default `refuse`, see `addresses.rs`)
-//! - `{"protect": {"addresses": [...], "networks": [...]}}`: the host's own addresses
-//!   and the prefixes of its interfaces, now (the coordinator refreshes them)
+//! - `{"protect": {"addresses": [...], "networks": [...]}}`: what stays out of reach
+//!   under wide allows (addresses, or CIDRs such as rootless podman's user-mode
+//!   network) and the prefixes of the host's interfaces, now (the coordinator
+//!   refreshes them)
 //! - `{"show": true}`
 //! - `{"watch": true}`: answers `{"ok":true,"watching":true}`, then streams events, one
 //!   JSON object per line, until the client goes: `{"event":"dnsRefused",...}`,
@@ -17,8 +19,6 @@
 //! Every other success answers with the policy now in force (see `Enforcer::snapshot`):
 //! `{"ok":true,"allow":[...],"deny":[...],"learned":[...],"upstreams":[...],"rules":N,"privateAnswers":"refuse"}`;
 //! a failure with `{"ok":false,"error":"..."}` and leaves the policy as it was.
-
-use std::net::IpAddr;
 
 use lazaret_dns::{NamePattern, NamePolicy};
 use serde_json::{json, Value};
@@ -64,7 +64,8 @@ pub enum Command {
     Allow(Vec<Entry>),
     Deny(Vec<Entry>),
     Set(Policy, NamePolicy, PrivateAnswers),
-    Protect(Vec<IpAddr>, Vec<Cidr>),
+    /// What stays out of reach (addresses and networks), and the host's networks.
+    Protect(Vec<Cidr>, Vec<Cidr>),
     Show,
     Watch,
 }
@@ -128,10 +129,7 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
             for (k, v) in protect {
                 let items = strings(&v, &k)?;
                 match k.as_str() {
-                    "addresses" => {
-                        addresses =
-                            items.iter().map(|a| a.parse().map_err(|_| format!("not an IP address: {a:?}"))).collect::<Result<_, _>>()?
-                    }
+                    "addresses" => addresses = items.iter().map(|a| Cidr::parse(a)).collect::<Result<_, _>>()?,
                     "networks" => networks = items.iter().map(|n| Cidr::parse(n)).collect::<Result<_, _>>()?,
                     other => return Err(format!("unknown key in \"protect\": {other:?}")),
                 }
@@ -208,9 +206,11 @@ mod tests {
             Ok(Command::Set(Policy::new(), NamePolicy::new(), PrivateAnswers::Allow))
         );
         assert_eq!(
-            parse_command(r#"{"protect":{"addresses":["10.88.0.1","fe80::1"],"networks":["10.88.0.7/16","2001:db8:1::/48"]}}"#),
+            parse_command(
+                r#"{"protect":{"addresses":["10.88.0.1","fe80::1","10.0.2.9/24"],"networks":["10.88.0.7/16","2001:db8:1::/48"]}}"#
+            ),
             Ok(Command::Protect(
-                vec!["10.88.0.1".parse().unwrap(), "fe80::1".parse().unwrap()],
+                vec![Cidr::parse("10.88.0.1").unwrap(), Cidr::parse("fe80::1").unwrap(), Cidr::parse("10.0.2.0/24").unwrap()],
                 vec![Cidr::parse("10.88.0.0/16").unwrap(), Cidr::parse("2001:db8:1::/48").unwrap()]
             ))
         );
@@ -237,7 +237,7 @@ mod tests {
             r#"{"set":{"private":"yes"}}"#,
             r#"{"set":{"private":true}}"#,
             r#"{"protect":[]}"#,
-            r#"{"protect":{"addresses":["10.0.0.0/8"]}}"#,
+            r#"{"protect":{"addresses":["10.0.0.0/40"]}}"#,
             r#"{"protect":{"addresses":"10.0.0.1"}}"#,
             r#"{"protect":{"networks":["nope"]}}"#,
             r#"{"protect":{"routes":[]}}"#,

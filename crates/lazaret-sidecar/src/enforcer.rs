@@ -126,21 +126,20 @@ pub struct State {
 
 impl State {
     /// The rules this state needs, upstream rules included (guard rules not).
-    /// A `protected` address gets a host deny rule unless the CIDR entries allow
-    /// exactly that address.
-    pub fn rules(&self, upstreams: &[SocketAddr], protected: &[IpAddr]) -> Vec<RuleSpec> {
+    /// A `protected` address or network gets a deny rule unless the CIDR
+    /// entries allow exactly that address or network.
+    pub fn rules(&self, upstreams: &[SocketAddr], protected: &[Cidr]) -> Vec<RuleSpec> {
         let mut policy = self.cidrs.clone();
         for address in self.learned.keys() {
-            if !self.cidrs.denies_explicitly(*address) && !protected.contains(address) {
+            if !self.cidrs.denies_explicitly(*address) && !is_protected(protected, *address) {
                 policy.allow(Cidr::host(*address));
             }
         }
         let mut rules = policy.rules();
-        for address in protected {
-            let host = Cidr::host(*address);
-            if !self.cidrs.allows_exactly(&host) {
+        for cidr in protected {
+            if !self.cidrs.allows_exactly(cidr) {
                 let rule =
-                    RuleSpec { dst: host, verdict: Verdict::Deny, priority: RuleSpec::priority_for(&host), mark: 0, local_only: false };
+                    RuleSpec { dst: *cidr, verdict: Verdict::Deny, priority: RuleSpec::priority_for(cidr), mark: 0, local_only: false };
                 if !rules.contains(&rule) {
                     rules.push(rule);
                 }
@@ -247,16 +246,26 @@ impl State {
 
 /// The host's addresses and the upstream resolvers: only the sidecar's marked
 /// sockets may ask those anything, whatever a wide CIDR entry or a name's answer says.
-fn with_upstreams(mut protected: Vec<IpAddr>, upstreams: &[SocketAddr]) -> Vec<IpAddr> {
-    for address in protected.iter_mut() {
-        *address = address.to_canonical();
+fn with_upstreams(mut protected: Vec<Cidr>, upstreams: &[SocketAddr]) -> Vec<Cidr> {
+    // An IPv4-mapped address is protected as the IPv4 address it is.
+    for cidr in protected.iter_mut() {
+        if *cidr == Cidr::host(cidr.addr()) {
+            *cidr = Cidr::host(cidr.addr().to_canonical());
+        }
     }
     for upstream in upstreams {
-        if !protected.contains(&upstream.ip()) {
-            protected.push(upstream.ip());
+        let host = Cidr::host(upstream.ip());
+        if !protected.contains(&host) {
+            protected.push(host);
         }
     }
     protected
+}
+
+/// Whether `address` lies in one of the `protected` addresses or networks.
+fn is_protected(protected: &[Cidr], address: IpAddr) -> bool {
+    let host = Cidr::host(address.to_canonical());
+    protected.iter().any(|cidr| cidr.contains(&host))
 }
 
 /// The state and the kernel it is enforced in: policy rules, and the netfilter
@@ -266,8 +275,9 @@ pub struct Enforcer {
     nft: Nft,
     state: State,
     upstreams: Vec<SocketAddr>,
-    /// The host's own addresses (see [`State::rules`]).
-    protected: Vec<IpAddr>,
+    /// The host's own addresses, and networks of rootless podman's namespace
+    /// (see [`State::rules`]).
+    protected: Vec<Cidr>,
     /// Broadcast and multicast guard (fixed for the sidecar's life).
     guard: Vec<RuleSpec>,
     /// The rules last put in force (sorted), so that a change that leaves them as they
@@ -283,7 +293,7 @@ impl Enforcer {
         nft: Nft,
         state: State,
         upstreams: Vec<SocketAddr>,
-        protected: Vec<IpAddr>,
+        protected: Vec<Cidr>,
     ) -> io::Result<(Enforcer, usize)> {
         let guard = guard_rules(&rtnl.ipv4_broadcasts()?);
         let protected = with_upstreams(protected, &upstreams);
@@ -369,8 +379,7 @@ impl Enforcer {
     /// addresses are neither learned nor told.
     pub fn learn(&mut self, name: &str, answers: &[(IpAddr, u32)], now: Instant) -> io::Result<Learning> {
         type Answers = Vec<(IpAddr, u32)>;
-        let (protected, answers): (Answers, Answers) =
-            answers.iter().partition(|(address, _)| self.protected.contains(&address.to_canonical()));
+        let (protected, answers): (Answers, Answers) = answers.iter().partition(|(address, _)| is_protected(&self.protected, *address));
         let mut learning = Learning::default();
         self.change(|state| learning = state.learn(name, &answers, now))?;
         let protected = protected.into_iter().map(|(address, _)| (address.to_canonical(), NotOpened::Host));
@@ -381,7 +390,7 @@ impl Enforcer {
     /// Replaces the host's own addresses (host deny rules; the upstream resolvers stay
     /// among them) and networks (internal for a name's answers) with what the host
     /// has now; learned addresses a name may no longer open are forgotten.
-    pub fn protect(&mut self, addresses: Vec<IpAddr>, networks: Vec<Cidr>) -> io::Result<usize> {
+    pub fn protect(&mut self, addresses: Vec<Cidr>, networks: Vec<Cidr>) -> io::Result<usize> {
         let previous = std::mem::replace(&mut self.protected, with_upstreams(addresses, &self.upstreams));
         let result = self.change(|state| state.host_networks = networks);
         if result.is_err() {
@@ -608,11 +617,40 @@ mod tests {
         state.cidrs.allow(Cidr::parse("0.0.0.0/0").unwrap());
         let host = ip("10.88.0.1");
         state.learn("allowed.test", &[(host, 60)], Instant::now());
-        let text = |state: &State| state.rules(&[], &[host]).iter().map(|r| r.to_string()).collect::<Vec<_>>();
+        let text = |state: &State| state.rules(&[], &[Cidr::host(host)]).iter().map(|r| r.to_string()).collect::<Vec<_>>();
         assert_eq!(text(&state)[0], "10000: to 10.88.0.1/32 prohibit", "{:?}", text(&state));
         assert!(!text(&state).iter().any(|r| r.contains("10.88.0.1/32 lookup main")), "a name cannot open it either");
         state.cidrs.allow(Cidr::host(host));
         assert_eq!(text(&state)[0], "10000: to 10.88.0.1/32 lookup main");
+    }
+
+    /// Issue 33 finding 4: rootless podman's user-mode network (slirp4netns:
+    /// 10.0.2.0/24 with its resolver at .3 and the namespace at .100) is
+    /// protected as a whole; a name's answer inside it opens nothing, an
+    /// allow of exactly that network opens it.
+    #[test]
+    fn a_protected_network_stays_denied_under_wide_allows_until_allowed_exactly() {
+        let mut state = state_with_name("allowed.test");
+        state.cidrs.allow(Cidr::parse("10.0.0.0/8").unwrap());
+        let slirp = Cidr::parse("10.0.2.0/24").unwrap();
+        let learning = state.learn("allowed.test", &[(ip("10.0.2.3"), 60)], Instant::now());
+        assert!(learning.refused.is_empty() && !learning.told.is_empty(), "the state alone learns it: {learning:?}");
+        let text = |state: &State| state.rules(&[], &[slirp]).iter().map(|r| r.to_string()).collect::<Vec<_>>();
+        assert!(
+            text(&state).contains(&"10000: to 10.0.2.0/24 prohibit".to_owned())
+                || text(&state).iter().any(|r| r.ends_with("to 10.0.2.0/24 prohibit")),
+            "{:?}",
+            text(&state)
+        );
+        assert!(
+            !text(&state).iter().any(|r| r.contains("10.0.2.3/32 lookup main")),
+            "a name cannot open an address in it: {:?}",
+            text(&state)
+        );
+        assert!(is_protected(&[slirp], ip("10.0.2.100")) && is_protected(&[slirp], ip("::ffff:10.0.2.3")));
+        assert!(!is_protected(&[slirp], ip("10.0.3.1")));
+        state.cidrs.allow(slirp);
+        assert!(!text(&state).iter().any(|r| r.contains("prohibit") && r.contains("10.0.2.0/24")), "{:?}", text(&state));
     }
 
     #[test]

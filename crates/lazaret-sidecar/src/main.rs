@@ -34,7 +34,7 @@ lazaret-sidecar: Lazaret's Network Sidecar (egress policy for one sandbox)
 
 Usage:
   lazaret-sidecar [--allow ENTRY]... [--deny ENTRY]... [--dns-upstream ADDRESS]...
-                  [--protect ADDRESS]... [--protect-net CIDR]...
+                  [--protect ADDRESS|CIDR]... [--protect-net CIDR]...
                   [--private-answers refuse|allow] [--control SOCKET]
       Enforce default-deny egress in this network namespace (policy-routing rules
       and an nf_tables output filter that mirrors them; needs CAP_NET_ADMIN, and
@@ -49,8 +49,9 @@ Usage:
       CIDR allow covers them or --private-answers is `allow`, private, CGNAT,
       ULA or other special-purpose addresses, or the host's networks
       (--protect-net, the prefixes of its interfaces). A --protect'ed address
-      (the host's own) stays unreachable under wider allow entries; only an
-      allow of exactly that address opens it. With --control, serve
+      or network (the host's own addresses, rootless podman's user-mode
+      network) stays unreachable under wider allow entries; only an allow of
+      exactly that address or network opens it. With --control, serve
       line-delimited JSON on SOCKET:
         {\"allow\":ENTRY|[...]}  {\"deny\":ENTRY|[...]}  {\"show\":true}
         {\"set\":{\"allow\":[...],\"deny\":[...],\"private\":\"refuse\"|\"allow\"}}
@@ -68,7 +69,9 @@ struct RunOptions {
     allow: Vec<Entry>,
     deny: Vec<Entry>,
     upstreams: Vec<SocketAddr>,
-    protected: Vec<IpAddr>,
+    /// Out of reach under wide allows: the host's addresses, rootless podman's
+    /// user-mode network.
+    protected: Vec<Cidr>,
     protected_networks: Vec<Cidr>,
     private_answers: PrivateAnswers,
     control: Option<PathBuf>,
@@ -110,7 +113,7 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
             "--dns-upstream" => options.upstreams.push(parse_upstream(&value()?)?),
             "--protect" => {
                 let v = value()?;
-                options.protected.push(v.parse().map_err(|_| format!("--protect {v:?} is not an IP address"))?);
+                options.protected.push(Cidr::parse(&v).map_err(|e| format!("--protect: {e}"))?);
             }
             "--protect-net" => {
                 let v = value()?;
@@ -473,7 +476,7 @@ mod tests {
         ])) else {
             panic!("did not parse");
         };
-        assert_eq!(options.protected, vec!["10.88.0.1".parse::<IpAddr>().unwrap(), "fe80::1".parse().unwrap()]);
+        assert_eq!(options.protected, vec![Cidr::parse("10.88.0.1").unwrap(), Cidr::parse("fe80::1").unwrap()]);
         assert_eq!(options.protected_networks, vec![Cidr::parse("10.88.0.0/16").unwrap(), Cidr::parse("2001:db8:1::/48").unwrap()]);
         assert_eq!(options.private_answers, PrivateAnswers::Allow);
     }
@@ -490,7 +493,7 @@ mod tests {
             &["--allow"][..],
             &["--allow", "nope"],
             &["--dns-upstream", "resolver.test"],
-            &["--protect", "10.0.0.0/8"],
+            &["--protect", "10.0.0.0/40"],
             &["--protect-net", "10.0.0.0/40"],
             &["--protect-net", "host.test"],
             &["--private-answers", "yes"],

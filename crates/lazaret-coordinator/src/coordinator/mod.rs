@@ -188,7 +188,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     let sidecar_control = sidecar.as_ref().map(|started| started.socket.clone());
     // Addresses and networks the host gains later are protected too.
     let protection_refresh =
-        sidecar.map(|started| tokio::spawn(crate::network::refresh_protection(started.socket, started.gateways, started.protection)));
+        sidecar.map(|started| tokio::spawn(crate::network::refresh_protection(started.socket, started.fixed, started.protection)));
     domain.set_sidecar_control(sidecar_control.clone());
     domain.set_egress_reloader(reloader);
     let sidecar_name = sidecar_control.as_ref().map(|_| domain_resources.sidecar_name.clone());

@@ -229,10 +229,48 @@ fn probes(
                 &arguments,
                 &image,
             ));
+            if !nix::unistd::geteuid().is_root() {
+                checks.extend(config.map(|config| rootless_namespace(config, &podman, &network)));
+            }
         }
         None => checks.push(Check::pass("sidecar start", "not needed: no profile allows egress")),
     }
     checks
+}
+
+/// Rootless: what the sidecar keeps out of the sandbox's reach of podman's
+/// own network namespace, and a warning for an allow entry that names it
+/// exactly (only such an entry opens it).
+fn rootless_namespace(config: &lazaret_core::config::Config, podman: &Podman, network: &str) -> Check {
+    const NAME: &str = "rootless network namespace";
+    let protection = match lazaret_coordinator::network::rootless_namespace_on(podman, network) {
+        Ok(protection) => protection,
+        Err(error) => return Check::fail(NAME, error.chained(), "podman unshare --rootless-netns ip address show"),
+    };
+    let entries = config.allow_egress.iter().chain(config.profiles.values().flat_map(|profile| profile.allow_egress.iter()));
+    let mut exact: Vec<String> = entries
+        .filter_map(|entry| match entry {
+            lazaret_core::egress::EgressRule::Cidr(net) => {
+                let host = net.prefix_len() == net.max_prefix_len() && protection.addresses.contains(&net.addr());
+                (host || protection.blocked.contains(&net.trunc().to_string())).then(|| net.to_string())
+            }
+            lazaret_core::egress::EgressRule::Domain(_) => None,
+        })
+        .collect();
+    exact.sort();
+    exact.dedup();
+    if exact.is_empty() {
+        return Check::pass(NAME, format!("kept out of the sandbox's reach: {}", protection.protected().join(", ")));
+    }
+    Check::warn(
+        NAME,
+        format!(
+            "allow_egress names {} exactly, so the sandbox can reach rootless podman's own network namespace (slirp4netns's \
+             resolver answers any name, around the name allowlist)",
+            exact.join(", ")
+        ),
+        "remove that entry unless a sandbox must reach podman's network namespace",
+    )
 }
 
 fn probe(podman: &Podman, name: &'static str, what: &str, arguments: &[String], image: &str) -> Check {
