@@ -157,8 +157,8 @@ impl Reach {
     /// Can a kernel overlayfs be mounted where the mounts live (on plain
     /// directories in a temporary directory)? `Err` has the kernel's reason.
     pub(super) fn probe_kernel_overlay(&self) -> Result<()> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|elapsed| elapsed.subsec_nanos()).unwrap_or(0);
-        let root = std::env::temp_dir().join(format!("lazaret-overlay-probe-{}-{nanos}", std::process::id()));
+        // A random name, made exclusively: no other user can pre-empt it.
+        let root = std::env::temp_dir().join(format!("lazaret-overlay-probe-{}", lazaret_core::ids::random_hex(8)?));
         std::fs::DirBuilder::new().mode(0o700).create(&root).with_context(|| format!("cannot create {}", root.display()))?;
         let overlay = Overlay {
             lower: root.join("lower"),
