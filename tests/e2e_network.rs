@@ -784,6 +784,146 @@ fn rootless_podmans_namespace_and_its_resolver_stay_out_of_reach_under_a_wide_al
     assert_eq!(stdout(&opened), "other=0\nresolver=0\nnamespace=0\n", "named exactly: {}", stderr(&opened));
 }
 
+/// The sidecar container's PID 1 (its supervisor) and the sidecar proper,
+/// its child, as host pids.
+fn sidecar_pids(sidecar: &str) -> (u32, u32) {
+    let pid1 = stdout(&Command::new("podman").args(["inspect", "--format", "{{.State.Pid}}", sidecar]).output().expect("podman"));
+    let pid1: u32 = pid1.trim().parse().expect("the sidecar's pid");
+    let children = std::fs::read_to_string(format!("/proc/{pid1}/task/{pid1}/children")).unwrap_or_default();
+    let child = children.split_whitespace().next().and_then(|pid| pid.parse().ok()).expect("the supervised sidecar");
+    (pid1, child)
+}
+
+/// Issue 33 finding 5: after `kill -9` of the sidecar the sandbox went
+/// without network (fail-closed) but nobody was told: `lazaret status` said
+/// nothing, `net show` failed with 1008, no event. Now its death is a
+/// `networkFailed` event and a line of `lazaret status`, the sidecar is
+/// started again with the domain's policy as it was (a live allow
+/// included), and the allowed hosts are reachable again. When the
+/// container itself goes (and the namespace with it), the failure stays and
+/// says so.
+#[test]
+fn a_dead_sidecar_is_reported_and_started_again_with_the_domains_policy() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let network = TestNetwork::create();
+    network.start_listener(13);
+    let env = TestEnv::new();
+    configure(&env, &network, &[format!("{}/32", network.host(11))]);
+    let repository = git_repository(&env, "project");
+    let live = LiveSession::start(&env, &repository);
+    let mut events = live.subscribe();
+    let (one, two, three) = (network.host(11), network.host(12), network.host(13));
+    let probe = format!("nc -z -w 2 {one} 8080; echo one=$?; nc -z -w 2 {two} 8080; echo two=$?; nc -z -w 2 {three} 8080; echo three=$?");
+    let allow = run(env.lazaret().args(["net", "allow", &two, "--workspace"]).arg(&repository));
+    assert!(allow.status.success(), "{}", stderr(&allow));
+    assert_eq!(live.inside(&probe), "one=0\ntwo=0\nthree=1\n", "before: the configured and the live allow");
+    let sidecar = live.domain["sidecar_name"].as_str().expect("name").to_owned();
+    let (supervisor, sidecar_pid) = sidecar_pids(&sidecar);
+    assert!(Command::new("kill").args(["-9", &sidecar_pid.to_string()]).status().expect("kill").success());
+    let failed = events.next_of_kind("networkFailed");
+    assert_eq!(failed["restarting"], true, "{failed}");
+    assert!(failed["message"].as_str().unwrap_or("").contains("stopped"), "{failed}");
+    let restored = events.next_of_kind("networkRestored");
+    assert!(restored["message"].as_str().unwrap_or("").contains("started again"), "{restored}");
+    assert_ne!(sidecar_pids(&sidecar).1, sidecar_pid, "a new sidecar process");
+    assert_eq!(live.inside(&probe), "one=0\ntwo=0\nthree=1\n", "after the restart: the same policy, the live allow included");
+    let status = run(env.lazaret().args(["status", "--json", "--workspace"]).arg(&repository));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
+    assert!(status["status"].get("networkError").is_none(), "{status}");
+
+    // The container's PID 1 holds the namespace: when it goes, the network
+    // is gone for good, and every client is told.
+    assert!(Command::new("kill").args(["-9", &supervisor.to_string()]).status().expect("kill").success());
+    let gone = events.next_of_kind("networkFailed");
+    assert_eq!(gone["restarting"], false, "{gone}");
+    assert!(gone["message"].as_str().unwrap_or("").contains("start the domain anew"), "{gone}");
+    let status = run(env.lazaret().args(["status", "--workspace"]).arg(&repository));
+    assert!(stdout(&status).contains("network     NONE: the Network Sidecar"), "{}", stdout(&status));
+    let show = run(env.lazaret().args(["net", "show", "--workspace"]).arg(&repository));
+    assert!(!show.status.success() && stderr(&show).contains("no working network"), "{}", stderr(&show));
+    // Once podman has cleaned up after the container (its network goes).
+    assert!(wait_until(Duration::from_secs(15), || live.inside(&probe) == "one=1\ntwo=1\nthree=1\n"), "fail-closed");
+    live.end(&repository);
+}
+
+/// [`a_dead_sidecar_is_reported_and_started_again_with_the_domains_policy`]
+/// rootless: the user's own podman, network and sidecar.
+#[test]
+fn a_dead_sidecar_is_reported_and_started_again_with_the_domains_policy_rootless() {
+    let Some(user) = RootlessUser::required() else { return };
+    let _guard = sandbox_guard();
+    let lazaret = user.lazaret();
+    let build = user.run(&format!("{lazaret} image build"));
+    assert!(build.status.success(), "{}", stderr(&build));
+    let name = format!("lzt-rd-{}", std::process::id());
+    user.run("for n in $(podman network ls --format '{{.Name}}' | grep '^lzt-rd-'); do podman network rm -f $n; done; true");
+    let hosts = format!(
+        "set -e; podman network create --internal --subnet 10.213.233.0/24 {name} >/dev/null; \
+         for h in 11 12; do podman run -d --name {name}-h$h {limits} --network {name} --ip 10.213.233.$h {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null; done",
+        limits = PODMAN_LIMITS.join(" ")
+    );
+    let config = format!("{}/lzt-rd-config/lazaret/config.toml", user.home);
+    let workspace = format!("{}/lzt-rd-workspace", user.home);
+    let lz = format!("{lazaret} --config {config}");
+    let cleanup = format!(
+        "pkill -f 'run --workspace {workspace}'; sleep 2; podman rm -f -t 0 {name}-h11 {name}-h12 >/dev/null 2>&1; \
+         for i in 1 2 3 4 5 6 7 8 9 10; do podman network rm -f {name} >/dev/null 2>&1 && break; sleep 1; done; true"
+    );
+    let created = user.run(&hosts);
+    if !created.status.success() {
+        user.run(&cleanup);
+        panic!("rootless test network: {}", stderr(&created));
+    }
+    let setup = format!(
+        "rm -rf {home}/lzt-rd-config {workspace} && mkdir -p {home}/lzt-rd-config/lazaret {workspace} && \
+         printf '[network]\\npodman_network = \"{name}\"\\nallow_egress = [\"10.213.233.11/32\"]\\n' > {config} && \
+         cd {workspace} && git init -q && git -c user.name=u -c user.email=u@x commit -q --allow-empty -m init && \
+         (nohup {lz} run --workspace {workspace} -- sleep 120 </dev/null >/dev/null 2>&1 &)",
+        home = user.home
+    );
+    assert!(user.run(&setup).status.success());
+    let status = || {
+        serde_json::from_slice::<serde_json::Value>(&user.run(&format!("{lz} status --json --workspace {workspace}")).stdout)
+            .unwrap_or_default()
+    };
+    let up = wait_until(Duration::from_secs(60), || status()["status"]["containerState"] == "running");
+    let domain: serde_json::Value =
+        serde_json::from_slice(&user.run(&format!("{lz} domain --json --workspace {workspace}")).stdout).unwrap_or_default();
+    let log = || {
+        std::fs::read_to_string(format!("{}/coordinator.log", domain["domain_dir"].as_str().unwrap_or("/nonexistent"))).unwrap_or_default()
+    };
+    let sidecar = domain["sidecar_name"].as_str().unwrap_or("none").to_owned();
+    let probe = format!("{lz} run --workspace {workspace} -- sh -c 'nc -z -w 2 10.213.233.11 8080; echo one=$?; nc -z -w 2 10.213.233.12 8080; echo two=$?'");
+    let allowed = user.run(&format!("{lz} net allow 10.213.233.12 --workspace {workspace}"));
+    let before = stdout(&user.run(&probe));
+    let kill = |which: &str| {
+        user.run(&format!(
+            "pid1=$(podman inspect --format '{{{{.State.Pid}}}}' {sidecar}); \
+             case {which} in child) kill -9 $(cat /proc/$pid1/task/$pid1/children) ;; *) kill -9 $pid1 ;; esac"
+        ))
+    };
+    let killed = kill("child");
+    let restarted = wait_until(Duration::from_secs(20), || log().contains("started again with the domain's policy"));
+    let after = stdout(&user.run(&probe));
+    let healthy = status()["status"].get("networkError").is_none();
+    kill("pid1");
+    let reported = wait_until(Duration::from_secs(20), || {
+        stdout(&user.run(&format!("{lz} status --workspace {workspace}"))).contains("network     NONE: the Network Sidecar")
+    });
+    let text = log();
+    user.run(&cleanup);
+    assert!(up, "the domain started");
+    assert!(allowed.status.success(), "{}", stderr(&allowed));
+    assert_eq!(before, "one=0\ntwo=0\n", "before: the configured and the live allow");
+    assert!(killed.status.success(), "{}", stderr(&killed));
+    assert!(restarted, "the coordinator says the sidecar stopped and came back:\n{text}");
+    assert!(text.contains("the Network Sidecar stopped"), "{text}");
+    assert_eq!(after, "one=0\ntwo=0\n", "after the restart: the same policy, the live allow included");
+    assert!(healthy, "the status has no network error after the restart");
+    assert!(reported, "lazaret status says the network is gone for good:\n{text}");
+}
+
 #[test]
 fn the_hosts_own_addresses_stay_out_of_reach_under_a_wide_allow() {
     let _guard = sandbox_guard();

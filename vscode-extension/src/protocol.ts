@@ -92,6 +92,8 @@ export interface DomainStatus {
   coordinatorPid: number;
   domainHash: string;
   image: string;
+  /** Why the sandbox has no working network now (its Network Sidecar stopped: no name resolves, no policy change takes), while that lasts. */
+  networkError?: string | null;
   profile: string;
   sessions: LiveSession[];
   startedAtMs: number;
@@ -256,6 +258,8 @@ export interface RunningDomain {
   coordinatorPid: number;
   domainHash: string;
   image: string;
+  /** Why the sandbox has no working network now (its Network Sidecar stopped: no name resolves, no policy change takes), while that lasts. */
+  networkError?: string | null;
   profile: string;
   sessions: LiveSession[];
   startedAtMs: number;
@@ -281,6 +285,8 @@ export type Event =
   | NetworkChangedEvent
   | NetworkDnsRefusedEvent
   | NetworkDnsAnswerRefusedEvent
+  | NetworkFailedEvent
+  | NetworkRestoredEvent
   | NetworkDnsResolvedEvent
   | EventsLaggedEvent;
 
@@ -373,6 +379,19 @@ export interface NetworkDnsAnswerRefusedEvent {
   reason: string;
   recordType: string;
   suppressed?: number | null;
+}
+
+/** The Network Sidecar stopped: the sandbox has no working network (no name resolves; the kernel keeps the last rules, so nothing new opens) until `networkRestored`. `restarting`: whether it is being started again; if not, the sandbox stays without network until the domain starts anew. */
+export interface NetworkFailedEvent {
+  kind: "networkFailed";
+  message: string;
+  restarting: boolean;
+}
+
+/** The Network Sidecar is back with the domain's policy as it was (live changes included; learned addresses start afresh). */
+export interface NetworkRestoredEvent {
+  kind: "networkRestored";
+  message: string;
 }
 
 /** An allowlisted name was resolved; its `addresses` are reachable now. */

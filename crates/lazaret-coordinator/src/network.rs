@@ -192,8 +192,7 @@ pub async fn refresh_protection(socket: PathBuf, fixed: HostProtection, mut sent
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let Some(mut now) = host_protection() else { continue };
-        now.merge(&fixed);
+        let Some(now) = protection_now(&fixed) else { continue };
         if now == sent {
             continue;
         }
@@ -207,6 +206,14 @@ pub async fn refresh_protection(socket: PathBuf, fixed: HostProtection, mut sent
             Err(error) => tracing::warn!(%error, "host protection task failed"),
         }
     }
+}
+
+/// What the sidecar must protect now: the host's interfaces and `fixed`
+/// (`None` when the interfaces cannot be listed).
+pub fn protection_now(fixed: &HostProtection) -> Option<HostProtection> {
+    let mut now = host_protection()?;
+    now.merge(fixed);
+    Some(now)
 }
 
 /// The gateway addresses of a podman network's subnets.
@@ -247,6 +254,7 @@ pub fn container_arguments(podman_network: &str) -> Vec<String> {
 }
 
 /// A sidecar that [`start`] started.
+#[derive(Clone)]
 pub struct StartedSidecar {
     /// Its control socket.
     pub socket: PathBuf,
@@ -274,7 +282,9 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
     ]);
     command.args(container_arguments(&resolved.podman_network));
     command.arg(format!("--volume={}:{CONTROL_DIR_IN_SIDECAR}:rw", control_dir.display()));
-    command.arg(image);
+    // PID 1 supervises the sidecar proper, so that its death leaves the
+    // network namespace (which the sandbox shares) in place.
+    command.arg(image).arg("supervise");
     for rule in &resolved.allow_egress {
         command.arg(format!("--allow={rule}"));
     }

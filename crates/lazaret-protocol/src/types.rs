@@ -65,6 +65,10 @@ pub struct DomainStatus {
     /// The agent branch's commit on the host, once it exists there.
     #[serde(default)]
     pub agent_branch_head: Option<String>,
+    /// Why the sandbox has no working network now (its Network Sidecar
+    /// stopped: no name resolves, no policy change takes), while that lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_error: Option<String>,
 }
 
 /// A session that ended, from the state store.
@@ -429,6 +433,20 @@ pub enum Event {
         reason: String,
         message: String,
         suppressed: Option<u64>,
+    },
+    /// The Network Sidecar stopped: the sandbox has no working network (no
+    /// name resolves; the kernel keeps the last rules, so nothing new opens)
+    /// until `networkRestored`. `restarting`: whether it is being started
+    /// again; if not, the sandbox stays without network until the domain
+    /// starts anew.
+    NetworkFailed {
+        message: String,
+        restarting: bool,
+    },
+    /// The Network Sidecar is back with the domain's policy as it was (live
+    /// changes included; learned addresses start afresh).
+    NetworkRestored {
+        message: String,
     },
     /// An allowlisted name was resolved; its `addresses` are reachable now.
     NetworkDnsResolved {

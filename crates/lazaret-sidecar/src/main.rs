@@ -57,6 +57,11 @@ Usage:
         {\"set\":{\"allow\":[...],\"deny\":[...],\"private\":\"refuse\"|\"allow\"}}
         {\"protect\":{\"addresses\":[...],\"networks\":[...]}}  {\"watch\":true}
       Prints `ready` on stdout once the policy is in force.
+  lazaret-sidecar supervise [ARGUMENTS]...
+      As the container's PID 1: run the sidecar with ARGUMENTS as a child, and
+      start it again whenever it ends other than by SIGTERM (the coordinator
+      then gives it back the live policy). PID 1 holds the network namespace
+      the sandbox shares; the kernel keeps the last rules in force meanwhile.
   lazaret-sidecar ctl SOCKET REQUEST...
       Send each JSON REQUEST to a running sidecar; print the answers.
   lazaret-sidecar --version | --help";
@@ -80,7 +85,12 @@ struct RunOptions {
 #[derive(Debug, PartialEq)]
 enum Mode {
     Run(RunOptions),
-    Ctl { socket: PathBuf, requests: Vec<String> },
+    /// The enforcer's arguments, checked.
+    Supervise(Vec<String>),
+    Ctl {
+        socket: PathBuf,
+        requests: Vec<String>,
+    },
     Version,
     Help,
 }
@@ -89,6 +99,13 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
     match args.first().map(String::as_str) {
         Some("--version") | Some("-V") => return Ok(Mode::Version),
         Some("--help") | Some("-h") => return Ok(Mode::Help),
+        Some("supervise") => {
+            let arguments = args[1..].to_vec();
+            return match parse_args(&arguments)? {
+                Mode::Run(_) => Ok(Mode::Supervise(arguments)),
+                _ => Err("supervise takes the options of a run".into()),
+            };
+        }
         Some("ctl") => {
             let socket = args.get(1).ok_or("ctl needs SOCKET")?;
             let requests = args[2..].to_vec();
@@ -167,6 +184,7 @@ fn main() -> ExitCode {
         }
         Ok(Mode::Ctl { socket, requests }) => ctl(&socket, &requests),
         Ok(Mode::Run(options)) => run(options),
+        Ok(Mode::Supervise(arguments)) => supervise(&arguments),
         Err(e) => {
             eprintln!("lazaret-sidecar: {e}\n\n{USAGE}");
             ExitCode::from(EXIT_USAGE)
@@ -295,6 +313,84 @@ fn run(options: RunOptions) -> ExitCode {
             }
             _ => {}
         }
+    }
+}
+
+/// How soon an ended enforcer is started again, at first and at most.
+const RESTART_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+const RESTART_DELAY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+/// An enforcer that ran this long resets the delay.
+const STABLE_RUN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// PID 1 of the sidecar container (issue 33 finding 5: a killed sidecar took
+/// its network namespace with it, and the sandbox, which shares it, was left
+/// without network for good): runs the enforcer as a child and starts it again
+/// when it ends, so the namespace and its interfaces stay. SIGTERM (podman
+/// stop) is passed on and ends both.
+fn supervise(arguments: &[String]) -> ExitCode {
+    let signals = match block_signals() {
+        Ok(s) => s,
+        Err(e) => return fail(&format!("blocking signals: {e}")),
+    };
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(e) => return fail(&format!("cannot find my own executable: {e}")),
+    };
+    let mut delay = RESTART_DELAY;
+    loop {
+        let started = std::time::Instant::now();
+        // The child inherits the blocked signals and takes them with sigwait itself.
+        let child = match std::process::Command::new(&program).args(arguments).spawn() {
+            Ok(child) => child,
+            Err(e) => return fail(&format!("cannot start the sidecar: {e}")),
+        };
+        let pid = child.id() as libc::pid_t;
+        let status = loop {
+            match wait_signal(&signals) {
+                libc::SIGCHLD => {
+                    if let Some(status) = reap_children_until(pid) {
+                        break status;
+                    }
+                }
+                libc::SIGTERM | libc::SIGINT => {
+                    // SAFETY: kill of our own child; it is not reaped yet, so its pid is still ours.
+                    unsafe { libc::kill(pid, libc::SIGTERM) };
+                    return ExitCode::SUCCESS;
+                }
+                _ => {}
+            }
+        };
+        if started.elapsed() > STABLE_RUN {
+            delay = RESTART_DELAY;
+        }
+        eprintln!("lazaret-sidecar: the sidecar ended ({}); starting it again in {} ms", describe(status), delay.as_millis());
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(RESTART_DELAY_MAX);
+    }
+}
+
+/// Reaps every ended child; the wait status of `pid` if it was one of them.
+fn reap_children_until(pid: libc::pid_t) -> Option<libc::c_int> {
+    let mut found = None;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with WNOHANG and a valid status pointer.
+        let reaped = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if reaped <= 0 {
+            return found;
+        }
+        if reaped == pid {
+            found = Some(status);
+        }
+    }
+}
+
+/// A wait status as text: `exit status N` or `killed by signal N`.
+fn describe(status: libc::c_int) -> String {
+    if libc::WIFSIGNALED(status) {
+        format!("killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("exit status {}", libc::WEXITSTATUS(status))
     }
 }
 
@@ -507,6 +603,9 @@ mod tests {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?} parsed");
         }
         assert_eq!(parse_args(&args(&["--version"])), Ok(Mode::Version));
+        assert_eq!(parse_args(&args(&["supervise", "--allow=10.0.0.0/8"])), Ok(Mode::Supervise(args(&["--allow=10.0.0.0/8"]))));
+        assert!(parse_args(&args(&["supervise", "--allow=nope"])).is_err(), "the enforcer's options are checked up front");
+        assert!(parse_args(&args(&["supervise", "ctl", "/s", "{}"])).is_err());
         assert_eq!(parse_args(&args(&["ctl", "/s", "{\"show\":true}"])).map(|m| matches!(m, Mode::Ctl { .. })), Ok(true));
     }
 }

@@ -60,6 +60,11 @@ pub struct Domain {
     pub shutdown_requested: Notify,
     /// The Network Sidecar's control socket, when the domain has one.
     sidecar_control: Mutex<Option<std::path::PathBuf>>,
+    /// Why the sandbox has no working network now (the sidecar stopped).
+    network_error: Mutex<Option<String>>,
+    /// The policy the sidecar last answered with: what a restarted sidecar
+    /// is given back (live changes included).
+    network_policy: Mutex<Option<NetworkPolicy>>,
     /// Re-reads the configuration: the merged allowlist (`network/reload`).
     egress_reloader: Mutex<Option<EgressReloader>>,
     /// Escalation requests waiting for a human.
@@ -90,6 +95,8 @@ impl Domain {
             idle: Notify::new(),
             shutdown_requested: Notify::new(),
             sidecar_control: Mutex::new(None),
+            network_error: Mutex::new(None),
+            network_policy: Mutex::new(None),
             egress_reloader: Mutex::new(None),
             broker: crate::escalation::Broker::default(),
             export_lock: tokio::sync::Mutex::new(ExportState { last_exported: None, exporter }),
@@ -248,12 +255,54 @@ impl Domain {
                 "this domain has no Network Sidecar: its allowlist was empty when it started, so the sandbox has no network at all",
             )
         })?;
+        if let Some(error) = self.network_error() {
+            return Err(rpc_error(error_code::NETWORK_FAILED, format!("the sandbox has no working network: {error}")));
+        }
         let answer = tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
             .await
             .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
             .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.chained()))?;
-        serde_json::from_value(answer)
-            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, format!("the Network Sidecar answered in an unexpected form: {error}")))
+        let policy: NetworkPolicy = serde_json::from_value(answer).map_err(|error| {
+            rpc_error(error_code::NETWORK_FAILED, format!("the Network Sidecar answered in an unexpected form: {error}"))
+        })?;
+        *self.network_policy.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(policy.clone());
+        Ok(policy)
+    }
+
+    /// Why the sandbox has no working network now, if it has none.
+    pub fn network_error(&self) -> Option<String> {
+        self.network_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// The sidecar stopped (issue 33 finding 5: its death went unnoticed):
+    /// every client hears it, `domain/status` says it.
+    pub fn network_failed(&self, message: String, restarting: bool) {
+        tracing::error!(%message, restarting, "the Network Sidecar stopped");
+        *self.network_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(message.clone());
+        self.emit(Event::NetworkFailed { message, restarting });
+    }
+
+    /// Gives a restarted sidecar back the domain's policy (the last one it
+    /// answered with) and what it protects, then says the network is back.
+    pub async fn network_restored(&self, protection: serde_json::Value) -> Result<(), String> {
+        let socket = self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or("no sidecar")?;
+        let policy = self.network_policy.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        let mut requests = vec![protection];
+        if let Some(policy) = policy {
+            requests.push(serde_json::json!({ "set": { "allow": policy.allow, "deny": policy.deny, "private": policy.private_answers } }));
+        }
+        for request in requests {
+            let socket = socket.clone();
+            tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
+                .await
+                .map_err(|error| error.to_string())?
+                .map_err(|error| error.chained())?;
+        }
+        *self.network_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+        let message = "the Network Sidecar was started again with the domain's policy (learned addresses start afresh)".to_owned();
+        tracing::info!("{message}");
+        self.emit(Event::NetworkRestored { message });
+        Ok(())
     }
 
     /// Runs a store query on the blocking pool (section 4.4), as an RPC result.
@@ -540,6 +589,7 @@ impl LazaretApiServer for Api {
                 Some(layout) => tokio::task::spawn_blocking(move || layout.host.resolve(&layout.branch_ref())).await.ok().flatten(),
                 None => None,
             },
+            network_error: domain.network_error(),
         })
     }
 

@@ -49,19 +49,63 @@ pub enum WorkspaceMode {
     Direct,
 }
 
-/// Forwards the Network Sidecar's events to the domain, in order, until the
-/// sidecar goes.
-async fn watch_sidecar(domain: Arc<Domain>, socket: std::path::PathBuf) {
-    let ended = async {
-        let mut events = crate::network::SidecarEvents::connect(&socket).await?;
-        while let Some(event) = events.next().await? {
-            domain.sidecar_event(event).await;
-        }
-        Ok::<(), crate::Error>(())
+/// How long a sidecar that ended may take to be back (its supervisor starts
+/// it again within 2 s at most).
+const SIDECAR_RETURN: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Forwards the Network Sidecar's events to the domain, in order. When the
+/// stream ends the sidecar has stopped (issue 33 finding 5: nobody noticed):
+/// that is a `networkFailed` event and the domain's status; its supervisor
+/// (the container's PID 1) starts it again, and once its control socket
+/// answers it gets the domain's policy and protection back
+/// (`networkRestored`). If the container itself is gone, so is the
+/// network namespace the sandbox shares: the failure stays until the domain
+/// starts anew. Aborted at teardown.
+async fn watch_sidecar(domain: Arc<Domain>, started: crate::network::StartedSidecar, podman: Podman) {
+    let sidecar = domain.resolved.domain.sidecar_name.clone();
+    let mut events = match crate::network::SidecarEvents::connect(&started.socket).await {
+        Ok(events) => events,
+        Err(error) => return domain.network_failed(format!("cannot watch the Network Sidecar: {}", error.chained()), false),
     };
-    match ended.await {
-        Ok(()) => tracing::info!("the Network Sidecar's event stream ended"),
-        Err(error) => tracing::warn!(error = %error.chained(), "the Network Sidecar's event stream ended"),
+    loop {
+        let ended = async {
+            while let Some(event) = events.next().await? {
+                domain.sidecar_event(event).await;
+            }
+            Ok::<(), crate::Error>(())
+        };
+        let why = match ended.await {
+            Ok(()) => "its event stream ended".to_owned(),
+            Err(error) => error.chained(),
+        };
+        let name = sidecar.clone();
+        let podman_for_check = podman.clone();
+        let alive = tokio::task::spawn_blocking(move || podman_for_check.container_running(&name)).await.unwrap_or(false);
+        if !alive {
+            return domain.network_failed(
+                format!("the Network Sidecar {sidecar} is gone ({why}), and with it the sandbox's network: start the domain anew"),
+                false,
+            );
+        }
+        domain.network_failed(format!("the Network Sidecar stopped ({why}); it is being started again"), true);
+        let deadline = std::time::Instant::now() + SIDECAR_RETURN;
+        events = loop {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            match crate::network::SidecarEvents::connect(&started.socket).await {
+                Ok(events) => break events,
+                Err(_) if std::time::Instant::now() < deadline => continue,
+                Err(error) => {
+                    return domain.network_failed(
+                        format!("the Network Sidecar did not come back within {} s: {}", SIDECAR_RETURN.as_secs(), error.chained()),
+                        false,
+                    )
+                }
+            }
+        };
+        let protection = crate::network::protection_now(&started.fixed).unwrap_or_else(|| started.protection.clone());
+        if let Err(error) = domain.network_restored(protection.request()).await {
+            return domain.network_failed(format!("the Network Sidecar came back but refused the domain's policy: {error}"), false);
+        }
     }
 }
 
@@ -188,7 +232,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     let sidecar_control = sidecar.as_ref().map(|started| started.socket.clone());
     // Addresses and networks the host gains later are protected too.
     let protection_refresh =
-        sidecar.map(|started| tokio::spawn(crate::network::refresh_protection(started.socket, started.fixed, started.protection)));
+        sidecar.clone().map(|started| tokio::spawn(crate::network::refresh_protection(started.socket, started.fixed, started.protection)));
     domain.set_sidecar_control(sidecar_control.clone());
     domain.set_egress_reloader(reloader);
     let sidecar_name = sidecar_control.as_ref().map(|_| domain_resources.sidecar_name.clone());
@@ -197,7 +241,7 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
         sandbox_arguments.push(crate::network::resolv_conf_argument(&domain_resources.socket_dir.join("sandbox"))?);
     }
     // Refused DNS questions (and answered ones) from the sidecar's stream.
-    let sidecar_watch = sidecar_control.clone().map(|socket| tokio::spawn(watch_sidecar(domain.clone(), socket)));
+    let sidecar_watch = sidecar.map(|started| tokio::spawn(watch_sidecar(domain.clone(), started, podman.clone())));
 
     let listener = bind_private(&domain_resources.control_socket)?;
     tracing::info!(socket = %domain_resources.control_socket.display(), "control socket bound");

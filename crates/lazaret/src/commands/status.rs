@@ -44,6 +44,9 @@ pub fn status(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> 
                 println!("error       {error}");
             }
             println!("image       {}", status.image);
+            if let Some(error) = &status.network_error {
+                println!("network     NONE: {}", lazaret_core::terminal_text::name(error));
+            }
             println!("coordinator pid {}", status.coordinator_pid);
             println!("sessions    {}", status.sessions.len());
             for session in &status.sessions {

@@ -59,6 +59,7 @@
 ---@field coordinatorPid integer
 ---@field domainHash string
 ---@field image string
+---@field networkError? string Why the sandbox has no working network now (its Network Sidecar stopped: no name resolves, no policy change takes), while that lasts.
 ---@field profile string
 ---@field sessions lazaret.LiveSession[]
 ---@field startedAtMs integer
@@ -158,12 +159,13 @@
 ---@field coordinatorPid integer
 ---@field domainHash string
 ---@field image string
+---@field networkError? string Why the sandbox has no working network now (its Network Sidecar stopped: no name resolves, no policy change takes), while that lasts.
 ---@field profile string
 ---@field sessions lazaret.LiveSession[]
 ---@field startedAtMs integer
 ---@field workspace string
 
----@alias lazaret.Event lazaret.SessionRegisteredEvent|lazaret.SessionEndedEvent|lazaret.ContainerStateEvent|lazaret.ShuttingDownEvent|lazaret.BranchUpdatedEvent|lazaret.BranchRejectedEvent|lazaret.EscalationPendingEvent|lazaret.EscalationResolvedEvent|lazaret.EscalationFinishedEvent|lazaret.NetworkChangedEvent|lazaret.NetworkDnsRefusedEvent|lazaret.NetworkDnsAnswerRefusedEvent|lazaret.NetworkDnsResolvedEvent|lazaret.EventsLaggedEvent
+---@alias lazaret.Event lazaret.SessionRegisteredEvent|lazaret.SessionEndedEvent|lazaret.ContainerStateEvent|lazaret.ShuttingDownEvent|lazaret.BranchUpdatedEvent|lazaret.BranchRejectedEvent|lazaret.EscalationPendingEvent|lazaret.EscalationResolvedEvent|lazaret.EscalationFinishedEvent|lazaret.NetworkChangedEvent|lazaret.NetworkDnsRefusedEvent|lazaret.NetworkDnsAnswerRefusedEvent|lazaret.NetworkFailedEvent|lazaret.NetworkRestoredEvent|lazaret.NetworkDnsResolvedEvent|lazaret.EventsLaggedEvent
 
 ---@class lazaret.SessionRegisteredEvent
 ---@field seq integer
@@ -247,6 +249,17 @@
 ---@field reason string
 ---@field recordType string
 ---@field suppressed? integer
+
+---@class lazaret.NetworkFailedEvent
+---@field seq integer
+---@field kind 'networkFailed'
+---@field message string
+---@field restarting boolean
+
+---@class lazaret.NetworkRestoredEvent
+---@field seq integer
+---@field kind 'networkRestored'
+---@field message string
 
 ---@class lazaret.NetworkDnsResolvedEvent
 ---@field seq integer
