@@ -192,6 +192,116 @@ fn sessions_run_with_the_sandboxs_privileges(subject: &Subject) {
     assert!(left.is_empty(), "{}: process specs left behind: {left:?}", subject.label());
 }
 
+/// Issue 33 finding 3: the process spec went to `runsc exec` through a FIFO
+/// in the socket directory, and a CLI killed before it wrote the spec left
+/// the FIFO behind and runsc blocked on it for good (reparented to PID 1,
+/// past the teardown). The window is milliseconds; a runsc wrapper that
+/// sleeps before `exec --process` widens it on purpose. The spec now comes
+/// through an inherited pipe, written whole before runsc starts: no FIFO,
+/// and runsc runs the session (whose CLI is gone) and ends.
+fn a_cli_killed_before_runsc_reads_the_spec_leaves_nothing(subject: &Subject) {
+    let real = std::env::var("LAZARET_RUNSC").unwrap_or_else(|_| {
+        let current = "/usr/local/lib/lazaret/runsc-20260905/runsc";
+        if Path::new(current).exists() {
+            current.to_owned()
+        } else {
+            "/usr/bin/runsc".to_owned()
+        }
+    });
+    let slow = subject.env.path().join("slow");
+    let wrapper = subject.env.path().join("runsc");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncase \" $* \" in *\" exec --process \"*) [ -e {slow} ] && sleep 4 ;; esac\nexec {real} \"$@\"\n",
+            slow = slow.display()
+        ),
+    )
+    .expect("write");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let workspace = subject.repository("ws");
+    subject.hand_over();
+    let lazaret = || {
+        let mut command = subject.lazaret();
+        command.env("LAZARET_RUNSC", &wrapper);
+        command
+    };
+    let mut keeper = lazaret()
+        .args(["run", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "sh", "-c", "echo up; sleep 60"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = std::io::BufRead::lines(BufReader::new(keeper.stdout.take().expect("stdout")));
+    assert_eq!(lines.next().map(|line| line.expect("line")).as_deref(), Some("up"), "{}", subject.label());
+    std::fs::write(&slow, "").expect("slow");
+    subject.hand_over();
+    let mut joining = lazaret().args(["run", "--workspace"]).arg(&workspace).args(["--", "true"]).spawn().expect("spawn");
+    // The joining CLI's child: the wrapper, then (exec) runsc itself.
+    let cli = joining.id();
+    let child_exec = || -> Option<u32> {
+        std::fs::read_dir("/proc").expect("proc").flatten().find_map(|entry| {
+            let pid: u32 = entry.file_name().to_string_lossy().parse().ok()?;
+            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+            let cmdline = String::from_utf8_lossy(&std::fs::read(entry.path().join("cmdline")).ok()?).replace('\0', " ");
+            (status.lines().any(|line| line == format!("PPid:\t{cli}")) && cmdline.contains(" exec --process ")).then_some(pid)
+        })
+    };
+    let mut exec = None;
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            exec = child_exec();
+            exec.is_some()
+        }),
+        "{}: the joining session's runsc exec started",
+        subject.label()
+    );
+    let exec = exec.expect("pid");
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{exec}/stat"))
+            .is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    };
+    // In the window: runsc has not read the spec yet.
+    let _ = joining.kill();
+    let _ = joining.wait();
+    let _ = std::fs::remove_file(&slow);
+    let domain = subject.domain("default", &workspace);
+    let socket_dir = Path::new(domain["socket_dir"].as_str().expect("socket_dir")).to_path_buf();
+    let specs = || -> Vec<String> {
+        std::fs::read_dir(&socket_dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                    .filter(|name| name.starts_with("session-"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let fifos = specs();
+    let ended = wait_until(Duration::from_secs(20), || !running());
+    let _ = keeper.kill();
+    let _ = keeper.wait();
+    assert!(fifos.is_empty(), "{}: no process spec in the socket directory: {fifos:?}", subject.label());
+    assert!(ended, "{}: the killed session's runsc exec {exec} is left waiting", subject.label());
+    assert!(wait_until(Duration::from_secs(20), || subject.torn_down(&domain, &workspace)), "{}", subject.label());
+}
+
+#[test]
+fn a_cli_killed_before_runsc_reads_the_process_spec_leaves_nothing() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    a_cli_killed_before_runsc_reads_the_spec_leaves_nothing(&Subject::current());
+}
+
+#[test]
+fn a_cli_killed_before_runsc_reads_the_process_spec_leaves_nothing_rootless() {
+    let _guard = sandbox_guard();
+    let Some(subject) = Subject::rootless() else { return };
+    a_cli_killed_before_runsc_reads_the_spec_leaves_nothing(&subject);
+}
+
 #[test]
 fn sessions_run_with_the_sandboxs_privileges_through_runsc_exec() {
     let _guard = sandbox_guard();

@@ -182,14 +182,9 @@ impl ExecTarget {
     }
 }
 
-/// The name of a session's process-spec FIFO in the private socket
-/// directory (the CLI creates it, see `session.rs` of the binary).
-pub fn session_fifo_name(session_id: &str) -> String {
-    format!("session-{session_id}.process")
-}
-
-/// Removes FIFOs that sessions left in `socket_dir` (a CLI killed before
-/// runsc read its FIFO); only FIFOs with that name are touched.
+/// Removes the process-spec FIFOs that sessions of versions before the
+/// inherited pipe left in `socket_dir` (a CLI killed before runsc read its
+/// FIFO); only FIFOs with that name are touched.
 pub fn remove_session_fifos(socket_dir: &Path) {
     use std::os::unix::fs::FileTypeExt;
     let Ok(entries) = std::fs::read_dir(socket_dir) else { return };
@@ -200,6 +195,44 @@ pub fn remove_session_fifos(socket_dir: &Path) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
+}
+
+impl ExecTarget {
+    /// The record in `domain_dir`, whether or not its sandbox still runs.
+    pub fn recorded(domain_dir: &Path) -> Option<ExecTarget> {
+        serde_json::from_slice(&std::fs::read(domain_dir.join(FILE)).ok()?).ok()
+    }
+
+    /// Ends every `runsc exec` of this sandbox still running: at a start
+    /// that replaces it, and at teardown once it is gone (issue 33 finding
+    /// 3: a CLI killed before it wrote the process spec left `runsc exec
+    /// --process <fifo>` blocked forever, reparented to PID 1, past the
+    /// teardown). Only this user's processes running this runsc are looked
+    /// at. Returns how many were ended.
+    pub fn end_execs(&self) -> usize {
+        let uid = nix::unistd::getuid().as_raw();
+        let mut ended = 0;
+        let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+        for entry in entries.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let owned = std::fs::metadata(entry.path()).is_ok_and(|metadata| std::os::unix::fs::MetadataExt::uid(&metadata) == uid);
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+            let words: Vec<&[u8]> = cmdline.split(|byte| *byte == 0).collect();
+            if owned && is_exec_of(&words, self) {
+                tracing::warn!(pid, container = %self.container_id, "ending a runsc exec left by a session of the sandbox");
+                if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).is_ok() {
+                    ended += 1;
+                }
+            }
+        }
+        ended
+    }
+}
+
+/// Whether a command line is `<target's runsc> ... exec ... <container id>`.
+fn is_exec_of(words: &[&[u8]], target: &ExecTarget) -> bool {
+    let runsc = target.runsc.as_os_str().as_encoded_bytes();
+    words.first() == Some(&runsc) && words.contains(&b"exec".as_slice()) && words.contains(&target.container_id.as_bytes())
 }
 
 /// Whether `path` is a directory (or a regular file) owned by `uid`, not a

@@ -5,8 +5,9 @@
 //! gets the container's user, capabilities, no-new-privileges and
 //! environment, plus the session's variables, and no terminal from the
 //! runtime. The process spec carries the session's credential, so it goes to
-//! runsc through a FIFO in the user's private socket directory, never
-//! through a file or a command line.
+//! runsc through a pipe it inherits (`--process /proc/self/fd/N`), filled
+//! before runsc starts: never a file, a FIFO or a command line, and nothing
+//! a killed CLI can leave behind or leave runsc waiting on.
 //!
 //! Interactive (stdin and stdout are terminals): a host PTY sits between the
 //! user's terminal and the exec, so the CLI owns the byte stream (it
@@ -22,7 +23,8 @@
 use std::ffi::OsString;
 use std::io::{IsTerminal, Read, Write};
 use std::os::fd::BorrowedFd;
-use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
@@ -121,12 +123,10 @@ pub struct SessionCommand<'a> {
     pub argv: &'a [String],
     /// `runsc exec` of the running sandbox, if the coordinator recorded it.
     pub exec: Option<&'a ExecTarget>,
-    /// The user's private socket directory: where the process spec's FIFO is.
-    pub private_dir: &'a Path,
 }
 
 /// A process to start on the host for a session, and the process spec that
-/// `runsc exec` reads from a FIFO once it runs.
+/// `runsc exec` reads from the pipe it inherits.
 struct Launch {
     program: OsString,
     arguments: Vec<OsString>,
@@ -146,62 +146,67 @@ fn launch(session: &SessionCommand<'_>, term: Option<&str>, inner: Vec<String>) 
         return Ok(Launch { program: Podman::default().program().into(), arguments, environment, feed: None });
     };
     let process = target.session_process(&SessionProcess { argv: &inner, cwd: "/workspace", environment: &variables });
-    let feed = ProcessFeed::create(session.private_dir, session.session_id, serde_json::to_vec(&process)?)?;
-    let arguments = target.exec_arguments(&feed.fifo);
+    let feed = ProcessFeed::create(&serde_json::to_vec(&process)?)?;
+    let arguments = target.exec_arguments(&feed.path());
     Ok(Launch { program: target.runsc.clone().into_os_string(), arguments, environment, feed: Some(feed) })
 }
 
-/// The FIFO through which `runsc exec --process` reads the session's
-/// process spec (which holds the credential): 0600 in the private socket
-/// directory, written once runsc opens it, removed when dropped.
+impl Launch {
+    /// What the child does between fork and exec: keep the process spec's
+    /// pipe open across the exec (it is close-on-exec everywhere else).
+    fn inherit_feed(&self) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
+        let fd = self.feed.as_ref().map(ProcessFeed::raw_fd);
+        move || match fd {
+            Some(fd) => ProcessFeed::inherit(fd),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The pipe through which `runsc exec --process` reads the session's
+/// process spec (which holds the credential). The whole spec is written and
+/// the write end closed before runsc starts, so runsc reads it to its end at
+/// once, whenever it runs (issue 33 finding 3: with a FIFO in the socket
+/// directory, a CLI killed before it wrote left the FIFO behind and runsc
+/// blocked on it for good). Only the read end is left, close-on-exec but
+/// in the one child that inherits it.
 struct ProcessFeed {
-    fifo: PathBuf,
-    spec: Vec<u8>,
+    read: std::os::fd::OwnedFd,
 }
 
 impl ProcessFeed {
-    fn create(dir: &Path, session_id: &str, spec: Vec<u8>) -> Result<ProcessFeed> {
-        let fifo = dir.join(lazaret_coordinator::exec_target::session_fifo_name(session_id));
-        let _ = std::fs::remove_file(&fifo);
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR)
-            .with_context(|| format!("cannot create {}", fifo.display()))?;
-        Ok(ProcessFeed { fifo, spec })
+    fn create(spec: &[u8]) -> Result<ProcessFeed> {
+        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+        let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot make a pipe for the process spec")?;
+        // Written whole before runsc runs: the pipe must hold all of it.
+        if spec.len() > 64 << 10 {
+            let size = i32::try_from(spec.len()).context("the process spec is too large")?;
+            fcntl(&write, FcntlArg::F_SETPIPE_SZ(size))
+                .with_context(|| format!("a pipe cannot hold the {} byte process spec", spec.len()))?;
+        }
+        let mut write = std::fs::File::from(write);
+        write.write_all(spec).context("cannot write the process spec")?;
+        Ok(ProcessFeed { read })
     }
 
-    /// Writes the spec if runsc has opened the FIFO: `Ok(true)` when done,
-    /// `Ok(false)` while runsc has not opened it yet.
-    fn try_deliver(&self) -> Result<bool> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = match std::fs::OpenOptions::new().write(true).custom_flags(nix::libc::O_NONBLOCK).open(&self.fifo) {
-            Ok(file) => file,
-            Err(error) if error.raw_os_error() == Some(nix::libc::ENXIO) => return Ok(false),
-            Err(error) => return Err(error).with_context(|| format!("cannot open {}", self.fifo.display())),
-        };
-        nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()))
-            .with_context(|| format!("cannot make {} blocking", self.fifo.display()))?;
-        let mut file = file;
-        file.write_all(&self.spec).with_context(|| format!("cannot write {}", self.fifo.display()))?;
-        Ok(true)
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.read)
     }
 
-    /// Writes the spec once runsc opens the FIFO, waiting at most
-    /// [`FEED_LIMIT`]; fails when `exited` says runsc ended first. Blocks
-    /// the calling thread for the few milliseconds runsc takes to start.
-    fn deliver(&self, mut exited: impl FnMut() -> Result<bool>) -> Result<()> {
-        let deadline = std::time::Instant::now() + FEED_LIMIT;
-        while !self.try_deliver()? {
-            if exited()? || std::time::Instant::now() > deadline {
-                anyhow::bail!("runsc exec did not read the session's process spec");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
+    /// The path under which runsc opens the inherited read end.
+    fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.raw_fd()))
+    }
+
+    /// In the child, between fork and exec: clears close-on-exec on `fd`.
+    /// Async-signal-safe (one `fcntl`).
+    fn inherit(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        // SAFETY: `fd` is the pipe's read end, open in this (forked) process;
+        // F_SETFD only changes its descriptor flags.
+        if unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) } == -1 {
+            return Err(std::io::Error::last_os_error());
         }
         Ok(())
-    }
-}
-
-impl Drop for ProcessFeed {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.fifo);
     }
 }
 
@@ -221,9 +226,6 @@ fn relay_stdin(input: tokio::process::ChildStdin) -> Result<()> {
     });
     Ok(())
 }
-
-/// How long runsc may take to open the FIFO before the session fails.
-const FEED_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The session's variables, set in its process (with podman: passed by name,
 /// `--env NAME`, so their values never appear on a host command line).
@@ -274,7 +276,6 @@ pub async fn run(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSend
         let credential = session.credential.to_owned();
         let argv = session.argv.to_vec();
         let exec = session.exec.cloned();
-        let private_dir = session.private_dir.to_path_buf();
         tokio::task::spawn_blocking(move || {
             run_interactive(
                 &SessionCommand {
@@ -283,7 +284,6 @@ pub async fn run(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSend
                     credential: &credential,
                     argv: &argv,
                     exec: exec.as_ref(),
-                    private_dir: &private_dir,
                 },
                 ui,
                 actions,
@@ -318,6 +318,9 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // SAFETY: the closure only calls `fcntl` (async-signal-safe) on a
+    // descriptor number it owns a copy of; it allocates nothing.
+    unsafe { command.pre_exec(launch.inherit_feed()) };
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut child = command.spawn().with_context(|| format!("cannot run {}", launch.program.to_string_lossy()))?;
@@ -331,10 +334,7 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
     if let Some(mut output) = child.stderr.take() {
         relays.push(tokio::spawn(async move { tokio::io::copy(&mut output, &mut tokio::io::stderr()).await }));
     }
-    if let Some(feed) = &launch.feed {
-        // On failure the child goes with `kill_on_drop`.
-        feed.deliver(|| Ok(child.try_wait()?.is_some()))?;
-    }
+    // The parent's read end of the spec's pipe closes here.
     drop(launch);
     let status = tokio::select! {
         status = child.wait() => status?,
@@ -357,7 +357,7 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
 
 /// Runs `script` inside the sandbox.
 fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSender) -> Result<i32> {
-    use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+    use portable_pty::{native_pty_system, PtySize};
 
     let (columns, rows) = crossterm::terminal::size().unwrap_or((80, 24));
     let pair = native_pty_system()
@@ -377,23 +377,45 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
     let script: Vec<String> =
         ["script", "--quiet", "--flush", "--return", "--echo", "always", "--command", &inner, "/dev/null"].map(str::to_owned).to_vec();
     let launch = launch(session, Some(&term), script)?;
-    let mut builder = CommandBuilder::new(&launch.program);
-    builder.env_clear();
-    for (name, value) in &launch.environment {
-        builder.env(name, value);
-    }
-    for argument in &launch.arguments {
-        builder.arg(argument);
-    }
-    let mut child =
-        pair.slave.spawn_command(builder).map_err(|error| anyhow::anyhow!("cannot run {}: {error}", launch.program.to_string_lossy()))?;
+    // Spawned here, not by portable-pty, which closes every descriptor but
+    // stdio in the child: the process spec's pipe must stay open.
+    let terminal = pair.master.tty_name().context("the pseudo-terminal has no name")?;
+    let open_terminal = || {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(nix::libc::O_NOCTTY | nix::libc::O_CLOEXEC)
+            .open(&terminal)
+            .with_context(|| format!("cannot open {}", terminal.display()))
+    };
+    let mut command = std::process::Command::new(&launch.program);
+    command
+        .env_clear()
+        .envs(launch.environment.iter().map(|(name, value)| (name, value)))
+        .args(&launch.arguments)
+        .stdin(open_terminal()?)
+        .stdout(open_terminal()?)
+        .stderr(open_terminal()?);
+    let mut inherit_feed = launch.inherit_feed();
+    // SAFETY: between fork and exec the closure makes only async-signal-safe
+    // calls (setsid, ioctl, fcntl) and allocates nothing: a new session whose
+    // controlling terminal is the pseudo-terminal on stdin, as a terminal
+    // program expects, and the spec's pipe kept open.
+    unsafe {
+        command.pre_exec(move || {
+            if nix::libc::setsid() == -1 || nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            inherit_feed()
+        })
+    };
+    let mut child = command.spawn().with_context(|| format!("cannot run {}", launch.program.to_string_lossy()))?;
+    // Only the child keeps the terminal's slave side open (the command holds
+    // its stdio until dropped), so the master reads end when the child does;
+    // and the parent's read end of the spec's pipe closes here.
+    drop(command);
     drop(pair.slave);
-    if let Some(feed) = &launch.feed {
-        if let Err(error) = feed.deliver(|| Ok(child.try_wait()?.is_some())) {
-            let _ = child.kill();
-            return Err(error);
-        }
-    }
     drop(launch);
 
     let mut reader = pair.master.try_clone_reader().map_err(|error| anyhow::anyhow!("{error}"))?;
@@ -455,10 +477,13 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
     let resize_state = state_file(session.session_id);
     let resizer = std::thread::spawn(move || watch_window_size(&*resize_master, &resize_container, &resize_state, &ui));
 
-    let status = child.wait().context("waiting for podman exec")?;
+    let status = child.wait().context("waiting for the session's exec")?;
     let _ = output.join();
     drop(resizer);
-    Ok(i32::try_from(status.exit_code()).unwrap_or(UNKNOWN_STATUS))
+    Ok(status
+        .code()
+        .or_else(|| std::os::unix::process::ExitStatusExt::signal(&status).map(|signal| 128 + signal))
+        .unwrap_or(UNKNOWN_STATUS))
 }
 
 /// The shell snippet that delivers a typed ^C inside the sandbox.

@@ -147,9 +147,13 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     // Until the control socket is bound, a failure removes what this start
     // created (sockets, TLS files), so nothing half-made is left behind.
     let mut startup = StartupCleanup { resources: domain_resources.clone(), armed: true, state_anchor: None };
+    // What sessions of the previous sandbox left (no session of this domain
+    // runs before its coordinator does): runsc execs, and the FIFOs of
+    // earlier versions.
+    if let Some(previous) = ExecTarget::recorded(&domain_resources.domain_dir) {
+        previous.end_execs();
+    }
     ExecTarget::remove(&domain_resources.domain_dir);
-    // FIFOs of sessions whose CLI was killed before runsc read them (no
-    // session of this domain runs before its coordinator does).
     crate::exec_target::remove_session_fifos(&domain_resources.socket_dir);
 
     // Choosing runsc starts each candidate twice (`--version`, `flags`)
@@ -341,6 +345,9 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     };
 
     tracing::info!(reason, "tearing down");
+    // No new session joins a sandbox that is going; what its sessions left
+    // running is ended once it is gone.
+    let recorded = ExecTarget::recorded(&domain_resources.domain_dir);
     ExecTarget::remove(&domain_resources.domain_dir);
     domain.begin_shutdown_if_idle(true);
     domain.emit(Event::ShuttingDown { reason: reason.to_owned() });
@@ -354,6 +361,9 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
     domain.set_container_state(ContainerState::Stopping, None);
     if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
         tracing::error!(%error, "could not remove the sandbox");
+    }
+    if let Some(recorded) = recorded {
+        recorded.end_execs();
     }
     for task in [sidecar_watch, protection_refresh].into_iter().flatten() {
         task.abort();

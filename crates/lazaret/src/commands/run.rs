@@ -79,7 +79,6 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
                 credential: &credential,
                 argv: &argv,
                 exec: exec.as_ref(),
-                private_dir: &resolved.domain.socket_dir,
             },
             ui,
             actions,
