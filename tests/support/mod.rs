@@ -390,6 +390,33 @@ impl Subject {
         command
     }
 
+    /// A shell command line that runs `lazaret ARGUMENTS` as this subject,
+    /// for a terminal (tmux) to run: the same environment as [`Subject::lazaret`].
+    pub fn command_line(&self, arguments: &str) -> String {
+        let runsc = std::env::var("LAZARET_RUNSC").map(|runsc| format!("LAZARET_RUNSC={runsc} ")).unwrap_or_default();
+        match &self.user {
+            None => format!(
+                "env {runsc}XDG_CONFIG_HOME={} XDG_DATA_HOME={} XDG_RUNTIME_DIR={} {} {arguments}",
+                self.env.path().join("config").display(),
+                self.env.path().join("data").display(),
+                self.env.path().join("run").display(),
+                env!("CARGO_BIN_EXE_lazaret"),
+            ),
+            Some(user) => {
+                let gid = stdout(&Command::new("id").args(["-g", &user.name]).output().expect("id -g")).trim().to_owned();
+                format!(
+                    "setpriv --reuid {uid} --regid {gid} --init-groups -- env -i HOME={home} USER={name} PATH=/usr/local/bin:/usr/bin:/bin \
+                     XDG_RUNTIME_DIR=/run/user/{uid} TERM=$TERM {runsc}{lazaret} --config {config} {arguments}",
+                    uid = user.uid,
+                    home = user.home,
+                    name = user.name,
+                    lazaret = user.lazaret(),
+                    config = self.env.config_file().display(),
+                )
+            }
+        }
+    }
+
     /// A git repository with one commit, owned by the subject.
     pub fn repository(&self, name: &str) -> PathBuf {
         let repository = git_repository(&self.env, name);

@@ -45,6 +45,11 @@ pub struct ExecTarget {
     pub container_name: String,
     /// The OCI `process` the container was created with.
     pub process: serde_json::Value,
+    /// Whether runsc's terminals send the signals of ^C, ^Z and ^\\
+    /// themselves (`runsc::Selected::terminal_signals`); if not, the CLI
+    /// delivers a typed ^C.
+    #[serde(default)]
+    pub terminal_signals: bool,
 }
 
 /// What a session runs, and with which extra variables.
@@ -104,6 +109,7 @@ impl ExecTarget {
                     container_id: container_id.to_owned(),
                     container_name: container_name.to_owned(),
                     process,
+                    terminal_signals: false,
                 });
             }
         }
@@ -270,6 +276,7 @@ mod tests {
             container_id: "ab".to_owned(),
             container_name: "lazaret-x".to_owned(),
             process,
+            terminal_signals: true,
         }
     }
 

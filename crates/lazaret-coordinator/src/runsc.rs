@@ -26,6 +26,21 @@ pub struct Selected {
     pub why: &'static str,
 }
 
+/// The first runsc build seen to turn a typed ^C, ^Z or ^\\ on a terminal
+/// inside the sandbox into a signal for its foreground job (issue 27,
+/// tried by hand and in `e2e_terminal`): 20221219 (Debian 12's) does not,
+/// 20260905 does. Builds between were not tried; they get the CLI's
+/// stand-in for ^C, as older ones do.
+pub const TERMINAL_SIGNALS_SINCE: u32 = 20260905;
+
+impl Selected {
+    /// Whether this runsc's terminals send the signals their control
+    /// characters stand for (see [`TERMINAL_SIGNALS_SINCE`]).
+    pub fn terminal_signals(&self) -> bool {
+        self.date.is_some_and(|date| date >= TERMINAL_SIGNALS_SINCE)
+    }
+}
+
 /// Chooses the runsc (see the module documentation).
 pub fn select(configured: Option<&Path>) -> Result<Selected> {
     let mut probe = |path: &Path| run_runsc(path, "--version").map(|version| Features::parse(&version, ""));

@@ -85,8 +85,10 @@ struct RawNetwork {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawEscalation {
-    enabled: bool,
-    socket_dir: Spanned<String>,
+    /// Default: on, as without the table.
+    enabled: Option<bool>,
+    /// Default: `$XDG_RUNTIME_DIR/lazaret` (DECISIONS D17).
+    socket_dir: Option<Spanned<String>>,
     #[serde(default)]
     auto_approve: Vec<Spanned<String>>,
     approval_timeout_seconds: Option<Spanned<u64>>,
@@ -286,6 +288,24 @@ fn default_data_root(host: &dyn HostEnvironment) -> Result<PathBuf> {
     Ok(base.join("lazaret"))
 }
 
+/// A profile without `image`, named with its table (issue 27: the parser's
+/// own error said `1:1: missing field image`, which names neither).
+fn missing_profile_image(text: &str, path: &Path, message: &str) -> Option<Error> {
+    if message.trim() != "missing field `image`" {
+        return None;
+    }
+    let table: toml::Table = toml::from_str(text).ok()?;
+    let profiles = table.get("profiles")?.as_table()?;
+    let (name, _) = profiles.iter().find(|(_, profile)| profile.as_table().is_some_and(|profile| !profile.contains_key("image")))?;
+    let header = format!("[profiles.{name}]");
+    let location = text.find(&header).map(|start| Location::from_span(path, text, start..start + header.len()));
+    Some(Error::invalid(
+        &format!("profiles.{name}.image"),
+        format!("`{header}` has no `image`: name the image the profile runs (for example `image = \"localhost/lazaret-default:1\"`)"),
+        location,
+    ))
+}
+
 fn default_socket_root(host: &dyn HostEnvironment) -> PathBuf {
     match host.var("XDG_RUNTIME_DIR").filter(|value| value.starts_with('/')) {
         Some(dir) => PathBuf::from(dir).join("lazaret"),
@@ -313,6 +333,9 @@ impl Config {
     /// Parses and validates configuration text read from `path`.
     pub fn parse(text: &str, path: &Path, host: &dyn HostEnvironment) -> Result<Config> {
         let raw: RawConfig = toml::from_str(text).map_err(|error| {
+            if let Some(missing) = missing_profile_image(text, path, error.message()) {
+                return missing;
+            }
             let location = error.span().map(|span| Location::from_span(path, text, span));
             Error::invalid("", error.message().trim().to_owned(), location)
         })?;
@@ -327,8 +350,11 @@ impl Config {
         };
         let (escalation_enabled, socket_root, auto_approve) = match &raw.escalation {
             Some(escalation) => (
-                escalation.enabled,
-                checker.host_directory("escalation.socket_dir", &escalation.socket_dir, host),
+                escalation.enabled.unwrap_or(true),
+                match &escalation.socket_dir {
+                    Some(socket_dir) => checker.host_directory("escalation.socket_dir", socket_dir, host),
+                    None => Some(default_socket_root(host)),
+                },
                 escalation.auto_approve.iter().map(|entry| checker.auto_approve_entry(entry)).collect(),
             ),
             None => (true, Some(default_socket_root(host)), Vec::new()),
@@ -336,7 +362,7 @@ impl Config {
         if let Some(socket_root) = &socket_root {
             let longest = socket_root.join("0123456789ab").join("escalate.sock");
             if longest.as_os_str().len() > MAX_SOCKET_PATH {
-                let location = raw.escalation.as_ref().map(|e| checker.locate(e.socket_dir.span()));
+                let location = raw.escalation.as_ref().and_then(|e| e.socket_dir.as_ref()).map(|dir| checker.locate(dir.span()));
                 checker.error(
                     "escalation.socket_dir",
                     format!("`{}` is too long: socket paths under it would exceed {MAX_SOCKET_PATH} bytes", socket_root.display()),

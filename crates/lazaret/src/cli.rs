@@ -232,6 +232,11 @@ pub enum Command {
         #[arg(value_name = "DIR")]
         dirs: Vec<PathBuf>,
     },
+    /// Internal: hold the terminal's settings until stdin ends (the
+    /// interactive CLI that started it is gone, however), then put them
+    /// back (started by `run` before it makes the terminal raw).
+    #[command(hide = true)]
+    TerminalGuard,
     /// Internal: run as a domain's Session Coordinator (started by `run`).
     #[command(hide = true)]
     Coordinator {

@@ -13,10 +13,14 @@
 //! user's terminal and the exec, so the CLI owns the byte stream (it
 //! can pause output and draw a prompt). Inside the sandbox, `script` gives
 //! the command a terminal of its own, since `podman exec -t` fails under
-//! runsc (conmon passes `--tty`, which runsc lacks). gVisor's line
-//! discipline of this runsc version does not turn ^C into SIGINT, so the CLI
-//! delivers it: a ^C typed by the user becomes a SIGINT inside the sandbox
-//! (see [`interrupt_script`]). Window size changes are applied with `stty`.
+//! runsc (conmon passes `--tty`, which runsc lacks). That terminal starts
+//! from sane settings, as `podman exec -it` or ssh give (`script` copies
+//! the raw host PTY's, issue 27: Enter, a CR, did nothing and ^C sent no
+//! signal), so its line discipline turns CR into a newline and ^C, ^Z and
+//! ^\ into signals for the foreground job, as over ssh. Window size changes
+//! are applied with `stty`. The user's terminal is raw for the session and
+//! put back on every exit: by the CLI, and by a guard process
+//! ([`guard_terminal`]) when the CLI is killed.
 //!
 //! Non-interactive: the exec with stdin, stdout and stderr passed through.
 
@@ -369,7 +373,7 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
 
     let quoted: Vec<String> = session.argv.iter().map(|word| shell_quote(word)).collect();
     let inner = format!(
-        "printf '%s %s\\n' \"$$\" \"$(tty)\" > {state}; stty rows {rows} cols {columns} 2>/dev/null; exec {command}",
+        "printf '%s %s\\n' \"$$\" \"$(tty)\" > {state}; stty sane iutf8 rows {rows} cols {columns} 2>/dev/null; exec {command}",
         state = state_file(session.session_id),
         command = quoted.join(" "),
     );
@@ -437,8 +441,12 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
             }
         }
     });
-    let container = session.container.to_owned();
-    let state = state_file(session.session_id);
+    // Where runsc's terminal does not signal (old builds, podman exec), a
+    // typed ^C is delivered by the CLI.
+    let stand_in = match session.exec {
+        Some(target) if target.terminal_signals => None,
+        _ => Some((session.container.to_owned(), state_file(session.session_id))),
+    };
     // The input thread blocks on our stdin; it ends with the process.
     let input_ui = ui.clone();
     std::thread::spawn(move || {
@@ -462,12 +470,19 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
                     continue;
                 }
             }
-            if writer.write_all(bytes).and_then(|()| writer.flush()).is_err() {
+            // ^C, ^Z and ^\ reach the sandbox's terminal as bytes; its line
+            // discipline signals the foreground job, as over ssh. Where it
+            // does not (nor knows the line-kill character), a ^C is left out
+            // (left in the line being typed, it would start the next
+            // command) and the CLI sends the SIGINT.
+            let interrupted = stand_in.is_some() && bytes.contains(&0x03);
+            let forwarded: std::borrow::Cow<'_, [u8]> =
+                if interrupted { bytes.iter().copied().filter(|byte| *byte != 0x03).collect::<Vec<u8>>().into() } else { bytes.into() };
+            if writer.write_all(&forwarded).and_then(|()| writer.flush()).is_err() {
                 break;
             }
-            if bytes.contains(&0x03) {
-                let script = interrupt_script(&state);
-                let container = container.clone();
+            if let Some((container, state)) = stand_in.as_ref().filter(|_| interrupted) {
+                let (container, script) = (container.clone(), interrupt_script(state));
                 std::thread::spawn(move || signal_inside(&container, &script));
             }
         }
@@ -486,14 +501,15 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
         .unwrap_or(UNKNOWN_STATUS))
 }
 
-/// The shell snippet that delivers a typed ^C inside the sandbox.
+/// The shell snippet that delivers a typed ^C inside the sandbox, where
+/// runsc's terminal does not (see [`lazaret_coordinator::runsc::TERMINAL_SIGNALS_SINCE`]).
 ///
-/// This runsc gives processes no controlling terminal (`tty_nr` and
-/// `tpgid` read 0), so neither the line discipline nor we can name the
-/// terminal's foreground group. The approximation: SIGINT to every process
-/// group of the session other than the session leader's (the jobs of an
-/// interactive shell), or to the leader's group when there is no other (a
-/// program run directly).
+/// There, processes have no controlling terminal (`tty_nr` and `tpgid` read
+/// 0), so neither the line discipline nor we can name the terminal's
+/// foreground group. The approximation: SIGINT to every process group of the
+/// session other than the session leader's (the jobs of an interactive
+/// shell), or to the leader's group when there is no other (a program run
+/// directly).
 fn interrupt_script(state: &str) -> String {
     format!(
         "read sid tty < {state} || exit 0; \
@@ -550,20 +566,74 @@ fn make_raw(fd: std::os::fd::RawFd) -> Result<()> {
     Ok(())
 }
 
-/// The user's terminal in raw mode for the session's lifetime.
-struct RawTerminal;
+/// The user's terminal in raw mode for the session's lifetime. A guard
+/// process ([`guard_terminal`]) started first holds the settings it had and
+/// puts them back when the CLI's end of its stdin closes, however the CLI
+/// ends (SIGKILL included, which no handler sees).
+struct RawTerminal {
+    _guard: Option<(std::process::Child, std::process::ChildStdin)>,
+}
 
 impl RawTerminal {
     fn enable() -> Result<RawTerminal> {
+        let guard = std::env::current_exe().ok().and_then(|program| {
+            let mut child = std::process::Command::new(program)
+                .arg("terminal-guard")
+                .stdin(Stdio::piped())
+                .stderr(Stdio::piped())
+                // Its own group: a signal sent to the CLI's job does not end it.
+                .process_group(0)
+                .spawn()
+                .ok()?;
+            // It reads the settings before we change them: wait for its word
+            // (one byte on its stderr).
+            let mut ready = [0u8; 1];
+            let said = child.stderr.take().is_some_and(|mut words| words.read_exact(&mut ready).is_ok());
+            let stdin = child.stdin.take()?;
+            if !said {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            Some((child, stdin))
+        });
+        if guard.is_none() {
+            tracing::warn!("cannot start the terminal guard; a killed CLI would leave the terminal raw");
+        }
         crossterm::terminal::enable_raw_mode().context("cannot put the terminal in raw mode")?;
-        Ok(RawTerminal)
+        Ok(RawTerminal { _guard: guard })
     }
 }
 
 impl Drop for RawTerminal {
     fn drop(&mut self) {
         let _ = crossterm::terminal::disable_raw_mode();
+        // The guard ends with its stdin (and puts the same settings back).
+        if let Some((mut child, stdin)) = self._guard.take() {
+            drop(stdin);
+            let _ = child.wait();
+        }
     }
+}
+
+/// `lazaret terminal-guard`: reads the terminal's settings from stdout, then
+/// waits for stdin to end and puts them back. Started by an interactive
+/// session before the terminal goes raw.
+pub fn guard_terminal() -> Result<u8> {
+    use nix::sys::termios::{tcgetattr, tcsetattr, SetArg};
+    let terminal = std::io::stdout();
+    let saved = tcgetattr(&terminal).context("the terminal guard's stdout is not a terminal")?;
+    // Read: the session may change them now.
+    std::io::stderr().write_all(b"\n").context("cannot tell the session the guard is ready")?;
+    // Whatever ends the session's job does not end the guard first.
+    for signal in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGQUIT] {
+        // SAFETY: SIG_IGN installs no handler; nothing runs in signal context.
+        let _ = unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigIgn) };
+    }
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    tcsetattr(&terminal, SetArg::TCSANOW, &saved).context("cannot put the terminal's settings back")?;
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -286,7 +286,8 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
             Ok(id) => {
                 // Sessions start with `runsc exec` where runsc's state is
                 // found, else with `podman exec` (see `exec_target`).
-                let target = ExecTarget::locate(&runsc.path, &id, &container);
+                let target = ExecTarget::locate(&runsc.path, &id, &container)
+                    .map(|target| ExecTarget { terminal_signals: runsc.terminal_signals(), ..target });
                 match &target {
                     Some(target) => {
                         if let Err(error) = target.write(&start_domain.resolved.domain.domain_dir) {

@@ -86,6 +86,27 @@ fn no_file_means_the_built_in_default_profile() {
     assert!(resolved.volumes.is_empty() && resolved.env.is_empty() && resolved.allow_egress.is_empty());
 }
 
+/// DECISIONS D17 (issue 27): `[escalation] enabled = true` alone is a
+/// configuration; `socket_dir` defaults to `$XDG_RUNTIME_DIR/lazaret`, and
+/// an empty table means what no table means.
+#[test]
+fn the_escalation_tables_keys_have_their_documented_defaults() {
+    for text in ["[escalation]\nenabled = true\n", "[escalation]\n"] {
+        let config = parse(text).unwrap_or_else(|error| panic!("{text:?}: {error}"));
+        assert_eq!(config.socket_root, Path::new("/run/user/1000/lazaret"), "{text:?}");
+        assert!(config.escalation_enabled, "{text:?}");
+    }
+    assert!(!parse("[escalation]\nenabled = false\n").expect("parses").escalation_enabled);
+}
+
+/// A missing required key names its table and key, not `1:1` (issue 27).
+#[test]
+fn a_profile_without_an_image_is_named() {
+    let error = parse("data_root = \"/tmp/x\"\n\n[profiles.ab]\npersistent_dirs = []\n").expect_err("no image");
+    let text = message(&error);
+    assert!(text.contains(":3:1: profiles.ab.image: `[profiles.ab]` has no `image`"), "{text}");
+}
+
 #[test]
 fn explicit_missing_file_is_an_error() {
     let error = Config::load(Some(Path::new("/nonexistent/lazaret.toml")), &host()).expect_err("missing");
@@ -99,7 +120,6 @@ fn bad_inputs_are_named_with_their_location() {
     let cases: &[(&str, &str, &str, u8)] = &[
         ("[profiles.ab]\nimage = \"i:1\"\nbogus = 1\n", "bogus", ":3:1", 78),
         ("[profiles.ab]\n", "image", ":1:1", 78),
-        ("[escalation]\nenabled = true\n", "socket_dir", ":1:1", 78),
         ("[profiles.\"Bad.Name\"]\nimage = \"i:1\"\n", "Bad.Name", ":1:11", 78),
         ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x/{nope}\", container = \"/c\" }]\n", "{nope}", ":3:21", 78),
         ("[profiles.ab]\nimage = \"i:1\"\nvolumes = [{ host = \"/x/../etc\", container = \"/c\" }]\n", "/x/../etc", ":3:21", 77),

@@ -72,6 +72,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             out.flush()?;
             Ok(0)
         }
+        Command::TerminalGuard => crate::session::guard_terminal(),
         Command::Coordinator { target, mount_workspace } => {
             let config = crate::workspace::load_config(config_path)?;
             let resolved = crate::workspace::resolve_target(&config, &target)?;

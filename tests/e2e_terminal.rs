@@ -1,0 +1,169 @@
+//! A session in a real terminal (tmux), typed as a person types (issue 27):
+//! Enter sends CR, Ctrl-C is a byte, the window is resized. `lazaret run --
+//! sh` (dash: no line editor of its own to hide a raw terminal) behaves as
+//! over ssh or `podman exec -it`, as root and rootless (and, in `tests/run`,
+//! on both runsc versions), with nothing but `[escalation] enabled = true`
+//! configured; the user's terminal is sane after the session, also after
+//! the CLI was killed.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+
+struct Terminal {
+    socket: std::path::PathBuf,
+}
+
+impl Terminal {
+    fn tmux(&self, arguments: &[&str]) -> String {
+        stdout(&Command::new("tmux").arg("-S").arg(&self.socket).args(arguments).output().expect("tmux"))
+    }
+
+    fn screen(&self, window: &str) -> String {
+        self.tmux(&["capture-pane", "-p", "-t", window])
+    }
+
+    /// Types `text` and Enter (tmux sends CR for it, as a terminal does).
+    fn line(&self, window: &str, text: &str) {
+        self.tmux(&["send-keys", "-t", window, "-l", text]);
+        self.tmux(&["send-keys", "-t", window, "Enter"]);
+    }
+
+    /// Waits until a line of the screen is the output `line`: alone, or
+    /// after the prompt when its command was typed ahead (as a terminal
+    /// shows type-ahead), never the typed command itself.
+    fn shows_line(&self, window: &str, line: &str, within: Duration) -> bool {
+        let after_prompt = format!("# {line}");
+        wait_until(within, || self.screen(window).lines().any(|shown| shown.trim_end() == line || shown.trim_end() == after_prompt))
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        self.tmux(&["kill-server"]);
+    }
+}
+
+/// The flags of `stty -a` a sane terminal has (as `podman exec -it` gives).
+const SANE: [&str; 6] = ["icrnl", "onlcr", "isig", "icanon", "echo", "iutf8"];
+
+fn assert_sane(text: &str, what: &str) {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    for flag in SANE {
+        assert!(words.contains(&flag), "{what}: `{flag}` is set: {text}");
+        assert!(!words.contains(&format!("-{flag}").as_str()), "{what}: `-{flag}`: {text}");
+    }
+}
+
+fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
+    subject.write_config("[escalation]\nenabled = true\n");
+    let workspace = subject.repository("ws");
+    subject.hand_over();
+    let terminal = Terminal { socket: subject.env.path().join("tmux.sock") };
+    let window = "lzt";
+    // The pane's own terminal settings before and after the session.
+    let command = format!(
+        "before=$(stty -g); {} run --workspace {} -- sh; echo LAZARET-EXIT=$?; \
+         if [ \"$(stty -g)\" = \"$before\" ]; then echo TERMINAL-RESTORED; else echo TERMINAL-CHANGED; stty -a; fi; sleep 600",
+        subject.command_line(""),
+        workspace.display()
+    );
+    terminal.tmux(&["new-session", "-d", "-s", window, "-x", "100", "-y", "30", &command]);
+    let label = subject.label();
+    // Typed only once the shell inside asks (dash's prompt): earlier keys
+    // would meet the pane's own line discipline.
+    assert!(terminal.shows_line(window, "#", Duration::from_secs(60)), "{label}: the shell's prompt:\n{}", terminal.screen(window));
+
+    terminal.line(window, "echo ready-$((1+1))");
+    assert!(terminal.shows_line(window, "ready-2", Duration::from_secs(30)), "{label}: a typed command runs:\n{}", terminal.screen(window));
+    terminal.line(window, "clear; stty -a");
+    assert!(wait_until(Duration::from_secs(5), || terminal.screen(window).contains("iutf8")), "{label}: {}", terminal.screen(window));
+    assert_sane(&terminal.screen(window).replace(';', " "), &format!("{label}: stty -a inside"));
+
+    terminal.line(window, "clear; printf 'col-a\\ncol-b\\n'");
+    assert!(terminal.shows_line(window, "col-b", Duration::from_secs(5)), "{label}");
+    assert!(terminal.screen(window).lines().any(|line| line == "col-a"), "{label}: lines start at column 0:\n{}", terminal.screen(window));
+
+    terminal.line(window, "sleep 100");
+    std::thread::sleep(Duration::from_millis(700));
+    terminal.tmux(&["send-keys", "-t", window, "C-c"]);
+    terminal.line(window, "echo after-$((2+3))");
+    assert!(
+        terminal.shows_line(window, "after-5", Duration::from_secs(5)),
+        "{label}: Ctrl-C stops sleep 100 and the shell goes on:\n{}",
+        terminal.screen(window)
+    );
+
+    terminal.tmux(&["resize-window", "-t", window, "-x", "90", "-y", "25"]);
+    std::thread::sleep(Duration::from_millis(800));
+    terminal.line(window, "stty size");
+    assert!(terminal.shows_line(window, "25 90", Duration::from_secs(5)), "{label}: the new size inside:\n{}", terminal.screen(window));
+
+    // The approval prompt takes the screen and gives it back.
+    terminal
+        .line(window, "clear; echo before-prompt; lazaret-escalate --justification terminal-test -- touch from-terminal; echo escalate-$?");
+    assert!(
+        wait_until(Duration::from_secs(15), || terminal.screen(window).contains("Approve & Run")),
+        "{label}: the prompt:\n{}",
+        terminal.screen(window)
+    );
+    terminal.tmux(&["send-keys", "-t", window, "d"]);
+    assert!(terminal.shows_line(window, "escalate-97", Duration::from_secs(10)), "{label}: denied:\n{}", terminal.screen(window));
+    assert!(
+        terminal.screen(window).lines().any(|line| line == "before-prompt") && !terminal.screen(window).contains("Approve & Run"),
+        "{label}: the screen is back:\n{}",
+        terminal.screen(window)
+    );
+    assert!(!workspace.join("from-terminal").exists());
+
+    terminal.line(window, "exit 3");
+    assert!(
+        terminal.shows_line(window, "LAZARET-EXIT=3", Duration::from_secs(15)),
+        "{label}: the inner status:\n{}",
+        terminal.screen(window)
+    );
+    assert!(
+        terminal.shows_line(window, "TERMINAL-RESTORED", Duration::from_secs(5)),
+        "{label}: the user's terminal after the session:\n{}",
+        terminal.screen(window)
+    );
+
+    // Killed, the CLI cannot put the terminal back itself: its guard does.
+    let killed = "killed";
+    terminal.tmux(&["new-window", "-d", "-t", window, "-n", killed, &command]);
+    let target = format!("{window}:{killed}");
+    assert!(terminal.shows_line(&target, "#", Duration::from_secs(60)), "{label}: {}", terminal.screen(&target));
+    terminal.line(&target, "echo up-$((4+4))");
+    assert!(terminal.shows_line(&target, "up-8", Duration::from_secs(30)), "{label}: {}", terminal.screen(&target));
+    let shell = terminal.tmux(&["display-message", "-p", "-t", &target, "#{pane_pid}"]).trim().to_owned();
+    let cli = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap_or_default();
+    let cli = cli.split_whitespace().next().expect("the CLI under the pane's shell").to_owned();
+    assert!(Command::new("kill").args(["-9", &cli]).status().expect("kill").success());
+    assert!(terminal.shows_line(&target, "LAZARET-EXIT=137", Duration::from_secs(10)), "{label}: {}", terminal.screen(&target));
+    assert!(
+        terminal.shows_line(&target, "TERMINAL-RESTORED", Duration::from_secs(5)),
+        "{label}: the user's terminal after SIGKILL of the CLI:\n{}",
+        terminal.screen(&target)
+    );
+    drop(terminal);
+    let domain = subject.domain("default", &workspace);
+    assert!(wait_until(Duration::from_secs(20), || subject.torn_down(&domain, Path::new(&workspace))), "{label}: the domain ends");
+}
+
+#[test]
+fn a_session_in_a_terminal_behaves_as_over_ssh_as_root() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    a_session_in_a_terminal_behaves_as_over_ssh(&Subject::current());
+}
+
+#[test]
+fn a_session_in_a_terminal_behaves_as_over_ssh_rootless() {
+    let _guard = sandbox_guard();
+    let Some(subject) = Subject::rootless() else { return };
+    a_session_in_a_terminal_behaves_as_over_ssh(&subject);
+}
