@@ -300,7 +300,7 @@ fn missing_profile_image(text: &str, path: &Path, message: &str) -> Option<Error
     let header = format!("[profiles.{name}]");
     let location = text.find(&header).map(|start| Location::from_span(path, text, start..start + header.len()));
     Some(Error::invalid(
-        &format!("profiles.{name}.image"),
+        format!("profiles.{name}.image"),
         format!("`{header}` has no `image`: name the image the profile runs (for example `image = \"localhost/lazaret-default:1\"`)"),
         location,
     ))
