@@ -340,3 +340,42 @@ fn bad_limits_are_refused_naming_the_key() {
         assert!(shown.contains("config.toml:"), "the value is located: {shown}");
     }
 }
+
+/// The first ```toml block of `document` (a file of the repository).
+fn toml_example(document: &str) -> String {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(document)).expect("the document");
+    let start = text.find("```toml\n").expect("a toml example") + "```toml\n".len();
+    text[start..].split("```").next().expect("its end").to_owned()
+}
+
+/// Issue 27: the README's configuration example is a valid configuration,
+/// and every key it calls default can be left out and then has exactly the
+/// documented value (`[escalation] socket_dir` was required, against the
+/// README). A new `# default` line without a check here fails this test.
+#[test]
+fn the_readmes_configuration_example_parses_and_every_documented_default_holds() {
+    let mut host = host();
+    host.vars.insert("ANTHROPIC_API_KEY".into(), "sk-test".into());
+    let example = toml_example("README.md");
+    let parse_with = |text: &str| Config::parse(text, Path::new("/home/u/.config/lazaret/config.toml"), &host);
+    parse_with(&example).unwrap_or_else(|error| panic!("the README's example: {error}"));
+    let defaults: Vec<&str> = example.lines().filter(|line| line.contains("# default")).collect();
+    assert!(defaults.len() >= 6, "{defaults:?}");
+    for line in defaults {
+        let key = line.split('=').next().unwrap_or("").trim();
+        let without: String = example.lines().filter(|other| *other != line).map(|other| format!("{other}\n")).collect();
+        let config = parse_with(&without).unwrap_or_else(|error| panic!("without `{key}`: {error}"));
+        match key {
+            "data_root" => assert_eq!(config.data_root, Path::new("/home/u/.local/share/lazaret")),
+            "private_answers" => assert_eq!(config.private_answers, PrivateAnswers::Refuse),
+            "enabled" => assert!(config.escalation_enabled),
+            "socket_dir" => assert_eq!(config.socket_root, Path::new("/run/user/1000/lazaret")),
+            "runsc" => assert_eq!(config.runsc, None, "the newest runsc found is chosen at start"),
+            "cpus" => assert_eq!(config.limits.cpus, None, "no limit"),
+            other => panic!("the README documents a default for `{other}` that this test does not check"),
+        }
+    }
+    // docs/agents.md's example of a profile's key.
+    let agents = format!("[profiles.claude]\nimage = \"localhost/claude-agent:1\"\n{}", toml_example("docs/agents.md"));
+    parse_with(&agents).unwrap_or_else(|error| panic!("docs/agents.md's example: {error}"));
+}
