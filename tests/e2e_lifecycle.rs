@@ -652,7 +652,7 @@ fn a_second_process_opening_the_state_store_gets_a_clear_error() {
 }
 
 /// DECISIONS D12 (attack review finding 4): another user who creates the
-/// design document's `/tmp/lazaret_coord_<hash>.lock` first blocked the
+/// original design's `/tmp/lazaret_coord_<hash>.lock` first blocked the
 /// domain for good (exit 77). The lock now lives in the user's private
 /// socket directory, so that file changes nothing.
 #[test]

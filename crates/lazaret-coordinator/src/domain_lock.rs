@@ -1,7 +1,7 @@
-//! The Hold-to-Bind lockfile (design document section 4.3 step 1, DECISIONS
+//! The Hold-to-Bind lockfile (DECISIONS
 //! D7 and D12): `<socket_dir>/lazaret_coord_<hash>.lock`, in the user's
 //! private (0700) socket directory, so no other user can create it first
-//! (the design document's `/tmp` name let anyone block a domain). Opened with
+//! (a `/tmp` name let anyone block a domain). Opened with
 //! `O_NOFOLLOW` and refused when another user owns it. `flock` via
 //! `std::fs::File::lock`.
 

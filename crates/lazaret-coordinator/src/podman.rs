@@ -1,7 +1,7 @@
 //! Starting `podman`: every invocation that can goes through
 //! [`Podman::command`], so the program (`$LAZARET_PODMAN` or `podman`), the
-//! cleared environment and the flags these machines need (DECISIONS D10,
-//! ENVIRONMENT.md) are set in one spot. The State Anchor as root and the
+//! cleared environment and the flags these machines need (DECISIONS D10) are
+//! set in one spot. The State Anchor as root and the
 //! CLI's PTY session start the same program with [`environment`] themselves.
 
 use std::process::{Command, Stdio};
@@ -180,7 +180,8 @@ pub fn environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
 }
 
 /// `--ulimit` values at or below this host's hard limits: podman's defaults
-/// exceed them on these machines and every start would fail (ENVIRONMENT.md).
+/// exceed the hard limits of machines such as the CI's (20000 open files) and
+/// every start would fail with `setrlimit ...: Operation not permitted`.
 /// For the Network Sidecar; a sandbox's `nproc` is its process limit.
 pub fn ulimit_arguments() -> Vec<String> {
     vec![nofile_argument(), ulimit_argument("nproc", nix::sys::resource::Resource::RLIMIT_NPROC, 16_384)]

@@ -1,4 +1,4 @@
-//! The configuration model (design document section 3, DECISIONS D7):
+//! The configuration model (DECISIONS D7):
 //! loading `config.toml` with located diagnostics, static validation at load,
 //! and resolution of one profile for one workspace (expansion, `env:` pulls,
 //! canonicalization) into a [`ResolvedProfile`].

@@ -1,4 +1,4 @@
-//! The Domain Anchor (design document section 4.3.1) and the host resource
+//! The Domain Anchor and the host resource
 //! names derived from it (DECISIONS D7).
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! Egress allowlist entries: CIDRs (design document section 3) and, beyond
+//! Egress allowlist entries: CIDRs and, beyond
 //! it, DNS names with an optional `*.` wildcard label.
 
 use std::net::IpAddr;

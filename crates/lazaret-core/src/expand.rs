@@ -1,4 +1,4 @@
-//! Token and tilde expansion (design document section 3.2).
+//! Token and tilde expansion.
 //!
 //! Exactly five tokens exist: `{profile_name}`, `{profile_dir}`,
 //! `{domain_hash}`, `{domain_dir}` and `{workspace_dir}`. Any other use of a

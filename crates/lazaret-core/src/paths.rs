@@ -1,4 +1,4 @@
-//! Path hygiene: the `..` interception of design document section 3.3 and
+//! Path hygiene: the `..` interception and
 //! canonicalization that tolerates paths which do not exist yet.
 
 use std::path::{Component, Path, PathBuf};

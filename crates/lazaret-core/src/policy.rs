@@ -1,6 +1,6 @@
 //! The escalation policy engine: decides whether a command the sandbox asks
 //! to run on the host may run without asking the human (`auto_approve`,
-//! design document section 5, DECISIONS D9), and which risks the human
+//! DECISIONS D9), and which risks the human
 //! prompt should point out when it may not.
 //!
 //! Everything here is pure: no I/O, no environment, no clock, no async. The

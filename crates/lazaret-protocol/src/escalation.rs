@@ -1,5 +1,4 @@
-//! The Escalation Socket's wire format (design document section 5.1,
-//! DECISIONS D9): what `lazaret-escalate` sends from inside the sandbox over
+//! The Escalation Socket's wire format (DECISIONS D9): what `lazaret-escalate` sends from inside the sandbox over
 //! mTLS, and the frames the coordinator streams back.
 //!
 //! Frames are a 4-byte big-endian length followed by that many bytes of

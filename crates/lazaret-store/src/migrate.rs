@@ -1,4 +1,4 @@
-//! Manual schema migrations (design document section 4.4.3): each step reads
+//! Manual schema migrations: each step reads
 //! the old tables, converts the values and writes the new tables inside one
 //! write transaction, so a crash leaves either the old or the new layout.
 //!

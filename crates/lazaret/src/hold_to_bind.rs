@@ -1,4 +1,4 @@
-//! Hold-to-Bind (design document section 4.3 step 1): the CLI side of
+//! Hold-to-Bind: the CLI side of
 //! joining a domain. The first CLI to take the lockfile (the leader) starts
 //! the Session Coordinator if its control socket is not live, waits for the
 //! socket to bind (up to 10 s) and registers its session before releasing

@@ -1,4 +1,4 @@
-//! Host Escalation, coordinator side (design document section 5, DECISIONS
+//! Host Escalation, coordinator side (DECISIONS
 //! D9): the Trust Anchor, the Escalation Socket server, verification of the
 //! Session Anchor signatures, the policy decision, the wait for a human,
 //! direct execution and the audit trail.

@@ -1,4 +1,4 @@
-//! The Trust Anchor (design document section 5.1): an in-memory CA that
+//! The Trust Anchor: an in-memory CA that
 //! lives as long as the coordinator, a server certificate for the
 //! coordinator's end of the Escalation Socket, and one short-lived client
 //! certificate per sandbox whose URI SAN names the profile and sandbox id.

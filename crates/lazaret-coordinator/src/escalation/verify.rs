@@ -1,4 +1,4 @@
-//! Session Anchor verification (design document section 4.3 step 3): a
+//! Session Anchor verification: a
 //! request must carry a delegation signed by the registered key of the
 //! session it names, be signed by the delegated key, be fresh, and never
 //! have been seen before. Pure apart from the clock passed in.

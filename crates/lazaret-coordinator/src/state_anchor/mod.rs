@@ -1,4 +1,4 @@
-//! The State Anchor (design document "State Anchor", issue 8): each of a
+//! The State Anchor (issue 8): each of a
 //! profile's `persistent_dirs` is an overlay mount on the host (kernel
 //! overlayfs where it can be mounted, else fuse-overlayfs; see "Kind" below)
 //! whose lower directory is that directory in the image's own root (`podman image

@@ -1,4 +1,4 @@
-//! The terminal approval prompt (design document section 5): the four
+//! The terminal approval prompt: the four
 //! actions [A]pprove, [D]eny, [E]dit, [Q] Abort over a queue of pending
 //! escalations of this CLI's session. State and key handling (`state`,
 //! `keys`) are separate from rendering (`render`), which is tested against
