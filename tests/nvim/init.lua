@@ -20,6 +20,10 @@ vim.ui.input = function(opts, on_confirm)
   return input(opts, on_confirm)
 end
 vim.ui.select = function(items, opts, on_choice)
-  table.insert(_G.lazaret_test_prompts, { kind = 'select', prompt = opts.prompt, items = items })
+  local shown = {}
+  for i, item in ipairs(items) do
+    shown[i] = type(item) == 'string' and item or (opts.format_item and opts.format_item(item)) or tostring(item)
+  end
+  table.insert(_G.lazaret_test_prompts, { kind = 'select', prompt = opts.prompt, items = shown })
   return select(items, opts, on_choice)
 end

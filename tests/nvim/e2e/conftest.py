@@ -19,7 +19,9 @@ sys.path.insert(0, str(HERE.parent))
 from lzenv import LazaretEnv, wait_until  # noqa: E402
 
 REPO_ROOT = HERE.parents[2]
-PLUGIN = REPO_ROOT / "editors/nvim"
+# LAZARET_NVIM_PLUGIN: another copy of the plugin (e.g. the last commit's, in
+# a `git worktree`) to see a test fail against the code before a change.
+PLUGIN = Path(os.environ.get("LAZARET_NVIM_PLUGIN") or REPO_ROOT / "editors/nvim").resolve()
 NVIM = os.environ.get("LAZARET_NVIM") or shutil.which("nvim") or "nvim"
 
 
@@ -63,6 +65,20 @@ class Editor:
 
     def buffer_text(self, buf=0):
         return "\n".join(self.lua("return vim.api.nvim_buf_get_lines(...,0,-1,false)", buf))
+
+    def notes(self):
+        """Every vim.notify message so far (recorded by tests/nvim/init.lua)."""
+        return self.lua("return _G.lazaret_test_notes")
+
+    def prompts(self):
+        """Every vim.ui.input/select call so far: kind, prompt, default, items."""
+        return self.lua("return _G.lazaret_test_prompts")
+
+    def wait_prompt(self, kind, count_before, timeout=10.0):
+        """Waits for a new vim.ui prompt of KIND; returns it."""
+        found = self.wait(f"#_G.lazaret_test_prompts > {count_before} and _G.lazaret_test_prompts[#_G.lazaret_test_prompts].kind == '{kind}'", timeout)
+        assert found, f"no {kind} prompt; prompts: {self.prompts()[count_before:]}"
+        return self.prompts()[-1]
 
     def close(self):
         try:

@@ -17,6 +17,7 @@ def editor(domain, editor_factory):
     env, repo, _ = domain
     editor = editor_factory(env, repo)
     assert editor.wait("#require('lazaret.domains').connected() == 1", 10), "the plugin connected to the domain"
+    assert editor.wait("not require('lazaret.domains').settling()", 10), "and listed its requests"
     return editor
 
 
@@ -60,7 +61,9 @@ def test_a_request_appears_within_2_s_and_a_runs_it_on_the_host(domain, editor):
     assert note[0]["at"] - t0 < WITHIN_MS, f"notified {note[0]['at'] - t0} ms after the request"
     assert editor.lua("return require('lazaret').statusline()") == "⛨ 1 pending"
     assert not (repo / "approved-marker").exists(), "nothing runs before the answer"
-    editor.nvim.input("a")
+    # The request arrived in the open window: the cursor stays where it was
+    # (on the title) until the user moves onto the request.
+    editor.nvim.input("<Tab>a")
     out, err = finish(process)
     assert "status=0" in out, (out, err)
     assert (repo / "approved-marker").exists(), "it ran on the host"
@@ -75,7 +78,7 @@ def test_e_runs_the_edited_argv_after_showing_it_back(domain, editor):
     open_pending(editor)
     process, _ = escalate(env, repo, ["touch", "requested marker"])
     wait_for_text(editor, "touch 'requested marker'")
-    editor.nvim.input("e")
+    editor.nvim.input("<Tab>e")
     assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5), "the edit prompt is open"
     assert editor.lua("return vim.fn.getcmdline()") == "touch 'requested marker'", "prefilled with the shell-quoted argv"
     editor.nvim.input("<C-u>touch 'edited marker' second<CR>")
@@ -98,7 +101,7 @@ def test_d_denies_with_the_reason_given(domain, editor):
     open_pending(editor)
     process, _ = escalate(env, repo, ["touch", "denied-marker"])
     wait_for_text(editor, "touch denied-marker")
-    editor.nvim.input("d")
+    editor.nvim.input("<Tab>d")
     assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5), "the reason prompt is open"
     editor.nvim.input("not today<CR>")
     out, err = finish(process)

@@ -20,7 +20,7 @@ def test_the_plugin_rejoins_a_domain_whose_coordinator_was_replaced(editor_facto
         assert editor.wait("#require('lazaret.domains').connected() == 1", 10), "and joined the new one"
         process, _ = escalate(env, repo, ["touch", "after-restart"])
         assert editor.wait("#require('lazaret').pending() == 1", 5), "events flow from the new coordinator"
-        editor.lua("require('lazaret.domains').respond(require('lazaret').pending()[1].requestId, 'approve')")
+        editor.lua("local d = require('lazaret.domains'); d.respond(d.queue:list()[1].key, 'approve')")
         out, _ = finish(process)
         assert "status=0" in out and (repo / "after-restart").exists()
     finally:

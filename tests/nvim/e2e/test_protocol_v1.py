@@ -36,7 +36,7 @@ def test_events_carry_a_gapless_seq(domain, editor_factory):
         d.seq.accept = function(self, event) table.insert(_G.seen_seq, event.seq or vim.NIL); return accept(self, event) end""")
     process, _ = escalate(env, repo, ["touch", "seq-marker"])
     assert editor.wait("#require('lazaret').pending() == 1", 10)
-    editor.lua("require('lazaret.domains').respond(require('lazaret').pending()[1].requestId, 'deny')")
+    editor.lua("local d = require('lazaret.domains'); d.respond(d.queue:list()[1].key, 'deny')")
     finish(process)
     assert editor.wait("#_G.seen_seq >= 4", 10), editor.lua("return _G.seen_seq")
     seen = editor.lua("return _G.seen_seq")

@@ -7,6 +7,7 @@ local T = dofile(dir .. '/helper.lua')
 local Fake = dofile(dir .. '/fake_coordinator.lua')
 local domains = require('lazaret.domains')
 local rpc = require('lazaret.rpc')
+local Queue = require('lazaret.queue')
 
 local root = vim.fn.tempname()
 vim.fn.mkdir(root .. '/abc123', 'p')
@@ -115,12 +116,12 @@ T.test('a gap in seq also resyncs; a repeated seq is ignored', function()
   T.wait(function()
     return domains.domains[path].seq.last == 8
   end, 2000, 'seq 8 seen')
-  T.eq(domains.queue:get('dup'), nil, 'the repeated seq 7 was dropped')
+  T.eq(domains.queue:find(path, 'dup'), nil, 'the repeated seq 7 was dropped')
 end)
 
 T.test('answers carry client neovim; the first answer wins', function()
   local answered
-  domains.respond('r3', 'deny', { reason = 'not today' }, function(err)
+  domains.respond(Queue.key(path, 'r3'), 'deny', { reason = 'not today' }, function(err)
     answered = { err = err }
   end)
   T.wait(function()
@@ -134,14 +135,36 @@ T.test('answers carry client neovim; the first answer wins', function()
   -- Answered elsewhere first: 1007, and the request leaves the queue.
   domains.queue:add(path, esc('r4', 4))
   answered = nil
-  domains.respond('r4', 'approve', nil, function(err)
+  domains.respond(Queue.key(path, 'r4'), 'approve', nil, function(err)
     answered = { err = err }
   end)
   T.wait(function()
     return answered ~= nil
   end, 2000, 'answered')
   T.eq(answered.err.code, 1007)
-  T.eq(domains.queue:get('r4'), nil)
+  T.eq(domains.queue:find(path, 'r4'), nil)
+end)
+
+T.test('a failed answer leaves the request listed', function()
+  pending = { esc('r4b', 4) }
+  domains.queue:add(path, esc('r4b', 4))
+  local failing = methods['escalation/respond']
+  methods['escalation/respond'] = function()
+    return nil, { code = 1004, message = 'the edited command line is empty' }
+  end
+  local answered
+  domains.respond(Queue.key(path, 'r4b'), 'edit', { argv = {} }, function(err)
+    answered = { err = err }
+  end)
+  T.wait(function()
+    return answered ~= nil
+  end, 2000, 'answered')
+  methods['escalation/respond'] = failing
+  T.eq(answered.err.code, 1004)
+  T.ok(domains.queue:find(path, 'r4b'), 'still pending')
+  T.eq(require('lazaret').statusline(), '⛨ 1 pending')
+  domains.queue:resolve(path, 'r4b')
+  pending = {}
 end)
 
 T.test('a coordinator that goes away takes its requests; a new one on the same path is joined', function()

@@ -4,6 +4,8 @@
 local uv = vim.uv
 local Fake = {}
 Fake.__index = Fake
+--- A handler returning Fake.SILENT never answers (a stopped coordinator).
+Fake.SILENT = {}
 
 function Fake.new(path, methods)
   local self = setmetatable({ path = path, methods = methods or {}, requests = {}, raw = {}, clients = {} }, Fake)
@@ -66,6 +68,9 @@ function Fake:handle(client, body)
     return self:write(client, { jsonrpc = '2.0', id = message.id, error = { code = -32601, message = 'Method not found' } })
   end
   local result, err = handler(message.params)
+  if result == Fake.SILENT then
+    return
+  end
   if err then
     self:write(client, { jsonrpc = '2.0', id = message.id, error = err })
   else

@@ -37,6 +37,32 @@ T.test('setup{} merges options over the defaults and validates them', function()
   T.eq(require('lazaret.config').options.keys.approve, 'a', 'setup{} again starts from the defaults')
 end)
 
+T.test('setup{} warns about unknown keys, nested ones too, naming them', function()
+  local notes = {}
+  local notify = vim.notify
+  vim.notify = function(msg, level)
+    table.insert(notes, { msg = msg, level = level })
+  end
+  require('lazaret').setup({ auto_start = false, bianry = '/x/lazaret', keys = { aprove = 'y', deny = 'n' }, diff_keys = { refresh = 'r' } })
+  vim.notify = notify
+  T.eq(#notes, 1)
+  T.eq(notes[1].level, vim.log.levels.WARN)
+  T.ok(notes[1].msg:find('`bianry`, `keys.aprove`', 1, true), notes[1].msg)
+  T.eq(require('lazaret.config').unknown, { 'bianry', 'keys.aprove' })
+  local o = require('lazaret.config').options
+  T.eq({ o.keys.deny, o.diff_keys.refresh }, { 'n', 'r' }, 'the known keys still apply')
+  T.ok(not pcall(require('lazaret').setup, { keys = 'a' }), 'a table option given a string is refused')
+  T.ok(not pcall(require('lazaret').setup, { keys = { approve = 1 } }), 'a nested wrong type is refused')
+  notes = {}
+  vim.notify = function(msg, level)
+    table.insert(notes, { msg = msg, level = level })
+  end
+  require('lazaret').setup({ auto_start = false })
+  vim.notify = notify
+  T.eq(#notes, 0, 'no warning without unknown keys')
+  T.eq(require('lazaret.config').unknown, {})
+end)
+
 T.test('the lazaret command line honours $LAZARET_BIN and config_file', function()
   local config = require('lazaret.config')
   vim.env.LAZARET_BIN = '/opt/x/lazaret'

@@ -25,6 +25,7 @@ local branch_diff = {
 T.test('the pending window shows argv, cwd, justification, reasons and risk notes', function()
   local items = {
     {
+      key = '/s\0id1',
       domain = '/s',
       escalation = {
         requestId = 'id1',
@@ -36,7 +37,7 @@ T.test('the pending window shows argv, cwd, justification, reasons and risk note
         profile = 'default',
       },
     },
-    { domain = '/s', escalation = { requestId = 'id2', argv = { 'ls' }, cwd = '/w', reasons = {}, riskNotes = {} } },
+    { key = '/s\0id2', domain = '/s', escalation = { requestId = 'id2', argv = { 'ls' }, cwd = '/w', reasons = {}, riskNotes = {} } },
   }
   local lines, marks, ids = approvals.render_lines(items)
   local text = table.concat(lines, '\n')
@@ -53,7 +54,8 @@ T.test('the pending window shows argv, cwd, justification, reasons and risk note
     risk_marked = risk_marked or (mark[2] == 'LazaretRisk' and lines[mark[1] + 1]:find('deletes', 1, true) ~= nil)
   end
   T.ok(risk_marked, 'risk notes highlighted')
-  T.eq(ids[5], 'id1')
+  T.eq(ids[5], '/s\0id1')
+  T.eq({ ids[1], ids[2], ids[3], ids[4] }, {}, 'the header lines belong to no request')
 end)
 
 T.test('an empty queue says so', function()
@@ -102,12 +104,13 @@ T.test('the quickfix list has the warnings first, then committed, then uncommitt
   T.eq(items[5].text, '?? uncommitted in the sandbox')
 end)
 
-T.test('the merge confirmation repeats the warnings', function()
+T.test('the merge confirmation names the commit and repeats the warnings of the committed files', function()
   local prompt = diff.merge_prompt(branch_diff, '/w')
-  T.ok(prompt:find('Merge lazaret/agent-default (dac0393, 2 files) into /w?', 1, true), prompt)
-  T.ok(prompt:find('WARNING: 2 files that make hosts run code', 1, true), prompt)
-  T.ok(prompt:find('! .envrc: direnv runs this file', 1, true), prompt)
-  T.ok(prompt:find('1 uncommitted', 1, true), prompt)
+  T.ok(prompt:find('Merge lazaret/agent-default at commit dac039389748 (2 files since ac56fdc32f38) into /w?', 1, true), prompt)
+  T.ok(prompt:find('WARNING: 1 file that make hosts run code:\n  ! .vscode/tasks.json: VS Code runs tasks', 1, true), prompt)
+  T.ok(not prompt:find('.envrc: direnv', 1, true), 'an uncommitted file is not merged: no warning for it: ' .. prompt)
+  T.ok(prompt:find('  A  b.txt', 1, true), prompt)
+  T.ok(prompt:find('(1 uncommitted sandbox change(s) are not part of the merge)', 1, true), prompt)
 end)
 
 T.test('file versions: text, absent, binary, truncated, unavailable', function()
@@ -134,6 +137,80 @@ T.test('the network policy in lines', function()
     'dns      10.0.0.53:53',
     'rules    9 kernel rules in the sidecar',
   })
+end)
+
+local root = vim.fn.fnamemodify(arg[0], ':p:h:h:h:h')
+local corpus = vim.json.decode(table.concat(vim.fn.readfile(root .. '/tests/hostile/strings.json'), '\n'))
+local hostile = {}
+for _, entry in ipairs(corpus.entries) do
+  hostile[#hostile + 1] = entry.text:rep(entry['repeat'] or 1):gsub('@MARKER@', '/tmp/unit-marker')
+end
+
+--- Whether a line holds a raw unsafe character.
+local text = require('lazaret.text')
+local function inert_lines(lines)
+  for i, line in ipairs(lines) do
+    if not text.is_inert(line) then
+      return false, i
+    end
+  end
+  return true
+end
+
+T.test('hostile argv, justification, cwd, reasons: every line inert, long text cut with a note', function()
+  local items = {}
+  for i, s in ipairs(hostile) do
+    items[#items + 1] = {
+      key = '/s\0h' .. i,
+      domain = '/s',
+      escalation = { requestId = 'h' .. i, argv = { s, 'arg', s }, cwd = s, justification = s, reasons = { s }, riskNotes = { s }, profile = s },
+    }
+  end
+  local lines, _, keys = approvals.render_lines(items, { width = 100 })
+  T.ok(inert_lines(lines))
+  local buf = vim.api.nvim_create_buf(false, true)
+  T.ok(pcall(vim.api.nvim_buf_set_lines, buf, 0, -1, false, lines), 'nvim_buf_set_lines takes every line')
+  for _, line in ipairs(lines) do
+    T.ok(vim.fn.strdisplaywidth(line) <= 100, 'fits the window: ' .. line:sub(1, 80))
+  end
+  local text_all = table.concat(lines, '\n')
+  T.ok(text_all:find('[31] AAAAAAAAAA', 1, true), 'the long request starts with its program')
+  T.ok(text_all:find('more characters)', 1, true), 'says it was cut')
+  T.ok(text_all:find('(cut)    <CR> opens the whole request', 1, true), text_all:sub(1, 300))
+  local count = 0
+  for _ in pairs(keys) do
+    count = count + 1
+  end
+  T.ok(count >= #items * 7, 'every request line has its key')
+  for _, item in ipairs(items) do
+    local full = approvals.full_lines(item)
+    T.ok(inert_lines(full), 'the full view is inert')
+    T.ok(pcall(vim.api.nvim_buf_set_lines, buf, 0, -1, false, full))
+  end
+  local full = table.concat(approvals.full_lines(items[31]), '\n')
+  T.ok(full:find(('A'):rep(65536), 1, true), 'the full view cuts nothing')
+end)
+
+T.test('hostile file names: list, quickfix and merge confirmation are inert', function()
+  local files, wip, warnings = {}, {}, {}
+  for i, s in ipairs(hostile) do
+    files[#files + 1] = { path = 'c' .. i .. s, status = 'A', additions = 1, deletions = 0 }
+    wip[#wip + 1] = { path = 'u' .. i .. s, status = '??' }
+    warnings[#warnings + 1] = { path = 'c' .. i .. s, reason = s }
+  end
+  local d = { branch = 'lazaret/agent-x', base = ('a'):rep(40), head = ('b'):rep(40), files = files, warnings = warnings,
+    uncommitted = { files = wip, patch = '' } }
+  local lines, rows = diff.list_lines(d)
+  T.ok(inert_lines(lines))
+  T.eq(rows[5].path, files[1].path, 'the row keeps the real path')
+  for _, item in ipairs(diff.qf_items(d, '/w')) do
+    T.ok(text.is_inert(item.text), item.text:sub(1, 60))
+    T.ok(item.filename == nil or text.is_inert(item.filename), 'no raw unsafe character in a quickfix file name')
+  end
+  local prompt = diff.merge_prompt(d, '/w')
+  T.ok(inert_lines(vim.split(prompt, '\n')), 'the confirmation is inert')
+  T.ok(prompt:find('at commit bbbbbbbbbbbb', 1, true))
+  T.ok(prompt:find('WARNING: 34 files that make hosts run code', 1, true), prompt:sub(1, 200))
 end)
 
 T.finish()

@@ -14,9 +14,12 @@ local path = root .. '/feed01/control.sock'
 local function version(text)
   return { exists = text ~= nil, binary = false, truncated = false, size = text and #text or 0, text = text }
 end
+local marker = vim.fn.tempname() .. '-marker'
+local evil = 'docs/notes.md' .. (' '):rep(60) .. "%{system('id > " .. marker .. "')[0:-1]}\27[2J\u{202e}"
 local contents = {
   ['src/lib.rs'] = { path = 'src/lib.rs', base = version('fn a() {}\nfn b() {}\n'), head = version('fn a() {}\nfn c() {}\n'), working = version('fn a() {}\nfn c() {}\n') },
   ['notes.txt'] = { path = 'notes.txt', base = version(nil), head = version(nil), working = version('scratch\n') },
+  [evil] = { path = evil, base = version(nil), head = version('x\n'), working = version('x\n') },
 }
 local fake = Fake.new(path, {
   ['escalation/list'] = function()
@@ -33,7 +36,7 @@ local fake = Fake.new(path, {
       branch = 'lazaret/agent-default',
       base = 'aaaaaaaaaaaa',
       head = 'bbbbbbbbbbbb',
-      files = { { path = 'src/lib.rs', status = 'M', additions = 1, deletions = 1 } },
+      files = { { path = 'src/lib.rs', status = 'M', additions = 1, deletions = 1 }, { path = evil, status = 'A', additions = 1, deletions = 0 } },
       patch = '',
       uncommitted = { files = { { path = 'notes.txt', status = '??' } }, patch = '' },
       warnings = {},
@@ -43,6 +46,9 @@ local fake = Fake.new(path, {
     return contents[params.path]
   end,
 })
+local function calls(method)
+  return fake:calls(method)
+end
 domains.info = { socketRoot = root, apiVersion = 1 }
 domains.tick()
 T.test('setup: the plugin connects to the fake coordinator', function()
@@ -59,7 +65,8 @@ local function pane(win)
     diff = vim.wo[win].diff,
     modifiable = vim.bo[buf].modifiable,
     ft = vim.bo[buf].filetype,
-    winbar = vim.wo[win].winbar,
+    -- What the window bar shows (the option is statusline syntax).
+    winbar = vim.api.nvim_eval_statusline(vim.wo[win].winbar, { winid = win, use_winbar = true, maxwidth = 1000 }).str,
   }
 end
 
@@ -81,6 +88,40 @@ T.test('a committed file shows base against agent head in diff mode', function()
   T.eq({ left.diff, right.diff, left.modifiable, right.modifiable, left.ft }, { true, true, false, false, 'rust' })
   T.eq(left.winbar, 'base aaaaaaa: src/lib.rs')
   T.eq(right.winbar, 'head bbbbbbb: src/lib.rs')
+end)
+
+T.test('showing the same file again works (its buffers are replaced)', function()
+  for _ = 1, 2 do
+    diff.view.shown = nil
+    diff.show({ path = 'src/lib.rs', uncommitted = false })
+    T.wait(function()
+      return diff.view.shown ~= nil
+    end, 2000, 'shown')
+  end
+  T.eq(pane(diff.view.right_win).lines, { 'fn a() {}', 'fn c() {}' })
+  T.ok(vim.api.nvim_win_is_valid(diff.view.left_win) and vim.api.nvim_win_is_valid(diff.view.right_win), 'both windows are still there')
+end)
+
+T.test('branch/fileContents is pinned to the base and head the list shows', function()
+  local call = calls('branch/fileContents')[#calls('branch/fileContents')]
+  T.eq(call.params, { path = 'src/lib.rs', baseCommit = 'aaaaaaaaaaaa', headCommit = 'bbbbbbbbbbbb' })
+end)
+
+T.test('a file name with %{system()} is shown inert: the winbar evaluates to the text, nothing runs', function()
+  diff.view.shown = nil
+  diff.show({ path = evil, uncommitted = false })
+  T.wait(function()
+    return diff.view.shown ~= nil
+  end, 2000, 'shown')
+  for _, win in ipairs({ diff.view.left_win, diff.view.right_win }) do
+    local bar = vim.wo[win].winbar
+    local evaluated = vim.api.nvim_eval_statusline(bar, { winid = win, use_winbar = true, maxwidth = 10000 }).str
+    T.ok(evaluated:find("%{system('id > " .. marker .. "')[0:-1]}\\e[2J\\u{202e}", 1, true), evaluated)
+    T.ok(require('lazaret.text').is_inert(vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(win))), 'buffer name inert')
+  end
+  T.ok(not vim.uv.fs_stat(marker), 'the marker is absent: nothing ran')
+  local lines = vim.api.nvim_buf_get_lines(diff.view.list_buf, 0, -1, false)
+  T.ok(table.concat(lines, '\n'):find("  A  docs/notes.md" .. (' '):rep(60) .. "%{system(", 1, true), table.concat(lines, '\n'))
 end)
 
 T.test('an uncommitted file shows agent head against the sandbox working copy', function()

@@ -2,18 +2,32 @@
 --- request with its argv, cwd, justification, reasons and risk notes, and
 --- keys to approve, deny (with an optional reason) or edit it. It follows
 --- the queue live: a request answered anywhere else disappears.
+---
+--- Everything in a request is agent text and shown inert (lazaret.text):
+--- a newline in a justification once made nvim_buf_set_lines throw and froze
+--- the window. Long text is cut to the window with a note saying so, the
+--- program and the start of the argv first; `keys.full` opens the whole
+--- request. The answering keys act only on the request under the cursor:
+--- on any other line they answer nothing.
 local config = require('lazaret.config')
 local domains = require('lazaret.domains')
 local shell = require('lazaret.shell')
 local rpc = require('lazaret.rpc')
+local text = require('lazaret.text')
 
 local M = {}
 
 local ns = vim.api.nvim_create_namespace('lazaret.pending')
 --- The window and buffer this module opened (and the only ones it closes).
 M.win, M.buf = nil, nil
---- Line (1-based) -> request id, from the last render.
-local line_ids = {}
+--- The full-request view this module opened.
+M.full_win, M.full_buf = nil, nil
+--- Line (1-based) -> queue key of the request shown there, from the last render.
+local line_keys = {}
+--- The queue keys in the order of the last render.
+local shown_order = {}
+--- Set by open(): the next render puts the cursor on the first request.
+local fresh = false
 
 local function highlights()
   local set = function(name, link)
@@ -24,6 +38,7 @@ local function highlights()
   set('LazaretLabel', 'Comment')
   set('LazaretRisk', 'DiagnosticWarn')
   set('LazaretHint', 'Comment')
+  set('LazaretProblem', 'DiagnosticError')
 end
 
 local function is_open()
@@ -38,133 +53,169 @@ local function list(value)
   return value
 end
 
+--- The room of a value after its label (`    reasons  ` is 13 cells): a
+--- longer value is cut with its note inside that room, so the note shows.
+local LABEL = 13
+
 --- The window's lines and their highlights (pure: for tests too).
 --- @param items table[] queue items, oldest first
+--- @param opts {width: integer?, problems: table[]?, settling: boolean?}?
 --- @return string[] lines
 --- @return table[] marks {line (0-based), group}
---- @return table<integer, string> ids line (1-based) -> requestId
-function M.render_lines(items)
+--- @return table<integer, string> keys line (1-based) -> queue key
+function M.render_lines(items, opts)
+  opts = opts or {}
+  local width = opts.width or 120
+  local problems = opts.problems or {}
   local keys = config.options.keys
-  local lines, marks, ids = {}, {}, {}
-  local function add(text, group, id)
-    lines[#lines + 1] = text
+  local lines, marks, line_to_key = {}, {}, {}
+  local function add(line, group, key)
+    lines[#lines + 1] = line
     if group then
       marks[#marks + 1] = { #lines - 1, group }
     end
-    if id then
-      ids[#lines] = id
+    if key then
+      line_to_key[#lines] = key
     end
   end
+  local room = math.max(30, width - LABEL)
   local n = #items
+  local plural = n == 1 and '' or 's'
+  if #problems > 0 then
+    add(
+      n == 0 and 'Lazaret: cannot tell what is pending: a coordinator could not be asked'
+        or string.format('Lazaret: %d pending escalation%s listed, but a coordinator could not be asked', n, plural),
+      'LazaretProblem'
+    )
+    -- The plugin's own words (agent text in them is inert): wrapped, not cut.
+    for _, problem in ipairs(problems) do
+      for i, line in ipairs(text.wrap(problem.where .. ': ' .. problem.what, width - 4)) do
+        add((i == 1 and '  ! ' or '    ') .. line, 'LazaretProblem')
+      end
+      for i, line in ipairs(text.wrap(problem.fix, width - 9)) do
+        add((i == 1 and '    fix: ' or '         ') .. line, 'LazaretHint')
+      end
+    end
+  elseif n == 0 and opts.settling then
+    add('Lazaret: asking the coordinators…', 'LazaretTitle')
+  elseif n == 0 then
+    add('Lazaret: no pending escalations', 'LazaretTitle')
+  else
+    add(string.format('Lazaret: %d pending escalation%s', n, plural), 'LazaretTitle')
+  end
   add(
-    n == 0 and 'Lazaret: no pending escalations'
-      or string.format('Lazaret: %d pending escalation%s', n, n == 1 and '' or 's'),
-    'LazaretTitle'
-  )
-  add(
-    string.format(
-      '%s approve  %s deny (asks for a reason)  %s edit  %s close',
-      keys.approve,
-      keys.deny,
-      keys.edit,
-      keys.close
+    text.inert(
+      string.format(
+        '%s approve  %s deny  %s edit  %s whole request  %s close   (the request under the cursor)',
+        keys.approve,
+        keys.deny,
+        keys.edit,
+        keys.full,
+        keys.close
+      )
     ),
     'LazaretHint'
   )
   add('Closing this window answers nothing: the requests stay pending until answered or timed out.', 'LazaretHint')
   local now = domains.now_ms()
   for i, item in ipairs(items) do
-    local e, id = item.escalation, item.escalation.requestId
+    local e, key = item.escalation, item.key
     local d = domains.domains[item.domain]
+    local was_cut = false
+    local function value(s, cells)
+      local shown, cut = text.cut(text.inert(s), cells or room)
+      was_cut = was_cut or cut > 0
+      return shown
+    end
     add('', nil, nil)
-    add(string.format('[%d] %s', i, shell.quote(list(e.argv))), 'LazaretCommand', id)
+    local number = string.format('[%d] ', i)
+    local command, cut = text.cut(shell.quote(list(e.argv)), math.max(30, width - #number))
+    was_cut = was_cut or cut > 0
+    add(number .. command, 'LazaretCommand', key)
     local status = d and d.status or {}
-    add(
-      string.format(
-        '    domain   %s @ %s (%s)',
-        e.profile or status.profile or '?',
-        status.workspace or '?',
-        e.domainHash or status.domainHash or '?'
-      ),
-      'LazaretLabel',
-      id
-    )
-    add('    cwd      ' .. tostring(e.cwd or '?'), nil, id)
-    add('    why      ' .. (type(e.justification) == 'string' and e.justification or '(no justification given)'), nil, id)
+    local where = text.inert(e.profile or status.profile or '?') .. ' @ ' .. text.inert(status.workspace or '?') .. ' ('
+      .. text.inert(e.domainHash or status.domainHash or '?') .. ')'
+    add('    domain   ' .. (text.cut(where, room)), 'LazaretLabel', key)
+    add('    cwd      ' .. value(e.cwd or '?'), nil, key)
+    add('    why      ' .. (type(e.justification) == 'string' and value(e.justification) or '(no justification given)'), nil, key)
     local reasons = list(e.reasons)
     if #reasons == 0 then
-      add('    reasons  (none)', nil, id)
+      add('    reasons  (none)', nil, key)
     end
     for r, reason in ipairs(reasons) do
-      add((r == 1 and '    reasons  ' or '             ') .. tostring(reason), nil, id)
+      add((r == 1 and '    reasons  ' or '             ') .. value(reason), nil, key)
     end
     local risks = list(e.riskNotes)
     if #risks == 0 then
-      add('    risk     (none)', nil, id)
+      add('    risk     (none)', nil, key)
     end
     for r, note in ipairs(risks) do
-      add((r == 1 and '    risk     ' or '             ') .. tostring(note), 'LazaretRisk', id)
+      add((r == 1 and '    risk     ' or '             ') .. value(note), 'LazaretRisk', key)
     end
     if tonumber(e.expiresAtMs) then
-      add(string.format('    expires  in %d s (then denied)', math.max(0, math.floor((e.expiresAtMs - now) / 1000))), 'LazaretLabel', id)
+      add(string.format('    expires  in %d s (then denied)', math.max(0, math.floor((e.expiresAtMs - now) / 1000))), 'LazaretLabel', key)
     end
-    add(string.format('    id       %s', id), 'LazaretLabel', id)
+    add('    id       ' .. value(e.requestId), 'LazaretLabel', key)
+    if was_cut then
+      add('    (cut)    ' .. text.inert(keys.full) .. ' opens the whole request, read-only', 'LazaretHint', key)
+    end
   end
-  return lines, marks, ids
+  return lines, marks, line_to_key
 end
 
---- The request under the cursor (else the first one).
---- @return string? id
-function M.current_id()
-  local items = domains.queue:list()
-  if #items == 0 then
+--- The whole request as lines (pure: for tests too): every argv word on its
+--- own line, nothing cut, everything inert.
+--- @param item table a queue item
+--- @return string[]
+function M.full_lines(item)
+  local e = item.escalation
+  local d = domains.domains[item.domain]
+  local argv = list(e.argv)
+  local out = {
+    'Lazaret: the whole request (read-only; ' .. text.inert(config.options.keys.close) .. ' closes; answer it in the pending window)',
+    '',
+    'domain   ' .. (d and domains.name(d) or text.inert(item.domain)),
+    'id       ' .. text.inert(e.requestId),
+    'program  ' .. text.inert(argv[1] or '(none)'),
+    string.format('argv     %d word%s:', #argv, #argv == 1 and '' or 's'),
+  }
+  for i, word in ipairs(argv) do
+    out[#out + 1] = string.format('  [%d] ', i) .. text.inert(word)
+  end
+  out[#out + 1] = 'command  ' .. shell.quote(argv)
+  out[#out + 1] = 'cwd      ' .. text.inert(e.cwd or '?')
+  out[#out + 1] = 'why      ' .. (type(e.justification) == 'string' and text.inert(e.justification) or '(no justification given)')
+  for r, reason in ipairs(list(e.reasons)) do
+    out[#out + 1] = (r == 1 and 'reasons  - ' or '         - ') .. text.inert(reason)
+  end
+  for r, note in ipairs(list(e.riskNotes)) do
+    out[#out + 1] = (r == 1 and 'risk     - ' or '         - ') .. text.inert(note)
+  end
+  return out
+end
+
+--- The queue key of the request under the cursor, or nil (a header, a
+--- blank line, a closed window): never a fallback to some other request.
+--- @return string? key
+function M.current_key()
+  if not is_open() or vim.api.nvim_win_get_buf(M.win) ~= M.buf then
     return nil
   end
-  if is_open() then
-    local row = vim.api.nvim_win_get_cursor(M.win)[1]
-    for r = row, 1, -1 do
-      if line_ids[r] then
-        return line_ids[r]
-      end
-    end
+  local row = vim.api.nvim_win_get_cursor(M.win)[1]
+  local key = line_keys[row]
+  if key and domains.queue:get(key) then
+    return key
   end
-  return items[1].escalation.requestId
+  return nil
 end
 
---- Redraws the window from the queue, keeping the cursor on its request.
-function M.render()
-  if not is_open() or not vim.api.nvim_buf_is_valid(M.buf) then
-    return
-  end
-  local keep = M.current_id()
-  local lines, marks, ids = M.render_lines(domains.queue:list())
-  vim.bo[M.buf].modifiable = true
-  vim.api.nvim_buf_set_lines(M.buf, 0, -1, false, lines)
-  vim.bo[M.buf].modifiable = false
-  vim.api.nvim_buf_clear_namespace(M.buf, ns, 0, -1)
-  for _, mark in ipairs(marks) do
-    vim.api.nvim_buf_set_extmark(M.buf, ns, mark[1], 0, { end_row = mark[1] + 1, hl_group = mark[2], hl_eol = false })
-  end
-  line_ids = ids
-  local target = nil
-  for row = 1, #lines do
-    if ids[row] and ids[row] == keep then
-      target = row
-      break
+local function first_row(key)
+  for row = 1, vim.api.nvim_buf_line_count(M.buf) do
+    if line_keys[row] == key then
+      return row
     end
   end
-  for row = 1, #lines do
-    if target == nil and ids[row] then
-      target = row
-    end
-  end
-  local width = 40
-  for _, line in ipairs(lines) do
-    width = math.max(width, vim.fn.strdisplaywidth(line) + 2)
-  end
-  local cfg = M.geometry(width, #lines)
-  vim.api.nvim_win_set_config(M.win, cfg)
-  vim.api.nvim_win_set_cursor(M.win, { target or 1, 0 })
+  return nil
 end
 
 function M.geometry(width, height)
@@ -180,59 +231,189 @@ function M.geometry(width, height)
   }
 end
 
-local function after_answer(id, what)
+--- The text width the window can show.
+local function text_width()
+  return math.max(20, vim.o.columns - 4) - 2
+end
+
+--- Redraws the window from the queue. The cursor stays on its request; when
+--- that request is gone it goes to the blank line before the one now in its
+--- place (so a repeated key answers nothing it did not show); a cursor on no
+--- request stays on no request.
+function M.render()
+  if not is_open() or not vim.api.nvim_buf_is_valid(M.buf) then
+    return
+  end
+  local keep = M.current_key()
+  local old_row = vim.api.nvim_win_get_cursor(M.win)[1]
+  local old_index = nil
+  for i, key in ipairs(shown_order) do
+    if key == (keep or line_keys[old_row]) then
+      old_index = i
+    end
+  end
+  local items = domains.queue:list()
+  local problems = domains.problems()
+  local lines, marks, keys = M.render_lines(items, { width = text_width(), problems = problems, settling = domains.settling() })
+  vim.bo[M.buf].modifiable = true
+  vim.api.nvim_buf_set_lines(M.buf, 0, -1, false, lines)
+  vim.bo[M.buf].modifiable = false
+  vim.api.nvim_buf_clear_namespace(M.buf, ns, 0, -1)
+  for _, mark in ipairs(marks) do
+    vim.api.nvim_buf_set_extmark(M.buf, ns, mark[1], 0, { end_row = mark[1] + 1, hl_group = mark[2], hl_eol = false })
+  end
+  line_keys = keys
+  shown_order = vim.tbl_map(function(item)
+    return item.key
+  end, items)
+  local target
+  if keep and domains.queue:get(keep) then
+    target = first_row(keep)
+  elseif fresh and #items > 0 then
+    target = first_row(items[1].key)
+  elseif old_index and #items > 0 then
+    local row = first_row(items[math.min(old_index, #items)].key)
+    target = row and math.max(1, row - 1)
+  else
+    target = math.min(old_row, #lines)
+    if keys[target] then
+      target = 1 -- the lines moved: still on no request
+    end
+  end
+  fresh = false
+  local width = 40
+  for _, line in ipairs(lines) do
+    width = math.max(width, vim.fn.strdisplaywidth(line) + 2)
+  end
+  vim.api.nvim_win_set_config(M.win, M.geometry(width, #lines))
+  vim.api.nvim_win_set_cursor(M.win, { target or 1, 0 })
+end
+
+local function no_request()
+  vim.notify('Lazaret: no request under the cursor: move onto one (' .. text.inert(config.options.keys.next) .. ' goes to the next)', vim.log.levels.INFO)
+end
+
+local function after_answer(what)
   return function(err)
     if err and err.code == rpc.codes.not_pending then
       vim.notify('Lazaret: that request was already answered elsewhere', vim.log.levels.INFO)
     elseif err then
-      vim.notify('Lazaret: ' .. what .. ' failed: ' .. rpc.message(err), vim.log.levels.ERROR)
+      vim.notify('Lazaret: ' .. what .. ' failed: ' .. text.inert(rpc.message(err)), vim.log.levels.ERROR)
     end
     M.render()
   end
 end
 
-function M.approve(id)
-  id = id or M.current_id()
-  if id then
-    domains.respond(id, 'approve', nil, after_answer(id, 'approve'))
+--- Approves the request under the cursor (or the one of `key`).
+--- @param key string? a queue key
+function M.approve(key)
+  key = key or M.current_key()
+  if not key then
+    return no_request()
   end
+  domains.respond(key, 'approve', nil, after_answer('approve'))
 end
 
-function M.deny(id)
-  id = id or M.current_id()
-  if not id then
-    return
+function M.deny(key)
+  key = key or M.current_key()
+  if not key then
+    return no_request()
   end
   vim.ui.input({ prompt = 'Deny; reason (optional, Esc cancels): ' }, function(reason)
     if reason == nil then
       return
     end
     reason = vim.trim(reason)
-    domains.respond(id, 'deny', reason ~= '' and { reason = reason } or nil, after_answer(id, 'deny'))
+    domains.respond(key, 'deny', reason ~= '' and { reason = reason } or nil, after_answer('deny'))
   end)
 end
 
-function M.edit(id)
-  id = id or M.current_id()
-  local item = id and domains.queue:get(id)
+--- How much of the edited command the confirmation shows.
+local CONFIRM_CELLS = 400
+
+--- Edits the request under the cursor: a prompt prefilled with its argv as
+--- one line (shell words; a word with control, bidi or invisible
+--- characters in `$'...'` with them escaped, so the prompt is inert and the
+--- line still splits back to the same argv), then a confirmation.
+function M.edit(key)
+  key = key or M.current_key()
+  local item = key and domains.queue:get(key)
   if not item then
-    return
+    return no_request()
   end
-  vim.ui.input({ prompt = 'Run on the host instead: ', default = shell.quote(list(item.escalation.argv)) }, function(line)
+  local default = shell.quote(list(item.escalation.argv))
+  vim.ui.input({ prompt = 'Run on the host instead: ', default = default }, function(line)
     if line == nil then
       return
     end
     local argv, err = shell.split(line)
     if not argv or #argv == 0 then
-      return vim.notify('Lazaret: cannot edit to that command: ' .. (err or 'empty'), vim.log.levels.ERROR)
+      return vim.notify('Lazaret: cannot edit to that command: ' .. text.inert(err or 'empty'), vim.log.levels.ERROR)
     end
-    local shown = shell.quote(argv)
+    local shown = text.cut(shell.quote(argv), CONFIRM_CELLS)
     vim.ui.select({ 'Run it', 'Cancel' }, { prompt = 'Run on the host: ' .. shown }, function(choice)
       if choice == 'Run it' then
-        domains.respond(id, 'edit', { argv = argv }, after_answer(id, 'edit'))
+        domains.respond(key, 'edit', { argv = argv }, after_answer('edit'))
       end
     end)
   end)
+end
+
+--- Frees the name `name` (a buffer name must be unique) from a buffer of
+--- ours that still has it: it is renamed, and wiped when hidden.
+local function forget_buffer(name)
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_valid(buf) and vim.api.nvim_buf_get_name(buf) == name then
+      pcall(vim.api.nvim_buf_set_name, buf, name .. ' (replaced ' .. buf .. ')')
+    end
+  end
+end
+
+--- Closes the full-request view.
+function M.close_full()
+  if M.full_win and vim.api.nvim_win_is_valid(M.full_win) then
+    vim.api.nvim_win_close(M.full_win, true)
+  end
+  M.full_win, M.full_buf = nil, nil
+  if is_open() then
+    vim.api.nvim_set_current_win(M.win)
+  end
+end
+
+--- Opens the whole request under the cursor in a read-only float (every
+--- argv word on its own line, the justification uncut, all inert).
+function M.full(key)
+  key = key or M.current_key()
+  local item = key and domains.queue:get(key)
+  if not item then
+    return no_request()
+  end
+  M.close_full()
+  local lines = M.full_lines(item)
+  local buf = vim.api.nvim_create_buf(false, true)
+  local name = 'lazaret://request/' .. text.inert(item.escalation.requestId)
+  forget_buffer(name)
+  vim.api.nvim_buf_set_name(buf, name)
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modeline = false
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].bufhidden = 'wipe'
+  vim.bo[buf].filetype = 'lazaret'
+  local columns, rows = vim.o.columns, vim.o.lines - vim.o.cmdheight - 2
+  local cfg = {
+    relative = 'editor',
+    width = math.max(20, columns - 8),
+    height = math.max(3, rows - 4),
+    row = 1,
+    col = 3,
+    style = 'minimal',
+    border = config.options.border,
+    title = ' Lazaret: request ',
+    title_pos = 'center',
+  }
+  M.full_win, M.full_buf = vim.api.nvim_open_win(buf, true, cfg), buf
+  vim.wo[M.full_win].wrap = true
+  vim.keymap.set('n', config.options.keys.close, M.close_full, { buffer = buf, nowait = true, silent = true, desc = 'Lazaret: close the request view' })
 end
 
 local function move(step)
@@ -240,23 +421,36 @@ local function move(step)
   if #items == 0 or not is_open() then
     return
   end
-  local current = M.current_id()
-  local index = 1
+  local current = M.current_key()
+  local row = vim.api.nvim_win_get_cursor(M.win)[1]
+  local index
   for i, item in ipairs(items) do
-    if item.escalation.requestId == current then
-      index = i
+    if item.key == current then
+      index = ((i - 1 + step) % #items) + 1
     end
   end
-  local wanted = items[((index - 1 + step) % #items) + 1].escalation.requestId
-  for row = 1, vim.api.nvim_buf_line_count(M.buf) do
-    if line_ids[row] == wanted then
-      return vim.api.nvim_win_set_cursor(M.win, { row, 0 })
+  if not index then
+    -- Off any request: the next one below the cursor (or above for -1).
+    index = step > 0 and 1 or #items
+    for i, item in ipairs(items) do
+      local r = first_row(item.key) or 0
+      if step > 0 and r > row then
+        index = i
+        break
+      elseif step < 0 and r < row then
+        index = i
+      end
     end
+  end
+  local target = first_row(items[index].key)
+  if target then
+    vim.api.nvim_win_set_cursor(M.win, { target, 0 })
   end
 end
 
 --- Closes the window this module opened (answers nothing).
 function M.close()
+  M.close_full()
   if is_open() then
     vim.api.nvim_win_close(M.win, true)
   end
@@ -274,6 +468,7 @@ function M.open()
   M.buf = vim.api.nvim_create_buf(false, true)
   vim.bo[M.buf].bufhidden = 'wipe'
   vim.bo[M.buf].filetype = 'lazaret'
+  forget_buffer('lazaret://pending')
   vim.api.nvim_buf_set_name(M.buf, 'lazaret://pending')
   local cfg = M.geometry(60, 5)
   cfg.style, cfg.border, cfg.title, cfg.title_pos = 'minimal', config.options.border, ' Lazaret ', 'center'
@@ -289,6 +484,7 @@ function M.open()
   map(keys.approve, M.approve, 'Lazaret: approve the request under the cursor')
   map(keys.deny, M.deny, 'Lazaret: deny it (asks for an optional reason)')
   map(keys.edit, M.edit, 'Lazaret: edit the command, then run the edited one')
+  map(keys.full, M.full, 'Lazaret: show the whole request, read-only')
   map(keys.close, M.close, 'Lazaret: close (the requests stay pending)')
   map(keys.next, function()
     move(1)
@@ -301,8 +497,11 @@ function M.open()
     once = true,
     callback = function()
       M.win, M.buf = nil, nil
+      line_keys, shown_order = {}, {}
     end,
   })
+  fresh = true
+  line_keys, shown_order = {}, {}
   M.render()
 end
 

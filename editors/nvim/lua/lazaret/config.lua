@@ -1,4 +1,8 @@
---- Options of the plugin: defaults, `setup{}` merging, validation.
+--- Options of the plugin: defaults, a schema, `setup{}` merging and
+--- validation. An unknown key (a misspelt option, nested ones too) is
+--- reported with vim.notify WARN and in :checkhealth, naming the key: a
+--- silently ignored `bianry = ...` once left a user with no binary and a
+--- window saying nothing was pending.
 local M = {}
 
 --- @class lazaret.Options
@@ -11,6 +15,9 @@ M.defaults = {
   auto_start = true,
   --- How often (ms) the socket directory is scanned for new or restarted coordinators.
   poll_ms = 1000,
+  --- How long (ms) a coordinator may take to answer `escalation/list`
+  --- before it is reported as not answering.
+  answer_timeout_ms = 5000,
   --- Announce a new pending request with vim.notify.
   notify = true,
   --- Level of that notification.
@@ -25,37 +32,125 @@ M.defaults = {
   --- Border of the floating windows (see nvim_open_win()).
   border = 'rounded',
   --- Keys of the pending window.
-  keys = { approve = 'a', deny = 'd', edit = 'e', close = 'q', next = '<Tab>', prev = '<S-Tab>' },
+  keys = { approve = 'a', deny = 'd', edit = 'e', full = '<CR>', close = 'q', next = '<Tab>', prev = '<S-Tab>' },
   --- Keys of the review tab's file list.
   diff_keys = { open = '<CR>', close = 'q', refresh = 'R' },
 }
 
+--- The type(s) of every option; a table describes a nested table's keys.
+M.schema = {
+  binary = { 'string', 'nil' },
+  config_file = { 'string', 'nil' },
+  auto_start = { 'boolean' },
+  poll_ms = { 'number' },
+  answer_timeout_ms = { 'number' },
+  notify = { 'boolean' },
+  notify_level = { 'number' },
+  auto_open = { 'boolean' },
+  client = { 'string' },
+  statusline_icon = { 'string' },
+  border = { 'string', 'table' },
+  keys = {
+    approve = { 'string' },
+    deny = { 'string' },
+    edit = { 'string' },
+    full = { 'string' },
+    close = { 'string' },
+    next = { 'string' },
+    prev = { 'string' },
+  },
+  diff_keys = { open = { 'string' }, close = { 'string' }, refresh = { 'string' } },
+}
+
 --- @type lazaret.Options
 M.options = vim.deepcopy(M.defaults)
+--- The unknown keys of the last setup{} (dotted: `keys.aprove`).
+M.unknown = {}
 
---- Merges user options over the defaults.
+local function is_leaf(spec)
+  return spec[1] ~= nil
+end
+
+--- Checks `opts` against `schema`: unknown keys (dotted paths) and type
+--- errors (messages).
+--- @return string[] unknown
+--- @return string[] errors
+function M.check(opts, schema, prefix, unknown, errors)
+  schema, prefix, unknown, errors = schema or M.schema, prefix or '', unknown or {}, errors or {}
+  local names = vim.tbl_keys(opts)
+  table.sort(names, function(a, b)
+    return tostring(a) < tostring(b)
+  end)
+  for _, name in ipairs(names) do
+    local value, spec = opts[name], type(name) == 'string' and schema[name] or nil
+    local path = prefix .. tostring(name)
+    if spec == nil then
+      unknown[#unknown + 1] = path
+    elseif is_leaf(spec) then
+      if not vim.tbl_contains(spec, type(value)) then
+        errors[#errors + 1] = string.format('%s: expected %s, got %s', path, table.concat(spec, ' or '), type(value))
+      end
+    elseif type(value) ~= 'table' then
+      errors[#errors + 1] = string.format('%s: expected a table, got %s', path, type(value))
+    else
+      M.check(value, spec, path .. '.', unknown, errors)
+    end
+  end
+  return unknown, errors
+end
+
+--- Merges user options over the defaults. A wrong type is an error; an
+--- unknown key is a warning (vim.notify WARN, and :checkhealth lazaret).
 --- @param opts table?
 --- @return lazaret.Options
 function M.set(opts)
-  vim.validate('opts', opts, 'table', true)
-  M.options = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
-  local o = M.options
-  vim.validate('binary', o.binary, 'string', true)
-  vim.validate('config_file', o.config_file, 'string', true)
-  vim.validate('poll_ms', o.poll_ms, 'number')
-  vim.validate('client', o.client, 'string')
-  return o
+  if opts ~= nil and type(opts) ~= 'table' then
+    error('lazaret: setup{} takes a table of options, got ' .. type(opts), 2)
+  end
+  opts = opts or {}
+  local unknown, errors = M.check(opts)
+  if #errors > 0 then
+    error('lazaret: setup{}: ' .. table.concat(errors, '; ') .. ' (see :help lazaret-options)', 2)
+  end
+  M.unknown = unknown
+  M.options = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts)
+  if #unknown > 0 then
+    vim.notify(M.unknown_message(), vim.log.levels.WARN, { title = 'Lazaret' })
+  end
+  return M.options
+end
+
+--- The warning about unknown keys ('' when there are none).
+--- @return string
+function M.unknown_message()
+  if #M.unknown == 0 then
+    return ''
+  end
+  local names = vim.tbl_map(function(name)
+    return '`' .. require('lazaret.text').inert(name) .. '`'
+  end, M.unknown)
+  return string.format(
+    'Lazaret: setup{} ignored unknown option%s %s (misspelt? see :help lazaret-options)',
+    #names == 1 and '' or 's',
+    table.concat(names, ', ')
+  )
+end
+
+--- The binary lazaret calls use: `binary`, else $LAZARET_BIN, else `lazaret`.
+--- @return string
+function M.binary()
+  local binary = M.options.binary or vim.env.LAZARET_BIN
+  if binary == nil or binary == '' then
+    binary = 'lazaret'
+  end
+  return binary
 end
 
 --- The lazaret command line prefix: binary and `--config`.
 --- @return string[]
 function M.command(...)
   local o = M.options
-  local binary = o.binary or vim.env.LAZARET_BIN
-  if binary == nil or binary == '' then
-    binary = 'lazaret'
-  end
-  local argv = { binary }
+  local argv = { M.binary() }
   for _, arg in ipairs({ ... }) do
     argv[#argv + 1] = arg
   end

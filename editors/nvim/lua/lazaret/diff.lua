@@ -1,12 +1,21 @@
 --- The review of the agent branch: `:LazaretDiff` opens a tab with the
 --- changed files (D4 warnings first, also as the quickfix list) and shows a
 --- file's base and agent head side by side in diff mode, from read-only
---- scratch buffers filled by `branch/fileContents`; `:LazaretMerge` merges
---- the branch into the workspace after a confirmation repeating the warnings.
+--- scratch buffers filled by `branch/fileContents` for exactly the commits
+--- the list shows; `:LazaretMerge` merges the commit that was reviewed (never
+--- the branch name) with `lazaret merge --expect`, after a confirmation
+--- naming that commit and repeating its warnings.
+---
+--- File names and reasons are agent text: shown inert everywhere (the list,
+--- the quickfix text, buffer names), and in the window bars with `%` doubled
+--- too: 'winbar' is statusline syntax, and a file named
+--- `docs/notes.md<spaces>%{system('...')}` once ran code on the host when
+--- its row was opened.
 local protocol = require('lazaret.protocol')
 local config = require('lazaret.config')
 local domains = require('lazaret.domains')
 local rpc = require('lazaret.rpc')
+local text = require('lazaret.text')
 
 local M = {}
 
@@ -19,7 +28,18 @@ local function list(value)
 end
 
 local function short(commit)
-  return type(commit) == 'string' and commit:sub(1, 7) or '(none)'
+  return type(commit) == 'string' and text.inert(commit:sub(1, 7)) or '(none)'
+end
+
+--- A commit id as the merge confirmation names it (12 hex digits, as `lazaret merge` does).
+local function short12(commit)
+  return type(commit) == 'string' and text.inert(commit:sub(1, 12)) or '(none)'
+end
+
+--- A path for a list line or a title (inert; the full path, never cut: the
+--- list scrolls sideways, and the window bar cuts it at the window).
+local function shown_path(path)
+  return text.inert(path)
 end
 
 local function highlights()
@@ -43,8 +63,8 @@ function M.list_lines(diff)
     rows[#lines] = file
   end
   local keys = config.options.diff_keys
-  add(string.format('%s  %s..%s', diff.branch or 'agent branch', short(diff.base), short(diff.head)), 'LazaretSection')
-  add(string.format('%s diff  %s refresh  %s close', keys.open, keys.refresh, keys.close), 'LazaretHint')
+  add(text.inert(diff.branch or 'agent branch') .. '  ' .. short(diff.base) .. '..' .. short(diff.head), 'LazaretSection')
+  add(text.inert(string.format('%s diff  %s refresh  %s close', keys.open, keys.refresh, keys.close)), 'LazaretHint')
   local committed, uncommitted = {}, {}
   for _, f in ipairs(list(diff.files)) do
     committed[f.path] = true
@@ -60,7 +80,7 @@ function M.list_lines(diff)
     add(string.format('Warnings: %d file%s that make hosts run code', #warnings, #warnings == 1 and '' or 's'), 'LazaretWarning')
     for _, w in ipairs(warnings) do
       warned[w.path] = true
-      add(string.format('  ! %s: %s', w.path, w.reason or ''), 'LazaretWarning', {
+      add('  ! ' .. shown_path(w.path) .. ': ' .. text.inert(w.reason or ''), 'LazaretWarning', {
         path = w.path,
         uncommitted = not committed[w.path] and uncommitted[w.path] == true,
       })
@@ -70,7 +90,7 @@ function M.list_lines(diff)
     if f.additions == nil and f.deletions == nil then
       return ''
     end
-    return string.format('  +%s -%s', tostring(f.additions or 0), tostring(f.deletions or 0))
+    return '  +' .. text.inert(f.additions or 0) .. ' -' .. text.inert(f.deletions or 0)
   end
   add('')
   local files = list(diff.files)
@@ -81,7 +101,7 @@ function M.list_lines(diff)
   end
   for _, f in ipairs(files) do
     add(
-      string.format('  %-2s %s%s%s', f.status or '?', f.path, counts(f), warned[f.path] and '  !' or ''),
+      string.format('  %-2s ', text.inert(f.status or '?')) .. shown_path(f.path) .. counts(f) .. (warned[f.path] and '  !' or ''),
       warned[f.path] and 'LazaretWarning' or nil,
       { path = f.path, uncommitted = false }
     )
@@ -93,7 +113,7 @@ function M.list_lines(diff)
     add(string.format('Uncommitted in the sandbox: %d file%s', #wip, #wip == 1 and '' or 's'), 'LazaretSection')
     for _, f in ipairs(wip) do
       add(
-        string.format('  %-2s %s%s%s', f.status or '?', f.path, counts(f), warned[f.path] and '  !' or ''),
+        string.format('  %-2s ', text.inert(f.status or '?')) .. shown_path(f.path) .. counts(f) .. (warned[f.path] and '  !' or ''),
         warned[f.path] and 'LazaretWarning' or nil,
         { path = f.path, uncommitted = true }
       )
@@ -102,24 +122,34 @@ function M.list_lines(diff)
   return lines, rows, marks
 end
 
---- The quickfix items of a BranchDiff: warnings first.
+--- The quickfix items of a BranchDiff: warnings first. `filename` is the
+--- path under the workspace (to jump to the host's copy) when the path is
+--- inert text; a path with control, bidi or invisible characters gets no
+--- `filename` (it would become a buffer name, shown raw in 'statusline' and
+--- :ls) and is named, escaped, in `text` instead.
 --- @param diff table
 --- @param workspace string
 --- @return table[]
 function M.qf_items(diff, workspace)
   local items = {}
-  local function file(path)
-    return workspace and (workspace .. '/' .. path) or path
+  local function item(path, fields)
+    if type(path) == 'string' and text.is_inert(path) and workspace then
+      fields.filename = workspace .. '/' .. path
+    else
+      fields.text = shown_path(path) .. ': ' .. fields.text
+    end
+    fields.lnum = 1
+    items[#items + 1] = fields
   end
   for _, w in ipairs(list(diff.warnings)) do
-    items[#items + 1] = { filename = file(w.path), lnum = 1, type = 'W', text = 'warning: ' .. (w.reason or '') }
+    item(w.path, { type = 'W', text = 'warning: ' .. text.inert(w.reason or '') })
   end
   for _, f in ipairs(list(diff.files)) do
-    items[#items + 1] = { filename = file(f.path), lnum = 1, text = string.format('%s agent branch', f.status or '?') }
+    item(f.path, { text = text.inert(f.status or '?') .. ' agent branch' })
   end
   if type(diff.uncommitted) == 'table' then
     for _, f in ipairs(list(diff.uncommitted.files)) do
-      items[#items + 1] = { filename = file(f.path), lnum = 1, text = string.format('%s uncommitted in the sandbox', f.status or '?') }
+      item(f.path, { text = text.inert(f.status or '?') .. ' uncommitted in the sandbox' })
     end
   end
   return items
@@ -130,13 +160,21 @@ local function view_valid()
   return v and vim.api.nvim_tabpage_is_valid(v.tab) and vim.api.nvim_win_is_valid(v.list_win)
 end
 
+--- A read-only scratch buffer named `name` (inert text: callers build it
+--- from inert parts) holding `lines` (file text: shown as Neovim shows any
+--- buffer, control characters as ^X and <200f>, modelines off).
 local function scratch(name, lines, path)
-  local existing = vim.fn.bufnr('^' .. vim.pesc(name) .. '$')
-  if existing > 0 then
-    pcall(vim.api.nvim_buf_delete, existing, { force = true })
+  -- A buffer already named so (the same file shown again) is still in its
+  -- window: it gives up the name and is wiped when replaced ('bufhidden').
+  -- An exact comparison: bufnr() would read the agent's path as a pattern.
+  for _, existing in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_valid(existing) and vim.api.nvim_buf_get_name(existing) == name then
+      pcall(vim.api.nvim_buf_set_name, existing, name .. ' (replaced ' .. existing .. ')')
+    end
   end
   local buf = vim.api.nvim_create_buf(false, true)
   vim.api.nvim_buf_set_name(buf, name)
+  vim.bo[buf].modeline = false
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
   vim.bo[buf].bufhidden = 'wipe'
   vim.bo[buf].modifiable = false
@@ -179,7 +217,10 @@ local function show_pair(left, right)
       vim.cmd('diffoff')
     end)
     vim.api.nvim_win_set_buf(win, spec.buf)
-    vim.wo[win].winbar = spec.title
+    -- Statusline syntax: the title (raw parts) made inert, every `%` doubled;
+    -- then our own `%<`: a title too long for the window loses its end, not
+    -- its start.
+    vim.wo[win].winbar = text.statusline(spec.title) .. '%<'
   end
   for _, win in ipairs({ v.left_win, v.right_win }) do
     vim.api.nvim_win_call(win, function()
@@ -195,20 +236,28 @@ function M.show(file)
   if not view_valid() or not v.domain.conn then
     return
   end
-  local hash = (v.domain.status and v.domain.status.domainHash) or 'domain'
-  v.domain.conn:request(protocol.methods.branch_file_contents, { path = file.path }, function(err, contents)
+  local hash = text.inert((v.domain.status and v.domain.status.domainHash) or 'domain')
+  local path = shown_path(file.path)
+  -- Pinned to the commits the list shows: the agent may have moved the
+  -- branch since, and the review must show what its title names.
+  local params = { path = file.path }
+  if type(v.diff.head) == 'string' then
+    params.headCommit = v.diff.head
+    params.baseCommit = type(v.diff.base) == 'string' and v.diff.base or nil
+  end
+  v.domain.conn:request(protocol.methods.branch_file_contents, params, function(err, contents)
     if not view_valid() then
       return
     end
     local left, right
-    if err then
-      local message = err.code == rpc.codes.method_not_found
+    if err or type(contents) ~= 'table' then
+      local message = err and err.code == rpc.codes.method_not_found
           and 'this coordinator has no branch/fileContents: update lazaret (protocol v1 additions)'
-        or rpc.message(err)
-      vim.notify('Lazaret: cannot show ' .. file.path .. ': ' .. message, vim.log.levels.ERROR)
-      local lines = { 'Cannot show ' .. file.path .. ':', message }
-      left = { buf = scratch('lazaret://' .. hash .. '/error/base/' .. file.path, lines), title = 'error' }
-      right = { buf = scratch('lazaret://' .. hash .. '/error/head/' .. file.path, lines), title = 'error' }
+        or text.inert(err and rpc.message(err) or 'no answer')
+      vim.notify('Lazaret: cannot show ' .. (text.cut(path, 200)) .. ': ' .. (text.cut(message, 300)), vim.log.levels.ERROR)
+      local lines = { 'Cannot show ' .. path .. ':', message }
+      left = { buf = scratch('lazaret://' .. hash .. '/error/base/' .. path, lines), title = 'error: ' .. file.path }
+      right = { buf = scratch('lazaret://' .. hash .. '/error/head/' .. path, lines), title = 'error: ' .. file.path }
     else
       local a_name, a, b_name, b
       if file.uncommitted then
@@ -221,12 +270,12 @@ function M.show(file)
       local a_rev = a_name == 'base' and short(v.diff.base) or a_name == 'head' and short(v.diff.head) or 'sandbox'
       local b_rev = b_name == 'head' and short(v.diff.head) or 'sandbox /workspace'
       left = {
-        buf = scratch(string.format('lazaret://%s/%s/%s', hash, a_name, file.path), a_lines, file.path),
-        title = string.format('%s %s: %s%s', a_name, a_rev, file.path, a_note ~= '' and (' (' .. a_note .. ')') or ''),
+        buf = scratch('lazaret://' .. hash .. '/' .. a_name .. '/' .. path, a_lines, file.path),
+        title = a_name .. ' ' .. a_rev .. ': ' .. file.path .. (a_note ~= '' and (' (' .. a_note .. ')') or ''),
       }
       right = {
-        buf = scratch(string.format('lazaret://%s/%s/%s', hash, b_name, file.path), b_lines, file.path),
-        title = string.format('%s %s: %s%s', b_name, b_rev, file.path, b_note ~= '' and (' (' .. b_note .. ')') or ''),
+        buf = scratch('lazaret://' .. hash .. '/' .. b_name .. '/' .. path, b_lines, file.path),
+        title = b_name .. ' ' .. b_rev .. ': ' .. file.path .. (b_note ~= '' and (' (' .. b_note .. ')') or ''),
       }
     end
     show_pair(left, right)
@@ -248,7 +297,7 @@ local function render(diff)
   end
   local workspace = v.domain.status and v.domain.status.workspace
   vim.fn.setqflist({}, ' ', {
-    title = 'Lazaret: agent changes (' .. (diff.branch or '?') .. ')',
+    title = 'Lazaret: agent changes (' .. text.inert(diff.branch or '?') .. ')',
     items = M.qf_items(diff, workspace),
   })
   -- The cursor on the first file (a warning when there is one).
@@ -270,8 +319,8 @@ function M.refresh()
     if not view_valid() then
       return
     end
-    if err then
-      return vim.notify('Lazaret: branch/diff failed: ' .. rpc.message(err), vim.log.levels.ERROR)
+    if err or type(diff) ~= 'table' then
+      return vim.notify('Lazaret: branch/diff failed: ' .. text.inert(rpc.message(err or 'no answer')), vim.log.levels.ERROR)
     end
     render(diff)
   end)
@@ -305,7 +354,7 @@ function M.open_for(d)
   local tab = vim.api.nvim_get_current_tabpage()
   local list_win = vim.api.nvim_get_current_win()
   local empty = vim.api.nvim_get_current_buf()
-  local hash = (d.status and d.status.domainHash) or 'domain'
+  local hash = text.inert((d.status and d.status.domainHash) or 'domain')
   local list_buf = scratch('lazaret://' .. hash .. '/changes', { 'Loading the agent branch…' })
   vim.bo[list_buf].filetype = 'lazaret'
   vim.api.nvim_win_set_buf(list_win, list_buf)
@@ -352,59 +401,160 @@ function M.open(arg)
   domains.pick(arg, M.open_for)
 end
 
---- The confirmation text of a merge (pure: for tests too).
---- @param diff table BranchDiff
+--- Files listed by name in the merge confirmation (as `lazaret merge`).
+local LISTED_FILES = 20
+--- Cells of one path or reason in the confirmation.
+local PROMPT_CELLS = 200
+
+--- The confirmation text of a merge (pure: for tests too): the commit by
+--- its id, the files, and first the warnings (D4) of exactly that commit.
+--- @param diff table BranchDiff fetched with `head` = the commit to merge
 --- @param workspace string
 --- @return string
 function M.merge_prompt(diff, workspace)
+  local files = list(diff.files)
   local lines = {
-    string.format('Merge %s (%s, %d file%s) into %s?', diff.branch, short(diff.head), #list(diff.files), #list(diff.files) == 1 and '' or 's', workspace),
+    string.format(
+      'Merge %s at commit %s (%d file%s since %s) into %s?',
+      text.inert(diff.branch or 'the agent branch'),
+      short12(diff.head),
+      #files,
+      #files == 1 and '' or 's',
+      short12(diff.base),
+      (text.cut(text.inert(workspace or '?'), PROMPT_CELLS))
+    ),
   }
-  local warnings = list(diff.warnings)
+  -- Only the committed files' warnings: uncommitted sandbox files are not merged.
+  local committed = {}
+  for _, f in ipairs(files) do
+    committed[f.path] = true
+  end
+  local warnings = vim.tbl_filter(function(w)
+    return committed[w.path] == true
+  end, list(diff.warnings))
   if #warnings > 0 then
     lines[#lines + 1] = string.format('WARNING: %d file%s that make hosts run code:', #warnings, #warnings == 1 and '' or 's')
     for _, w in ipairs(warnings) do
-      lines[#lines + 1] = string.format('  ! %s: %s', w.path, w.reason or '')
+      lines[#lines + 1] = '  ! ' .. (text.cut(shown_path(w.path), PROMPT_CELLS)) .. ': ' .. text.inert(w.reason or '')
     end
   end
+  for i, f in ipairs(files) do
+    if i > LISTED_FILES then
+      lines[#lines + 1] = string.format('  … and %d more (:LazaretDiff lists them all)', #files - LISTED_FILES)
+      break
+    end
+    lines[#lines + 1] = string.format('  %-2s ', text.inert(f.status or '?')) .. (text.cut(shown_path(f.path), PROMPT_CELLS))
+  end
   if type(diff.uncommitted) == 'table' and #list(diff.uncommitted.files) > 0 then
-    lines[#lines + 1] = string.format('(%d uncommitted sandbox change(s) are not part of the branch)', #diff.uncommitted.files)
+    lines[#lines + 1] = string.format('(%d uncommitted sandbox change(s) are not part of the merge)', #diff.uncommitted.files)
   end
   return table.concat(lines, '\n')
 end
 
---- Merges the agent branch into the workspace (`git merge --no-edit`).
+--- Lines of `lazaret merge` output a notification shows, and their cells
+--- (more would scroll into a hit-enter prompt: the review lists every file).
+local OUTPUT_LINES = 8
+local OUTPUT_CELLS = 120
+
+--- Output of `lazaret merge` for a notification: inert lines, each cut, the
+--- last ones (git's result and lazaret's verdict) kept when there are many.
+local function output_lines(out)
+  local lines = {}
+  for _, stream in ipairs({ out.stdout or '', out.stderr or '' }) do
+    for _, line in ipairs(vim.split(stream, '\n', { plain = true, trimempty = true })) do
+      lines[#lines + 1] = (text.cut(text.inert(line), OUTPUT_CELLS))
+    end
+  end
+  if #lines > OUTPUT_LINES then
+    local skipped = #lines - OUTPUT_LINES
+    lines = vim.list_slice(lines, skipped + 1)
+    table.insert(lines, 1, string.format('(%d earlier line%s of lazaret merge not shown)', skipped, skipped == 1 and '' or 's'))
+  end
+  return table.concat(lines, '\n')
+end
+
+--- The branch is not at the commit that was reviewed: say so (nothing was
+--- merged) and offer to review it again.
+local function moved(d, branch, reviewed, now, detail)
+  local message = 'Lazaret: the agent branch ' .. text.inert(branch) .. ' moved since the review: you reviewed ' .. short12(reviewed)
+    .. (now and (', it is now at ' .. short12(now)) or '') .. '. Nothing was merged.'
+  vim.notify(message .. (detail and detail ~= '' and ('\n' .. detail) or ''), vim.log.levels.WARN)
+  vim.ui.select({ 'Review it again', 'Not now' }, { prompt = message .. ' Review it again?' }, function(choice)
+    if choice == 'Review it again' then
+      M.open_for(d)
+    end
+  end)
+end
+
+--- Merges the agent branch into the workspace, pinned: the commit of the
+--- open review of this domain (else the branch's head now, which the
+--- confirmation then names), with `lazaret merge --expect <commit> --yes`
+--- after the confirmation. If the branch moved meanwhile nothing is merged.
 --- @param d table a connected domain
---- @param callback fun(ok: boolean, output: string)?
+--- @param callback fun(ok: boolean, output: string, code: integer?)?
 function M.merge_for(d, callback)
   callback = callback or function() end
-  local workspace = d.status and d.status.workspace
-  d.conn:request(protocol.methods.branch_diff, { patch = false }, function(err, diff)
-    if err then
-      vim.notify('Lazaret: branch/diff failed: ' .. rpc.message(err), vim.log.levels.ERROR)
-      return callback(false, rpc.message(err))
+  local status = d.status or {}
+  local workspace, profile = status.workspace, status.profile
+  local v = M.view
+  local reviewed = view_valid() and v.domain == d and v.diff and type(v.diff.head) == 'string' and v.diff.head or nil
+  local function failed(what, err)
+    local message = text.inert(rpc.message(err or 'no answer'))
+    vim.notify('Lazaret: ' .. what .. ' failed: ' .. message, vim.log.levels.ERROR)
+    callback(false, message)
+  end
+  if type(workspace) ~= 'string' or type(profile) ~= 'string' then
+    vim.notify('Lazaret: cannot merge: the domain\'s status (workspace, profile) is not known yet; try again', vim.log.levels.ERROR)
+    return callback(false, 'no status')
+  end
+  d.conn:request(protocol.methods.branch_diff, { patch = false }, function(err, current)
+    if err or type(current) ~= 'table' then
+      return failed('branch/diff', err)
     end
-    if diff.head == nil or #list(diff.files) == 0 then
-      vim.notify('Lazaret: nothing to merge (no agent commit on ' .. tostring(diff.branch) .. ')', vim.log.levels.INFO)
+    if type(current.head) ~= 'string' then
+      vim.notify('Lazaret: nothing to merge (no agent commit on ' .. text.inert(current.branch or '?') .. ')', vim.log.levels.INFO)
       return callback(false, 'nothing to merge')
     end
-    vim.ui.select({ 'Merge', 'Cancel' }, { prompt = M.merge_prompt(diff, workspace) }, function(choice)
-      if choice ~= 'Merge' then
-        return callback(false, 'cancelled')
+    if reviewed and reviewed ~= current.head then
+      moved(d, current.branch or '?', reviewed, current.head)
+      return callback(false, 'moved')
+    end
+    local commit = reviewed or current.head
+    -- The warnings of exactly the commit the confirmation names.
+    d.conn:request(protocol.methods.branch_diff, { patch = false, head = commit }, function(err2, diff)
+      if err2 or type(diff) ~= 'table' then
+        return failed('branch/diff of ' .. short12(commit), err2)
       end
-      vim.system({ 'git', '-C', workspace, 'merge', '--no-edit', diff.branch }, { text = true }, function(out)
-        vim.schedule(function()
-          local output = vim.trim((out.stdout or '') .. '\n' .. (out.stderr or ''))
-          if out.code == 0 then
-            vim.notify('Lazaret: merged ' .. diff.branch .. '\n' .. output, vim.log.levels.INFO)
-          else
-            vim.notify('Lazaret: git merge failed:\n' .. output, vim.log.levels.ERROR)
-          end
-          if view_valid() then
-            M.refresh()
-          end
-          callback(out.code == 0, output)
+      if #list(diff.files) == 0 then
+        vim.notify('Lazaret: nothing to merge (' .. text.inert(diff.branch or '?') .. ' at ' .. short12(commit) .. ' is part of your HEAD)', vim.log.levels.INFO)
+        return callback(false, 'nothing to merge')
+      end
+      vim.ui.select({ 'Merge', 'Cancel' }, { prompt = M.merge_prompt(diff, workspace) }, function(choice)
+        if choice ~= 'Merge' then
+          return callback(false, 'cancelled')
+        end
+        local argv = config.command('merge', '--workspace', workspace, '--profile', profile, '--expect', commit, '--yes')
+        local ok, started = pcall(vim.system, argv, { text = true }, function(out)
+          vim.schedule(function()
+            local output = output_lines(out)
+            if out.code == 0 then
+              vim.notify('Lazaret: merged ' .. text.inert(diff.branch) .. ' at ' .. short12(commit) .. '\n' .. output, vim.log.levels.INFO)
+            elseif out.code == 3 then
+              moved(d, diff.branch or '?', commit, nil, output)
+            else
+              vim.notify('Lazaret: lazaret merge failed (exit status ' .. tostring(out.code) .. '); nothing was merged:\n' .. output, vim.log.levels.ERROR)
+            end
+            if view_valid() then
+              M.refresh()
+            end
+            callback(out.code == 0, output, out.code)
+          end)
         end)
+        if not ok then
+          local problem = require('lazaret.discovery').failure(argv, { code = 127, stderr = tostring(started) })
+          vim.notify('Lazaret: cannot merge: ' .. problem.what .. ' (' .. problem.fix .. ')', vim.log.levels.ERROR)
+          callback(false, problem.what)
+        end
       end)
     end)
   end)

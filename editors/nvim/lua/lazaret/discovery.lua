@@ -2,6 +2,7 @@
 --- (socket root, running domains, the domain of the working directory), and
 --- scanning `<socketRoot>/*/control.sock` for coordinators that start later.
 local config = require('lazaret.config')
+local text = require('lazaret.text')
 
 local M = {}
 
@@ -34,12 +35,42 @@ local function run(argv, callback)
   end
 end
 
+--- Why `argv` failed, as what the user reads and how to fix it: a missing
+--- binary is named as such (a client that could not ask must say so, not
+--- show an empty queue). Inert text.
+--- @param argv string[]
+--- @param out table vim.system's result
+--- @return {what: string, fix: string}
+function M.failure(argv, out)
+  local binary = argv[1]
+  if vim.fn.executable(binary) == 0 then
+    return {
+      what = string.format('cannot find the lazaret binary `%s`', text.inert(binary)),
+      fix = 'set `binary` in setup{} (or $LAZARET_BIN), or put lazaret on $PATH; :checkhealth lazaret',
+      short = 'no lazaret binary',
+    }
+  end
+  local stderr = vim.trim(out.stderr or '')
+  local first = vim.split(stderr, '\n', { plain = true })[1] or ''
+  if out.code == 0 then
+    first = 'its answer is not the JSON this plugin expects (a lazaret from another release?)'
+  end
+  return {
+    what = string.format(
+      '`lazaret editor-info` failed: %s',
+      (text.cut(text.inert(first ~= '' and first or ('exit status ' .. tostring(out.code))), 300))
+    ),
+    fix = ':checkhealth lazaret',
+    short = 'lazaret editor-info failed',
+  }
+end
+
 --- Runs `lazaret editor-info --json [--workspace DIR]...`.
 --- A lazaret without `--workspace` (before protocol v1's additions) is asked
 --- again without it, and each folder's domain is found with
 --- `lazaret domain --json`; such an answer has `legacy = true`.
 --- @param workspaces string[]
---- @param callback fun(info: table?, err: string?)
+--- @param callback fun(info: table?, err: {what: string, fix: string, short: string}?)
 function M.info(workspaces, callback)
   local argv = config.command('editor-info', '--json')
   for _, dir in ipairs(workspaces) do
@@ -52,7 +83,7 @@ function M.info(workspaces, callback)
       return callback(info)
     end
     if #workspaces == 0 or not (out.stderr or ''):find('--workspace', 1, true) then
-      return callback(nil, vim.trim(out.stderr or '') ~= '' and vim.trim(out.stderr) or ('exit status ' .. out.code))
+      return callback(nil, M.failure(argv, out))
     end
     M.info({}, function(legacy, err)
       if not legacy then
@@ -95,7 +126,7 @@ function M.info_sync(workspaces, timeout_ms)
     return done
   end, 10)
   if not done then
-    return nil, 'lazaret editor-info timed out'
+    return nil, { what = '`lazaret editor-info` did not answer in time', fix = ':checkhealth lazaret', short = 'lazaret editor-info timed out' }
   end
   return info, err
 end

@@ -2,12 +2,17 @@
 --- pending queue, each domain's status and network policy. Connects to new
 --- coordinators (and reconnects to restarted ones) by scanning the socket
 --- directory, follows `events/subscribe`, and resyncs after lost events.
+--- What could not be asked (no binary, a coordinator that does not answer,
+--- an `escalation/list` error) is kept as a problem and shown as such
+--- (`problems()`): a client that could not ask never says nothing is pending.
 local protocol = require('lazaret.protocol')
 local config = require('lazaret.config')
 local discovery = require('lazaret.discovery')
 local rpc = require('lazaret.rpc')
 local Queue = require('lazaret.queue')
 local Sequencer = require('lazaret.events')
+local shell = require('lazaret.shell')
+local text = require('lazaret.text')
 
 local M = {}
 
@@ -52,11 +57,16 @@ function M.on_change(fn)
   table.insert(listeners, fn)
 end
 
+--- How long a notification's command may be (display cells).
+local NOTIFY_COMMAND_CELLS = 160
+
+--- The profile and the command of a queued request, inert (the command cut).
 local function label(item)
   local e = item.escalation
   local d = M.domains[item.domain]
   local where = e.profile or (d and d.status and d.status.profile) or '?'
-  return where, e.display or require('lazaret.shell').quote(e.argv or {})
+  local argv = type(e.argv) == 'table' and e.argv or {}
+  return text.inert(where), (text.cut(shell.quote(argv), NOTIFY_COMMAND_CELLS))
 end
 
 local function open_pending_when_idle()
@@ -82,17 +92,18 @@ local function open_pending_when_idle()
 end
 
 --- A new request in the queue: a notification pointing to :LazaretPending.
-local function announce(id)
-  local item = M.queue:get(id)
+--- @param key string the request's queue key
+local function announce(key)
+  local item = M.queue:get(key)
   if not item then
     return
   end
-  M.seen_at[id] = M.seen_at[id] or now_ms()
+  M.seen_at[key] = M.seen_at[key] or now_ms()
   local o = config.options
   if o.notify then
     local profile, display = label(item)
     vim.notify(
-      string.format('Lazaret [%s] asks to run on the host: %s  (:LazaretPending to answer)', profile, display),
+      'Lazaret [' .. profile .. '] asks to run on the host: ' .. display .. '  (:LazaretPending to answer)',
       o.notify_level,
       { title = 'Lazaret' }
     )
@@ -130,19 +141,49 @@ local function refresh_policy(d)
 end
 
 --- Lists the queue and the status again (after connecting or lost events).
+--- An error, or no answer within `answer_timeout_ms`, becomes the domain's
+--- `list_error` (shown instead of an empty queue) until a list succeeds.
 function M.resync(d)
   if not d.conn then
     return
   end
   M.stats.resyncs = M.stats.resyncs + 1
-  d.conn:request(protocol.methods.escalation_list, nil, function(err, list)
-    if err or type(list) ~= 'table' then
+  d.list_generation = (d.list_generation or 0) + 1
+  local generation, conn = d.list_generation, d.conn
+  local timeout = config.options.answer_timeout_ms
+  vim.defer_fn(function()
+    if d.list_generation == generation and d.conn == conn and d.listing then
+      d.list_error = {
+        what = string.format('the coordinator did not answer escalation/list within %g s', timeout / 1000),
+        fix = 'is it stopped or overloaded? `lazaret status` tells; the plugin keeps waiting for its answer',
+        short = 'coordinator not answering',
+      }
+      M.changed()
+    end
+  end, timeout)
+  d.listing = true
+  conn:request(protocol.methods.escalation_list, nil, function(err, list)
+    if d.conn ~= conn then
       return
     end
+    if d.list_generation == generation then
+      d.listing = false
+    end
+    if err or type(list) ~= 'table' then
+      d.list_error = {
+        what = 'escalation/list failed: ' .. text.cut(text.inert(err and rpc.message(err) or 'the answer is not a list'), 300),
+        fix = 'the coordinator may be from another lazaret release (:checkhealth lazaret); `lazaret pending` lists the requests',
+        short = 'escalation/list failed',
+      }
+      M.changed()
+      return
+    end
+    d.list_error = nil
+    d.listed = true
     local added = M.queue:replace(d.path, list)
     M.changed()
-    for _, id in ipairs(added) do
-      announce(id)
+    for _, key in ipairs(added) do
+      announce(key)
     end
   end)
   refresh_status(d)
@@ -163,12 +204,13 @@ local function on_event(d, event)
   end
   local kind = event.kind
   if kind == 'escalationPending' and type(event.escalation) == 'table' then
-    if M.queue:add(d.path, event.escalation) then
+    local key = M.queue:add(d.path, event.escalation)
+    if key then
       M.changed()
-      announce(event.escalation.requestId)
+      announce(key)
     end
   elseif kind == 'escalationResolved' then
-    if M.queue:resolve(event.requestId) then
+    if M.queue:resolve(d.path, event.requestId) then
       M.changed()
     end
   elseif kind == 'shuttingDown' then
@@ -189,6 +231,7 @@ end
 
 local function on_exit(d)
   d.conn, d.state, d.sub = nil, 'down', nil
+  d.list_error, d.listing, d.listed = nil, false, false
   M.queue:drop_domain(d.path)
   M.changed()
 end
@@ -205,11 +248,28 @@ function M.connect(path)
     return
   end
   d.state = 'connecting'
-  rpc.probe(path, function(ok)
+  rpc.probe(path, function(ok, err)
     if not ok then
       d.state = 'down'
+      -- Refused or gone: a socket left by a coordinator that exited (no
+      -- domain there). Anything else (EACCES, ...) is a coordinator this
+      -- client cannot ask.
+      local quiet = err == nil or tostring(err):find('ECONNREFUSED', 1, true) or tostring(err):find('ENOENT', 1, true)
+      local problem = nil
+      if not quiet then
+        problem = {
+          what = 'cannot connect to ' .. text.inert(path) .. ': ' .. text.inert(err),
+          fix = 'check the socket directory (:checkhealth lazaret)',
+          short = 'cannot connect',
+        }
+      end
+      if not vim.deep_equal(problem, d.connect_error) then
+        d.connect_error = problem
+        M.changed()
+      end
       return
     end
+    d.connect_error = nil
     d.seq:reset()
     d.shutting_down = false
     d.conn = rpc.connect(path, {
@@ -248,7 +308,7 @@ function M.discover(callback)
       M.current = info.folders and info.folders[1] or nil
       M.tick()
     else
-      M.info_error = err
+      M.info_error = err or { what = '`lazaret editor-info` failed', fix = ':checkhealth lazaret', short = 'discovery failed' }
     end
     M.changed()
     if callback then
@@ -333,19 +393,46 @@ function M.connected()
   return out
 end
 
---- A short name of a domain: `profile @ workspace (hash)`.
+--- A short name of a domain: `profile @ workspace (hash)`, inert.
 function M.name(d)
-  local s = d.status or {}
-  return string.format('%s @ %s (%s)', s.profile or '?', s.workspace or '?', s.domainHash or d.path)
+  if type(d.status) ~= 'table' then
+    return 'the coordinator at ' .. text.inert(d.path)
+  end
+  local s = d.status
+  return text.inert(s.profile or '?') .. ' @ ' .. text.inert(s.workspace or '?') .. ' (' .. text.inert(s.domainHash or d.path) .. ')'
 end
 
+--- What this client could not ask, each {where, what, fix, short} (inert):
+--- a failed discovery (no binary, ...), a coordinator it cannot connect
+--- to, one that does not answer or fails `escalation/list`. While any is
+--- there, no view may say that nothing is pending.
+--- @return table[]
+function M.problems()
+  local out = {}
+  if M.info_error and not M.info then
+    out[#out + 1] = vim.tbl_extend('force', { where = 'Lazaret' }, M.info_error)
+  elseif M.info_error then
+    -- An earlier discovery worked: the connections still stand; say it.
+    out[#out + 1] = vim.tbl_extend('force', { where = 'Lazaret (discovery again)' }, M.info_error)
+  end
+  local paths = vim.tbl_keys(M.domains)
+  table.sort(paths)
+  for _, path in ipairs(paths) do
+    local d = M.domains[path]
+    local problem = (d.state == 'connected' and d.list_error) or (d.state == 'down' and d.connect_error) or nil
+    if problem then
+      out[#out + 1] = vim.tbl_extend('force', { where = M.name(d) }, problem)
+    end
+  end
+  return out
+end
 --- Whether discovery and the first connections are still under way.
 function M.settling()
   if discovering or (M.info == nil and M.info_error == nil) then
     return true
   end
   for _, d in pairs(M.domains) do
-    if d.state == 'connecting' or (d.state == 'connected' and d.status == nil) then
+    if d.state == 'connecting' or (d.state == 'connected' and not d.listed and not d.list_error) then
       return true
     end
   end
@@ -391,9 +478,13 @@ function M.pick(arg, callback)
         return callback(d)
       end
     end
-    return vim.notify('Lazaret: no running domain matches ' .. arg, vim.log.levels.ERROR)
+    return vim.notify('Lazaret: no running domain matches ' .. text.inert(arg), vim.log.levels.ERROR)
   end
   if #list == 0 then
+    local problems = M.problems()
+    if #problems > 0 then
+      return vim.notify('Lazaret: ' .. problems[1].what .. ' (' .. problems[1].fix .. ')', vim.log.levels.ERROR)
+    end
     return vim.notify('Lazaret: no running domain (start one with `lazaret run`)', vim.log.levels.WARN)
   end
   local current = M.current and M.current.controlSocket
@@ -407,24 +498,29 @@ function M.pick(arg, callback)
   end)
 end
 
---- Answers a pending request. `extra` may carry `reason` (deny) or `argv` (edit).
---- @param id string
+--- Answers a pending request, in its own domain. `extra` may carry
+--- `reason` (deny) or `argv` (edit). The request leaves the queue only when
+--- the coordinator took the answer (or says it is no longer pending): a
+--- failed answer leaves it listed.
+--- @param key string the request's queue key (an item's `key`)
 --- @param decision 'approve'|'deny'|'edit'|'abort'
 --- @param extra table?
 --- @param callback fun(err: table?)?
-function M.respond(id, decision, extra, callback)
+function M.respond(key, decision, extra, callback)
   callback = callback or function() end
-  local item = M.queue:get(id)
-  local d = item and M.domains[item.domain]
-  if not d or not d.conn then
-    M.queue:resolve(id)
-    M.changed()
+  local item = M.queue:get(key)
+  if not item then
     return callback({ code = rpc.codes.not_pending, message = 'the request is no longer pending' })
   end
+  local d = M.domains[item.domain]
+  if not d or not d.conn then
+    return callback({ code = rpc.codes.shutting_down, message = 'not connected to its coordinator' })
+  end
+  local id = item.escalation.requestId
   local params = vim.tbl_extend('force', { requestId = id, decision = decision, client = config.options.client }, extra or {})
   d.conn:request(protocol.methods.escalation_respond, params, function(err)
     if not err or err.code == rpc.codes.not_pending then
-      M.queue:resolve(id)
+      M.queue:resolve(item.domain, id)
       M.changed()
     end
     callback(err)

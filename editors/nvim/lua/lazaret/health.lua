@@ -1,9 +1,12 @@
 --- `:checkhealth lazaret`: the `lazaret` binary and its version, the API
---- version, the socket directory, and whether each running domain answers.
+--- version, the socket directory, and whether each running domain answers;
+--- unknown keys given to setup{}. Text from lazaret or a coordinator is
+--- shown inert.
 local protocol = require('lazaret.protocol')
 local config = require('lazaret.config')
 local discovery = require('lazaret.discovery')
 local rpc = require('lazaret.rpc')
+local text = require('lazaret.text')
 
 local M = {}
 
@@ -30,31 +33,38 @@ function M.check()
     health.error('Neovim 0.10 or newer is needed (vim.lsp.rpc.connect to a Unix socket)')
   end
 
+  health.start('lazaret: setup{}')
+  if #config.unknown > 0 then
+    health.warn(config.unknown_message(), { 'Fix the spelling in your setup{} call; :help lazaret-options lists every option' })
+  else
+    health.ok('no unknown option')
+  end
+
   health.start('lazaret: binary')
   local argv = config.command('--version')
   local binary = argv[1]
   local path = vim.fn.exepath(binary)
   if path == '' then
-    health.error(string.format('`%s` not found or not executable', binary), {
+    health.error(string.format('`%s` not found or not executable', text.inert(binary)), {
       'Install lazaret (scripts/install or the Debian package), or set `binary` in setup{} or $LAZARET_BIN',
     })
     return
   end
-  health.ok('binary: ' .. path)
+  health.ok('binary: ' .. text.inert(path))
   local ok, out = pcall(function()
     return vim.system(argv, { text = true }):wait(10000)
   end)
   if ok and out.code == 0 then
-    health.ok('version: ' .. vim.trim(out.stdout))
+    health.ok('version: ' .. text.inert(vim.trim(out.stdout)))
   else
-    health.error('`' .. table.concat(argv, ' ') .. '` failed: ' .. vim.trim(ok and (out.stderr or '') or tostring(out)))
+    health.error('`' .. text.inert(table.concat(argv, ' ')) .. '` failed: ' .. text.inert(vim.trim(ok and (out.stderr or '') or tostring(out))))
   end
 
   health.start('lazaret: coordinators')
   local workspace = discovery.workspace()
   local info, err = discovery.info_sync(workspace and { workspace } or {}, 15000)
   if not info then
-    health.error('`lazaret editor-info --json` failed: ' .. tostring(err))
+    health.error(err and err.what or '`lazaret editor-info --json` failed', { err and err.fix or ':help lazaret-health' })
     return
   end
   if info.apiVersion == M.API_VERSION then
@@ -73,12 +83,12 @@ function M.check()
   if stat and stat.type == 'directory' then
     local mode = string.format('%o', bit.band(stat.mode, 511))
     if mode == '700' then
-      health.ok('socket directory: ' .. root .. ' (mode 0700)')
+      health.ok('socket directory: ' .. text.inert(root) .. ' (mode 0700)')
     else
-      health.warn('socket directory: ' .. root .. ' has mode 0' .. mode .. ' (expected 0700)')
+      health.warn('socket directory: ' .. text.inert(root) .. ' has mode 0' .. mode .. ' (expected 0700)')
     end
   else
-    health.info('socket directory: ' .. tostring(root) .. ' does not exist yet (no domain has run)')
+    health.info('socket directory: ' .. text.inert(root) .. ' does not exist yet (no domain has run)')
   end
   if info.legacy then
     health.warn('this lazaret has no `editor-info --workspace` (protocol v1 additions): the working directory\'s domain is found with `lazaret domain`')
@@ -87,9 +97,9 @@ function M.check()
   if folder then
     health.info(string.format(
       'working directory: %s (profile %s, domain %s, %s)',
-      folder.workspace or '?',
-      folder.profile or '?',
-      folder.domainHash or '?',
+      text.inert(folder.workspace or '?'),
+      text.inert(folder.profile or '?'),
+      text.inert(folder.domainHash or '?'),
       folder.running and 'running' or 'not running'
     ))
   end
@@ -98,21 +108,21 @@ function M.check()
     health.info('no running domain')
   end
   for _, domain in ipairs(running) do
-    local name = string.format('%s @ %s (%s)', domain.profile or '?', domain.workspace or '?', domain.domainHash or '?')
+    local name = text.inert(domain.profile or '?') .. ' @ ' .. text.inert(domain.workspace or '?') .. ' (' .. text.inert(domain.domainHash or '?') .. ')'
     local socket = domain.controlSocket
     if not socket or not probe_sync(socket, 2000) then
-      health.error('domain ' .. name .. ': control socket ' .. tostring(socket) .. ' does not answer')
+      health.error('domain ' .. name .. ': control socket ' .. text.inert(socket) .. ' does not answer')
     else
       local conn = rpc.connect(socket, { notification = function() end, exit = function() end })
       local e, status = conn:request_sync(protocol.methods.domain_status, nil, 5000)
       conn:close()
       if e or type(status) ~= 'table' then
-        health.error('domain ' .. name .. ': domain/status failed: ' .. rpc.message(e))
+        health.error('domain ' .. name .. ': domain/status failed: ' .. text.inert(rpc.message(e)))
       else
         health.ok(string.format(
           'domain %s reachable: container %s, %d session(s)',
           name,
-          tostring(status.containerState),
+          text.inert(status.containerState),
           type(status.sessions) == 'table' and #status.sessions or 0
         ))
       end

@@ -25,8 +25,10 @@ function M.stop()
   end
 end
 
---- A statusline component: `⛨ 2 pending`, or '' when nothing is pending.
---- Cheap: loads nothing before the plugin has started.
+--- A statusline component: `⛨ 2 pending`, '' when nothing is pending, and
+--- `⛨ cannot ask: ...` when the plugin could not ask (see
+--- :help lazaret-cannot-ask). No agent text; `%` doubled. Cheap: loads
+--- nothing before the plugin has started.
 --- @return string
 function M.statusline()
   if not package.loaded['lazaret.domains'] then
@@ -35,7 +37,9 @@ function M.statusline()
   return require('lazaret.status').statusline()
 end
 
---- The pending requests, oldest first (PendingEscalation tables).
+--- The pending requests, oldest first (PendingEscalation tables, as the
+--- coordinators sent them: agent text, not escaped; ids are unique per
+--- domain only).
 --- @return table[]
 function M.pending()
   if not package.loaded['lazaret.domains'] then

@@ -1,8 +1,10 @@
 --- `:LazaretNet show|allow RULE|deny RULE|reload`: the running sandbox's
---- egress policy, shown and changed live through the coordinator.
+--- egress policy, shown and changed live through the coordinator. Learned
+--- names come from the sandbox's DNS questions: everything is shown inert.
 local protocol = require('lazaret.protocol')
 local domains = require('lazaret.domains')
 local rpc = require('lazaret.rpc')
+local text = require('lazaret.text')
 
 local M = {}
 
@@ -10,27 +12,40 @@ local function list(value)
   return type(value) == 'table' and value or {}
 end
 
---- A NetworkPolicy as lines (pure: for tests too).
+--- Learned addresses listed by `:LazaretNet show` (a notification: more
+--- would scroll into a hit-enter prompt); `:Lazaret` counts them all.
+local LEARNED_LINES = 5
+--- Cells of one line of the policy (the learned names come from the
+--- sandbox's DNS questions: as long as the agent likes).
+local LINE_CELLS = 100
+
+--- A NetworkPolicy as lines (pure: for tests too), inert, each line cut.
 --- @param policy table
 --- @return string[]
 function M.policy_lines(policy)
+  local function words(values)
+    return table.concat(vim.tbl_map(text.inert, list(values)), ' ')
+  end
   local out = {}
-  out[#out + 1] = 'allow    ' .. (#list(policy.allow) > 0 and table.concat(list(policy.allow), ' ') or '(nothing)')
-  out[#out + 1] = 'deny     ' .. (#list(policy.deny) > 0 and table.concat(list(policy.deny), ' ') or '(nothing)')
-  for i, learned in ipairs(list(policy.learned)) do
-    out[#out + 1] = string.format(
-      '%s%s (%s), %s s left',
-      i == 1 and 'learned  ' or '         ',
-      tostring(learned.address),
-      table.concat(list(learned.names), ' '),
-      tostring(learned.expiresInSeconds)
-    )
+  local function add(line)
+    out[#out + 1] = (text.cut(line, LINE_CELLS))
+  end
+  add('allow    ' .. (#list(policy.allow) > 0 and words(policy.allow) or '(nothing)'))
+  add('deny     ' .. (#list(policy.deny) > 0 and words(policy.deny) or '(nothing)'))
+  local learned = list(policy.learned)
+  for i, entry in ipairs(learned) do
+    if i > LEARNED_LINES then
+      add(string.format('         … and %d more learned addresses (:Lazaret counts them)', #learned - LEARNED_LINES))
+      break
+    end
+    add((i == 1 and 'learned  ' or '         ') .. text.inert(entry.address) .. ' (' .. words(entry.names) .. '), '
+      .. text.inert(entry.expiresInSeconds) .. ' s left')
   end
   if #list(policy.upstreams) > 0 then
-    out[#out + 1] = 'dns      ' .. table.concat(policy.upstreams, ' ')
+    add('dns      ' .. words(policy.upstreams))
   end
   if policy.rules then
-    out[#out + 1] = 'rules    ' .. tostring(policy.rules) .. ' kernel rules in the sidecar'
+    add('rules    ' .. text.inert(policy.rules) .. ' kernel rules in the sidecar')
   end
   return out
 end
@@ -47,14 +62,15 @@ function M.run_for(d, action, rule, callback)
   local params = (action == 'allow' or action == 'deny') and { rule = rule } or nil
   d.conn:request(protocol.methods['network_' .. action], params, function(err, policy)
     if err then
-      local text = err.code == rpc.codes.no_sidecar
+      local message = err.code == rpc.codes.no_sidecar
           and 'this domain has no Network Sidecar: its allowlist was empty when it started, so the sandbox has no network'
-        or rpc.message(err)
-      vim.notify('Lazaret net ' .. action .. ' (' .. domains.name(d) .. '): ' .. text, vim.log.levels.ERROR)
+        or text.inert(rpc.message(err))
+      vim.notify('Lazaret net ' .. action .. ' (' .. domains.name(d) .. '): ' .. message, vim.log.levels.ERROR)
       return callback(err, nil)
     end
     d.policy, d.policy_error = policy, nil
-    local head = action == 'show' and 'Egress policy of ' or ('After `' .. action .. (rule and (' ' .. rule) or '') .. '`, egress policy of ')
+    local head = action == 'show' and 'Egress policy of '
+      or ('After `' .. action .. (rule and (' ' .. text.inert(rule)) or '') .. '`, egress policy of ')
     vim.notify(head .. domains.name(d) .. ':\n' .. table.concat(M.policy_lines(policy), '\n'), vim.log.levels.INFO)
     domains.changed()
     callback(nil, policy)

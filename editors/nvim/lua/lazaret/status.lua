@@ -1,9 +1,12 @@
 --- `:Lazaret`: domains, sessions, agent branch and network policy in a
 --- float, kept current by the coordinators' events; and the statusline
---- component.
+--- component. Everything a coordinator reports is shown inert (lazaret.text):
+--- learned DNS names come from the sandbox's queries, a container error may
+--- quote the agent.
 local config = require('lazaret.config')
 local domains = require('lazaret.domains')
 local shell = require('lazaret.shell')
+local text = require('lazaret.text')
 
 local M = {}
 
@@ -22,16 +25,19 @@ end
 --- @return string
 function M.policy_text(d)
   if d.policy_error then
-    return d.policy_error:find('1008', 1, true) and 'no network (no Network Sidecar)' or ('unknown: ' .. d.policy_error)
+    return d.policy_error:find('1008', 1, true) and 'no network (no Network Sidecar)' or ('unknown: ' .. text.inert(d.policy_error))
   end
   local p = d.policy
   if type(p) ~= 'table' then
     return '…'
   end
+  local function words(values)
+    return table.concat(vim.tbl_map(text.inert, list(values)), ' ')
+  end
   local parts = {}
-  parts[#parts + 1] = 'allow ' .. (#list(p.allow) > 0 and table.concat(list(p.allow), ' ') or '(nothing)')
+  parts[#parts + 1] = 'allow ' .. (#list(p.allow) > 0 and words(p.allow) or '(nothing)')
   if #list(p.deny) > 0 then
-    parts[#parts + 1] = 'deny ' .. table.concat(p.deny, ' ')
+    parts[#parts + 1] = 'deny ' .. words(p.deny)
   end
   if #list(p.learned) > 0 then
     parts[#parts + 1] = #p.learned .. ' learned address' .. (#p.learned == 1 and '' or 'es')
@@ -54,14 +60,18 @@ function M.lines()
   )
   local info = domains.info
   if info then
-    out[#out + 1] = string.format(
-      'lazaret %s, API %s, sockets in %s',
-      info.version or '(version unknown)',
-      tostring(info.apiVersion),
-      tostring(info.socketRoot)
-    )
-  elseif domains.info_error then
-    out[#out + 1] = 'lazaret editor-info failed: ' .. domains.info_error
+    out[#out + 1] = 'lazaret ' .. text.inert(info.version or '(version unknown)') .. ', API ' .. text.inert(info.apiVersion)
+      .. ', sockets in ' .. text.inert(info.socketRoot)
+  end
+  local problems = domains.problems()
+  local width = math.max(40, vim.o.columns - 8)
+  for _, problem in ipairs(problems) do
+    for i, line in ipairs(text.wrap(problem.where .. ': ' .. problem.what, width - 2)) do
+      out[#out + 1] = (i == 1 and '! ' or '  ') .. line
+    end
+    for i, line in ipairs(text.wrap(problem.fix, width - 7)) do
+      out[#out + 1] = (i == 1 and '  fix: ' or '       ') .. line
+    end
   end
   local current = domains.current
   local current_running = false
@@ -71,9 +81,9 @@ function M.lines()
     current_running = current_running or is_current
     out[#out + 1] = ''
     out[#out + 1] = string.format('● %s%s', domains.name(d), is_current and '  [working directory]' or '')
-    local container = (s.containerName or '?') .. ' ' .. (s.containerState or '?')
+    local container = text.inert(s.containerName or '?') .. ' ' .. text.inert(s.containerState or '?')
     if s.containerError then
-      container = container .. ': ' .. s.containerError
+      container = container .. ': ' .. text.cut(text.inert(s.containerError), 200)
     end
     if d.shutting_down then
       container = container .. ' (shutting down)'
@@ -82,18 +92,12 @@ function M.lines()
     local sessions = list(s.sessions)
     out[#out + 1] = string.format('    sessions   %d', #sessions)
     for _, session in ipairs(sessions) do
-      out[#out + 1] = string.format(
-        '               %s pid %s: %s',
-        session.client or '?',
-        tostring(session.pid),
-        shell.quote(list(session.command))
-      )
+      out[#out + 1] = '               ' .. text.inert(session.client or '?') .. ' pid ' .. text.inert(session.pid) .. ': '
+        .. text.cut(shell.quote(list(session.command)), 200)
     end
-    out[#out + 1] = string.format(
-      '    branch     %s%s',
-      s.agentBranch or '(workspace mounted directly: no agent branch)',
-      s.agentBranchHead and (' at ' .. s.agentBranchHead:sub(1, 12)) or (s.agentBranch and ' (no agent commit yet)' or '')
-    )
+    out[#out + 1] = '    branch     ' .. text.inert(s.agentBranch or '(workspace mounted directly: no agent branch)')
+      .. (type(s.agentBranchHead) == 'string' and (' at ' .. text.inert(s.agentBranchHead:sub(1, 12)))
+        or (s.agentBranch and ' (no agent commit yet)' or ''))
     out[#out + 1] = '    network    ' .. M.policy_text(d)
     local mine = 0
     for _, item in ipairs(domains.queue:list()) do
@@ -105,14 +109,10 @@ function M.lines()
   end
   if current and not current_running then
     out[#out + 1] = ''
-    out[#out + 1] = string.format(
-      '○ %s @ %s (%s)  [working directory]: not running',
-      current.profile or '?',
-      current.workspace or '?',
-      current.domainHash or '?'
-    )
+    out[#out + 1] = '○ ' .. text.inert(current.profile or '?') .. ' @ ' .. text.inert(current.workspace or '?') .. ' ('
+      .. text.inert(current.domainHash or '?') .. ')  [working directory]: not running'
   end
-  if #connected == 0 and not current then
+  if #connected == 0 and not current and #problems == 0 then
     out[#out + 1] = ''
     out[#out + 1] = 'No domain is running. Start one with `lazaret run` in a git repository.'
   end
@@ -174,14 +174,27 @@ function M.open()
   M.render()
 end
 
---- The statusline component: `⛨ 2 pending`, or '' when nothing is pending.
+--- The statusline component: `⛨ 2 pending`, '' when nothing is pending,
+--- and what could not be asked when that is so (`⛨ cannot ask: no lazaret
+--- binary`, `⛨ 2 pending, cannot ask 1`): never an empty component for a
+--- client that could not ask. Only the plugin's own words and numbers (no
+--- agent text), with `%` doubled, so it is safe in any statusline syntax.
 --- @return string
 function M.statusline()
   local n = domains.queue:count()
-  if n == 0 then
+  local problems = domains.settling() and {} or domains.problems()
+  local icon = config.options.statusline_icon
+  local out
+  if #problems > 0 and n == 0 then
+    out = string.format('%s cannot ask: %s', icon, problems[1].short or 'see :LazaretPending')
+  elseif #problems > 0 then
+    out = string.format('%s %d pending, cannot ask %d', icon, n, #problems)
+  elseif n > 0 then
+    out = string.format('%s %d pending', icon, n)
+  else
     return ''
   end
-  return string.format('%s %d pending', config.options.statusline_icon, n)
+  return text.statusline(out)
 end
 
 domains.on_change(function()
