@@ -180,6 +180,26 @@ T.test('a leftover socket of an exited coordinator is no problem', function()
   T.eq(window_text():match('^[^\n]*'), 'Lazaret: no pending escalations')
 end)
 
+T.test('a sidecar that stopped (networkFailed) shows the sandbox without network, until networkRestored', function()
+  local failed = nil
+  a.methods['domain/status'] = function()
+    local s = status_of('aaaa01', '/wa')()
+    s.networkError = failed
+    return s
+  end
+  failed = 'the Network Sidecar stopped (its event stream ended); it is being started again\27[2J'
+  a:event({ seq = 90, kind = 'networkFailed', message = failed, restarting = true })
+  T.wait(function()
+    return table.concat(status.lines(), '\n'):find('network    NONE: the Network Sidecar stopped', 1, true) ~= nil
+  end, 2000, 'the status window says so')
+  T.ok(not table.concat(status.lines(), '\n'):find('\27', 1, true), 'inert')
+  failed = nil
+  a:event({ seq = 91, kind = 'networkRestored', message = 'the Network Sidecar was started again' })
+  T.wait(function()
+    return table.concat(status.lines(), '\n'):find('network    NONE', 1, true) == nil
+  end, 2000, 'and that it is back')
+end)
+
 domains.stop()
 a:close()
 T.finish()

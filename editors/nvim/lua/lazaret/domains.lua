@@ -218,6 +218,10 @@ local function on_event(d, event)
     M.changed()
   elseif kind == 'networkChanged' then
     refresh_policy(d)
+  elseif kind == 'networkFailed' or kind == 'networkRestored' then
+    -- `domain/status` carries `networkError` while the sidecar is down.
+    refresh_status(d)
+    refresh_policy(d)
   elseif
     kind == 'sessionRegistered'
     or kind == 'sessionEnded'

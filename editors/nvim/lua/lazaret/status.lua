@@ -98,7 +98,12 @@ function M.lines()
     out[#out + 1] = '    branch     ' .. text.inert(s.agentBranch or '(workspace mounted directly: no agent branch)')
       .. (type(s.agentBranchHead) == 'string' and (' at ' .. text.inert(s.agentBranchHead:sub(1, 12)))
         or (s.agentBranch and ' (no agent commit yet)' or ''))
-    out[#out + 1] = '    network    ' .. M.policy_text(d)
+    if type(s.networkError) == 'string' then
+      -- The Network Sidecar stopped: the sandbox has no working network.
+      out[#out + 1] = '    network    NONE: ' .. text.cut(text.inert(s.networkError), 200)
+    else
+      out[#out + 1] = '    network    ' .. M.policy_text(d)
+    end
     local mine = 0
     for _, item in ipairs(domains.queue:list()) do
       if item.domain == d.path then
