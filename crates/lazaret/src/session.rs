@@ -55,7 +55,7 @@ pub fn lock_ui(ui: &SharedUi) -> std::sync::MutexGuard<'_, TerminalUi> {
 
 impl TerminalUi {
     pub fn new() -> TerminalUi {
-        let (columns, rows) = crossterm::terminal::size().unwrap_or((80, 24));
+        let (columns, rows) = terminal_size();
         TerminalUi { parser: vt100::Parser::new(rows, columns, 0), prompt: PromptState::new() }
     }
 
@@ -113,6 +113,21 @@ impl TerminalUi {
 impl Default for TerminalUi {
     fn default() -> TerminalUi {
         TerminalUi::new()
+    }
+}
+
+/// The user's terminal's size (columns, rows); 80x24 when it has none or
+/// says 0x0, as some do before they are laid out (the screen model
+/// panicked on it).
+fn terminal_size() -> (u16, u16) {
+    sized(crossterm::terminal::size().unwrap_or((80, 24)))
+}
+
+fn sized((columns, rows): (u16, u16)) -> (u16, u16) {
+    if columns == 0 || rows == 0 {
+        (80, 24)
+    } else {
+        (columns, rows)
     }
 }
 
@@ -363,7 +378,7 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
 fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSender) -> Result<i32> {
     use portable_pty::{native_pty_system, PtySize};
 
-    let (columns, rows) = crossterm::terminal::size().unwrap_or((80, 24));
+    let (columns, rows) = terminal_size();
     let pair = native_pty_system()
         .openpty(PtySize { rows, cols: columns, pixel_width: 0, pixel_height: 0 })
         .map_err(|error| anyhow::anyhow!("cannot open a pseudo-terminal: {error}"))?;
@@ -533,10 +548,11 @@ fn signal_inside(container: &str, script: &str) {
 /// Polls the terminal size (SIGWINCH cannot be waited for from a plain
 /// thread without a signal crate) and applies changes to both terminals.
 fn watch_window_size(master: &dyn portable_pty::MasterPty, container: &str, state: &str, ui: &SharedUi) {
-    let mut last = crossterm::terminal::size().unwrap_or((80, 24));
+    let mut last = terminal_size();
     loop {
         std::thread::sleep(std::time::Duration::from_millis(250));
-        let Ok(current) = crossterm::terminal::size() else { return };
+        let Ok(size) = crossterm::terminal::size() else { return };
+        let current = sized(size);
         if current != last {
             last = current;
             let (columns, rows) = current;
@@ -581,8 +597,8 @@ impl RawTerminal {
                 .arg("terminal-guard")
                 .stdin(Stdio::piped())
                 .stderr(Stdio::piped())
-                // Its own group: a signal sent to the CLI's job does not end it.
-                .process_group(0)
+                // In the CLI's own (foreground) process group: a background
+                // one would be stopped by SIGTTOU when it sets the terminal.
                 .spawn()
                 .ok()?;
             // It reads the settings before we change them: wait for its word
@@ -608,10 +624,14 @@ impl RawTerminal {
 impl Drop for RawTerminal {
     fn drop(&mut self) {
         let _ = crossterm::terminal::disable_raw_mode();
-        // The guard ends with its stdin (and puts the same settings back).
+        // The guard ends with its stdin (and puts the same settings back),
+        // before the shell gets the terminal back; it is not waited for long.
         if let Some((mut child, stdin)) = self._guard.take() {
             drop(stdin);
-            let _ = child.wait();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+            while child.try_wait().is_ok_and(|status| status.is_none()) && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
         }
     }
 }
@@ -625,8 +645,14 @@ pub fn guard_terminal() -> Result<u8> {
     let saved = tcgetattr(&terminal).context("the terminal guard's stdout is not a terminal")?;
     // Read: the session may change them now.
     std::io::stderr().write_all(b"\n").context("cannot tell the session the guard is ready")?;
-    // Whatever ends the session's job does not end the guard first.
-    for signal in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGQUIT] {
+    // Whatever ends the session's job does not end the guard first, and a
+    // guard left in the background still sets the terminal (no SIGTTOU stop).
+    for signal in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGQUIT,
+        nix::sys::signal::Signal::SIGTTOU,
+    ] {
         // SAFETY: SIG_IGN installs no handler; nothing runs in signal context.
         let _ = unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigIgn) };
     }
