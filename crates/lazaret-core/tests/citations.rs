@@ -92,7 +92,8 @@ fn repository_paths_in_backticks_exist() {
     for file in citing {
         let Ok(text) = std::fs::read_to_string(&file) else { continue };
         // A crate's own `tests/…` is relative to the crate.
-        let crate_dir = file.ancestors().find(|dir| dir.join("Cargo.toml").is_file()).map(Path::to_path_buf).unwrap_or_else(|| root.clone());
+        let crate_dir =
+            file.ancestors().find(|dir| dir.join("Cargo.toml").is_file()).map(Path::to_path_buf).unwrap_or_else(|| root.clone());
         for quoted in text.split('`').skip(1).step_by(2) {
             let path = quoted.split(':').next().unwrap_or("").trim_end_matches(['.', ',']);
             let literal = !path.contains(['*', '<', '{', ' ', '$', '|', '(']);
