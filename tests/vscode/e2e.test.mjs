@@ -1,11 +1,15 @@
 // The VS Code extension in real VS Code (code-server in headless Chromium,
 // the built .vsix installed) against a real coordinator and a real gVisor
 // sandbox. Requests come from inside the sandbox (lazaret-escalate).
+// Issue 26 (agent text is data): every surface is checked against the hostile
+// corpus (tests/hostile/strings.json) for raw unsafe characters and for
+// anything rendered from agent text as a link, markup or a codicon.
 // Environment: LAZARET_BIN, LAZARET_VSIX, LAZARET_VSCODE_ARTIFACTS, LAZARET_VSCODE_BENCH=1.
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { after, afterEach, before, describe, test } from "node:test";
+import { FakeCoordinator } from "./fakecoord.mjs";
 import { LazaretEnv, sleep, waitUntil } from "./lzenv.mjs";
 import { Workbench } from "./workbench.mjs";
 
@@ -16,8 +20,70 @@ const BENCH = process.env.LAZARET_VSCODE_BENCH === "1";
 const STATUS = ".statusbar-item";
 const WITHIN_MS = 2000;
 const measurements = {};
+const CORPUS = JSON.parse(fs.readFileSync(path.resolve(HERE, "../hostile/strings.json"), "utf8"));
+
+// The unsafe set of DECISIONS D16 (controls, bidi, invisible, whitespace but the space).
+const UNSAFE =
+  /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c\u00ad\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200d\u2060-\u2064\u206a-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\u{1d173}-\u{1d17a}\u{e0000}-\u{e007f}\u{e0100}-\u{e01ef}\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/u;
 
 let env, repo, wb, keeper;
+
+/** The corpus, each entry expanded (repeat) with its marker file. */
+function corpus(marker) {
+  return CORPUS.entries.map((e) => ({ name: e.name, text: e.text.repeat(e.repeat ?? 1).split(CORPUS.marker).join(marker) }));
+}
+
+/** The start of `text` that fits in `max` UTF-8 bytes (never half a character). */
+function cutBytes(text, max) {
+  let out = "";
+  let bytes = 0;
+  for (const ch of text) {
+    const n = Buffer.byteLength(ch);
+    if (bytes + n > max) break;
+    out += ch;
+    bytes += n;
+  }
+  return out;
+}
+
+/**
+ * What is wrong with the surfaces as rendered now: raw unsafe characters in
+ * their text (the newlines that separate the lines of our own tooltips and
+ * dialogs aside), and anything rendered as a link, markup or a codicon.
+ */
+function inertProblems(surfaces, where) {
+  const problems = [];
+  const multiline = new Set(["hover", "dialog"]);
+  for (const [area, list] of Object.entries(surfaces.texts)) {
+    for (const text of list) {
+      const bad = [...(multiline.has(area) ? text.replace(/\n/g, "") : text)].filter((c) => UNSAFE.test(c));
+      if (bad.length) problems.push(`${where}: ${area} shows raw ${[...new Set(bad.map((c) => `U+${c.codePointAt(0).toString(16).padStart(4, "0")}`))].join(" ")} in ${JSON.stringify(text.slice(0, 160))}`);
+    }
+  }
+  for (const r of surfaces.rendered) problems.push(`${where}: rendered ${r}`);
+  return problems;
+}
+
+async function checkInert(where, problems) {
+  const found = inertProblems(await wb.surfaces(), where);
+  problems.push(...found);
+  return found;
+}
+
+/** Runs one step of a test; a failure is recorded and the test goes on (so that one run lists every problem). */
+async function stage(problems, name, fn) {
+  try {
+    await fn();
+  } catch (e) {
+    problems.push(`${name}: ${String(e?.message ?? e).split("\n")[0]}`);
+    await wb.page.keyboard.press("Escape").catch(() => undefined);
+    await sleep(200);
+  }
+}
+
+function pendingIds() {
+  return env.pending().map((p) => p.requestId ?? p.request_id);
+}
 
 function auditOf(marker) {
   const records = env.audit(repo).filter((r) => (r.requestedArgv ?? r.requested_argv ?? []).join(" ").includes(marker));
@@ -40,7 +106,13 @@ async function rowAction(text, action) {
   await row.waitFor({ timeout: 10_000 });
   await wb.page.mouse.move(700, 5);
   await row.hover();
-  await row.locator(`.action-label[aria-label^="${action}"]`).click();
+  await row.locator(`.action-label[aria-label^="${action}"]`).click({ timeout: 10_000 });
+}
+
+/** The text of the visible editor's rendered lines (Monaco shows spaces as U+00A0). */
+async function editorText() {
+  const editor = wb.page.locator(".editor-instance .monaco-editor .view-lines").filter({ visible: true }).first();
+  return ((await editor.textContent().catch(() => "")) ?? "").replace(/\u00a0/g, " ");
 }
 
 describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
@@ -88,6 +160,27 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     measurements.activateDiscoveryMs = Number(first[1]);
   });
 
+  test("issue 26 item 8: a window that cannot run lazaret (wrong lazaret.path) says so with the fix, never '0 pending'", async () => {
+    const problems = [];
+    await wb.setMachineSetting("lazaret.path", path.join(env.root, "no-such-dir/lazaret"));
+    try {
+      const said = await wb.waitText(STATUS, "Lazaret: cannot ask", 15_000).catch(() => false);
+      const status = await wb.statusText();
+      if (!said) problems.push(`the status bar does not say it cannot ask: ${status}`);
+      if (/Lazaret: 0 pending/.test(status)) problems.push(`the status bar says 0 pending: ${status}`);
+      await waitUntil(5_000, async () => /Lazaret cannot ask/.test(await wb.treeText()));
+      const tree = await wb.treeText();
+      if (!/Lazaret cannot ask/.test(tree)) problems.push(`the view does not say it cannot ask:\n${tree}`);
+      const tip = await wb.hoverText(wb.page.locator(STATUS, { hasText: "Lazaret" }).first()).catch((e) => `(no tooltip: ${e.message})`);
+      if (!/lazaret\.path/.test(tip) || !/cannot run the lazaret binary/.test(tip)) problems.push(`the tooltip names no fix: ${tip}`);
+      await wb.screenshot("cannot-ask.png");
+    } finally {
+      await wb.setMachineSetting("lazaret.path", env.binary);
+    }
+    await wb.waitText(STATUS, "Lazaret: 0 pending", 15_000);
+    assert.deepEqual(problems, []);
+  });
+
   test("a coordinator that starts later is found (socket directory watch) and its state shows in the tree", async () => {
     keeper = await env.startDomain(repo);
     await waitUntil(10_000, async () => /running/.test(await wb.treeText()) && /Pending escalations \(0\)/.test(await wb.treeText()));
@@ -96,6 +189,35 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     assert.match(text, /Agent branch lazaret\/agent-default/, text);
     assert.match(text, /Network/, text);
     assert.match(text, /Recent audit records/, text);
+  });
+
+  test("issue 26 item 8: a coordinator that does not answer, or whose escalation/list fails, is shown as that failure, never as '0 pending'", async () => {
+    const problems = [];
+    await wb.waitText(STATUS, "Lazaret: 0 pending", 10_000);
+    const hung = new FakeCoordinator(env.socketDir, "deadbeef0001", { mode: "silent" });
+    const failing = new FakeCoordinator(env.socketDir, "deadbeef0002", { mode: "list-error" });
+    try {
+      await hung.listen();
+      // The hung one: no answer within the extension's timeout (8 s).
+      const said = await wb.waitText(STATUS, "Lazaret: cannot ask", 20_000).catch(() => false);
+      if (!said) problems.push(`a hung coordinator: the status bar says ${await wb.statusText()}`);
+      await waitUntil(5_000, async () => /does not answer/.test(await wb.treeText()));
+      const tree = await wb.treeText();
+      if (!/Cannot ask this coordinator/.test(tree) || !/does not answer/.test(tree)) problems.push(`a hung coordinator: the view says\n${tree}`);
+      await wb.screenshot("cannot-ask-hung.png");
+      await hung.close();
+      await wb.waitText(STATUS, "Lazaret: 0 pending", 15_000).catch(async () => problems.push(`after the hung one left: ${await wb.statusText()}`));
+      await failing.listen();
+      const saidList = await wb.waitText(STATUS, "Lazaret: cannot ask", 10_000).catch(() => false);
+      if (!saidList) problems.push(`escalation/list failing: the status bar says ${await wb.statusText()}`);
+      const tip = await wb.hoverText(wb.page.locator(STATUS, { hasText: "Lazaret" }).first()).catch((e) => `(no tooltip: ${e.message})`);
+      if (!/escalation\/list failed/.test(tip)) problems.push(`escalation/list failing: the tooltip says ${tip}`);
+    } finally {
+      await hung.close().catch(() => undefined);
+      await failing.close().catch(() => undefined);
+    }
+    await wb.waitText(STATUS, "Lazaret: 0 pending", 15_000);
+    assert.deepEqual(problems, []);
   });
 
   test("a request shows as '1 pending' within 2 s; Approve in the tree runs it on the host, audited as rpc:vscode", async () => {
@@ -204,6 +326,212 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     assert.equal(auditOf("keybinding-marker").decidedBy, "rpc:vscode");
   });
 
+  test("issue 26 item 1: a command link in agent text is never rendered, and lazaret.approve/deny with a forged argument (string, object, tree handle) answers nothing", async () => {
+    const problems = [];
+    const link = "[Show details](command:lazaret.approve?%5B%22REQUEST%22%5D)";
+    const { session } = await requestAndSee(["touch", "link-marker", link], `see ${link}`);
+    const [id] = pendingIds();
+    await wb.page.locator(".notification-toast").first().waitFor({ timeout: 5_000 });
+    await waitUntil(5_000, async () => (await wb.treeText()).includes("touch link-marker"));
+    await checkInert("link request", problems);
+    const toasts = (await wb.surfaces()).texts.notifications.join("\n");
+    if (toasts.includes("command:") || toasts.includes("Show details")) problems.push(`agent text in a notification: ${toasts}`);
+    await wb.screenshot("command-link.png");
+    // A command link (or a keybinding) can pass any JSON argument: forge them.
+    const socket = env.domain(repo).control_socket ?? env.domain(repo).controlSocket;
+    const forged = [
+      ["lazaret.approve", id],
+      ["lazaret.approve", { type: "escalation", socket, requestId: id }],
+      ["lazaret.approve", { type: "escalation", requestId: id }],
+      ["lazaret.approve", { $treeViewId: "lazaret.tree", $treeItemHandle: `1/escalation:${id}` }],
+      ["lazaret.deny", id],
+      ["lazaret.edit", { type: "leaf", socket, requestId: id, id: "x", label: "x" }],
+    ];
+    const keys = ["u", "i", "o", "p", "j", "k"];
+    await wb.setKeybindings(forged.map(([command, args], i) => ({ key: `ctrl+alt+shift+${keys[i]}`, command, args })));
+    for (const [i, [command, args]] of forged.entries()) {
+      await wb.page.locator(".monaco-workbench").click({ position: { x: 900, y: 400 } });
+      await wb.page.keyboard.press(`Control+Alt+Shift+Key${keys[i].toUpperCase()}`);
+      // Not ours: the quick pick of every pending request asks instead.
+      const asked = await wb.page.locator(".quick-input-widget .quick-input-title", { hasText: "which request?" }).waitFor({ timeout: 3_000 }).then(() => true, () => false);
+      await wb.page.keyboard.press("Escape");
+      await sleep(300);
+      if (!pendingIds().includes(id)) {
+        problems.push(`${command} ${JSON.stringify(args)} answered the request`);
+        break;
+      }
+      if (!asked) problems.push(`${command} ${JSON.stringify(args)}: no quick pick asked which request`);
+    }
+    const records = env.audit(repo).filter((r) => (r.requestId ?? r.request_id) === id);
+    if (records.length) problems.push(`audited: ${JSON.stringify(records)}`);
+    if (fs.existsSync(path.join(repo, "link-marker"))) problems.push("touch link-marker ran on the host");
+    await wb.setKeybindings([]);
+    assert.deepEqual(problems, []);
+    env.lazaret(["deny", id.slice(0, 8)]);
+    await session.done;
+  });
+
+  test("issue 26 item 5: an answer the coordinator refuses (edit to an empty program: 1004) leaves the request pending in the tree and the status bar", async () => {
+    const problems = [];
+    const { session } = await requestAndSee(["touch", "kept-marker"]);
+    await rowAction("touch kept-marker", "Edit and Run Escalation");
+    const input = wb.page.locator(".quick-input-widget input");
+    await input.waitFor({ state: "visible" });
+    await input.fill("''");
+    await wb.page.keyboard.press("Enter");
+    await wb.dialog().locator(".monaco-button", { hasText: "Run Edited Command" }).click();
+    // The refusal is shown in a modal.
+    const failed = await wb.dialog().filter({ hasText: "failed" }).waitFor({ timeout: 10_000 }).then(() => true, () => false);
+    const dialog = failed ? await wb.dialog().textContent() : "";
+    if (!failed) problems.push("no error was shown");
+    else if (!/still pending/.test(dialog)) problems.push(`the error does not say the request is still pending: ${dialog}`);
+    await wb.screenshot("failed-edit.png");
+    await wb.page.keyboard.press("Escape");
+    await sleep(500);
+    if (!pendingIds().length) problems.push("the coordinator does not list the request any more (test premise)");
+    const status = await wb.statusText();
+    if (!status.includes("Lazaret: 1 pending")) problems.push(`status bar after the failed answer: ${status}`);
+    if (!(await wb.treeText()).includes("touch kept-marker")) problems.push(`the tree dropped the request:\n${await wb.treeText()}`);
+    await wb.palette("Lazaret: Refresh");
+    await sleep(1000);
+    if (!(await wb.statusText()).includes("Lazaret: 1 pending")) problems.push(`status bar after Refresh: ${await wb.statusText()}`);
+    assert.deepEqual(problems, []);
+    // Still answerable from the tree.
+    await rowAction("touch kept-marker", "Approve Escalation");
+    assert.match((await session.done).stdout, /status=0/);
+    assert.ok(fs.existsSync(path.join(repo, "kept-marker")));
+  });
+
+  test("issue 26 item 6: a bidi override reaches no surface raw (notification, status bar and its tooltip, tree row and tooltip, quick pick, deny box, edit box, edit modal)", async () => {
+    const problems = [];
+    const argv = ["rm", "-rf", "x-\u202ehs.ecnetnes", "ass-line"];
+    const session = await env.escalateMany(repo, [{ argv, justification: "clean up x-\u202ehs.ecnetnes" }], "bidi");
+    await wb.waitText(STATUS, "Lazaret: 1 pending", 10_000);
+    const label = "rm -rf";
+    await waitUntil(5_000, async () => (await wb.treeText()).includes(label));
+    await checkInert("notification, status bar, tree", problems);
+    await stage(problems, "tree tooltip", async () => {
+      await wb.hoverText(wb.row(label));
+      await checkInert("tree tooltip", problems);
+    });
+    await stage(problems, "status bar tooltip", async () => {
+      await wb.hoverText(wb.page.locator(STATUS, { hasText: "Lazaret" }).first());
+      await checkInert("status bar tooltip", problems);
+    });
+    await wb.page.mouse.move(700, 5);
+    await stage(problems, "quick pick", async () => {
+      await wb.palette("Lazaret: Approve Escalation");
+      await wb.page.locator(".quick-input-widget .monaco-list-row", { hasText: label }).waitFor({ timeout: 5_000 });
+      await checkInert("quick pick", problems);
+      await wb.page.keyboard.press("Escape");
+    });
+    await stage(problems, "deny box", async () => {
+      await rowAction(label, "Deny Escalation");
+      await wb.page.locator(".quick-input-widget input").waitFor({ state: "visible" });
+      await checkInert("deny box", problems);
+      await wb.page.keyboard.press("Escape");
+    });
+    await stage(problems, "edit box and modal", async () => {
+      await rowAction(label, "Edit and Run Escalation");
+      await wb.page.locator(".quick-input-widget input").waitFor({ state: "visible" });
+      await checkInert("edit box", problems);
+      await wb.page.keyboard.press("Enter");
+      await wb.dialog().waitFor({ timeout: 5_000 });
+      await checkInert("edit modal", problems);
+      await wb.screenshot("bidi-modal.png");
+      await wb.page.keyboard.press("Escape");
+    });
+    await sleep(300);
+    if (!pendingIds().length) problems.push("the request was answered");
+    assert.deepEqual(problems, []);
+    for (const id of pendingIds()) env.lazaret(["deny", id.slice(0, 8)]);
+    await session.done;
+  });
+
+  test("issue 26 item 7 (long text): a 64 KiB argv shows the program and its start first, says it was cut, and Show Full Request opens all of it read-only", async () => {
+    const problems = [];
+    // The longest argv that can wait for a human: the coordinator refuses a
+    // pending request over 192 KiB as shown (argv, display and reasons).
+    const long = "A".repeat(60_000);
+    const session = await env.escalateMany(repo, [{ argv: ["echo", long, "the-end-word"], justification: `${"B".repeat(4000)} justification-end` }], "long");
+    await wb.waitText(STATUS, "Lazaret: 1 pending", 10_000);
+    await waitUntil(5_000, async () => (await wb.treeText()).includes("echo AAAA"));
+    const rows = (await wb.treeText()).split("\n");
+    const label = rows.find((r) => r.startsWith("echo AAAA")) ?? "";
+    if (!/cut: [56][0-9],[0-9]{3} more characters/.test(label)) problems.push(`the row does not say it was cut: ${label.slice(0, 200)}…${label.slice(-120)}`);
+    if (!rows.some((r) => /^Show Full Request \(cut here/.test(r))) problems.push(`no Show Full Request row:\n${rows.join("\n").slice(0, 1500)}`);
+    await stage(problems, "quick pick", async () => {
+      await wb.palette("Lazaret: Approve Escalation");
+      const pick = wb.page.locator(".quick-input-widget .monaco-list-row", { hasText: "echo AAAA" });
+      await pick.waitFor({ timeout: 5_000 });
+      if (!/cut: [0-9,]+ more characters/.test(await pick.textContent())) problems.push("the quick pick does not say it was cut");
+      await wb.screenshot("long-request.png");
+      await wb.page.keyboard.press("Escape");
+    });
+    await stage(problems, "Show Full Request action", () => rowAction("echo AAAA", "Show Full Request"));
+    const opened = await wb.page.locator(".tab.active", { hasText: "request-" }).waitFor({ timeout: 5_000 }).then(() => true, () => false);
+    if (!opened) problems.push("Show Full Request opened no document");
+    else {
+      await waitUntil(5_000, async () => (await editorText()).includes("Command ("));
+      const head = await editorText();
+      if (!head.includes("echo AAAA")) problems.push(`the document does not start with the command: ${head.slice(0, 300)}`);
+      await wb.page.locator(".editor-instance .monaco-editor").filter({ visible: true }).first().click();
+      await wb.page.keyboard.press("Control+End");
+      await sleep(500);
+      const tail = await editorText();
+      if (!tail.includes("justification-end")) problems.push(`the document's end is not the request's end: ${tail.slice(-400)}`);
+      await wb.page.keyboard.press("Control+Home");
+      await wb.page.keyboard.press("Control+F");
+      await wb.page.keyboard.type("the-end-word");
+      await sleep(500);
+      const found = await wb.page.locator(".find-widget .matchesCount").textContent().catch(() => "");
+      if (!/^[1-9]\d* of [1-9]/.test(found ?? "")) problems.push(`the last argv word is not in the document: ${found}`);
+      await wb.page.keyboard.press("Escape");
+      await wb.screenshot("full-request.png");
+      await wb.page.keyboard.press("Control+W");
+    }
+    assert.deepEqual(problems, []);
+    for (const id of pendingIds()) env.lazaret(["deny", id.slice(0, 8)]);
+    await session.done;
+  });
+
+  test("issue 26 item 7 (ids): the same request id from two domains is two entries, each under its own domain, each answered alone [a fake second coordinator: ids are minted per coordinator]", async () => {
+    const problems = [];
+    const { session } = await requestAndSee(["touch", "same-id-real"]);
+    const [id] = pendingIds();
+    const real = env.pending()[0];
+    const fake = new FakeCoordinator(env.socketDir, "deadbeef0003", {
+      pending: [{ ...real, argv: ["touch", "from-the-fake"], display: "touch from-the-fake", reasons: ["the fake coordinator's request"], domainHash: "deadbeef0003", profile: "fake", cwd: "/nonexistent/fake-workspace" }],
+    });
+    try {
+      await fake.listen();
+      const both = await wb.waitText(STATUS, "Lazaret: 2 pending", 10_000).then(() => true, () => false);
+      if (!both) problems.push(`status bar: ${await wb.statusText()}`);
+      await waitUntil(8_000, async () => (await wb.treeText()).includes("touch from-the-fake") && (await wb.treeText()).includes("touch same-id-real"));
+      const rows = (await wb.treeText()).split("\n");
+      const at = (t) => rows.findIndex((r) => r.includes(t));
+      const [fakeDomain, fakeRow, realDomain, realRow] = [at("fake-workspace (fake)"), at("touch from-the-fake"), at("project (default)"), at("touch same-id-real")];
+      if (fakeRow < 0 || realRow < 0) problems.push(`not both listed:\n${rows.join("\n")}`);
+      else if (!(fakeDomain < fakeRow && fakeRow < realDomain && realDomain < realRow)) problems.push(`not each under its own domain:\n${rows.join("\n")}`);
+      await wb.screenshot("same-id.png");
+      // Approve the real one in the tree: it runs; the fake's stays pending and got no answer.
+      await stage(problems, "approve the real request in the tree", async () => {
+        await rowAction("touch same-id-real", "Approve Escalation");
+        const out = await Promise.race([session.done, sleep(10_000).then(() => ({ stdout: "(still waiting after 10 s)" }))]);
+        if (!/status=0/.test(out.stdout)) problems.push(`the real request did not run: ${out.stdout}`);
+      });
+      await sleep(500);
+      if (fake.responses.length) problems.push(`the fake coordinator got an answer: ${JSON.stringify(fake.responses)}`);
+      if (!(await wb.treeText()).includes("touch from-the-fake")) problems.push("the other domain's request left the tree");
+      if (!(await wb.statusText()).includes("Lazaret: 1 pending")) problems.push(`status bar after the answer: ${await wb.statusText()}`);
+      if (!id) problems.push("no id");
+    } finally {
+      await fake.close();
+    }
+    assert.deepEqual(problems, []);
+    await wb.waitText(STATUS, "Lazaret: 0 pending", 10_000);
+  });
+
   describe("the agent branch", { concurrency: 1 }, () => {
     before(async () => {
       const script =
@@ -249,22 +577,287 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
       assert.ok(ok, `base and head contents in the review: ${t.slice(0, 800)}`);
     });
 
-    test("Merge Agent Branch repeats the warning in its confirmation, then merges", async () => {
+    const agentHead = () => { try { return env.git(repo, "rev-parse", "lazaret/agent-default").trim(); } catch { return ""; } };
+    const hostHead = () => { try { return env.git(repo, "rev-parse", "HEAD").trim(); } catch { return ""; } };
+    /** A commit inside the sandbox; resolves with the agent branch's new head on the host. */
+    async function agentCommits(script) {
+      const before = agentHead();
+      const r = env.execIn(repo, `cd /workspace && ${script} && git commit -qm 'agent commit'`);
+      assert.equal(r.status, 0, JSON.stringify(r));
+      assert.ok(await waitUntil(15_000, () => agentHead() !== before, 100), "the agent's commit reached the host");
+      return agentHead();
+    }
+
+    test("issue 26 item 3: a review shows the commits its title names: the branch moves while its warning modal is up, the review still shows the reviewed commit", async () => {
+      await wb.palette("View: Close All Editors");
+      const reviewed = agentHead();
+      await wb.palette("Lazaret: Open Agent Branch Diff");
+      await wb.dialog().waitFor({ timeout: 10_000 });
+      // Between the diff the modal describes and the documents of the review, the agent commits.
+      await agentCommits("printf 'pub fn answer() -> u32 { 44 }\\n' > src/lib.rs && git add src/lib.rs");
+      await wb.dialog().locator(".monaco-button", { hasText: "Open Review" }).click();
+      await wb.page.locator(".tab.active", { hasText: `..${reviewed.slice(0, 8)}` }).waitFor({ timeout: 15_000 });
+      const editor = visibleReview();
+      const text = async () => ((await editor.textContent().catch(() => "")) ?? "").replace(/\u00a0/g, " ");
+      await waitUntil(15_000, async () => /\{ 4[34] \}/.test(await text()), 200);
+      await sleep(1000);
+      const t = await text();
+      await wb.screenshot("review-after-move.png");
+      assert.ok(t.includes("{ 43 }"), `the reviewed commit's text (43) in the review titled ..${reviewed.slice(0, 12)}: ${t.slice(0, 600)}`);
+      assert.ok(!t.includes("{ 44 }"), `the newer head's text (44) in the review titled ..${reviewed.slice(0, 12)}: ${t.slice(0, 600)}`);
+      await wb.palette("View: Close All Editors");
+    });
+
+    test("issue 26 item 3: the branch moves while the merge confirmation is up: nothing is merged, the user is told it moved and offered the review again", async () => {
+      const problems = [];
+      await waitUntil(10_000, async () => /Agent branch lazaret\/agent-default/.test(await wb.treeText()));
+      await wb.palette("Lazaret: Open Agent Branch Diff");
+      await wb.dialog().waitFor({ timeout: 10_000 }).catch(async (e) => {
+        await wb.screenshot("failure-no-review-modal.png");
+        throw e;
+      });
+      await wb.dialog().locator(".monaco-button", { hasText: "Open Review" }).click();
+      const reviewed = agentHead();
+      await wb.page.locator(".tab.active", { hasText: reviewed.slice(0, 8) }).waitFor({ timeout: 15_000 });
+      const before = hostHead();
       await wb.palette("Lazaret: Merge Agent Branch");
       await wb.dialog().waitFor({ timeout: 10_000 });
+      const confirm = await wb.dialog().textContent();
+      if (!confirm.includes(reviewed.slice(0, 8))) problems.push(`the confirmation does not name the reviewed commit ${reviewed}: ${confirm}`);
+      // While the confirmation is up, the agent commits a file that makes hosts run code.
+      const moved = await agentCommits("echo 'touch /tmp/envrc-ran' > .envrc && git add .envrc");
+      await wb.screenshot("merge-confirm.png");
+      await wb.dialog().locator(".monaco-button", { hasText: /^Merge$/ }).click();
+      const told = await wb.dialog().filter({ hasText: "moved since the review" }).waitFor({ timeout: 15_000 }).then(() => true, () => false);
+      await sleep(500);
+      if (hostHead() !== before) problems.push(`HEAD moved from ${before} to ${hostHead()} (the agent's new head is ${moved})`);
+      if (fs.existsSync(path.join(repo, ".envrc"))) problems.push(".envrc was merged into the host checkout");
+      if (!told) problems.push(`not told the branch moved: ${await wb.dialog().textContent().catch(() => "(no dialog)")}`);
+      else {
+        const dialog = await wb.dialog().textContent();
+        if (!dialog.includes(reviewed.slice(0, 12)) || !dialog.includes(moved.slice(0, 12))) problems.push(`the message does not name both commits: ${dialog}`);
+        await wb.screenshot("merge-moved.png");
+        await wb.dialog().locator(".monaco-button", { hasText: "Reopen Review" }).click();
+        // The review again, at the new commit, with its warnings first.
+        const warned = await wb.dialog().filter({ hasText: ".envrc" }).waitFor({ timeout: 10_000 }).then(() => true, () => false);
+        if (!warned) problems.push("Reopen Review did not warn about .envrc");
+        else {
+          await wb.dialog().locator(".monaco-button", { hasText: "Open Review" }).click();
+          const tab = await wb.page.locator(".tab.active", { hasText: moved.slice(0, 12) }).waitFor({ timeout: 15_000 }).then(() => true, () => false);
+          if (!tab) problems.push(`no review at ${moved}`);
+        }
+      }
+      assert.deepEqual(problems, []);
+    });
+
+    test("Merge Agent Branch names the reviewed commit and repeats its warnings, then merges exactly that commit (lazaret merge --expect)", async () => {
+      const reviewed = agentHead();
+      await wb.palette("Lazaret: Merge Agent Branch");
+      await wb.dialog().waitFor({ timeout: 20_000 }).catch(async (e) => {
+        await wb.screenshot("failure-no-merge-modal.png");
+        throw e;
+      });
       const dialog = await wb.dialog().textContent();
       assert.ok(dialog.includes("Merge lazaret/agent-default"), dialog);
-      assert.ok(dialog.includes(".vscode/tasks.json"), dialog);
+      assert.ok(dialog.includes(reviewed.slice(0, 12)), `the commit ${reviewed} in ${dialog}`);
+      assert.ok(dialog.includes(".vscode/tasks.json") && dialog.includes(".envrc"), dialog);
       assert.ok(!fs.existsSync(path.join(repo, "new.txt")), "nothing merged before the confirmation");
       await wb.dialog().locator(".monaco-button", { hasText: /^Merge$/ }).click();
       // The merge rewrites the working tree file by file: wait until it has
       // finished (HEAD moved) before reading what it wrote.
-      const head = () => { try { return env.git(repo, "rev-parse", "HEAD").trim(); } catch { return ""; } };
-      const branch = env.git(repo, "rev-parse", "lazaret/agent-default").trim();
-      assert.ok(await waitUntil(10_000, () => fs.existsSync(path.join(repo, "new.txt")) && head() === branch, 100), "merged");
-      assert.equal(fs.readFileSync(path.join(repo, "src/lib.rs"), "utf8"), "pub fn answer() -> u32 { 43 }\n");
-      assert.equal(env.git(repo, "rev-parse", "HEAD").trim(), env.git(repo, "rev-parse", "lazaret/agent-default").trim());
+      assert.ok(await waitUntil(15_000, () => fs.existsSync(path.join(repo, "new.txt")) && hostHead() === reviewed, 100), `merged: HEAD ${hostHead()}, reviewed ${reviewed}`);
+      assert.equal(fs.readFileSync(path.join(repo, "src/lib.rs"), "utf8"), "pub fn answer() -> u32 { 44 }\n");
+      assert.ok(fs.existsSync(path.join(repo, ".envrc")), "the reviewed commit's .envrc");
       assert.ok(!fs.existsSync(path.join(repo, "notes.txt")), "uncommitted sandbox changes are not merged");
+      assert.match(wb.extensionLog(), new RegExp(`lazaret merge --expect ${reviewed}: exit 0`));
+    });
+  });
+
+  describe("issue 26: the hostile corpus (tests/hostile/strings.json) through every surface", { concurrency: 1 }, () => {
+    let marker, entries;
+    const seenProblems = (problems) => [...new Set(problems)];
+
+    before(() => {
+      marker = path.join(env.root, "hostile-marker");
+      entries = corpus(marker);
+      assert.ok(entries.length >= 34, `${entries.length} corpus entries`);
+    });
+
+    test("every entry as argv words and as justification: inert in the notification, tree rows and tooltips, status bar and tooltip, quick pick, deny box, edit box, edit modal, full request; nothing runs; the view stays usable", async () => {
+      const problems = [];
+      const small = entries.filter((e) => e.text.length < 1000);
+      const longWords = entries.find((e) => e.name === "long-words").text;
+      const longLine = entries.find((e) => e.name === "long-line").text;
+      // Groups whose escaped text fits one tooltip; every small entry in one group's argv and justification.
+      const groups = [[]];
+      let size = 0;
+      for (const e of small) {
+        const n = [...e.text].reduce((k, c) => k + (UNSAFE.test(c) ? 9 : 1), 0);
+        if (size + n > 900 && groups.at(-1).length) {
+          groups.push([]);
+          size = 0;
+        }
+        groups.at(-1).push(e);
+        size += n;
+      }
+      const requests = [
+        ...groups.map((g, i) => ({ argv: ["echo", `hostile-group-${i}`, ...g.map((e) => e.text)], justification: g.map((e) => e.text).join(" | ") })),
+        { argv: ["echo", "hostile-long-words", longWords], justification: cutBytes(longWords, 4000) },
+        // The coordinator takes at most 64 KiB of argv: the 64 KiB line cut to fit, and whole (refused).
+        // (and the longest that can wait for a human: a pending request is at most 192 KiB as shown).
+        { argv: ["echo", "hostile-long-line", longLine.slice(0, 60_000)], justification: cutBytes(longLine, 4000) },
+        { argv: ["echo", longLine] },
+      ];
+      assert.ok(requests.length <= 8, `${requests.length} requests in one session (at most 8 wait at once)`);
+      const n = requests.length - 1;
+      const session = await env.escalateMany(repo, requests, "corpus");
+      const shown = await wb.waitText(STATUS, `Lazaret: ${n} pending`, 20_000).then(() => true, () => false);
+      assert.ok(shown, `${n} pending: ${await wb.statusText()} (${session.lines.rest()} ${session.stderr()})`);
+      const refused = await waitUntil(10_000, () => session.lines.rest().includes(`status${n}=`) || undefined).then(() => session.lines.rest());
+      assert.match(refused ?? "", new RegExp(`status${n}=99`), "the 64 KiB argv is refused (over the coordinator's limit)");
+      const labels = [...groups.map((_, i) => `echo hostile-group-${i} `), "echo hostile-long-words ", "echo hostile-long-line "];
+      // A tall window: every row of every request is rendered (lists render only what is visible).
+      await wb.tall(async () => {
+      await waitUntil(10_000, async () => (await Promise.all(labels.map((l) => wb.row(l.trim()).isVisible()))).every(Boolean));
+      await checkInert("notifications, status bar and tree after the hostile requests", problems);
+      await wb.screenshot("hostile-tree.png");
+      for (const l of labels) {
+        await stage(problems, `tooltip of ${l}`, async () => {
+          await wb.hoverText(wb.row(l.trim()));
+          await checkInert(`tooltip of ${l}`, problems);
+        });
+      }
+      await stage(problems, "status bar tooltip", async () => {
+        await wb.hoverText(wb.page.locator(STATUS, { hasText: "Lazaret" }).first());
+        await checkInert("status bar tooltip", problems);
+      });
+      await wb.page.mouse.move(700, 5);
+      // Every row of every request: expand them all and scroll through the view.
+      for (const l of labels) {
+        const row = wb.row(l.trim());
+        if ((await row.getAttribute("aria-expanded")) === "false") await row.locator(".monaco-tl-twistie").click();
+      }
+      await wb.screenshot("hostile-tree-expanded.png");
+      await checkInert("tree rows (every request expanded)", problems);
+      for (const l of labels) {
+        const row = wb.row(l.trim());
+        if ((await row.getAttribute("aria-expanded").catch(() => "")) === "true") await row.locator(".monaco-tl-twistie").click().catch(() => undefined);
+      }
+      await stage(problems, "quick pick", async () => {
+        await wb.palette("Lazaret: Approve Escalation");
+        await wb.page.locator(".quick-input-widget .monaco-list-row", { hasText: "hostile-group-0" }).waitFor({ timeout: 5_000 });
+        await checkInert("quick pick", problems);
+        await wb.screenshot("hostile-quick-pick.png");
+        await wb.page.keyboard.press("Escape");
+      });
+      for (const l of labels) {
+        await stage(problems, `deny box of ${l}`, async () => {
+          await rowAction(l.trim(), "Deny Escalation");
+          await wb.page.locator(".quick-input-widget input").waitFor({ state: "visible" });
+          await checkInert(`deny box of ${l}`, problems);
+          await wb.page.keyboard.press("Escape");
+        });
+        await stage(problems, `edit box and modal of ${l}`, async () => {
+          await rowAction(l.trim(), "Edit and Run Escalation");
+          const input = wb.page.locator(".quick-input-widget input");
+          await input.waitFor({ state: "visible" });
+          await checkInert(`edit box of ${l}`, problems);
+          if (!(await input.inputValue()).startsWith(l)) problems.push(`edit box of ${l} does not start with the command: ${(await input.inputValue()).slice(0, 80)}`);
+          await wb.page.keyboard.press("Enter");
+          const modal = await wb.dialog().waitFor({ timeout: 5_000 }).then(() => true, () => false);
+          if (!modal) problems.push(`edit of ${l}: no confirmation modal (the edit box did not read its own text back)`);
+          await checkInert(`edit modal of ${l}`, problems);
+          if (l.includes("group-0")) await wb.screenshot("hostile-edit-modal.png");
+          await wb.page.keyboard.press("Escape");
+          await sleep(200);
+        });
+        await stage(problems, `full request of ${l}`, async () => {
+          await rowAction(l.trim(), "Show Full Request");
+          await wb.page.locator(".tab.active", { hasText: "request-" }).waitFor({ timeout: 10_000 });
+          await waitUntil(5_000, async () => (await editorText()).includes("Command ("));
+          const doc = await editorText();
+          const raw = [...doc].filter((c) => UNSAFE.test(c));
+          if (raw.length) problems.push(`full request of ${l} shows raw ${raw.map((c) => c.codePointAt(0).toString(16))}`);
+          await checkInert(`full request tab of ${l}`, problems);
+          await wb.page.keyboard.press("Control+W");
+        });
+      }
+      }, 2400);
+      if (pendingIds().length !== n) problems.push(`${pendingIds().length} of ${n} still pending after looking at them`);
+      // Still usable: a normal request shows, is answered from the tree; the hostile ones stay listed.
+      await stage(problems, "a normal request after the hostile ones", async () => {
+        const normal = await env.escalate(repo, ["touch", "usable-marker"]);
+        await wb.waitText(STATUS, `Lazaret: ${n + 1} pending`, 10_000);
+        await rowAction("touch usable-marker", "Approve Escalation");
+        const out = await Promise.race([normal.session.done, sleep(10_000).then(() => ({ stdout: "(still waiting after 10 s)" }))]);
+        if (!/status=0/.test(out.stdout) || !fs.existsSync(path.join(repo, "usable-marker"))) problems.push(`the normal request did not run: ${out.stdout}`);
+        await wb.waitText(STATUS, `Lazaret: ${n} pending`, 10_000);
+      });
+      const tree = await wb.treeText();
+      for (const l of labels) if (!tree.includes(l.trim())) problems.push(`${l} is no longer listed`);
+      if (fs.existsSync(marker)) problems.push(`the marker exists: ${fs.readFileSync(marker, "utf8")}`);
+      for (const id of pendingIds()) env.lazaret(["deny", id.slice(0, 8)]);
+      const out = await session.done;
+      for (let i = 0; i < n; i++) if (!new RegExp(`status${i}=97`).test(out.stdout)) problems.push(`request ${i} was not denied: ${out.stdout}`);
+      assert.deepEqual(seenProblems(problems), []);
+      assert.ok(!fs.existsSync(marker), "nothing the agent wrote ran");
+    });
+
+    test("every entry as a file name, committed on the agent branch and uncommitted in the sandbox: inert in the tree, the review's titles and file headers", async () => {
+      const problems = [];
+      const names = entries.map((e, i) => `${String(i).padStart(2, "0")}-${cutBytes(e.text.replace(/\//g, "_"), 196)}`);
+      env.writeIn(repo, "/tmp/lzv-files/names", Buffer.from(names.join("\0") + "\0"));
+      env.writeIn(
+        repo,
+        "/tmp/lzv-files/make.sh",
+        Buffer.from("cd /workspace && mkdir -p hostile wip && while IFS= read -r -d '' n; do printf 'x\\n' > \"hostile/$n\"; printf 'y\\n' > \"wip/$n\"; done < /tmp/lzv-files/names && git add hostile && git commit -qm 'hostile file names'\n"),
+      );
+      const before = env.git(repo, "rev-parse", "lazaret/agent-default").trim();
+      const r = env.execIn(repo, "bash /tmp/lzv-files/make.sh");
+      assert.equal(r.status, 0, JSON.stringify(r));
+      assert.ok(await waitUntil(15_000, () => env.git(repo, "rev-parse", "lazaret/agent-default").trim() !== before, 100), "the commit reached the host");
+      await waitUntil(10_000, async () => /34 file\(s\)/.test(await wb.treeText()));
+      const branch = wb.row("Agent branch lazaret/agent-default");
+      if ((await branch.getAttribute("aria-expanded")) === "false") await branch.locator(".monaco-tl-twistie").click();
+      const inTree = new Set();
+      await wb.tall(async () => {
+        const surfaces = await wb.surfaces();
+        problems.push(...inertProblems(surfaces, "tree rows of the agent branch"));
+        for (const t of surfaces.texts.tree) for (const m of t.matchAll(/(hostile|wip)\/(\d\d)-/g)) inTree.add(`${m[1]}/${m[2]}`);
+        await wb.screenshot("hostile-files-tree.png");
+      });
+      if (inTree.size < 2 * entries.length) problems.push(`the tree listed ${inTree.size} of ${2 * entries.length} hostile files`);
+      if ((await branch.getAttribute("aria-expanded")) === "true") await branch.locator(".monaco-tl-twistie").click();
+      await wb.palette("View: Close All Editors");
+      await wb.palette("Lazaret: Open Agent Branch Diff");
+      const modal = await wb.dialog().waitFor({ timeout: 5_000 }).then(() => true, () => false);
+      if (modal) {
+        await checkInert("the review's warning modal", problems);
+        await wb.dialog().locator(".monaco-button", { hasText: "Open Review" }).click();
+      }
+      const head = env.git(repo, "rev-parse", "lazaret/agent-default").trim();
+      await wb.page.locator(".tab.active", { hasText: head.slice(0, 8) }).waitFor({ timeout: 15_000 });
+      for (const [title, dir] of [["Agent branch", "hostile"], ["Uncommitted in the sandbox", "wip"]]) await stage(problems, `review "${title}"`, async () => {
+        await wb.page.locator(".tab", { hasText: title }).filter({ hasText: head.slice(0, 8) }).first().click({ timeout: 10_000 });
+        const seen = new Set();
+        // Every file's header at once: collapsed, in a tall window (lists render only what is visible).
+        await wb.tall(async () => {
+          await waitUntil(30_000, async () => (await wb.surfaces()).texts.reviewHeaders.length > 0, 300);
+          await wb.page.locator('.editor-actions .action-label[aria-label^="Collapse All"]').first().click({ timeout: 3_000 }).catch(() => undefined);
+          await waitUntil(30_000, async () => {
+            for (const t of (await wb.surfaces()).texts.reviewHeaders) {
+              const m = t.match(/^(\d\d)-/);
+              if (m) seen.add(m[1]);
+            }
+            return seen.size >= entries.length;
+          }, 500);
+          problems.push(...inertProblems(await wb.surfaces(), `review "${title}"`));
+          if (dir === "hostile") await wb.screenshot("hostile-review.png");
+        }, 4000);
+        if (seen.size < entries.length) problems.push(`the review "${title}" showed ${seen.size} of ${entries.length} ${dir} file headers`);
+      });
+      if (fs.existsSync(marker)) problems.push("the marker exists");
+      assert.deepEqual(seenProblems(problems), []);
     });
   });
 
@@ -279,6 +872,14 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     assert.ok(t.includes("Hash chain: intact"), t.slice(0, 400));
     assert.match(t, /approved\s+by rpc:vscode: touch approved-marker/, t.slice(0, 1500));
     assert.match(t, /denied\s+by rpc:vscode: touch denied-marker.*reason: not today/, t.slice(0, 1500));
+    // The hostile corpus's records (the last ones): escaped, one line each.
+    await wb.page.locator(".editor-instance .monaco-editor").filter({ visible: true }).first().click();
+    await wb.page.keyboard.press("Control+End");
+    await sleep(500);
+    const tail = await editorText();
+    assert.ok(tail.includes("hostile-"), tail.slice(-1500));
+    assert.deepEqual([...tail].filter((c) => UNSAFE.test(c)).map((c) => c.codePointAt(0).toString(16)), [], "raw unsafe characters in the audit document");
+    assert.deepEqual(inertProblems(await wb.surfaces(), "audit document"), []);
   });
 
   test("Allow Network Destination sends network/allow to the coordinator (this domain has no sidecar: its refusal is shown)", async () => {
@@ -293,16 +894,22 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
   });
 
   test("Start Agent Session opens a terminal running `lazaret run` for the folder; its session shows in the tree", async () => {
-    await wb.page.locator(".notification-toast .codicon-notifications-clear, .notification-toast .codicon-close").first().click().catch(() => undefined);
+    // Toasts (one per request of the tests before) must not cover the terminal.
+    await wb.palette("Notifications: Clear All Notifications");
     await wb.palette("Lazaret: Start Agent Session");
     await waitUntil(30_000, async () => (await wb.treeText()).includes("2 session(s)"), 200);
     const text = await wb.treeText();
     assert.match(text, /2 session\(s\)/, text);
     // The session's shell runs in the sandbox: leave it from the terminal.
-    await wb.page.locator(".terminal-wrapper.active .xterm, .terminal .xterm").first().click();
-    await wb.page.keyboard.type("exit\n");
-    await waitUntil(30_000, async () => (await wb.treeText()).includes("1 session(s)"), 200);
-    assert.match(await wb.treeText(), /1 session\(s\)/, "the terminal's session ended");
+    try {
+      await wb.page.locator(".terminal-wrapper.active .xterm, .terminal .xterm").first().click();
+      await wb.page.keyboard.type("exit\n");
+      await waitUntil(30_000, async () => (await wb.treeText()).includes("1 session(s)"), 200);
+      assert.match(await wb.treeText(), /1 session\(s\)/, "the terminal's session ended");
+    } finally {
+      // Whatever happened, the terminal's session must not keep the domain up for the next tests.
+      if (!(await wb.treeText()).includes("1 session(s)")) await wb.palette("Terminal: Kill the Active Terminal Instance").catch(() => undefined);
+    }
   });
 
   test("the folder's domain is found with `editor-info --workspace` [needs protocol v1 additions]", () => {

@@ -128,6 +128,40 @@ export class LazaretEnv {
     return { session: s, t0: Number(line) };
   }
 
+  /** Copies BYTES to PATH inside the domain's sandbox (podman exec, stdin). */
+  writeIn(repo, file, bytes) {
+    const name = this.domain(repo).container_name ?? this.domain(repo).containerName;
+    const r = spawnSync("podman", ["exec", "-i", name, "sh", "-c", `mkdir -p "$(dirname '${file}')" && cat > '${file}'`], { input: bytes, timeout: 120_000 });
+    if (r.status !== 0) throw new Error(`writing ${file} in the sandbox: ${r.status} ${r.stderr}`);
+  }
+
+  /**
+   * One session asking the host for several commands at once (each
+   * `{argv, justification?}` taken byte for byte: any character but NUL),
+   * in the background of one `lazaret run`; resolves once the session runs.
+   * Its output has `status<i>=<exit status>` lines when they are answered.
+   */
+  async escalateMany(repo, requests, tag = "h") {
+    const dir = `/tmp/lzv-${tag}`;
+    const nul = "\0";
+    const lines = ["#!/bin/bash", "echo started"];
+    requests.forEach((r, i) => {
+      this.writeIn(repo, `${dir}/argv${i}`, Buffer.from(r.argv.join(nul) + nul, "utf8"));
+      if (r.justification !== undefined) this.writeIn(repo, `${dir}/just${i}`, Buffer.from(r.justification + nul, "utf8"));
+      lines.push(
+        `( mapfile -d '' -t a < ${dir}/argv${i}; ` +
+          (r.justification !== undefined ? `IFS= read -r -d '' j < ${dir}/just${i}; lazaret-escalate --justification "$j" -- "\${a[@]}"` : `lazaret-escalate -- "\${a[@]}"`) +
+          `; echo "status${i}=$?" ) &`,
+      );
+    });
+    lines.push("wait");
+    this.writeIn(repo, `${dir}/run.sh`, Buffer.from(lines.join("\n") + "\n"));
+    const s = this.spawn(repo, `exec bash ${dir}/run.sh`);
+    const line = await s.lines.next();
+    if (line !== "started") throw new Error(`the session did not start: ${line} ${s.stderr()}`);
+    return s;
+  }
+
   execIn(repo, script) {
     const name = this.domain(repo).container_name ?? this.domain(repo).containerName;
     return spawnSync("podman", ["exec", name, "sh", "-c", script], { encoding: "utf8", timeout: 120_000 });

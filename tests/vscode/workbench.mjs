@@ -23,9 +23,7 @@ export class Workbench {
     this.extensions = path.join(this.dir, "extensions");
     this.userData = path.join(this.dir, "user-data");
     fs.mkdirSync(path.join(this.userData, "User"), { recursive: true });
-    fs.writeFileSync(
-      path.join(this.userData, "User/settings.json"),
-      JSON.stringify({
+    this.settings = {
         "lazaret.path": env.binary,
         "workbench.startupEditor": "none",
         "chat.disableAIFeatures": true,
@@ -38,8 +36,155 @@ export class Workbench {
         "update.mode": "none",
         "git.enabled": false,
         "window.commandCenter": false,
-      }),
-    );
+        // Tooltips are surfaces under test: show them without the default delay.
+        "workbench.hover.delay": 200,
+    };
+    this.writeSettings();
+  }
+
+  writeSettings() {
+    fs.writeFileSync(path.join(this.userData, "User/settings.json"), JSON.stringify(this.settings, null, 1));
+  }
+
+  /**
+   * Replaces a JSON file of the user's (settings, keybindings) as a user
+   * does, in its editor (code-server does not notice the file changing on
+   * disk): palette command, select all, the new text, save, close.
+   */
+  async editUserJson(paletteTitle, content) {
+    await this.palette(paletteTitle);
+    const editor = this.page.locator(".editor-instance .monaco-editor").filter({ visible: true }).first();
+    await editor.waitFor({ timeout: 10_000 });
+    await sleep(300);
+    await editor.click({ position: { x: 200, y: 10 } });
+    await this.page.keyboard.press("Control+A");
+    await this.page.keyboard.insertText(content);
+    await this.page.keyboard.press("Control+S");
+    await sleep(500);
+    await this.page.keyboard.press("Control+W");
+  }
+
+  /**
+   * Changes a machine setting (as `lazaret.path`) in the running workbench:
+   * code-server is a remote window, where machine settings apply from the
+   * Remote settings only (from the User settings only at startup).
+   */
+  async setMachineSetting(key, value) {
+    this.machineSettings = { ...(this.machineSettings ?? {}), [key]: value };
+    await this.editUserJson("Preferences: Open Remote Settings (JSON)", JSON.stringify(this.machineSettings));
+  }
+
+  /**
+   * Replaces the user's keybindings in the running workbench. A keybinding
+   * can pass any JSON `args` to a command, as a `command:` link can: the
+   * tests use it to forge arguments.
+   */
+  async setKeybindings(bindings) {
+    const probe = { key: "ctrl+alt+shift+y", command: "workbench.action.showCommands" };
+    await this.editUserJson("Preferences: Open Keyboard Shortcuts (JSON)", JSON.stringify([probe, ...bindings]));
+    // Loaded once the probe opens the command palette.
+    const input = this.page.locator(".quick-input-widget input");
+    const ok = await waitUntil(15_000, async () => {
+      await this.page.keyboard.press("Control+Alt+Shift+KeyY");
+      const shown = await input.isVisible().catch(() => false);
+      if (shown) await this.page.keyboard.press("Escape");
+      return shown;
+    }, 500);
+    if (!ok) throw new Error("the workbench did not load keybindings.json");
+  }
+
+  /** Runs `fn` with a viewport tall enough to render every row of a long list (lists render only what is visible). */
+  async tall(fn, height = 3200) {
+    const size = this.page.viewportSize();
+    await this.page.setViewportSize({ width: size.width, height });
+    await sleep(700);
+    try {
+      return await fn();
+    } finally {
+      await this.page.setViewportSize(size);
+      await sleep(300);
+    }
+  }
+
+  /** Hovers `locator` and returns the text of the hover (tooltip) it shows. */
+  async hoverText(locator, timeout = 5_000) {
+    await this.page.mouse.move(700, 5);
+    await this.page.locator(".monaco-hover, .workbench-hover").filter({ visible: true }).first().waitFor({ state: "detached", timeout: 2_000 }).catch(() => undefined);
+    await locator.hover();
+    const hover = this.page.locator(".monaco-hover, .workbench-hover").filter({ visible: true }).first();
+    await hover.waitFor({ timeout });
+    return hover.textContent();
+  }
+
+  /**
+   * Every surface that can show agent text, as rendered now: the texts, and
+   * what was rendered from them as anything but text (links, HTML elements,
+   * codicons inside labels and messages).
+   */
+  surfaces() {
+    return this.page.evaluate(() => {
+      // The text an element shows (not the CSS of the <style> elements VS Code puts in lists).
+      const textOf = (e) => {
+        let t = "";
+        const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT, { acceptNode: (n) => (n.parentElement?.closest("style, script") ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT) });
+        for (let n = walker.nextNode(); n; n = walker.nextNode()) t += n.nodeValue;
+        return t;
+      };
+      const pane = [...document.querySelectorAll(".pane")].find((p) => p.querySelector('.pane-header[aria-label^="Sandboxes"]'));
+      const visible = (e) => e.offsetParent !== null;
+      // Where text is read from: the parts that can show agent text (not VS Code's own counters and padding).
+      const textParts = {
+        notifications: [...document.querySelectorAll(".notification-toast .notification-list-item-message, .notifications-center .notification-list-item-message")],
+        tree: pane ? [...pane.querySelectorAll(".monaco-list-row")] : [],
+        quickInput: [...document.querySelectorAll(".quick-input-widget")].filter(visible).flatMap((w) => [...w.querySelectorAll(".quick-input-title, .quick-input-message, .quick-input-list .monaco-list-row")]),
+        dialog: [...document.querySelectorAll(".monaco-dialog-box .dialog-message-text, .monaco-dialog-box .dialog-message-detail")],
+        hover: [...document.querySelectorAll(".monaco-hover .hover-contents, .workbench-hover .hover-contents")].filter(visible),
+        status: [...document.querySelectorAll(".statusbar-item")].filter((e) => (e.textContent ?? "").includes("Lazaret")),
+        tabs: [...document.querySelectorAll(".tabs-container .tab .tab-label")],
+        reviewHeaders: [...document.querySelectorAll(".multiDiffEditor .header, .monaco-multi-diff-editor .header")],
+      };
+      // Where rendered elements are looked for: the whole widgets.
+      const areas = {
+        notifications: [...document.querySelectorAll(".notification-toast, .notifications-center .notification-list-item")],
+        tree: pane ? [...pane.querySelectorAll(".monaco-list-row")] : [],
+        quickInput: [...document.querySelectorAll(".quick-input-widget")].filter((e) => e.offsetParent !== null),
+        dialog: [...document.querySelectorAll(".monaco-dialog-box")],
+        hover: [...document.querySelectorAll(".monaco-hover, .workbench-hover")].filter((e) => e.offsetParent !== null),
+        status: [...document.querySelectorAll(".statusbar-item")].filter((e) => (e.textContent ?? "").includes("Lazaret")),
+        tabs: [...document.querySelectorAll(".tabs-container .tab")],
+        reviewHeaders: [...document.querySelectorAll(".multiDiffEditor .header, .monaco-multi-diff-editor .header, .multiDiffEditor .file-path, .monaco-multi-diff-editor .file-path")],
+      };
+      const out = { texts: {}, rendered: [] };
+      // Elements agent text must never become: links, HTML, codicons inside text.
+      const RENDERED = 'a[href^="command:"], a.monaco-link, a[href]:not(.monaco-button):not(.action-label), img, script, iframe, strong, em, b, i:not(.codicon), code, h1, h2, blockquote, del, s';
+      const TEXT_PARTS = ".label-name, .label-description, .monaco-icon-label-container, .notification-list-item-message, .quick-input-title, .quick-input-message, .quick-input-list-label, .quick-input-list-detail, .quick-input-list-description, .dialog-message-text, .dialog-message-detail, .hover-contents, .tab-label, .monaco-icon-name-container, .monaco-icon-description-container";
+      const seen = new Set();
+      for (const [name, list] of Object.entries(areas)) {
+        out.texts[name] = (textParts[name] ?? list).map(textOf);
+        for (const e of list) {
+          for (const r of e.querySelectorAll(RENDERED)) {
+            if (seen.has(r)) continue;
+            seen.add(r);
+            out.rendered.push(`${name}: <${r.tagName.toLowerCase()} class="${r.className}" href="${r.getAttribute("href") ?? ""}">${textOf(r).slice(0, 80)}`);
+          }
+          const parts = e.matches(TEXT_PARTS) ? [e, ...e.querySelectorAll(TEXT_PARTS)] : [...e.querySelectorAll(TEXT_PARTS)];
+          for (const part of parts)
+            for (const icon of part.querySelectorAll(".codicon, [class*='codicon-']")) {
+              if (seen.has(icon)) continue;
+              seen.add(icon);
+              out.rendered.push(`${name}: codicon ${icon.className} in "${textOf(part).slice(0, 80)}"`);
+            }
+        }
+      }
+      // The Lazaret status bar item: its own one codicon, no more.
+      for (const e of areas.status) {
+        const n = e.querySelectorAll(".codicon").length;
+        if (n > 1) out.rendered.push(`status: ${n} codicons in "${textOf(e)}"`);
+      }
+      // Inputs show their value, not text nodes.
+      out.texts.inputs = [...document.querySelectorAll(".quick-input-widget input")].filter((e) => e.offsetParent !== null).map((e) => e.value);
+      return out;
+    });
   }
 
   /** Installs the .vsix with code-server's own CLI; returns the time it took (ms). */
@@ -130,11 +275,29 @@ export class Workbench {
 
   /** Runs a command through the palette with the keyboard alone. */
   async palette(title) {
-    await this.page.keyboard.press("F1");
-    const input = this.page.locator(".quick-input-widget input");
-    await input.waitFor({ state: "visible", timeout: 10_000 });
-    await this.page.keyboard.type(`${title}`);
-    await this.page.locator(".quick-input-widget .monaco-list-row", { hasText: title }).first().waitFor({ timeout: 10_000 });
+    // Twice at most: a palette opened while the workbench moves focus can come up without its list.
+    for (let attempt = 1; ; attempt++) {
+      await this.page.keyboard.press("F1");
+      const input = this.page.locator(".quick-input-widget input");
+      await input.waitFor({ state: "visible", timeout: 10_000 });
+      await this.page.keyboard.type(`${title}`);
+      const shown = await this.page.locator(".quick-input-widget .monaco-list-row", { hasText: title }).first().waitFor({ timeout: attempt === 1 ? 5_000 : 10_000 }).then(() => true, (e) => (attempt === 1 ? false : Promise.reject(e)));
+      if (shown) break;
+      await this.page.keyboard.press("Escape");
+      await sleep(300);
+    }
+    // The row whose label is the title (not merely a longer one that contains it), else the first.
+    const exact = this.page.locator(".quick-input-widget .monaco-list-row").filter({ has: this.page.locator(".label-name", { hasText: new RegExp(`^${title.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}( \\(|$)`) }) }).first();
+    if (await exact.count()) {
+      // Move the focus to it with the keyboard (a click can land on a row the list re-renders).
+      const target = Number(await exact.getAttribute("data-index"));
+      const focused = this.page.locator(".quick-input-widget .monaco-list-row.focused").first();
+      for (let i = 0; i < 20; i++) {
+        const at = Number((await focused.getAttribute("data-index").catch(() => null)) ?? target);
+        if (at === target) break;
+        await this.page.keyboard.press(at < target ? "ArrowDown" : "ArrowUp");
+      }
+    }
     await this.page.keyboard.press("Enter");
   }
 

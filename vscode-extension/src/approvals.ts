@@ -1,44 +1,49 @@
-// Answering escalations: Approve, Deny (optional reason), Edit (shell-quoted
-// argv in an input box, parsed back with the same rules, shown before it runs).
-// From a tree row (the request the user sees), from the tree selection (the
-// keybindings inside the view) or from a quick pick that shows every pending
-// request in full (palette and keybindings elsewhere): never an unseen one.
+// Answering escalations: Approve, Deny (optional reason), Edit (the argv as
+// shell syntax in an input box, parsed back with the same rules, shown before
+// it runs), Show Full Request.
+//
+// What a command acts on: the tree row it was invoked on, when that row is a
+// node this tree created (an identity check, ./nodes: a `command:` link or a
+// keybinding can pass any string or object, which must never answer
+// anything); the selected row (keybindings inside the view); else the
+// request the user picks from a quick pick that shows every pending request
+// (palette, keybindings elsewhere, and any argument that is not ours). Never
+// an unseen request. All agent text is shown through ./text.
 import * as vscode from "vscode";
 import type { Ctx } from "./context";
+import { requestOf } from "./nodes";
 import type { QueueItem } from "./queue";
-import { quoteArgv, splitArgv } from "./shell";
+import { splitArgv } from "./shell";
+import { clip, clipDisplay, displayArgv, escapeUnsafe, inert, noIcons, notice, requestDisplay } from "./text";
+import { domainLabel, LABEL_MAX } from "./tree";
 import { validateCommandLine } from "./validate";
-import type { Node } from "./tree";
-import { domainLabel } from "./tree";
 
-type Target = Node | string | undefined;
-
-function requestIdOf(target: Target): string | undefined {
-  if (typeof target === "string") return target;
-  if (target && target.type === "escalation") return target.requestId;
-  if (target && target.type === "leaf") return target.requestId;
-  return undefined;
-}
+export const REQUEST_SCHEME = "lazaret-request";
 
 async function pick(ctx: Ctx, action: string): Promise<QueueItem | undefined> {
   const items = ctx.manager.queue.list();
   if (!items.length) {
-    void vscode.window.showInformationMessage("Lazaret: no pending escalations.");
+    const problems = ctx.manager.problems();
+    if (problems.length) void vscode.window.showErrorMessage(`Lazaret: cannot ask for pending escalations: ${notice(problems[0].message)}. ${problems[0].fix}`);
+    else void vscode.window.showInformationMessage("Lazaret: no pending escalations.");
     return undefined;
   }
+  // Quick pick labels, descriptions and details render `$(icon)`: noIcons.
   const picked = await vscode.window.showQuickPick(
     items.map((item) => {
       const e = item.escalation;
       const d = ctx.manager.domains.get(item.domain);
       return {
-        label: e.display || quoteArgv(e.argv),
-        description: d ? domainLabel(d) : e.profile,
-        detail: [
-          `cwd ${e.cwd}`,
-          `why: ${e.justification ?? "(none)"}`,
-          ...(e.reasons ?? []).map((r) => `not auto-approved: ${r}`),
-          ...(e.riskNotes ?? []).map((r) => `⚠ ${r}`),
-        ].join(" · "),
+        label: noIcons(clipDisplay(requestDisplay(e), LABEL_MAX)),
+        description: noIcons(d ? domainLabel(d) : inert(e.profile)),
+        detail: noIcons(
+          [
+            `cwd ${clip(e.cwd, 120)}`,
+            `why: ${e.justification ? clip(e.justification, 200) : "(none)"}`,
+            ...(e.reasons ?? []).map((r) => `not auto-approved: ${clipDisplay(r, 160)}`),
+            ...(e.riskNotes ?? []).map((r) => `⚠ ${clipDisplay(r, 160)}`),
+          ].join(" · "),
+        ),
         item,
       };
     }),
@@ -47,16 +52,17 @@ async function pick(ctx: Ctx, action: string): Promise<QueueItem | undefined> {
   return picked?.item;
 }
 
-/** The request a command acts on: the row it was invoked on, else one the user picks. */
-async function target(ctx: Ctx, arg: Target, action: string, fromSelection: boolean): Promise<QueueItem | undefined> {
-  let id = requestIdOf(arg);
-  if (!id && fromSelection) {
+/** The request a command acts on: the row it was invoked on (a node of this tree), the selection, else one the user picks. */
+async function target(ctx: Ctx, arg: unknown, action: string, fromSelection: boolean): Promise<QueueItem | undefined> {
+  let node = ctx.registry.known(arg);
+  if (arg !== undefined && !node) ctx.log.warn(`${action}: ignored an argument that is not a row of the Lazaret view (a command link or keybinding?): asking instead`);
+  if (!node && fromSelection) {
     const view = ctx.treeView;
-    const selected = view?.visible ? (view.selection[0] as Node | undefined) : undefined;
-    id = requestIdOf(selected);
+    node = view?.visible ? ctx.registry.known(view.selection[0]) : undefined;
   }
-  if (id) {
-    const item = ctx.manager.queue.get(id);
+  const request = requestOf(node);
+  if (request) {
+    const item = ctx.manager.queue.get(request.socket, request.requestId);
     if (item) return item;
     void vscode.window.showInformationMessage("Lazaret: that request is no longer pending (answered elsewhere, or timed out).");
     return undefined;
@@ -70,39 +76,44 @@ async function report(ctx: Ctx, outcome: Promise<"answered" | "already-answered"
     if (result === "already-answered") void vscode.window.showWarningMessage(`Lazaret: ${what}: the request was already answered elsewhere.`);
     else ctx.log.info(`${what}: done`);
   } catch (err) {
-    void vscode.window.showErrorMessage(`Lazaret: ${what} failed: ${(err as Error).message}`, { modal: true });
+    // A modal is plain text; the request was not answered and stays listed.
+    void vscode.window.showErrorMessage(`Lazaret: ${what} failed`, { modal: true, detail: `${clip((err as Error).message, 1000)}\n\nThe request is still pending: answer it again, or deny it.` });
   }
 }
 
-export async function approve(ctx: Ctx, arg: Target, fromSelection = false): Promise<void> {
-  const item = await target(ctx, arg, "Approve", fromSelection);
-  if (!item) return;
-  const e = item.escalation;
-  await report(ctx, ctx.manager.respond(e.requestId, "approve"), `approve ${quoteArgv(e.argv)}`);
+/** The command of a request for titles and messages: program first, cut. */
+function shortCommand(item: QueueItem, max = 120): string {
+  return clipDisplay(requestDisplay(item.escalation), max);
 }
 
-export async function deny(ctx: Ctx, arg: Target, fromSelection = false): Promise<void> {
+export async function approve(ctx: Ctx, arg: unknown, fromSelection = false): Promise<void> {
+  const item = await target(ctx, arg, "Approve", fromSelection);
+  if (!item) return;
+  await report(ctx, ctx.manager.respond(item.domain, item.escalation.requestId, "approve"), `approve ${shortCommand(item)}`);
+}
+
+export async function deny(ctx: Ctx, arg: unknown, fromSelection = false): Promise<void> {
   const item = await target(ctx, arg, "Deny", fromSelection);
   if (!item) return;
-  const e = item.escalation;
   const reason = await vscode.window.showInputBox({
-    title: `Lazaret: deny ${quoteArgv(e.argv)}`,
+    title: `Lazaret: deny ${shortCommand(item)}`,
     prompt: "Reason sent back to the agent (optional). Escape keeps the request pending.",
     placeHolder: "reason (optional)",
     ignoreFocusOut: true,
   });
   if (reason === undefined) return;
-  await report(ctx, ctx.manager.respond(e.requestId, "deny", reason.trim() ? { reason: reason.trim() } : {}), `deny ${quoteArgv(e.argv)}`);
+  await report(ctx, ctx.manager.respond(item.domain, item.escalation.requestId, "deny", reason.trim() ? { reason: reason.trim() } : {}), `deny ${shortCommand(item)}`);
 }
 
-export async function edit(ctx: Ctx, arg: Target, fromSelection = false): Promise<void> {
+export async function edit(ctx: Ctx, arg: unknown, fromSelection = false): Promise<void> {
   const item = await target(ctx, arg, "Edit", fromSelection);
   if (!item) return;
   const e = item.escalation;
+  // The whole argv, as shell syntax with no raw unsafe character ($'...' for those words): splitArgv reads it back.
   const line = await vscode.window.showInputBox({
-    title: `Lazaret: edit the command (runs on the host in ${e.cwd})`,
-    prompt: "POSIX shell quoting, no expansion. Escape keeps the request pending.",
-    value: quoteArgv(e.argv),
+    title: `Lazaret: edit the command (runs on the host in ${clip(e.cwd, 120)})`,
+    prompt: "POSIX shell quoting ($'\\n' for escapes), no expansion. Escape keeps the request pending.",
+    value: displayArgv(e.argv),
     ignoreFocusOut: true,
     validateInput: validateCommandLine,
   });
@@ -112,15 +123,15 @@ export async function edit(ctx: Ctx, arg: Target, fromSelection = false): Promis
   const argv = parsed.argv;
   const run = "Run Edited Command";
   const answer = await vscode.window.showWarningMessage(
-    `Run on the host: ${quoteArgv(argv)}`,
+    `Run on the host: ${clipDisplay(displayArgv(argv), 300)}`,
     {
       modal: true,
-      detail: `In ${e.cwd}\nargv: ${JSON.stringify(argv)}\nRequested: ${quoteArgv(e.argv)}`,
+      detail: `In ${clip(e.cwd, 300)}\nargv: ${clipDisplay(JSON.stringify(argv), 1000)}\nRequested: ${clipDisplay(requestDisplay(e), 600)}`,
     },
     run,
   );
   if (answer !== run) return;
-  await report(ctx, ctx.manager.respond(e.requestId, "edit", { argv }), `edit to ${quoteArgv(argv)}`);
+  await report(ctx, ctx.manager.respond(item.domain, e.requestId, "edit", { argv }), `edit to ${clipDisplay(displayArgv(argv), 120)}`);
 }
 
 /** Focuses the view and reveals the oldest pending request. */
@@ -130,4 +141,58 @@ export async function showPending(ctx: Ctx): Promise<void> {
   if (first && ctx.treeView && ctx.tree) {
     await ctx.treeView.reveal(ctx.tree.escalationNode(first.domain, first.escalation.requestId), { select: true, focus: true, expand: true });
   }
+}
+
+/** Splits escaped text into lines of about `width` characters, never inside an escape. */
+function wrapped(text: string, width: number, escape: (ch: string) => string, indent: string): string[] {
+  const lines: string[] = [];
+  let line = "";
+  for (const ch of text) {
+    const piece = escape(ch);
+    if (line.length + piece.length > width) {
+      lines.push(line);
+      line = "";
+    }
+    line += piece;
+  }
+  lines.push(line);
+  return lines.map((l, i) => (i ? indent + l : l));
+}
+
+/** The whole request as inert text (for a read-only document). */
+export function fullRequestText(item: QueueItem, domain: string): string {
+  const e = item.escalation;
+  const WIDTH = 160;
+  const block = (text: string) => wrapped(text, WIDTH, (c) => inert(c), "    ");
+  return [
+    `Lazaret: host escalation request ${inert(e.requestId)} of ${domain}`,
+    "Everything the agent wrote is shown escaped (\\n, \\e, \\x07, \\u{202e}, \\\\ ...); long lines are wrapped at",
+    `${WIDTH} characters (continuation lines are indented). Nothing here runs; answer in the Lazaret view.`,
+    "",
+    `Command (${e.argv.length} word(s), ${e.argv.reduce((n, w) => n + [...w].length, 0)} characters; program first):`,
+    ...wrapped(displayArgv(e.argv), WIDTH, (c) => c, "    "),
+    "",
+    "The words, one per line:",
+    ...e.argv.flatMap((w, i) => block(w).map((l, j) => (j ? l : `[${i}] ${l}`))),
+    "",
+    `cwd: ${inert(e.cwd)}`,
+    "Justification (the agent's words):",
+    ...(e.justification ? block(e.justification) : ["(none)"]),
+    "",
+    ...(e.reasons ?? []).map((r) => `not auto-approved: ${escapeUnsafe(r)}`),
+    ...(e.riskNotes ?? []).map((r) => `risk: ${escapeUnsafe(r)}`),
+    `received ${new Date(e.receivedAtMs).toISOString()}, denied if nobody answers by ${new Date(e.expiresAtMs).toISOString()}`,
+    "",
+  ].join("\n");
+}
+
+/** Opens the whole request (no cut) in a read-only document. */
+export async function showFullRequest(ctx: Ctx, documents: Map<string, string>, arg: unknown, fromSelection = false): Promise<void> {
+  const item = await target(ctx, arg, "Show Full Request", fromSelection);
+  if (!item) return;
+  const d = ctx.manager.domains.get(item.domain);
+  const uri = vscode.Uri.from({ scheme: REQUEST_SCHEME, path: `/request-${item.escalation.requestId.slice(0, 12).replace(/[^0-9A-Za-z]/g, "_")}.txt`, query: `t=${Date.now()}` });
+  documents.set(uri.toString(), fullRequestText(item, d ? domainLabel(d) : "its domain"));
+  const doc = await vscode.workspace.openTextDocument(uri);
+  await vscode.window.showTextDocument(doc, { preview: false });
 }

@@ -28,6 +28,17 @@ export class RpcError extends Error {
 export const NOT_PENDING = 1007;
 export const NO_SIDECAR = 1008;
 export const METHOD_NOT_FOUND = -32601;
+/** Not an answer of the coordinator: it did not answer in time. */
+export const TIMED_OUT = -2;
+
+function withTimeout<T>(promise: Promise<T>, method: string, timeoutMs?: number): Promise<T> {
+  if (!timeoutMs) return promise;
+  let timer: NodeJS.Timeout;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new RpcError(method, TIMED_OUT, `no answer to ${method} in ${timeoutMs / 1000} s`)), timeoutMs);
+  });
+  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
+}
 
 export class CoordinatorClient {
   private connection: MessageConnection;
@@ -93,25 +104,29 @@ export class CoordinatorClient {
     this.eventHandlers.push(handler);
   }
 
-  /** One typed request; parameters by name. */
-  async request<M extends keyof Methods>(method: M, params: Methods[M]["params"]): Promise<Methods[M]["result"]> {
+  /**
+   * One typed request; parameters by name. With `timeoutMs`, a coordinator
+   * that does not answer in time is an error (RpcError code TIMED_OUT), so
+   * that a client that could not ask never passes for one told "nothing".
+   */
+  async request<M extends keyof Methods>(method: M, params: Methods[M]["params"], timeoutMs?: number): Promise<Methods[M]["result"]> {
     const started = Date.now();
     this.log("debug", `-> ${method} ${JSON.stringify(params)}`);
     try {
-      const result = await this.connection.sendRequest<Methods[M]["result"]>(method, ParameterStructures.byName, params ?? {});
+      const result = await withTimeout(this.connection.sendRequest<Methods[M]["result"]>(method, ParameterStructures.byName, params ?? {}), method, timeoutMs);
       this.log("debug", `<- ${method} (${Date.now() - started} ms) ${truncate(JSON.stringify(result))}`);
       return result;
     } catch (err) {
-      const e = err instanceof ResponseError ? new RpcError(method, err.code, err.message) : new RpcError(method, -1, String((err as Error)?.message ?? err));
+      const e = err instanceof RpcError ? err : err instanceof ResponseError ? new RpcError(method, err.code, err.message) : new RpcError(method, -1, String((err as Error)?.message ?? err));
       this.log("debug", `<- ${method} error ${e.code}: ${e.message}`);
       throw e;
     }
   }
 
   /** `events/subscribe`: the subscription id. */
-  async subscribe(): Promise<string> {
+  async subscribe(timeoutMs?: number): Promise<string> {
     this.log("debug", `-> ${SUBSCRIPTION.subscribe}`);
-    const id = await this.connection.sendRequest<string>(SUBSCRIPTION.subscribe, ParameterStructures.byPosition);
+    const id = await withTimeout(this.connection.sendRequest<string>(SUBSCRIPTION.subscribe, ParameterStructures.byPosition), SUBSCRIPTION.subscribe, timeoutMs);
     this.subscription = String(id);
     this.log("debug", `<- ${SUBSCRIPTION.subscribe} ${this.subscription}`);
     return this.subscription;

@@ -5,12 +5,16 @@ import * as cp from "node:child_process";
 import * as vscode from "vscode";
 import type { Runner } from "./discovery";
 import { DomainManager } from "./domains";
+import { NodeRegistry } from "./nodes";
+import { escapeUnsafe } from "./text";
 import type { LazaretTree, Node } from "./tree";
 
 export class Ctx implements vscode.Disposable {
   readonly log: vscode.LogOutputChannel;
   readonly manager: DomainManager;
   readonly disposables: vscode.Disposable[] = [];
+  /** The nodes the tree handed out: the only arguments commands act on. */
+  readonly registry = new NodeRegistry();
   treeView?: vscode.TreeView<Node>;
   tree?: LazaretTree;
 
@@ -20,8 +24,10 @@ export class Ctx implements vscode.Disposable {
     this.manager = new DomainManager({
       run: this.run,
       folders: () => (vscode.workspace.workspaceFolders ?? []).filter((f) => f.uri.scheme === "file").map((f) => f.uri.fsPath),
-      log: (level, message) => this.log[level](message),
+      // The traffic carries agent text: no raw control or bidi character in the Output view.
+      log: (level, message) => this.log[level](escapeUnsafe(message)),
       git: (argv) => this.exec("git", argv),
+      binary: () => this.binary,
     });
   }
 
@@ -34,7 +40,7 @@ export class Ctx implements vscode.Disposable {
   readonly run: Runner = (argv) => this.exec(this.binary, argv);
 
   exec(file: string, argv: string[], cwd?: string): Promise<{ code: number; stdout: string; stderr: string }> {
-    this.log.debug(`exec ${file} ${argv.join(" ")}`);
+    this.log.debug(escapeUnsafe(`exec ${file} ${argv.join(" ")}`));
     return new Promise((resolve) => {
       cp.execFile(file, argv, { cwd, timeout: 60_000, maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
         const code = err ? (typeof (err as { code?: unknown }).code === "number" ? ((err as { code: number }).code) : 127) : 0;

@@ -3,7 +3,7 @@
 // coordinator with one event subscription; reconnects when a coordinator comes
 // back on the same path; resyncs after `eventsLagged` or a gap. Node only.
 import * as fs from "node:fs";
-import { CoordinatorClient, Log, METHOD_NOT_FOUND, NO_SIDECAR, NOT_PENDING, RpcError } from "./client";
+import { CoordinatorClient, Log, METHOD_NOT_FOUND, NO_SIDECAR, NOT_PENDING, RpcError, TIMED_OUT } from "./client";
 import { discover, Discovery, isSocket, Runner, scanSockets } from "./discovery";
 import {
   AuditRecord,
@@ -16,7 +16,7 @@ import {
   PendingEscalation,
   SequencedEvent,
 } from "./protocol";
-import { PendingQueue } from "./queue";
+import { PendingQueue, QueueItem } from "./queue";
 import { Sequencer } from "./sequencer";
 
 export interface DnsRefusal {
@@ -39,6 +39,8 @@ export interface DomainState {
   branchError?: string;
   /** Commits of the agent branch ahead of its base, and its last commit (host git). */
   branchInfo?: { ahead: number; last: string };
+  /** The commits of the last review opened in this window: a merge takes that head, or nothing. */
+  reviewed?: { branch: string; base: string | null; head: string };
   audit?: AuditRecord[];
   dnsRefusals: DnsRefusal[];
   seq: Sequencer;
@@ -46,11 +48,38 @@ export interface DomainState {
   seqReported?: boolean;
   resyncs: number;
   lastError?: string;
+  /**
+   * Why this domain's pending requests are not known: its coordinator did not
+   * answer, or `escalation/list` failed. Shown as that failure, never as an
+   * empty queue; cleared by the next list that succeeds.
+   */
+  problem?: string;
+  /** No new attempt before this time (ms) after a failure. */
+  retryAt?: number;
+  resyncing?: boolean;
 }
 
 export type Change = "pending" | "domains" | "details";
 
+/** A failure to ask a domain, already recorded as its `problem`. */
+class AskFailed extends Error {}
+
 const RECENT = 10;
+/** How long the queue's own calls (subscribe, list, status) may take before the coordinator counts as not answering. */
+export const ASK_TIMEOUT_MS = 8000;
+/** Wait between attempts at a domain that failed. */
+const RETRY_MS = 3000;
+
+/** What a failed discovery means to the user, and the fix. */
+export function discoveryProblem(error: string, binary: string): { message: string; fix: string } {
+  const missing = /ENOENT|EACCES|not found|No such file/i.test(error);
+  return {
+    message: missing ? `cannot run the lazaret binary \`${binary}\` (${error})` : `\`${binary} editor-info\` failed (${error})`,
+    fix: missing
+      ? "Set the `lazaret.path` setting to the lazaret binary (an absolute path, or a name on PATH; in a remote window, in the Remote settings), then run Lazaret: Refresh."
+      : "Check `lazaret editor-info --json` in a terminal (and the `lazaret.path` setting), then run Lazaret: Refresh.",
+  };
+}
 
 /** An audit record of an older coordinator (snake_case) as the current camelCase one. */
 export function camelAudit(raw: Record<string, unknown>): AuditRecord {
@@ -64,6 +93,10 @@ export interface ManagerOptions {
   folders: () => string[];
   log: Log;
   pollMs?: number;
+  /** The lazaret binary as configured (for messages). */
+  binary?: () => string;
+  /** Overrides ASK_TIMEOUT_MS (tests). */
+  askTimeoutMs?: number;
   /** `git ARGS` in a host directory (commits ahead, last commit). */
   git?: Runner;
 }
@@ -73,20 +106,26 @@ export class DomainManager {
   readonly domains = new Map<string, DomainState>();
   info?: Discovery;
   discoveryError?: string;
+  /** Whether a discovery has finished (before it, nothing was asked yet). */
+  discovered = false;
   private listeners: Array<(change: Change, detail?: unknown) => void> = [];
-  private newRequestListeners: Array<(e: PendingEscalation) => void> = [];
+  private newRequestListeners: Array<(item: QueueItem) => void> = [];
   private timer?: NodeJS.Timeout;
   private watcher?: fs.FSWatcher;
   private disposed = false;
 
   constructor(private readonly opts: ManagerOptions) {}
 
+  private get askTimeout(): number {
+    return this.opts.askTimeoutMs ?? ASK_TIMEOUT_MS;
+  }
+
   onChange(listener: (change: Change) => void): void {
     this.listeners.push(listener);
   }
 
   /** A request this window has not seen before (from an event or a list). */
-  onNewRequest(listener: (e: PendingEscalation) => void): void {
+  onNewRequest(listener: (item: QueueItem) => void): void {
     this.newRequestListeners.push(listener);
   }
 
@@ -94,11 +133,27 @@ export class DomainManager {
     for (const l of this.listeners) l(change);
   }
 
-  private announce(ids: string[]): void {
-    for (const id of ids) {
-      const item = this.queue.get(id);
-      if (item) for (const l of this.newRequestListeners) l(item.escalation);
+  private announce(items: QueueItem[]): void {
+    for (const item of items) for (const l of this.newRequestListeners) l(item);
+  }
+
+  /**
+   * Why this window cannot say what is pending, with the fix: a failed
+   * discovery, a coordinator that does not answer, a failed list. Empty when
+   * every known domain was asked and answered.
+   */
+  problems(): Array<{ socket?: string; message: string; fix: string }> {
+    const out: Array<{ socket?: string; message: string; fix: string }> = [];
+    if (this.discoveryError) out.push(discoveryProblem(this.discoveryError, this.opts.binary?.() ?? "lazaret"));
+    for (const d of this.domains.values()) {
+      if (d.problem)
+        out.push({
+          socket: d.socket,
+          message: d.problem,
+          fix: "Check it with `lazaret pending` in a terminal; Lazaret: Refresh asks again (it retries by itself).",
+        });
     }
+    return out;
   }
 
   /** Discovers the domains, connects, then keeps scanning the socket root. */
@@ -120,10 +175,13 @@ export class DomainManager {
       this.opts.log("info", `discovered: socket root ${this.info.socketRoot}, ${this.info.domains.length} running domain(s), ${this.info.folders.length} folder domain(s)${this.info.legacy ? " (lazaret without editor-info --workspace: fallback to lazaret domain --json)" : ""}`);
     } catch (err) {
       this.discoveryError = (err as Error).message;
+      this.discovered = true;
       this.opts.log("error", this.discoveryError);
+      this.emit("pending");
       this.emit("domains");
       return;
     }
+    this.discovered = true;
     const folderSockets = new Set(this.info.folders.map((f) => f.controlSocket));
     for (const [key, state] of this.domains) {
       if (state.folder && !folderSockets.has(key)) {
@@ -137,6 +195,7 @@ export class DomainManager {
     }
     for (const d of this.info.domains) this.ensure(d.controlSocket);
     this.watchRoot();
+    this.emit("pending");
     this.emit("domains");
     this.scan();
   }
@@ -168,10 +227,31 @@ export class DomainManager {
     if (!this.watcher) this.watchRoot();
     const live = new Set(scanSockets(this.info.socketRoot));
     for (const state of this.domains.values()) if (state.folder && isSocket(state.socket)) live.add(state.socket);
+    // A domain that failed and whose socket is gone: its coordinator ended, nothing waits there.
+    for (const [socket, state] of this.domains) {
+      if (!live.has(socket) && !state.client && !state.connecting && state.problem) {
+        state.problem = undefined;
+        if (!state.folder) this.domains.delete(socket);
+        this.emit("pending");
+        this.emit("domains");
+      }
+    }
+    const now = Date.now();
     for (const socket of live) {
       const state = this.ensure(socket);
+      if ((state.retryAt ?? 0) > now) continue;
       if (!state.client && !state.connecting) void this.connect(state);
+      else if (state.client && state.problem && !state.resyncing) void this.resync(state).catch(() => undefined);
     }
+  }
+
+  /** Records why a domain could not be asked, and waits a little before the next attempt. */
+  private fail(state: DomainState, message: string): void {
+    state.problem = message;
+    state.retryAt = Date.now() + RETRY_MS;
+    this.opts.log("warn", `${state.socket}: ${message}`);
+    this.emit("pending");
+    this.emit("domains");
   }
 
   private async connect(state: DomainState): Promise<void> {
@@ -181,7 +261,11 @@ export class DomainManager {
       client = await CoordinatorClient.connect(state.socket, this.opts.log);
     } catch (err) {
       state.connecting = false;
-      state.lastError = (err as Error).message;
+      const e = err as NodeJS.ErrnoException;
+      state.lastError = e.message;
+      // Nobody listens there (a socket left by a coordinator that ended): no request can wait on it.
+      if (e.code === "ECONNREFUSED" || e.code === "ENOENT") return;
+      this.fail(state, `the coordinator does not answer (${e.message})`);
       return;
     }
     if (this.disposed) return client.dispose();
@@ -191,11 +275,13 @@ export class DomainManager {
     client.onEvent((event) => this.onEvent(state, event));
     client.onClose(() => this.onClosed(state, client));
     try {
-      await client.subscribe();
+      await client.subscribe(this.askTimeout).catch((err: Error) => {
+        throw new Error(`the coordinator does not answer (${err.message})`);
+      });
       await this.resync(state);
       this.opts.log("info", `connected to ${state.socket} (${state.status?.profile} ${state.status?.workspace})`);
     } catch (err) {
-      this.opts.log("warn", `${state.socket}: ${(err as Error).message}`);
+      if (!(err instanceof AskFailed)) this.fail(state, (err as Error).message);
       client.dispose();
       this.onClosed(state, client);
     } finally {
@@ -211,24 +297,42 @@ export class DomainManager {
     state.network = undefined;
     state.branch = undefined;
     this.queue.dropDomain(state.socket);
-    if (!state.folder) this.domains.delete(state.socket);
+    // A domain that failed stays, to show the failure (until its socket goes away).
+    if (!state.folder && !state.problem) this.domains.delete(state.socket);
     this.emit("pending");
     this.emit("domains");
   }
 
-  /** Lists the queue and the status again (on connect, after lost events). */
+  /**
+   * Lists the queue and the status again (on connect, after lost events, on
+   * Refresh). A list that fails or does not come in time leaves the domain
+   * with a `problem` (shown as such) and rejects.
+   */
   async resync(state: DomainState): Promise<void> {
     const client = state.client;
     if (!client) return;
     state.resyncs++;
-    const [list, status] = await Promise.all([
-      client.request(METHODS.escalationList, {}),
-      client.request(METHODS.domainStatus, {}),
-    ]);
-    state.status = status;
-    this.announce(this.queue.replace(state.socket, list));
-    this.emit("pending");
-    this.emit("domains");
+    state.resyncing = true;
+    try {
+      const [list, status] = await Promise.all([
+        client.request(METHODS.escalationList, {}, this.askTimeout),
+        client.request(METHODS.domainStatus, {}, this.askTimeout),
+      ]);
+      if (!Array.isArray(list)) throw new Error(`${METHODS.escalationList} answered with no list`);
+      state.status = status;
+      state.problem = undefined;
+      state.retryAt = undefined;
+      this.announce(this.queue.replace(state.socket, list));
+    } catch (err) {
+      const e = err as RpcError;
+      const problem = e.code === TIMED_OUT ? `the coordinator does not answer (${e.message})` : `${e.method ?? METHODS.escalationList} failed: ${e.message}`;
+      this.fail(state, problem);
+      throw new AskFailed(problem);
+    } finally {
+      state.resyncing = false;
+      this.emit("pending");
+      this.emit("domains");
+    }
   }
 
   /** Network policy, agent branch and recent audit records (not on the approval path). */
@@ -291,16 +395,18 @@ export class DomainManager {
     const verdict = state.seq.accept(event);
     if (verdict.resync) {
       this.opts.log("warn", `${state.socket}: events lost (${event.kind === "eventsLagged" ? `eventsLagged, ${event.dropped} dropped` : `gap before seq ${event.seq}`}): resync`);
-      void this.resync(state).then(() => this.refreshDetails(state));
+      void this.resync(state).then(() => this.refreshDetails(state), () => undefined);
     }
     if (!verdict.apply) return;
     switch (event.kind) {
-      case "escalationPending":
-        if (this.queue.add(state.socket, event.escalation)) this.announce([event.escalation.requestId]);
+      case "escalationPending": {
+        const item = this.queue.add(state.socket, event.escalation);
+        if (item) this.announce([item]);
         this.emit("pending");
         break;
+      }
       case "escalationResolved":
-        this.queue.resolve(event.requestId);
+        this.queue.resolve(state.socket, event.requestId);
         this.emit("pending");
         break;
       case "escalationFinished":
@@ -349,27 +455,31 @@ export class DomainManager {
   }
 
   /**
-   * Answers a request as client `vscode`. Returns "answered", or
-   * "already-answered" when another client was first (1007).
+   * Answers the request `requestId` of `domain` as client `vscode`. Returns
+   * "answered", or "already-answered" when another client was first (1007);
+   * either way the request leaves the queue. Any other failure (the
+   * coordinator refused the answer, e.g. 1004 for an empty edit, or the
+   * connection broke) rejects and leaves the request pending: it was not
+   * answered, so it stays listed (the coordinator's `escalationResolved`
+   * event removes it if it was).
    */
-  async respond(requestId: string, decision: Decision, extra: { argv?: string[]; reason?: string } = {}): Promise<"answered" | "already-answered"> {
-    const item = this.queue.get(requestId);
-    const state = item ? this.domains.get(item.domain) : undefined;
-    if (!item || !state?.client) {
-      this.queue.resolve(requestId);
-      this.emit("pending");
-      return "already-answered";
-    }
+  async respond(domain: string, requestId: string, decision: Decision, extra: { argv?: string[]; reason?: string } = {}): Promise<"answered" | "already-answered"> {
+    if (!this.queue.has(domain, requestId)) return "already-answered";
+    const client = this.domains.get(domain)?.client;
+    if (!client) throw new Error("the domain's coordinator is not connected; the request was not answered");
     try {
-      await state.client.request(METHODS.escalationRespond, { requestId, decision, client: "vscode", ...extra });
-      return "answered";
+      await client.request(METHODS.escalationRespond, { requestId, decision, client: "vscode", ...extra });
     } catch (err) {
-      if (err instanceof RpcError && err.code === NOT_PENDING) return "already-answered";
+      if (err instanceof RpcError && err.code === NOT_PENDING) {
+        this.queue.resolve(domain, requestId);
+        this.emit("pending");
+        return "already-answered";
+      }
       throw err;
-    } finally {
-      this.queue.resolve(requestId);
-      this.emit("pending");
     }
+    this.queue.resolve(domain, requestId);
+    this.emit("pending");
+    return "answered";
   }
 
   /** Connected domains (with a status). */

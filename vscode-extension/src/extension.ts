@@ -1,6 +1,8 @@
 // Lazaret for VS Code: a thin extension host over the typed coordinator client
 // (./client, ./domains). State lives in one Ctx; this file wires it to the
-// status bar, the tree, the commands and the review.
+// status bar, the tree, the commands and the review. Agent text reaches no
+// surface raw (./text); notifications carry none at all (VS Code renders
+// `[x](command:...)` in them as a live link): they point at the view.
 import * as vscode from "vscode";
 import * as approvals from "./approvals";
 import { Ctx } from "./context";
@@ -8,8 +10,8 @@ import { profilesFromConfigShow } from "./discovery";
 import { camelAudit } from "./domains";
 import { METHODS, NetworkPolicy } from "./protocol";
 import { ContentProvider, mergeBranch, openBranchDiff, pickDomain, SCHEME, WarningDecorations } from "./review";
-import { quoteArgv } from "./shell";
-import { domainLabel, LazaretTree, Node } from "./tree";
+import { clip, clipDisplay, displayArgv, inert, notice, requestDisplay } from "./text";
+import { domainLabel, LazaretTree } from "./tree";
 
 const AUDIT_SCHEME = "lazaret-audit";
 let current: Ctx | undefined;
@@ -26,20 +28,38 @@ export async function activate(extension: vscode.ExtensionContext): Promise<void
   status.command = "lazaret.showPending";
   ctx.disposables.push(status);
 
-  const tree = new LazaretTree(ctx);
+  const tree = new LazaretTree(ctx, ctx.registry);
   ctx.tree = tree;
   const view = vscode.window.createTreeView("lazaret.tree", { treeDataProvider: tree, showCollapseAll: true });
   ctx.treeView = view;
   ctx.disposables.push(view);
 
+  // The status bar renders `$(icon)` in its text: only our own text goes there.
+  // A window that could not ask says so (with the fix), never "0 pending".
   const renderPending = () => {
     const items = ctx.manager.queue.list();
     const n = items.length;
-    status.text = `$(shield) Lazaret: ${n} pending`;
-    status.tooltip = n ? `Host escalations waiting for you:\n${items.map((i) => quoteArgv(i.escalation.argv)).join("\n")}` : "No host escalation is waiting";
-    status.backgroundColor = n ? new vscode.ThemeColor("statusBarItem.warningBackground") : undefined;
+    const problems = ctx.manager.problems();
+    const waiting = n ? `Host escalations waiting for you (answer them in the Lazaret view):\n${items.map((i) => `• ${clipDisplay(requestDisplay(i.escalation), 120)}`).join("\n")}` : "";
+    if (problems.length) {
+      status.text = `$(error) Lazaret: cannot ask${n ? ` · ${n} pending` : ""}`;
+      status.tooltip = [
+        "Lazaret cannot tell what is pending:",
+        ...problems.map((p) => `• ${clip(p.message, 400)}\n  Fix: ${p.fix}`),
+        ...(waiting ? ["", waiting] : []),
+      ].join("\n");
+      status.backgroundColor = new vscode.ThemeColor("statusBarItem.errorBackground");
+    } else if (!ctx.manager.discovered) {
+      status.text = "$(sync~spin) Lazaret: asking…";
+      status.tooltip = "Lazaret: finding the coordinators (lazaret editor-info)";
+      status.backgroundColor = undefined;
+    } else {
+      status.text = `$(shield) Lazaret: ${n} pending`;
+      status.tooltip = n ? waiting : "No host escalation is waiting";
+      status.backgroundColor = n ? new vscode.ThemeColor("statusBarItem.warningBackground") : undefined;
+    }
     status.show();
-    view.badge = n ? { value: n, tooltip: `${n} pending escalation(s)` } : undefined;
+    view.badge = n ? { value: n, tooltip: `${n} pending escalation(s)` } : problems.length ? { value: 1, tooltip: "Lazaret cannot ask: see the view" } : undefined;
     void vscode.commands.executeCommand("setContext", "lazaret.pending", n);
   };
   renderPending();
@@ -63,39 +83,47 @@ export async function activate(extension: vscode.ExtensionContext): Promise<void
       refreshTree(true);
     } else refreshTree();
   });
-  // A notification only points at the queue; the answer is given in the tree.
-  ctx.manager.onNewRequest((e) => {
+  // A notification only points at the queue, with no agent text at all
+  // (notifications render links and icons): the request is shown, and
+  // answered, in the tree.
+  ctx.manager.onNewRequest((item) => {
     const show = "Show Pending";
-    void vscode.window.showWarningMessage(`Lazaret: the sandbox asks to run \`${quoteArgv(e.argv)}\` on the host. Answer it in the Lazaret view.`, show).then((a) => {
+    const d = ctx.manager.domains.get(item.domain);
+    void vscode.window.showWarningMessage(`Lazaret: the sandbox of ${notice(d ? domainLabel(d) : "a domain", 80)} asks to run a command on the host. Answer it in the Lazaret view.`, show).then((a) => {
       if (a === show) void approvals.showPending(ctx);
     });
   });
 
   const provider = new ContentProvider(ctx);
   const decorations = new WarningDecorations();
+  const requests = new Map<string, string>();
   ctx.disposables.push(
     vscode.workspace.registerTextDocumentContentProvider(SCHEME, provider),
     vscode.workspace.registerTextDocumentContentProvider(AUDIT_SCHEME, { provideTextDocumentContent: (uri) => auditText(ctx, uri) }),
+    vscode.workspace.registerTextDocumentContentProvider(approvals.REQUEST_SCHEME, { provideTextDocumentContent: (uri) => requests.get(uri.toString()) ?? "(lazaret: this request document is gone; open it again from the Lazaret view)\n" }),
     vscode.window.registerFileDecorationProvider(decorations),
   );
 
+  // Every command may be run by a `command:` link or a keybinding with any
+  // argument: each acts only on a node of the tree (ctx.registry), else asks.
   const command = (id: string, fn: (...args: any[]) => unknown) => ctx.disposables.push(vscode.commands.registerCommand(id, fn));
-  command("lazaret.approve", (arg?: Node) => approvals.approve(ctx, arg));
-  command("lazaret.deny", (arg?: Node) => approvals.deny(ctx, arg));
-  command("lazaret.edit", (arg?: Node) => approvals.edit(ctx, arg));
+  command("lazaret.approve", (arg?: unknown) => approvals.approve(ctx, arg));
+  command("lazaret.deny", (arg?: unknown) => approvals.deny(ctx, arg));
+  command("lazaret.edit", (arg?: unknown) => approvals.edit(ctx, arg));
+  command("lazaret.showFullRequest", (arg?: unknown) => approvals.showFullRequest(ctx, requests, arg, true));
   command("lazaret.approveSelected", () => approvals.approve(ctx, undefined, true));
   command("lazaret.denySelected", () => approvals.deny(ctx, undefined, true));
   command("lazaret.editSelected", () => approvals.edit(ctx, undefined, true));
   command("lazaret.showPending", () => approvals.showPending(ctx));
   command("lazaret.openBranchDiff", (arg?: unknown) => openBranchDiff(ctx, provider, decorations, arg));
-  command("lazaret.mergeBranch", (arg?: unknown) => mergeBranch(ctx, arg));
+  command("lazaret.mergeBranch", (arg?: unknown) => mergeBranch(ctx, provider, decorations, arg));
   command("lazaret.startSession", (arg?: unknown) => startSession(ctx, arg));
   command("lazaret.networkAllow", (arg?: unknown) => network(ctx, "allow", arg));
   command("lazaret.networkDeny", (arg?: unknown) => network(ctx, "deny", arg));
   command("lazaret.showAudit", (arg?: unknown) => showAudit(ctx, arg));
   command("lazaret.refresh", async () => {
     await ctx.manager.rediscover();
-    await Promise.all(ctx.manager.connected().map((d) => ctx.manager.resync(d).then(() => ctx.manager.refreshDetails(d))));
+    await Promise.all(ctx.manager.connected().map((d) => ctx.manager.resync(d).then(() => ctx.manager.refreshDetails(d), () => undefined)));
   });
 
   ctx.disposables.push(
@@ -116,8 +144,16 @@ export function deactivate(): void {
   current = undefined;
 }
 
-async function folderFor(arg: unknown): Promise<string | undefined> {
-  if (typeof arg === "string" && arg.startsWith("/")) return arg;
+/** The folder of a tree row (its domain's workspace), else the only workspace folder, else the user's pick; never a path from a link. */
+async function folderFor(ctx: Ctx, arg: unknown): Promise<string | undefined> {
+  const node = ctx.registry.known(arg);
+  if (arg !== undefined && !node) ctx.log.warn("Start Agent Session: ignored an argument that is not a row of the Lazaret view");
+  if (node?.type === "leaf" && node.folder) return node.folder;
+  if (node && node.type === "domain") {
+    const d = ctx.manager.domains.get(node.socket);
+    const ws = d?.folder?.workspace ?? d?.status?.workspace;
+    if (ws) return ws;
+  }
   const folders = (vscode.workspace.workspaceFolders ?? []).filter((f) => f.uri.scheme === "file");
   if (folders.length <= 1) return folders[0]?.uri.fsPath;
   const f = await vscode.window.showWorkspaceFolderPick({ placeHolder: "Lazaret: the workspace of the agent session" });
@@ -125,7 +161,7 @@ async function folderFor(arg: unknown): Promise<string | undefined> {
 }
 
 async function startSession(ctx: Ctx, arg?: unknown): Promise<void> {
-  const dir = await folderFor(arg);
+  const dir = await folderFor(ctx, arg);
   if (!dir) {
     void vscode.window.showWarningMessage("Lazaret: open a folder (the top level of a git repository) first.");
     return;
@@ -141,7 +177,7 @@ async function startSession(ctx: Ctx, arg?: unknown): Promise<void> {
   const profile =
     profiles.length === 1
       ? profiles[0]
-      : (await vscode.window.showQuickPick(profiles.map((p) => ({ label: p, description: p === defaultProfile ? "default" : undefined })), { title: `Lazaret: agent profile for ${dir}` }))?.label;
+      : (await vscode.window.showQuickPick(profiles.map((p) => ({ label: p, description: p === defaultProfile ? "default" : undefined })), { title: `Lazaret: agent profile for ${inert(dir)}` }))?.label;
   if (!profile) return;
   const terminal = vscode.window.createTerminal({ name: `Lazaret: ${profile}`, shellPath: ctx.binary, shellArgs: ["run", "--profile", profile, "--workspace", dir], cwd: dir });
   terminal.show();
@@ -162,10 +198,10 @@ async function network(ctx: Ctx, action: "allow" | "deny", arg?: unknown): Promi
   try {
     const policy: NetworkPolicy = await d.client.request(method, { rule: rule.trim() });
     d.network = policy;
-    void vscode.window.showInformationMessage(`Lazaret: ${action} ${rule.trim()}: now allow [${policy.allow.join(", ")}], deny [${policy.deny.join(", ")}].`);
+    void vscode.window.showInformationMessage(`Lazaret: ${action} ${notice(rule.trim(), 200)}: now allow [${notice(policy.allow.join(", "))}], deny [${notice(policy.deny.join(", "))}].`);
     void ctx.manager.refreshDetails(d, ["network", "audit"]);
   } catch (err) {
-    void vscode.window.showErrorMessage(`Lazaret: ${method} failed: ${(err as Error).message}`);
+    void vscode.window.showErrorMessage(`Lazaret: ${method} failed: ${notice((err as Error).message)}`);
   }
 }
 
@@ -185,18 +221,19 @@ async function auditText(ctx: Ctx, uri: vscode.Uri): Promise<string> {
     d.client.request(METHODS.auditList, { limit: 500 }),
     d.client.request(METHODS.auditVerify, {}).catch((e: Error) => ({ intact: false, records: 0, problem: e.message, problemAt: null })),
   ]);
+  // Agent text (argv, reasons, justifications) one line each, escaped; very long values cut.
   const lines = [
-    `Lazaret audit trail of ${d.status?.workspace} (${d.status?.profile}, domain ${d.status?.domainHash})`,
-    `Hash chain: ${verify.intact ? "intact" : `BROKEN at ${verify.problemAt}: ${verify.problem}`} (${verify.records} records)`,
+    `Lazaret audit trail of ${inert(d.status?.workspace)} (${inert(d.status?.profile)}, domain ${inert(d.status?.domainHash)})`,
+    `Hash chain: ${verify.intact ? "intact" : `BROKEN at ${inert(String(verify.problemAt))}: ${clip(verify.problem, 500)}`} (${verify.records} records)`,
     "",
   ];
   for (const raw of records as unknown as Record<string, unknown>[]) {
     const a = camelAudit(raw);
     const when = new Date(a.decidedAtMs ?? a.receivedAtMs).toISOString();
-    const ran = a.executedArgv && JSON.stringify(a.executedArgv) !== JSON.stringify(a.requestedArgv) ? ` -> ${quoteArgv(a.executedArgv)}` : "";
+    const ran = a.executedArgv && JSON.stringify(a.executedArgv) !== JSON.stringify(a.requestedArgv) ? ` -> ${clipDisplay(displayArgv(a.executedArgv), 2000)}` : "";
     lines.push(
-      `#${a.sequence} ${when} ${a.outcome.padEnd(9)} by ${a.decidedBy ?? "-"}: ${quoteArgv(a.requestedArgv ?? [])}${ran}` +
-        `${a.exitStatus != null ? ` (exit ${a.exitStatus})` : ""}${a.reason ? ` reason: ${a.reason}` : ""}${a.justification ? ` why: ${a.justification}` : ""}`,
+      `#${a.sequence} ${when} ${inert(a.outcome).padEnd(9)} by ${inert(a.decidedBy ?? "-")}: ${clipDisplay(displayArgv(a.requestedArgv ?? []), 2000)}${ran}` +
+        `${a.exitStatus != null ? ` (exit ${a.exitStatus})` : ""}${a.reason ? ` reason: ${clip(a.reason, 2000)}` : ""}${a.justification ? ` why: ${clip(a.justification, 2000)}` : ""}`,
     );
   }
   return lines.join("\n") + "\n";

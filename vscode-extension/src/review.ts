@@ -1,22 +1,41 @@
 // Reviewing the agent's work: one multi-file diff (`vscode.changes`) of the
 // agent branch's base against its head, and a second one of the sandbox's
 // uncommitted changes, over read-only `lazaret:` documents served from
-// `branch/fileContents`. Files that make hosts run code are shown in a modal
-// before the diff and again before a merge.
+// `branch/fileContents`. Every document's URI names the two commits the
+// review shows (`base`, `head`) and the provider fetches exactly those: a
+// review titled with commit X never shows a newer head Y (DECISIONS D16).
+// Files that make hosts run code are shown in a modal before the diff and
+// again before a merge. A merge runs `lazaret merge --expect <commit> --yes`
+// for the commit the confirmation named (the one reviewed in this window,
+// else the head it showed): if the branch moved, nothing is merged and the
+// user is offered the review again. Paths are agent text: shown through
+// ./text, and a path with unsafe characters is shown (and named in the
+// document URI) escaped; the real path travels in the URI's query.
 import * as vscode from "vscode";
 import { METHOD_NOT_FOUND, RpcError } from "./client";
 import type { Ctx } from "./context";
 import type { DomainState } from "./domains";
+import { socketOf } from "./nodes";
 import { BranchDiff, FileContents, FileVersion, METHODS, PathWarning } from "./protocol";
+import { clip, hasUnsafe, inert, noIcons } from "./text";
 import { domainLabel, shortHash } from "./tree";
 
 export const SCHEME = "lazaret";
 type Side = "base" | "head" | "working";
 
-/** `lazaret:/<path>?<query>`: the path keeps the file name (language), the query names domain, side and commit. */
-export function sideUri(socket: string, file: string, side: Side, commit?: string | null): vscode.Uri {
-  const query = new URLSearchParams({ socket, side, commit: commit ?? "" }).toString();
-  return vscode.Uri.from({ scheme: SCHEME, path: "/" + file, query });
+/** A path as labels show it: unchanged when it holds no unsafe character (so the file name still picks the language), else escaped. */
+export function displayPath(file: string): string {
+  return hasUnsafe(file) || file.includes("\\") ? inert(file) : file;
+}
+
+/**
+ * `lazaret:/<shown path>?<query>`: the path keeps the file name (language),
+ * the query names the domain, the side, the real path and both commits of
+ * the review.
+ */
+export function sideUri(socket: string, file: string, side: Side, base?: string | null, head?: string | null): vscode.Uri {
+  const query = new URLSearchParams({ socket, side, path: file, base: base ?? "", head: head ?? "" }).toString();
+  return vscode.Uri.from({ scheme: SCHEME, path: "/" + displayPath(file), query });
 }
 
 export function versionText(v: FileVersion | null | undefined, side: Side): string {
@@ -41,13 +60,16 @@ export class ContentProvider implements vscode.TextDocumentContentProvider {
     const q = new URLSearchParams(uri.query);
     const socket = q.get("socket") ?? "";
     const side = (q.get("side") ?? "head") as Side;
-    const file = uri.path.replace(/^\//, "");
+    const file = q.get("path") ?? uri.path.replace(/^\//, "");
+    const baseCommit = q.get("base") || undefined;
+    const headCommit = q.get("head") || undefined;
     const client = this.ctx.manager.domains.get(socket)?.client;
-    if (!client) return `(lazaret: the domain of ${socket} is not connected)\n`;
-    const key = `${socket}\0${file}\0${q.get("commit")}`;
+    if (!client) return `(lazaret: the domain of ${inert(socket)} is not connected)\n`;
+    const key = `${socket}\0${file}\0${baseCommit}\0${headCommit}`;
     let pending = this.cache.get(key);
     if (!pending) {
-      pending = client.request(METHODS.branchFileContents, { path: file });
+      // The commits the review names, never the branch's current head.
+      pending = client.request(METHODS.branchFileContents, { path: file, baseCommit, headCommit });
       this.cache.set(key, pending);
       pending.catch(() => this.cache.delete(key));
     }
@@ -57,7 +79,7 @@ export class ContentProvider implements vscode.TextDocumentContentProvider {
     } catch (err) {
       if (err instanceof RpcError && err.code === METHOD_NOT_FOUND)
         return `(lazaret: this coordinator does not serve ${METHODS.branchFileContents}; update lazaret to see file contents)\n`;
-      return `(lazaret: ${(err as Error).message})\n`;
+      return `(lazaret: ${inert((err as Error).message)})\n`;
     }
   }
 }
@@ -69,8 +91,8 @@ export class WarningDecorations implements vscode.FileDecorationProvider {
   readonly onDidChangeFileDecorations = this.changed.event;
 
   set(workspace: string, warnings: PathWarning[]): void {
-    for (const w of warnings) this.warned.set(vscode.Uri.joinPath(vscode.Uri.file(workspace), w.path).toString(), w.reason);
-    for (const w of warnings) this.warned.set(`${SCHEME}:/${w.path}`, w.reason);
+    for (const w of warnings) this.warned.set(vscode.Uri.joinPath(vscode.Uri.file(workspace), displayPath(w.path)).toString(), inert(w.reason));
+    for (const w of warnings) this.warned.set(`${SCHEME}:/${displayPath(w.path)}`, inert(w.reason));
     this.changed.fire(undefined);
   }
 
@@ -81,13 +103,18 @@ export class WarningDecorations implements vscode.FileDecorationProvider {
   }
 }
 
+/**
+ * The domain a command acts on: the one of the tree row it was invoked on
+ * (a node of this tree; a string or object from a `command:` link is not
+ * one), the only running one, else the user's pick. Every command that
+ * changes something asks again after this (a modal or an input box).
+ */
 export async function pickDomain(ctx: Ctx, arg: unknown, purpose: string): Promise<DomainState | undefined> {
-  if (typeof arg === "string") {
-    const d = ctx.manager.domains.get(arg);
-    if (d?.status) return d;
-  }
-  if (arg && typeof arg === "object" && "socket" in arg) {
-    const d = ctx.manager.domains.get((arg as { socket: string }).socket);
+  const node = ctx.registry.known(arg);
+  if (arg !== undefined && !node) ctx.log.warn(`${purpose}: ignored an argument that is not a row of the Lazaret view`);
+  const socket = socketOf(node);
+  if (socket) {
+    const d = ctx.manager.domains.get(socket);
     if (d?.status) return d;
   }
   const all = ctx.manager.connected();
@@ -97,30 +124,35 @@ export async function pickDomain(ctx: Ctx, arg: unknown, purpose: string): Promi
   }
   if (all.length === 1) return all[0];
   const picked = await vscode.window.showQuickPick(
-    all.map((d) => ({ label: domainLabel(d), description: d.status?.workspace, d })),
+    all.map((d) => ({ label: noIcons(domainLabel(d)), description: noIcons(inert(d.status?.workspace)), d })),
     { title: `Lazaret: ${purpose}: which domain?` },
   );
   return picked?.d;
 }
 
 function warningLines(b: BranchDiff): string {
-  return b.warnings.map((w) => `⚠ ${w.path}: ${w.reason}`).join("\n");
+  return b.warnings.map((w) => `⚠ ${clip(w.path, 200)}: ${clip(w.reason, 200)}`).join("\n");
 }
 
 export async function openBranchDiff(ctx: Ctx, provider: ContentProvider, decorations: WarningDecorations, arg?: unknown): Promise<void> {
   const d = await pickDomain(ctx, arg, "Open Agent Branch Diff");
-  if (!d?.client || !d.status) return;
+  if (d) await review(ctx, provider, decorations, d);
+}
+
+/** Opens the review of a domain's agent branch at its current head, and remembers the commits it shows. */
+export async function review(ctx: Ctx, provider: ContentProvider, decorations: WarningDecorations, d: DomainState): Promise<void> {
+  if (!d.client || !d.status) return;
   let b: BranchDiff;
   try {
     b = await d.client.request(METHODS.branchDiff, { patch: false });
   } catch (err) {
-    void vscode.window.showErrorMessage(`Lazaret: ${METHODS.branchDiff} failed: ${(err as Error).message}`);
+    void vscode.window.showErrorMessage(`Lazaret: ${METHODS.branchDiff} failed`, { modal: true, detail: clip((err as Error).message, 1000) });
     return;
   }
   d.branch = b;
   const uncommitted = b.uncommitted?.files ?? [];
   if (!b.files.length && !uncommitted.length) {
-    void vscode.window.showInformationMessage(`Lazaret: ${b.branch} has no changes against its base${b.head ? "" : " (no agent commit has reached the host yet)"}.`);
+    void vscode.window.showInformationMessage(`Lazaret: the agent branch has no changes against its base${b.head ? "" : " (no agent commit has reached the host yet)"}.`);
     return;
   }
   const ws = d.status.workspace;
@@ -134,16 +166,18 @@ export async function openBranchDiff(ctx: Ctx, provider: ContentProvider, decora
     );
     if (answer !== open) return;
   }
+  if (b.head) d.reviewed = { branch: b.branch, base: b.base ?? null, head: b.head };
   provider.clear();
-  const fileUri = (p: string) => vscode.Uri.joinPath(vscode.Uri.file(ws), p);
+  const fileUri = (p: string) => vscode.Uri.joinPath(vscode.Uri.file(ws), displayPath(p));
   const warned = new Set(b.warnings.map((w) => w.path));
   const order = [...b.files].sort((x, y) => Number(warned.has(y.path)) - Number(warned.has(x.path)));
-  const committed = order.map((f) => [fileUri(f.path), sideUri(d.socket, f.path, "base", b.head), sideUri(d.socket, f.path, "head", b.head)] as const);
-  const title = `Agent branch ${b.branch} (${shortHash(b.base)}..${shortHash(b.head)})${b.warnings.length ? ` ⚠ ${b.warnings.map((w) => w.path).join(", ")}` : ""}`;
+  const committed = order.map((f) => [fileUri(f.path), sideUri(d.socket, f.path, "base", b.base, b.head), sideUri(d.socket, f.path, "head", b.base, b.head)] as const);
+  // Titles: both commits; tab labels may render `$(icon)`: noIcons.
+  const title = noIcons(`Agent branch ${inert(b.branch)} (${shortHash(b.base)}..${shortHash(b.head)})${b.warnings.length ? ` ⚠ ${b.warnings.map((w) => clip(w.path, 80)).join(", ")}` : ""}`);
   // The uncommitted group first, so that the agent branch's review ends up in front.
   if (uncommitted.length) {
-    const rows = uncommitted.map((f) => [fileUri(f.path), sideUri(d.socket, f.path, "head", b.head), sideUri(d.socket, f.path, "working", b.head)] as const);
-    await openChanges(ctx, `Uncommitted in the sandbox (${domainLabel(d)})`, rows);
+    const rows = uncommitted.map((f) => [fileUri(f.path), sideUri(d.socket, f.path, "head", b.base, b.head), sideUri(d.socket, f.path, "working", b.base, b.head)] as const);
+    await openChanges(ctx, noIcons(`Uncommitted in the sandbox (${domainLabel(d)}) on ${shortHash(b.head) || "its base"}`), rows);
   }
   await openChanges(ctx, title, committed);
 }
@@ -162,32 +196,67 @@ async function openChanges(ctx: Ctx, title: string, rows: ReadonlyArray<readonly
   }
 }
 
-export async function mergeBranch(ctx: Ctx, arg?: unknown): Promise<void> {
+/** Exit status of `lazaret merge` when the branch is no longer at the expected commit. */
+export const BRANCH_MOVED = 3;
+
+async function moved(ctx: Ctx, detail: string, reopen: () => Promise<void>): Promise<void> {
+  const again = "Reopen Review";
+  const answer = await vscode.window.showWarningMessage(
+    "Lazaret: the agent branch moved since the review. Nothing was merged.",
+    { modal: true, detail: `${detail}\n\nReview the new commits, then merge again.` },
+    again,
+  );
+  if (answer === again) await reopen();
+}
+
+export async function mergeBranch(ctx: Ctx, provider: ContentProvider, decorations: WarningDecorations, arg?: unknown): Promise<void> {
   const d = await pickDomain(ctx, arg, "Merge Agent Branch");
   if (!d?.client || !d.status) return;
-  let b: BranchDiff;
+  const client = d.client;
+  const reopen = () => review(ctx, provider, decorations, d);
+  let now: BranchDiff;
   try {
-    b = await d.client.request(METHODS.branchDiff, { patch: false });
+    now = await client.request(METHODS.branchDiff, { patch: false });
   } catch (err) {
-    void vscode.window.showErrorMessage(`Lazaret: ${METHODS.branchDiff} failed: ${(err as Error).message}`);
+    void vscode.window.showErrorMessage(`Lazaret: ${METHODS.branchDiff} failed`, { modal: true, detail: clip((err as Error).message, 1000) });
     return;
   }
-  if (!b.head) {
-    void vscode.window.showInformationMessage(`Lazaret: ${b.branch} has no commit on the host yet.`);
+  if (!now.head) {
+    void vscode.window.showInformationMessage("Lazaret: the agent branch has no commit on the host yet.");
+    return;
+  }
+  // The commit reviewed in this window, else the head this confirmation shows.
+  const reviewed = d.reviewed?.branch === now.branch ? d.reviewed.head : undefined;
+  if (reviewed && reviewed !== now.head) {
+    await moved(ctx, `You reviewed ${shortHash(reviewed)}; ${inert(now.branch)} is now at ${shortHash(now.head)}.`, reopen);
+    return;
+  }
+  const sha = reviewed ?? now.head;
+  let b: BranchDiff;
+  try {
+    // D4's warnings of exactly the commit that will be merged.
+    b = await client.request(METHODS.branchDiff, { patch: false, head: sha });
+  } catch (err) {
+    void vscode.window.showErrorMessage(`Lazaret: ${METHODS.branchDiff} of ${shortHash(sha)} failed`, { modal: true, detail: clip((err as Error).message, 1000) });
     return;
   }
   const ws = d.status.workspace;
   const merge = "Merge";
+  const look = "Open Review";
   const detail = [
-    `git merge ${b.branch} (${shortHash(b.head)}) in ${ws}`,
-    `${b.files.length} file(s) changed: ${b.files.slice(0, 10).map((f) => f.path).join(", ")}${b.files.length > 10 ? ", …" : ""}`,
+    `Commit ${sha}${reviewed ? " (the one you reviewed)" : " (the branch's head now; not reviewed in this window)"}.`,
+    `Runs lazaret merge --expect ${shortHash(sha)}… --yes in ${inert(ws)}: exactly this commit is merged; if the branch moves first, nothing is.`,
+    `${b.files.length} file(s) changed since ${shortHash(b.base) || "its base"}: ${b.files.slice(0, 10).map((f) => clip(f.path, 120)).join(", ")}${b.files.length > 10 ? ", …" : ""}`,
     ...(b.warnings.length ? ["", "Files that make hosts run code:", warningLines(b)] : []),
-    ...(b.uncommitted?.files.length ? ["", `${b.uncommitted.files.length} uncommitted change(s) in the sandbox are not merged.`] : []),
+    ...(now.uncommitted?.files.length ? ["", `${now.uncommitted.files.length} uncommitted change(s) in the sandbox are not merged.`] : []),
   ].join("\n");
-  const answer = await vscode.window.showWarningMessage(`Merge ${b.branch} into your repository?`, { modal: true, detail }, merge);
+  const answer = await vscode.window.showWarningMessage(`Merge ${inert(b.branch)} at ${shortHash(sha)} into your repository?`, { modal: true, detail }, ...(reviewed ? [merge] : [merge, look]));
+  if (answer === look) return reopen();
   if (answer !== merge) return;
-  const res = await ctx.exec("git", ["-C", ws, "merge", "--no-edit", b.branch]);
-  ctx.log.info(`git merge ${b.branch}: ${res.code}\n${res.stdout}${res.stderr}`);
-  if (res.code === 0) void vscode.window.showInformationMessage(`Lazaret: merged ${b.branch} (${shortHash(b.head)}) into ${ws}.`);
-  else void vscode.window.showErrorMessage(`Lazaret: git merge failed (${res.code}): ${(res.stderr || res.stdout).trim()}`, { modal: true });
+  const res = await ctx.run(["merge", "--workspace", ws, "--profile", d.status.profile, "--expect", sha, "--yes"]);
+  ctx.log.info(`lazaret merge --expect ${sha}: exit ${res.code}\n${res.stdout}${res.stderr}`);
+  void ctx.manager.refreshDetails(d, ["branch"]);
+  if (res.code === 0) void vscode.window.showInformationMessage(`Lazaret: merged the agent branch at ${shortHash(sha)} into your repository.`);
+  else if (res.code === BRANCH_MOVED) await moved(ctx, clip(res.stderr.trim(), 1000), reopen);
+  else void vscode.window.showErrorMessage(`Lazaret: lazaret merge failed (exit status ${res.code}); nothing was merged`, { modal: true, detail: clip((res.stderr || res.stdout).trim(), 2000) });
 }

@@ -1,44 +1,63 @@
 // The "Lazaret" view: domain -> sandbox and sessions, pending escalations,
-// agent branch, network policy, recent audit records.
+// agent branch, network policy, recent audit records; and, first, why this
+// window could not ask (never shown as an empty queue).
+//
+// Everything from the sandbox (argv, justification, paths, commit subjects,
+// DNS names, audit values) goes through ./text: escaped, cut with a note,
+// and tooltips are plain strings (no Markdown, no HTML, no icons). Every node
+// handed out is registered (./nodes), so that commands act only on rows this
+// tree created.
 import * as path from "node:path";
 import * as vscode from "vscode";
 import type { Ctx } from "./context";
 import type { DomainState } from "./domains";
+import { Node, NodeRegistry, nodeKey } from "./nodes";
 import type { PendingEscalation } from "./protocol";
+import { clip, clipDisplay, clipParts, displayArgv, inert, requestDisplay } from "./text";
 
-export type Node =
-  | { type: "domain"; socket: string }
-  | { type: "sandbox"; socket: string }
-  | { type: "pendingGroup"; socket: string }
-  | { type: "escalation"; socket: string; requestId: string }
-  | { type: "branch"; socket: string }
-  | { type: "network"; socket: string }
-  | { type: "dnsGroup"; socket: string }
-  | { type: "audit"; socket: string }
-  | { type: "leaf"; id: string; label: string; description?: string; tooltip?: string | vscode.MarkdownString; icon?: vscode.ThemeIcon; command?: vscode.Command; contextValue?: string; requestId?: string };
+export type { Node } from "./nodes";
+
+/** How much of a request the tree shows before it says "cut" (the full text: Show Full Request). */
+export const LABEL_MAX = 160;
+const DESCRIPTION_MAX = 100;
+const DETAIL_MAX = 240;
+const TOOLTIP_MAX = 1200;
 
 export function shortHash(h?: string | null): string {
-  return h ? h.slice(0, 8) : "";
+  return h ? h.slice(0, 12) : "";
 }
 
 export function domainLabel(d: DomainState): string {
-  const ws = d.status?.workspace ?? d.folder?.workspace ?? d.socket;
+  const ws = d.status?.workspace ?? d.folder?.workspace;
+  if (!ws) return `domain ${inert(path.basename(path.dirname(d.socket)))}`;
   const profile = d.status?.profile ?? d.folder?.profile;
-  return `${path.basename(ws)}${profile ? ` (${profile})` : ""}`;
+  return inert(`${path.basename(ws)}${profile ? ` (${profile})` : ""}`);
 }
 
-/** The Markdown text of one request: everything the user needs to decide. */
-export function escalationMarkdown(e: PendingEscalation): vscode.MarkdownString {
-  const md = new vscode.MarkdownString(undefined, true);
-  md.appendMarkdown("**Host escalation request**\n\n");
-  md.appendCodeblock(e.display || e.argv.join(" "), "sh");
-  md.appendMarkdown(`\n- **argv**: \`${JSON.stringify(e.argv).replace(/`/g, "'")}\`\n`);
-  md.appendMarkdown(`- **cwd**: \`${e.cwd}\`\n`);
-  md.appendText(`- justification (the agent's words): ${e.justification ?? "(none)"}\n`);
-  for (const r of e.reasons ?? []) md.appendText(`- not auto-approved: ${r}\n`);
-  for (const r of e.riskNotes ?? []) md.appendText(`- ⚠ risk: ${r}\n`);
-  md.appendText(`- expires: ${new Date(e.expiresAtMs).toLocaleTimeString()}\n`);
-  return md;
+/** Characters of a request the tree row and its details cannot show (0: none; Show Full Request shows them). */
+export function requestCut(e: PendingEscalation): number {
+  return clipParts(requestDisplay(e), LABEL_MAX, (c) => c).more + clipParts(e.justification ?? "", DETAIL_MAX).more + clipParts(e.cwd, DETAIL_MAX).more;
+}
+
+export function requestIsCut(e: PendingEscalation): boolean {
+  return requestCut(e) > 0;
+}
+
+/** More requests than this in one domain are listed collapsed (one row each). */
+const EXPANDED_UP_TO = 3;
+
+/** One request as a plain-text tooltip: everything the user needs to decide, inert. */
+export function escalationTooltip(e: PendingEscalation): string {
+  return [
+    "Host escalation request",
+    `command: ${clipDisplay(requestDisplay(e), TOOLTIP_MAX)}`,
+    `cwd: ${clip(e.cwd, DETAIL_MAX)}`,
+    `justification (the agent's words): ${e.justification ? clip(e.justification, TOOLTIP_MAX) : "(none)"}`,
+    ...(e.reasons ?? []).map((r) => `not auto-approved: ${clipDisplay(r, DETAIL_MAX)}`),
+    ...(e.riskNotes ?? []).map((r) => `⚠ risk: ${clipDisplay(r, DETAIL_MAX)}`),
+    `expires: ${new Date(e.expiresAtMs).toLocaleTimeString()}`,
+    ...(requestIsCut(e) ? ["Cut here: Show Full Request shows all of it."] : []),
+  ].join("\n");
 }
 
 export class LazaretTree implements vscode.TreeDataProvider<Node> {
@@ -46,18 +65,21 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
   readonly onDidChangeTreeData = this.changed.event;
   private nodes = new Map<string, Node>();
 
-  constructor(private readonly ctx: Ctx) {}
+  constructor(
+    private readonly ctx: Ctx,
+    readonly registry: NodeRegistry,
+  ) {}
 
   refresh(): void {
     this.changed.fire(undefined);
   }
 
   private intern<N extends Node>(node: N): N {
-    const key = nodeId(node);
+    const key = nodeKey(node);
     const existing = this.nodes.get(key) as N | undefined;
     if (existing && JSON.stringify(existing) === JSON.stringify(node)) return existing;
     this.nodes.set(key, node);
-    return node;
+    return this.registry.issue(node);
   }
 
   /** The tree node of a pending request (for reveal). */
@@ -81,75 +103,114 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
   getChildren(node?: Node): Node[] {
     const m = this.ctx.manager;
     if (!node) {
-      if (m.discoveryError) return [this.intern({ type: "leaf", id: "error", label: "lazaret not found or failed", description: m.discoveryError, tooltip: m.discoveryError, icon: new vscode.ThemeIcon("error") })];
-      return [...m.domains.values()]
-        .filter((d) => d.status || d.folder)
-        .sort((a, b) => domainLabel(a).localeCompare(domainLabel(b)))
-        .map((d) => this.intern({ type: "domain", socket: d.socket }));
+      const rows: Node[] = [];
+      if (m.discoveryError) {
+        const p = m.problems()[0];
+        rows.push({
+          type: "leaf",
+          id: "discovery",
+          label: "Lazaret cannot ask: pending requests are unknown",
+          description: clip(p.message, DETAIL_MAX),
+          tooltip: `${clip(p.message, TOOLTIP_MAX)}\n\n${p.fix}\n\nClick to open the setting.`,
+          icon: new vscode.ThemeIcon("error", new vscode.ThemeColor("list.errorForeground")),
+          command: { command: "workbench.action.openSettings", title: "Open the lazaret.path setting", arguments: ["lazaret.path"] },
+          contextValue: "problem",
+        });
+      } else if (!m.discovered) {
+        rows.push({ type: "leaf", id: "asking", label: "Asking lazaret…", icon: new vscode.ThemeIcon("sync~spin") });
+      }
+      rows.push(
+        ...[...m.domains.values()]
+          .filter((d) => d.status || d.folder || d.problem)
+          .sort((a, b) => domainLabel(a).localeCompare(domainLabel(b)))
+          .map((d): Node => ({ type: "domain", socket: d.socket })),
+      );
+      return rows.map((r) => this.intern(r));
     }
-    const d = "socket" in node ? m.domains.get(node.socket) : undefined;
+    const d = "socket" in node && node.socket ? m.domains.get(node.socket) : undefined;
     if (!d) return [];
-    const s = (node as { socket: string }).socket;
+    const s = d.socket;
+    const leaf = (n: Omit<Extract<Node, { type: "leaf" }>, "type" | "socket">): Node => ({ type: "leaf", socket: s, ...n });
     switch (node.type) {
-      case "domain":
-        if (!d.status)
-          return [this.intern({ type: "leaf", id: `${s}/start`, label: "Not running", description: "start an agent session", icon: new vscode.ThemeIcon("debug-start"), command: { command: "lazaret.startSession", title: "Start Agent Session", arguments: [d.folder?.workspace] } })];
-        return [
-          this.intern({ type: "pendingGroup", socket: s }),
-          this.intern({ type: "sandbox", socket: s }),
-          this.intern({ type: "branch", socket: s }),
-          this.intern({ type: "network", socket: s }),
-          this.intern({ type: "audit", socket: s }),
-        ];
+      case "domain": {
+        const rows: Node[] = [];
+        if (d.problem) rows.push({ type: "problem", socket: s });
+        if (!d.status) {
+          if (!d.problem) rows.push(leaf({ id: `${s}/start`, label: "Not running", description: "start an agent session", icon: new vscode.ThemeIcon("debug-start"), command: { command: "lazaret.startSession", title: "Start Agent Session" }, folder: d.folder?.workspace }));
+          return rows.map((r) => this.intern(r));
+        }
+        rows.push({ type: "pendingGroup", socket: s }, { type: "sandbox", socket: s }, { type: "branch", socket: s }, { type: "network", socket: s }, { type: "audit", socket: s });
+        return rows.map((r) => this.intern(r));
+      }
       case "pendingGroup": {
         const items = m.queue.list(s);
-        if (!items.length) return [this.intern({ type: "leaf", id: `${s}/nopending`, label: "No pending escalations", icon: new vscode.ThemeIcon("pass") })];
+        if (!items.length) {
+          // Only a domain that was asked and answered has "no pending escalations".
+          return [this.intern(d.problem ? leaf({ id: `${s}/unknown`, label: "Pending escalations unknown: this coordinator could not be asked", icon: new vscode.ThemeIcon("error") }) : leaf({ id: `${s}/nopending`, label: "No pending escalations", icon: new vscode.ThemeIcon("pass") }))];
+        }
         return items.map((i) => this.intern({ type: "escalation", socket: s, requestId: i.escalation.requestId }));
       }
       case "escalation": {
-        const e = m.queue.get(node.requestId)?.escalation;
+        const e = m.queue.get(s, node.requestId)?.escalation;
         if (!e) return [];
         const id = `${s}/${e.requestId}`;
+        const detail = { requestId: e.requestId, contextValue: "escalationDetail" };
         const rows: Node[] = [
-          { type: "leaf", id: `${id}/cwd`, label: `cwd: ${e.cwd}`, icon: new vscode.ThemeIcon("folder"), requestId: e.requestId, contextValue: "escalationDetail" },
-          { type: "leaf", id: `${id}/why`, label: `justification: ${e.justification ?? "(none)"}`, tooltip: "The agent's words (untrusted)", icon: new vscode.ThemeIcon("comment"), requestId: e.requestId, contextValue: "escalationDetail" },
-          ...(e.reasons ?? []).map((r, i): Node => ({ type: "leaf", id: `${id}/reason${i}`, label: `not auto-approved: ${r}`, icon: new vscode.ThemeIcon("info"), requestId: e.requestId, contextValue: "escalationDetail" })),
-          ...(e.riskNotes ?? []).map((r, i): Node => ({ type: "leaf", id: `${id}/risk${i}`, label: `risk: ${r}`, icon: new vscode.ThemeIcon("warning", new vscode.ThemeColor("list.warningForeground")), requestId: e.requestId, contextValue: "escalationDetail" })),
+          leaf({ id: `${id}/cwd`, label: `cwd: ${clip(e.cwd, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("folder"), ...detail }),
+          leaf({ id: `${id}/why`, label: `justification: ${e.justification ? clip(e.justification, DETAIL_MAX) : "(none)"}`, tooltip: "The agent's words (untrusted)", icon: new vscode.ThemeIcon("comment"), ...detail }),
+          ...(e.reasons ?? []).map((r, i) => leaf({ id: `${id}/reason${i}`, label: `not auto-approved: ${clipDisplay(r, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("info"), ...detail })),
+          ...(e.riskNotes ?? []).map((r, i) => leaf({ id: `${id}/risk${i}`, label: `risk: ${clipDisplay(r, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("warning", new vscode.ThemeColor("list.warningForeground")), ...detail })),
         ];
+        const cut = requestCut(e);
+        if (cut)
+          rows.push(leaf({ id: `${id}/full`, label: `Show Full Request (cut here: ${cut.toLocaleString("en-US")} more characters)`, description: "the command or justification is longer than shown", icon: new vscode.ThemeIcon("go-to-file"), command: { command: "lazaret.showFullRequest", title: "Show Full Request" }, ...detail }));
         return rows.map((r) => this.intern(r));
       }
+      case "problem":
+        return [];
       case "sandbox":
         return (d.status?.sessions ?? []).map((x) =>
-          this.intern({ type: "leaf", id: `${s}/session/${x.sessionId}`, label: (x.command ?? []).join(" ") || "(default shell)", description: `${x.client} · pid ${x.pid} · since ${new Date(x.startedAtMs).toLocaleTimeString()}`, icon: new vscode.ThemeIcon("terminal") }),
+          this.intern(leaf({ id: `${s}/session/${x.sessionId}`, label: x.command?.length ? clipDisplay(displayArgv(x.command), LABEL_MAX) : "(default shell)", description: `${inert(x.client)} · pid ${x.pid} · since ${new Date(x.startedAtMs).toLocaleTimeString()}`, icon: new vscode.ThemeIcon("terminal") })),
         );
       case "branch": {
         const b = d.branch;
-        if (!b) return d.branchError ? [this.intern({ type: "leaf", id: `${s}/berr`, label: d.branchError, icon: new vscode.ThemeIcon("error") })] : [];
+        if (!b) return d.branchError ? [this.intern(leaf({ id: `${s}/berr`, label: clip(d.branchError, DETAIL_MAX), icon: new vscode.ThemeIcon("error") }))] : [];
         const warned = new Set(b.warnings.map((w) => w.path));
+        const review = { command: "lazaret.openBranchDiff", title: "Open Agent Branch Diff" };
         const rows: Node[] = [
-          ...b.warnings.map((w): Node => ({ type: "leaf", id: `${s}/warn/${w.path}`, label: `${w.path}: ${w.reason}`, icon: new vscode.ThemeIcon("warning", new vscode.ThemeColor("list.errorForeground")), tooltip: `Opening or building this repository can run this file on the host: ${w.reason}`, command: { command: "lazaret.openBranchDiff", title: "Open Agent Branch Diff", arguments: [s] } })),
-          ...b.files.map((f): Node => ({ type: "leaf", id: `${s}/file/${f.path}`, label: `${f.status}  ${f.path}`, description: f.additions == null ? "binary" : `+${f.additions} -${f.deletions}${warned.has(f.path) ? "  ⚠" : ""}`, icon: new vscode.ThemeIcon("diff"), command: { command: "lazaret.openBranchDiff", title: "Open Agent Branch Diff", arguments: [s] } })),
-          ...(b.uncommitted?.files ?? []).map((f): Node => ({ type: "leaf", id: `${s}/unc/${f.path}`, label: `${f.status}  ${f.path}`, description: "uncommitted in the sandbox", icon: new vscode.ThemeIcon("edit") })),
+          ...b.warnings.map((w) => leaf({ id: `${s}/warn/${w.path}`, label: `${clip(w.path, DETAIL_MAX)}: ${clip(w.reason, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("warning", new vscode.ThemeColor("list.errorForeground")), tooltip: `Opening or building this repository can run this file on the host: ${clip(w.reason, DETAIL_MAX)}`, command: review })),
+          ...b.files.map((f) => leaf({ id: `${s}/file/${f.path}`, label: `${inert(f.status)}  ${clip(f.path, DETAIL_MAX)}`, description: f.additions == null ? "binary" : `+${f.additions} -${f.deletions}${warned.has(f.path) ? "  ⚠" : ""}`, icon: new vscode.ThemeIcon("diff"), command: review })),
+          ...(b.uncommitted?.files ?? []).map((f) => leaf({ id: `${s}/unc/${f.path}`, label: `${inert(f.status)}  ${clip(f.path, DETAIL_MAX)}`, description: "uncommitted in the sandbox", icon: new vscode.ThemeIcon("edit") })),
         ];
         return rows.map((r) => this.intern(r));
       }
       case "network": {
         const n = d.network;
         const rows: Node[] = [];
-        if (!n) rows.push({ type: "leaf", id: `${s}/nonet`, label: d.networkError ?? "unknown", icon: new vscode.ThemeIcon("circle-slash") });
+        if (!n) rows.push(leaf({ id: `${s}/nonet`, label: clip(d.networkError ?? "unknown", DETAIL_MAX), icon: new vscode.ThemeIcon("circle-slash") }));
         else {
-          for (const a of n.allow) rows.push({ type: "leaf", id: `${s}/allow/${a}`, label: `allow ${a}`, icon: new vscode.ThemeIcon("pass") });
-          for (const a of n.deny) rows.push({ type: "leaf", id: `${s}/deny/${a}`, label: `deny ${a}`, icon: new vscode.ThemeIcon("circle-slash") });
-          for (const l of n.learned) rows.push({ type: "leaf", id: `${s}/learned/${l.address}`, label: `learned ${l.address}`, description: `${l.names.join(", ")} · ${l.expiresInSeconds} s`, icon: new vscode.ThemeIcon("globe") });
+          for (const a of n.allow) rows.push(leaf({ id: `${s}/allow/${a}`, label: `allow ${clip(a, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("pass") }));
+          for (const a of n.deny) rows.push(leaf({ id: `${s}/deny/${a}`, label: `deny ${clip(a, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("circle-slash") }));
+          for (const l of n.learned) rows.push(leaf({ id: `${s}/learned/${l.address}`, label: `learned ${clip(l.address, DETAIL_MAX)}`, description: `${clip(l.names.join(", "), DETAIL_MAX)} · ${l.expiresInSeconds} s`, icon: new vscode.ThemeIcon("globe") }));
         }
         rows.push({ type: "dnsGroup", socket: s });
         return rows.map((r) => this.intern(r));
       }
       case "dnsGroup":
-        return d.dnsRefusals.map((r, i) => this.intern({ type: "leaf", id: `${s}/dns/${i}/${r.atMs}`, label: `${r.name} ${r.recordType}`, description: `${r.reason} · ${new Date(r.atMs).toLocaleTimeString()}`, icon: new vscode.ThemeIcon("circle-slash") }));
+        return d.dnsRefusals.map((r, i) => this.intern(leaf({ id: `${s}/dns/${i}/${r.atMs}`, label: `${clip(r.name, DETAIL_MAX)} ${clip(r.recordType, 20)}`, description: `${clip(r.reason, DETAIL_MAX)} · ${new Date(r.atMs).toLocaleTimeString()}`, icon: new vscode.ThemeIcon("circle-slash") })));
       case "audit":
         return [...(d.audit ?? [])].reverse().map((a) =>
-          this.intern({ type: "leaf", id: `${s}/audit/${a.sequence}`, label: `${a.outcome}  ${(a.executedArgv ?? a.requestedArgv ?? []).join(" ")}`, description: `${a.decidedBy ?? ""}${a.exitStatus != null ? ` · exit ${a.exitStatus}` : ""}${a.reason ? ` · ${a.reason}` : ""}`, tooltip: JSON.stringify(a, null, 2), icon: new vscode.ThemeIcon("history") }),
+          this.intern(
+            leaf({
+              id: `${s}/audit/${a.sequence}`,
+              label: `${inert(a.outcome)}  ${clipDisplay(displayArgv(a.executedArgv ?? a.requestedArgv ?? []), LABEL_MAX)}`,
+              description: `${inert(a.decidedBy ?? "")}${a.exitStatus != null ? ` · exit ${a.exitStatus}` : ""}${a.reason ? ` · ${clip(a.reason, DESCRIPTION_MAX)}` : ""}`,
+              tooltip: Object.entries(a)
+                .map(([k, v]) => `${k}: ${typeof v === "string" ? clip(v, DETAIL_MAX) : Array.isArray(v) ? clipDisplay(displayArgv(v.map(String)), DETAIL_MAX) : clip(JSON.stringify(v), DETAIL_MAX)}`)
+                .join("\n"),
+              icon: new vscode.ThemeIcon("history"),
+            }),
+          ),
         );
       default:
         return [];
@@ -161,62 +222,74 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
     const C = vscode.TreeItemCollapsibleState;
     if (node.type === "leaf") {
       const item = new vscode.TreeItem(node.label, C.None);
-      item.id = nodeId(node);
+      item.id = this.registry.itemId(node);
       item.description = node.description;
       item.tooltip = node.tooltip ?? node.label;
       item.iconPath = node.icon;
-      item.command = node.command;
+      // The row itself is the argument: commands accept only nodes of this tree.
+      if (node.command) item.command = { ...node.command, arguments: node.command.arguments ?? [node] };
       item.contextValue = node.contextValue;
       return item;
     }
     const d = m.domains.get(node.socket);
     const item = new vscode.TreeItem("", C.Collapsed);
-    item.id = nodeId(node);
+    item.id = this.registry.itemId(node);
     switch (node.type) {
       case "domain": {
         const n = m.queue.list(node.socket).length;
-        item.label = d ? domainLabel(d) : node.socket;
-        item.description = d?.status ? `${d.status.containerState}${n ? ` · ${n} pending` : ""}` : "not running";
-        item.tooltip = `${d?.status?.workspace ?? d?.folder?.workspace ?? ""}\n${node.socket}`;
-        item.iconPath = new vscode.ThemeIcon(d?.status ? (n ? "shield" : "vm-running") : "vm-outline", n ? new vscode.ThemeColor("list.warningForeground") : undefined);
+        item.label = d ? domainLabel(d) : "domain";
+        item.description = d?.problem ? `cannot ask${n ? ` · ${n} pending (last known)` : ""}` : d?.status ? `${inert(d.status.containerState)}${n ? ` · ${n} pending` : ""}` : "not running";
+        item.tooltip = `${inert(d?.status?.workspace ?? d?.folder?.workspace ?? "")}\n${inert(node.socket)}`;
+        item.iconPath = new vscode.ThemeIcon(d?.problem ? "error" : d?.status ? (n ? "shield" : "vm-running") : "vm-outline", d?.problem ? new vscode.ThemeColor("list.errorForeground") : n ? new vscode.ThemeColor("list.warningForeground") : undefined);
         item.collapsibleState = C.Expanded;
         item.contextValue = d?.status ? "domain" : "domainStopped";
         break;
       }
+      case "problem": {
+        item.label = "Cannot ask this coordinator: pending requests unknown";
+        item.description = clip(d?.problem ?? "", DETAIL_MAX);
+        const fix = m.problems().find((p) => p.socket === node.socket)?.fix ?? "";
+        item.tooltip = `${clip(d?.problem ?? "", TOOLTIP_MAX)}\n\n${fix}`;
+        item.iconPath = new vscode.ThemeIcon("error", new vscode.ThemeColor("list.errorForeground"));
+        item.collapsibleState = C.None;
+        item.contextValue = "problem";
+        break;
+      }
       case "pendingGroup": {
         const n = m.queue.list(node.socket).length;
-        item.label = `Pending escalations (${n})`;
-        item.iconPath = new vscode.ThemeIcon("bell", n ? new vscode.ThemeColor("list.warningForeground") : undefined);
+        item.label = d?.problem ? `Pending escalations (unknown${n ? `, ${n} last known` : ""})` : `Pending escalations (${n})`;
+        item.iconPath = new vscode.ThemeIcon("bell", n || d?.problem ? new vscode.ThemeColor("list.warningForeground") : undefined);
         item.collapsibleState = C.Expanded;
         item.contextValue = "pendingGroup";
         break;
       }
       case "escalation": {
-        const e = m.queue.get(node.requestId)?.escalation;
-        item.label = e ? e.display || e.argv.join(" ") : node.requestId;
-        item.description = e?.justification ?? "";
-        item.tooltip = e ? escalationMarkdown(e) : undefined;
+        const e = m.queue.get(node.socket, node.requestId)?.escalation;
+        item.label = e ? clipDisplay(requestDisplay(e), LABEL_MAX) : inert(node.requestId);
+        item.description = e?.justification ? clip(e.justification, DESCRIPTION_MAX) : "";
+        item.tooltip = e ? escalationTooltip(e) : undefined;
         item.iconPath = new vscode.ThemeIcon("question", new vscode.ThemeColor("list.warningForeground"));
-        item.collapsibleState = C.Expanded;
+        item.collapsibleState = m.queue.list(node.socket).length > EXPANDED_UP_TO ? C.Collapsed : C.Expanded;
         item.contextValue = "escalation";
         break;
       }
       case "sandbox": {
         const st = d?.status;
-        item.label = `Sandbox: ${st?.containerState ?? "?"}`;
-        item.description = `${st?.image ?? ""} · ${st?.sessions.length ?? 0} session(s)`;
-        item.tooltip = st?.containerError ?? st?.containerName;
+        item.label = `Sandbox: ${inert(st?.containerState ?? "?")}`;
+        item.description = `${inert(st?.image ?? "")} · ${st?.sessions.length ?? 0} session(s)`;
+        item.tooltip = st?.containerError ? clip(st.containerError, TOOLTIP_MAX) : inert(st?.containerName ?? "");
         item.iconPath = new vscode.ThemeIcon(st?.containerState === "failed" ? "error" : "server-environment");
         item.collapsibleState = st?.sessions.length ? C.Collapsed : C.None;
         break;
       }
       case "branch": {
         const b = d?.branch;
-        item.label = `Agent branch ${b?.branch ?? d?.status?.agentBranch ?? ""}`;
+        item.label = `Agent branch ${inert(b?.branch ?? d?.status?.agentBranch ?? "")}`;
         const ahead = d?.branchInfo;
         item.description = b?.head
-          ? `${ahead ? `${ahead.ahead} commit(s) ahead · ${ahead.last} · ` : ""}${b.files.length} file(s)${b.warnings.length ? ` · ⚠ ${b.warnings.length} warning(s)` : ""}`
+          ? `${ahead ? `${ahead.ahead} commit(s) ahead · ${clip(ahead.last, 60)} · ` : ""}${b.files.length} file(s)${b.warnings.length ? ` · ⚠ ${b.warnings.length} warning(s)` : ""}`
           : "no agent commit yet";
+        item.tooltip = b?.head ? `head ${inert(b.head)}\nbase ${inert(b.base ?? "-")}${ahead ? `\nlast commit: ${clip(ahead.last, DETAIL_MAX)}` : ""}` : undefined;
         item.iconPath = new vscode.ThemeIcon("git-branch", b?.warnings.length ? new vscode.ThemeColor("list.errorForeground") : undefined);
         item.collapsibleState = b && (b.files.length || b.uncommitted?.files.length || b.warnings.length) ? C.Collapsed : C.None;
         item.contextValue = "branch";
@@ -225,7 +298,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
       case "network": {
         const n = d?.network;
         item.label = "Network";
-        item.description = n ? `allow ${n.allow.length} · deny ${n.deny.length} · learned ${n.learned.length}` : (d?.networkError ?? "");
+        item.description = n ? `allow ${n.allow.length} · deny ${n.deny.length} · learned ${n.learned.length}` : clip(d?.networkError ?? "", DETAIL_MAX);
         item.iconPath = new vscode.ThemeIcon("globe");
         item.contextValue = "network";
         break;
@@ -244,16 +317,5 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
         break;
     }
     return item;
-  }
-}
-
-export function nodeId(node: Node): string {
-  switch (node.type) {
-    case "leaf":
-      return `leaf:${node.id}`;
-    case "escalation":
-      return `escalation:${node.requestId}`;
-    default:
-      return `${node.type}:${node.socket}`;
   }
 }

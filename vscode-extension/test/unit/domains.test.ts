@@ -5,12 +5,14 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { after, before, test } from "node:test";
-import { DomainManager } from "../../src/domains";
+import { ResponseError } from "vscode-jsonrpc/node";
+import { discoveryProblem, DomainManager } from "../../src/domains";
 import { METHODS } from "../../src/protocol";
 import { escalation, FakeCoordinator, tempDir, until } from "./fake";
 
 const root = tempDir();
 const socket = path.join(root, "abcdef012345/control.sock");
+const S = socket;
 let fake: FakeCoordinator;
 let manager: DomainManager;
 const announced: string[] = [];
@@ -25,7 +27,7 @@ before(async () => {
     log: () => undefined,
     pollMs: 50,
   });
-  manager.onNewRequest((e) => announced.push(e.requestId));
+  manager.onNewRequest((item) => announced.push(item.escalation.requestId));
   await manager.start();
   await until("connected", () => manager.connected().length === 1);
 });
@@ -37,7 +39,7 @@ after(async () => {
 });
 
 test("connects, subscribes before listing, and queues what is pending", async () => {
-  await until("the first request", () => manager.queue.has("first"));
+  await until("the first request", () => manager.queue.has(S, "first"));
   assert.deepEqual(fake.calls.slice(0, 3).sort(), [METHODS.domainStatus, METHODS.escalationList, "events/subscribe"].sort());
   assert.equal(fake.calls[0], "events/subscribe");
   assert.deepEqual(announced, ["first"]);
@@ -50,22 +52,42 @@ test("connects, subscribes before listing, and queues what is pending", async ()
 test("escalationPending and escalationResolved events move the queue", async () => {
   fake.pending.push(escalation("second"));
   fake.event({ kind: "escalationPending", escalation: escalation("second") });
-  await until("second queued", () => manager.queue.has("second"));
+  await until("second queued", () => manager.queue.has(S, "second"));
   fake.event({ kind: "escalationResolved", requestId: "second", outcome: "approved", decidedBy: "rpc:cli", argv: ["touch", "second"] });
-  await until("second gone", () => !manager.queue.has("second"));
+  await until("second gone", () => !manager.queue.has(S, "second"));
   assert.deepEqual(announced, ["first", "second"]);
 });
 
 test("answers go out as client vscode; a second answer is reported as already answered", async () => {
-  assert.equal(await manager.respond("first", "deny", { reason: "not today" }), "answered");
+  assert.equal(await manager.respond(S, "first", "deny", { reason: "not today" }), "answered");
   assert.deepEqual(fake.responses.at(-1), { requestId: "first", decision: "deny", client: "vscode", reason: "not today" });
-  assert.equal(manager.queue.has("first"), false);
+  assert.equal(manager.queue.has(S, "first"), false);
   fake.pending.push(escalation("raced"));
   fake.event({ kind: "escalationPending", escalation: escalation("raced") });
-  await until("raced queued", () => manager.queue.has("raced"));
+  await until("raced queued", () => manager.queue.has(S, "raced"));
   fake.pending = [];
-  assert.equal(await manager.respond("raced", "edit", { argv: ["touch", "x y"] }), "already-answered");
-  assert.equal(manager.queue.has("raced"), false);
+  assert.equal(await manager.respond(S, "raced", "edit", { argv: ["touch", "x y"] }), "already-answered");
+  assert.equal(manager.queue.has(S, "raced"), false);
+});
+
+test("a failed answer leaves the request pending: in the queue until the coordinator says it was answered (issue 26, item 5)", async () => {
+  const pendingCount = () => manager.queue.list().length;
+  fake.pending.push(escalation("kept"));
+  fake.event({ kind: "escalationPending", escalation: escalation("kept") });
+  await until("kept queued", () => manager.queue.has(S, "kept"));
+  let changes = 0;
+  manager.onChange((c) => (c === "pending" ? changes++ : undefined));
+  // An edit to an empty command line: the coordinator refuses it with 1004.
+  await assert.rejects(manager.respond(S, "kept", "edit", { argv: [""] }), /no program/);
+  assert.equal(manager.queue.has(S, "kept"), true, "still pending after the refused answer");
+  assert.equal(pendingCount(), 1);
+  // A resync (Refresh) keeps it too: the coordinator still lists it.
+  await manager.resync(manager.connected()[0]);
+  assert.equal(manager.queue.has(S, "kept"), true);
+  // The next answer succeeds and removes it.
+  assert.equal(await manager.respond(S, "kept", "approve"), "answered");
+  assert.equal(manager.queue.has(S, "kept"), false);
+  assert.ok(changes > 0);
 });
 
 test("eventsLagged triggers a resync that finds what was missed", async () => {
@@ -73,7 +95,7 @@ test("eventsLagged triggers a resync that finds what was missed", async () => {
   const before = d.resyncs;
   fake.pending = [escalation("missed")];
   fake.event({ kind: "eventsLagged", dropped: 42 });
-  await until("resync", () => manager.queue.has("missed"));
+  await until("resync", () => manager.queue.has(S, "missed"));
   assert.equal(d.resyncs, before + 1);
   assert.equal(d.seq.lagged, 42);
 });
@@ -84,22 +106,115 @@ test("a gap in seq triggers a resync; a repeated seq is ignored", async () => {
   fake.pending = [];
   fake.seq += 5;
   fake.event({ kind: "sessionRegistered", sessionId: "s", pid: 1, sessionCount: 2 });
-  await until("resync after gap", () => d.resyncs === before + 1 && !manager.queue.has("missed"));
+  await until("resync after gap", () => d.resyncs === before + 1 && !manager.queue.has(S, "missed"));
   fake.event({ kind: "escalationPending", escalation: escalation("dup") }, fake.seq);
   await new Promise((r) => setTimeout(r, 100));
-  assert.equal(manager.queue.has("dup"), false, "an event with an old seq is dropped");
+  assert.equal(manager.queue.has(S, "dup"), false, "an event with an old seq is dropped");
 });
 
 test("a coordinator that goes away drops its requests; a new one on the same path is reconnected", async () => {
   fake.pending = [escalation("before-restart")];
   fake.event({ kind: "escalationPending", escalation: escalation("before-restart") });
-  await until("queued", () => manager.queue.has("before-restart"));
+  await until("queued", () => manager.queue.has(S, "before-restart"));
   await fake.close();
   await until("dropped", () => manager.queue.size === 0 && manager.connected().length === 0);
   fake = new FakeCoordinator(socket);
   fake.pending = [escalation("after-restart")];
   await fake.listen();
-  await until("reconnected", () => manager.queue.has("after-restart"), 5000);
+  await until("reconnected", () => manager.queue.has(S, "after-restart"), 5000);
   fake.event({ kind: "escalationPending", escalation: escalation("next") }, 1);
-  await until("events of the new subscription (seq from 1) apply", () => manager.queue.has("next"));
+  await until("events of the new subscription (seq from 1) apply", () => manager.queue.has(S, "next"));
+});
+
+test("the same request id from two coordinators is two requests, each listed and answered under its own domain (issue 26, item 7)", async () => {
+  // Ids are minted by each coordinator: a second (fake) coordinator can hand out the same one.
+  const other = new FakeCoordinator(path.join(root, "0123456789ab/control.sock"), "0123456789ab");
+  const S2 = other.socket;
+  fake.seq = Math.max(fake.seq, 1); // the restarted fake's event 1 was sent with an explicit seq
+  fake.pending = [escalation("shared-id")];
+  other.pending = [{ ...escalation("shared-id", "0123456789ab"), argv: ["touch", "from-other"], display: "touch from-other" }];
+  fake.event({ kind: "escalationPending", escalation: escalation("shared-id") });
+  await until("the first domain's request", () => manager.queue.has(S, "shared-id"));
+  await other.listen();
+  try {
+    await until("both domains' requests", () => manager.queue.has(S2, "shared-id"), 5000);
+    assert.equal(manager.queue.list().filter((i) => i.escalation.requestId === "shared-id").length, 2);
+    assert.deepEqual(manager.queue.get(S, "shared-id")?.escalation.argv, ["touch", "shared-id"]);
+    assert.equal(manager.queue.get(S, "shared-id")?.domain, S);
+    assert.deepEqual(manager.queue.list(S2).map((i) => i.escalation.argv), [["touch", "from-other"]]);
+    // An answer goes to the coordinator of the request's own domain, and only that one leaves.
+    assert.equal(await manager.respond(S2, "shared-id", "deny"), "answered");
+    assert.equal(other.responses.length, 1);
+    assert.equal(fake.responses.filter((r: any) => r.requestId === "shared-id").length, 0);
+    assert.equal(manager.queue.has(S, "shared-id"), true);
+    assert.equal(manager.queue.has(S2, "shared-id"), false);
+    // A resolution event of one domain does not touch the other's request.
+    other.event({ kind: "escalationPending", escalation: escalation("other-2", "0123456789ab") });
+    fake.event({ kind: "escalationResolved", requestId: "other-2", outcome: "approved", decidedBy: "rpc:cli" });
+    await until("other-2 queued", () => manager.queue.has(S2, "other-2"));
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(manager.queue.has(S2, "other-2"), true);
+  } finally {
+    await other.close();
+    await until("other dropped", () => !manager.queue.has(S2, "other-2"), 5000);
+  }
+});
+
+test("an escalation/list error is a problem, never an empty queue; the next list that works clears it (issue 26, item 8)", async () => {
+  const d = manager.connected()[0];
+  fake.listError = new ResponseError(-32603, "the store is locked");
+  await assert.rejects(manager.resync(d));
+  assert.match(d.problem ?? "", /escalation\/list failed: the store is locked/);
+  assert.equal(manager.problems().length, 1);
+  assert.match(manager.problems()[0].fix, /Refresh/);
+  fake.listError = undefined;
+  // The manager retries by itself.
+  await until("the problem clears", () => d.problem === undefined, 6000);
+  assert.equal(manager.problems().length, 0);
+});
+
+test("a coordinator that accepts but never answers is a problem after the timeout (issue 26, item 8)", async () => {
+  const hungRoot = tempDir();
+  const hung = new FakeCoordinator(path.join(hungRoot, "deadbeef0000/control.sock"), "deadbeef0000");
+  hung.silent = true;
+  await hung.listen();
+  const m = new DomainManager({
+    run: async () => ({ code: 0, stdout: JSON.stringify({ apiVersion: 1, socketRoot: hungRoot, domains: [], folders: [] }), stderr: "" }),
+    folders: () => [],
+    log: () => undefined,
+    pollMs: 50,
+    askTimeoutMs: 300,
+  });
+  try {
+    await m.start();
+    await until("the problem", () => m.problems().length === 1, 5000);
+    assert.match(m.problems()[0].message, /does not answer/);
+    assert.equal(m.queue.size, 0);
+    // Its socket goes away (the coordinator ended): the problem goes with it.
+    await hung.close();
+    await until("the problem clears", () => m.problems().length === 0, 8000);
+  } finally {
+    m.dispose();
+    fs.rmSync(hungRoot, { recursive: true, force: true });
+  }
+});
+
+test("a failed discovery (no lazaret binary) is a problem with the fix, never an empty queue (issue 26, item 8)", async () => {
+  const m = new DomainManager({
+    run: async () => ({ code: 127, stdout: "", stderr: "spawn /nowhere/lazaret ENOENT" }),
+    folders: () => [],
+    log: () => undefined,
+    binary: () => "/nowhere/lazaret",
+  });
+  try {
+    await m.start();
+    assert.equal(m.discovered, true);
+    const problems = m.problems();
+    assert.equal(problems.length, 1);
+    assert.match(problems[0].message, /cannot run the lazaret binary `\/nowhere\/lazaret`/);
+    assert.match(problems[0].fix, /lazaret\.path/);
+  } finally {
+    m.dispose();
+  }
+  assert.match(discoveryProblem("lazaret editor-info failed: exit status 2", "lazaret").fix, /editor-info/);
 });

@@ -19,6 +19,10 @@ export class FakeCoordinator {
   responses: unknown[] = [];
   calls: string[] = [];
   seq = 0;
+  /** `escalation/list` fails with this error (a coordinator that cannot list). */
+  listError?: ResponseError<unknown>;
+  /** Accepts connections and never answers anything (a hung coordinator). */
+  silent = false;
   constructor(readonly socket: string, readonly hash = "abcdef012345") {}
 
   status(): DomainStatus {
@@ -32,16 +36,18 @@ export class FakeCoordinator {
       const handle = (method: string, fn: (p: any) => unknown) =>
         c.onRequest(method, (p: any) => {
           this.calls.push(method);
-          return fn(p);
+          return this.silent ? new Promise(() => undefined) : fn(p);
         });
       handle(SUBSCRIPTION.subscribe, () => "sub1");
-      handle(METHODS.escalationList, () => this.pending);
+      handle(METHODS.escalationList, () => this.listError ?? this.pending);
       handle(METHODS.domainStatus, () => this.status());
       handle(METHODS.networkShow, () => new ResponseError(1008, "no sidecar"));
       handle(METHODS.branchDiff, () => ({ branch: "lazaret/agent-default", base: null, head: null, files: [], patch: "", uncommitted: null, warnings: [] }));
       handle(METHODS.auditList, () => [{ sequence: 1, previous_hash: "", hash: "h", request_id: "r", session_id: "s", verified: true, outcome: "approved", decided_by: "rpc:cli", requested_argv: ["true"], received_at_ms: 1 }]);
       handle(METHODS.escalationRespond, (p: any) => {
         this.responses.push(p);
+        // As the coordinator: an edit to an empty command is refused, and the request stays pending.
+        if (p.decision === "edit" && (!p.argv?.length || p.argv[0] === "")) return new ResponseError(1004, "the edited command has no program");
         const i = this.pending.findIndex((e) => e.requestId === p.requestId);
         if (i < 0) return new ResponseError(1007, "not pending");
         this.pending.splice(i, 1);
@@ -79,6 +85,6 @@ export async function until(what: string, fn: () => boolean, timeoutMs = 3000): 
   }
 }
 
-export function escalation(id: string): PendingEscalation {
-  return { requestId: id, argv: ["touch", id], display: `touch ${id}`, cwd: "/w", domainHash: "abcdef012345", profile: "default", sessionId: "s", reasons: ["`touch` is not in auto_approve"], riskNotes: [], receivedAtMs: Date.now(), expiresAtMs: Date.now() + 300_000 };
+export function escalation(id: string, hash = "abcdef012345"): PendingEscalation {
+  return { requestId: id, argv: ["touch", id], display: `touch ${id}`, cwd: "/w", domainHash: hash, profile: "default", sessionId: "s", reasons: ["`touch` is not in auto_approve"], riskNotes: [], receivedAtMs: Date.now(), expiresAtMs: Date.now() + 300_000 };
 }

@@ -1,0 +1,71 @@
+// A stand-in coordinator on a Unix socket under the real socket root, for the
+// cases a real coordinator cannot be made to produce on purpose: one that
+// accepts and never answers (a hung coordinator), one whose escalation/list
+// fails, and one that hands out a request id another domain also uses (ids
+// are minted by each coordinator, so two domains can collide). Speaks the
+// same JSON-RPC (vscode-jsonrpc, Content-Length framing) as the real one.
+import * as fs from "node:fs";
+import { createRequire } from "node:module";
+import * as net from "node:net";
+import * as path from "node:path";
+
+const HERE = path.dirname(new URL(import.meta.url).pathname);
+const require = createRequire(path.resolve(HERE, "../../vscode-extension/package.json"));
+const rpc = require("vscode-jsonrpc/node");
+
+export class FakeCoordinator {
+  /**
+   * mode: "silent" (accepts, never answers), "list-error" (escalation/list
+   * fails), "ok" (answers like a coordinator with `pending` waiting).
+   */
+  constructor(socketRoot, hash, { mode = "ok", pending = [], workspace = "/nonexistent/fake-workspace", profile = "fake" } = {}) {
+    this.socket = path.join(socketRoot, hash, "control.sock");
+    this.hash = hash;
+    this.mode = mode;
+    this.pending = pending;
+    this.workspace = workspace;
+    this.profile = profile;
+    this.responses = [];
+    this.calls = [];
+    this.connections = [];
+    this.sockets = [];
+  }
+
+  status() {
+    return { apiVersion: 1, domainHash: this.hash, profile: this.profile, workspace: this.workspace, image: "fake", containerName: "fake", containerState: "running", coordinatorPid: process.pid, startedAtMs: Date.now(), sessions: [], agentBranch: `lazaret/agent-${this.profile}` };
+  }
+
+  listen() {
+    fs.mkdirSync(path.dirname(this.socket), { recursive: true, mode: 0o700 });
+    this.server = net.createServer((sock) => {
+      sock.on("error", () => undefined);
+      this.sockets.push(sock);
+      if (this.mode === "silent") return; // reads nothing, answers nothing
+      const c = rpc.createMessageConnection(new rpc.StreamMessageReader(sock), new rpc.StreamMessageWriter(sock));
+      const handle = (method, fn) => c.onRequest(method, (p) => (this.calls.push(method), fn(p)));
+      handle("events/subscribe", () => "fake-sub");
+      handle("escalation/list", () => (this.mode === "list-error" ? new rpc.ResponseError(-32603, "escalation/list failed in the fake coordinator (test)") : this.pending));
+      handle("domain/status", () => this.status());
+      handle("network/show", () => new rpc.ResponseError(1008, "no sidecar"));
+      handle("branch/diff", () => ({ branch: `lazaret/agent-${this.profile}`, base: null, head: null, files: [], patch: "", uncommitted: null, warnings: [] }));
+      handle("audit/list", () => []);
+      handle("escalation/respond", (p) => {
+        this.responses.push(p);
+        const i = this.pending.findIndex((e) => e.requestId === p.requestId);
+        if (i < 0) return new rpc.ResponseError(1007, "not pending");
+        this.pending.splice(i, 1);
+        return true;
+      });
+      c.listen();
+      this.connections.push(c);
+    });
+    return new Promise((resolve) => this.server.listen(this.socket, resolve));
+  }
+
+  async close() {
+    for (const c of this.connections) c.dispose();
+    for (const s of this.sockets) s.destroy();
+    await new Promise((resolve) => this.server?.close(() => resolve()));
+    fs.rmSync(path.dirname(this.socket), { recursive: true, force: true });
+  }
+}
