@@ -428,6 +428,12 @@ export class DomainManager {
       case "networkChanged":
         void this.refreshDetails(state, ["network", "audit"]);
         break;
+      case "networkFailed":
+      case "networkRestored":
+        // `domain/status` carries `networkError` while the sidecar is down.
+        void this.refreshStatus(state);
+        void this.refreshDetails(state, ["network"]);
+        break;
       case "networkDnsRefused":
       case "networkDnsAnswerRefused": {
         // A refused answer names the addresses that were not opened.

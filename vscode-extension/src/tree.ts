@@ -187,7 +187,9 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
       case "network": {
         const n = d.network;
         const rows: Node[] = [];
-        if (!n) rows.push(leaf({ id: `${s}/nonet`, label: clip(d.networkError ?? "unknown", DETAIL_MAX), icon: new vscode.ThemeIcon("circle-slash") }));
+        const failed = d.status?.networkError;
+        if (failed) rows.push(leaf({ id: `${s}/netfailed`, label: `No network: ${clip(failed, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("error", new vscode.ThemeColor("list.errorForeground")) }));
+        else if (!n) rows.push(leaf({ id: `${s}/nonet`, label: clip(d.networkError ?? "unknown", DETAIL_MAX), icon: new vscode.ThemeIcon("circle-slash") }));
         else {
           for (const a of n.allow) rows.push(leaf({ id: `${s}/allow/${a}`, label: `allow ${clip(a, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("pass") }));
           for (const a of n.deny) rows.push(leaf({ id: `${s}/deny/${a}`, label: `deny ${clip(a, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("circle-slash") }));
@@ -297,9 +299,15 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
       }
       case "network": {
         const n = d?.network;
+        const failed = d?.status?.networkError;
         item.label = "Network";
-        item.description = n ? `allow ${n.allow.length} · deny ${n.deny.length} · learned ${n.learned.length}` : clip(d?.networkError ?? "", DETAIL_MAX);
-        item.iconPath = new vscode.ThemeIcon("globe");
+        // The Network Sidecar stopped: the sandbox is without network.
+        item.description = failed
+          ? `NONE: ${clip(failed, DETAIL_MAX)}`
+          : n
+            ? `allow ${n.allow.length} · deny ${n.deny.length} · learned ${n.learned.length}`
+            : clip(d?.networkError ?? "", DETAIL_MAX);
+        item.iconPath = failed ? new vscode.ThemeIcon("error", new vscode.ThemeColor("list.errorForeground")) : new vscode.ThemeIcon("globe");
         item.contextValue = "network";
         break;
       }

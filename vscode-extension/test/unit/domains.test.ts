@@ -49,6 +49,16 @@ test("connects, subscribes before listing, and queues what is pending", async ()
   assert.match(d.networkError!, /no network/);
 });
 
+test("networkFailed and networkRestored bring the status's networkError (issue 33, item 5)", async () => {
+  const d = manager.connected()[0];
+  fake.networkError = "the Network Sidecar stopped (its event stream ended); it is being started again";
+  fake.event({ kind: "networkFailed", message: fake.networkError, restarting: true });
+  await until("the failure in the status", () => d.status?.networkError === fake.networkError);
+  fake.networkError = undefined;
+  fake.event({ kind: "networkRestored", message: "started again" });
+  await until("the failure gone", () => d.status !== undefined && d.status.networkError === undefined);
+});
+
 test("escalationPending and escalationResolved events move the queue", async () => {
   fake.pending.push(escalation("second"));
   fake.event({ kind: "escalationPending", escalation: escalation("second") });

@@ -23,10 +23,12 @@ export class FakeCoordinator {
   listError?: ResponseError<unknown>;
   /** Accepts connections and never answers anything (a hung coordinator). */
   silent = false;
+  /** `domain/status`'s `networkError` (the Network Sidecar stopped). */
+  networkError?: string;
   constructor(readonly socket: string, readonly hash = "abcdef012345") {}
 
   status(): DomainStatus {
-    return { apiVersion: 1, domainHash: this.hash, profile: "default", workspace: "/w", image: "img", containerName: "c", containerState: "running", coordinatorPid: 1, startedAtMs: 0, sessions: [] };
+    return { apiVersion: 1, domainHash: this.hash, profile: "default", workspace: "/w", image: "img", containerName: "c", containerState: "running", coordinatorPid: 1, startedAtMs: 0, sessions: [], ...(this.networkError ? { networkError: this.networkError } : {}) };
   }
 
   listen(): Promise<void> {
