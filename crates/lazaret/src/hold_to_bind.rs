@@ -1,7 +1,7 @@
 //! Hold-to-Bind: the CLI side of
 //! joining a domain. The first CLI to take the lockfile (the leader) starts
 //! the Session Coordinator if its control socket is not live, waits for the
-//! socket to bind (up to 10 s) and registers its session before releasing
+//! socket to bind (up to 60 s) and registers its session before releasing
 //! the lock. The others (followers) block on the lock, release it at once and
 //! connect. A domain that is tearing down answers "shutting down", and the
 //! CLI starts over.
@@ -18,8 +18,12 @@ use lazaret_protocol::{error_code, LazaretApiClient, RegisterResult};
 use lazaret_rpc::client::{Answered, Client};
 use lazaret_rpc::Error as RpcError;
 
-/// How long the leader waits for a new coordinator's socket.
-const BIND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the leader waits for a new coordinator's socket. The coordinator
+/// binds it after the workspace, the State Anchor and the Network Sidecar
+/// are ready (the sidecar's image is rebuilt once per build of Lazaret): a
+/// loaded 2-core machine took over 10 s for a first start. A coordinator
+/// that fails exits and is reported at once; this bounds only one that hangs.
+const BIND_TIMEOUT: Duration = Duration::from_secs(60);
 const ATTEMPTS: usize = 6;
 
 pub struct Joined {
