@@ -867,7 +867,8 @@ fn a_dead_sidecar_is_reported_and_started_again_with_the_domains_policy_rootless
     let workspace = format!("{}/lzt-rd-workspace", user.home);
     let lz = format!("{lazaret} --config {config}");
     let cleanup = format!(
-        "pkill -f 'run --workspace {workspace}'; sleep 2; podman rm -f -t 0 {name}-h11 {name}-h12 >/dev/null 2>&1; \
+        // `[r]un`: the pattern must not match this very shell's command line.
+        "pkill -f '[r]un --workspace {workspace}'; sleep 2; podman rm -f -t 0 {name}-h11 {name}-h12 >/dev/null 2>&1; \
          for i in 1 2 3 4 5 6 7 8 9 10; do podman network rm -f {name} >/dev/null 2>&1 && break; sleep 1; done; true"
     );
     let created = user.run(&hosts);
