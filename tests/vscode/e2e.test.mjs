@@ -621,7 +621,11 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
       await wb.page.locator(".tab.active", { hasText: reviewed.slice(0, 8) }).waitFor({ timeout: 15_000 });
       const before = hostHead();
       await wb.palette("Lazaret: Merge Agent Branch");
-      await wb.dialog().waitFor({ timeout: 10_000 });
+      await wb.dialog().waitFor({ timeout: 10_000 }).catch(async (e) => {
+        await wb.screenshot("failure-no-merge-confirmation.png");
+        console.log(`# extension log:\n${wb.extensionLog().split("\n").slice(-20).join("\n")}`);
+        throw e;
+      });
       const confirm = await wb.dialog().textContent();
       if (!confirm.includes(reviewed.slice(0, 8))) problems.push(`the confirmation does not name the reviewed commit ${reviewed}: ${confirm}`);
       // While the confirmation is up, the agent commits a file that makes hosts run code.
@@ -655,6 +659,7 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
       await wb.palette("Lazaret: Merge Agent Branch");
       await wb.dialog().waitFor({ timeout: 20_000 }).catch(async (e) => {
         await wb.screenshot("failure-no-merge-modal.png");
+        console.log(`# extension log:\n${wb.extensionLog().split("\n").slice(-20).join("\n")}`);
         throw e;
       });
       const dialog = await wb.dialog().textContent();

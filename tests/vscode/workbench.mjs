@@ -108,12 +108,16 @@ export class Workbench {
 
   /** Hovers `locator` and returns the text of the hover (tooltip) it shows. */
   async hoverText(locator, timeout = 5_000) {
-    await this.page.mouse.move(700, 5);
-    await this.page.locator(".monaco-hover, .workbench-hover").filter({ visible: true }).first().waitFor({ state: "detached", timeout: 2_000 }).catch(() => undefined);
-    await locator.hover();
     const hover = this.page.locator(".monaco-hover, .workbench-hover").filter({ visible: true }).first();
-    await hover.waitFor({ timeout });
-    return hover.textContent();
+    // Up to three hovers: a tree that re-renders the row under the pointer
+    // (a refresh after an event) cancels the hover it was about to show.
+    for (let attempt = 1; ; attempt++) {
+      await this.page.mouse.move(700, 5);
+      await hover.waitFor({ state: "detached", timeout: 2_000 }).catch(() => undefined);
+      await locator.hover();
+      const shown = await hover.waitFor({ timeout }).then(() => true, (e) => (attempt < 3 ? false : Promise.reject(e)));
+      if (shown) return hover.textContent();
+    }
   }
 
   /**
@@ -273,32 +277,85 @@ export class Workbench {
     return handle.jsonValue();
   }
 
+  /**
+   * Waits (at most `timeout`) until the keyboard focus has stayed on one
+   * element for `quiet` ms: an editor that opens takes the focus when its
+   * documents have loaded, which closes a palette opened just before.
+   */
+  async focusSettled(quiet = 500, timeout = 5_000) {
+    await this.page.evaluate(({ quiet, timeout }) => new Promise((resolve) => {
+      const end = Date.now() + timeout;
+      let last = document.activeElement;
+      let since = Date.now();
+      const look = () => {
+        if (document.activeElement !== last) {
+          last = document.activeElement;
+          since = Date.now();
+        }
+        if (Date.now() - since >= quiet || Date.now() > end) resolve();
+        else setTimeout(look, 50);
+      };
+      look();
+    }), { quiet, timeout });
+  }
+
   /** Runs a command through the palette with the keyboard alone. */
   async palette(title) {
-    // Twice at most: a palette opened while the workbench moves focus can come up without its list.
-    for (let attempt = 1; ; attempt++) {
+    const input = this.page.locator(".quick-input-widget input");
+    const exactLabel = new RegExp(`^${title.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}( \\(|$)`);
+    // The palette's state as the page has it: is its input focused, what it holds, its rows.
+    const look = () => this.page.evaluate(() => {
+      const widget = [...document.querySelectorAll(".quick-input-widget")].find((w) => w.offsetParent !== null && getComputedStyle(w).display !== "none");
+      const field = widget?.querySelector("input");
+      return {
+        focused: !!field && document.activeElement === field,
+        value: field?.value ?? "",
+        rows: widget ? [...widget.querySelectorAll(".monaco-list-row")].map((e) => ({ index: Number(e.getAttribute("data-index")), label: e.querySelector(".label-name")?.textContent ?? "", text: e.textContent ?? "", focused: e.classList.contains("focused") })) : [],
+      };
+    });
+    let problem = "";
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      if (attempt > 1) {
+        await this.page.keyboard.press("Escape");
+        await sleep(300);
+      }
+      await this.focusSettled();
       await this.page.keyboard.press("F1");
-      const input = this.page.locator(".quick-input-widget input");
       await input.waitFor({ state: "visible", timeout: 10_000 });
       await this.page.keyboard.type(`${title}`);
-      const shown = await this.page.locator(".quick-input-widget .monaco-list-row", { hasText: title }).first().waitFor({ timeout: attempt === 1 ? 5_000 : 10_000 }).then(() => true, (e) => (attempt === 1 ? false : Promise.reject(e)));
-      if (shown) break;
-      await this.page.keyboard.press("Escape");
-      await sleep(300);
-    }
-    // The row whose label is the title (not merely a longer one that contains it), else the first.
-    const exact = this.page.locator(".quick-input-widget .monaco-list-row").filter({ has: this.page.locator(".label-name", { hasText: new RegExp(`^${title.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}( \\(|$)`) }) }).first();
-    if (await exact.count()) {
-      // Move the focus to it with the keyboard (a click can land on a row the list re-renders).
-      const target = Number(await exact.getAttribute("data-index"));
-      const focused = this.page.locator(".quick-input-widget .monaco-list-row.focused").first();
-      for (let i = 0; i < 20; i++) {
-        const at = Number((await focused.getAttribute("data-index").catch(() => null)) ?? target);
-        if (at === target) break;
-        await this.page.keyboard.press(at < target ? "ArrowDown" : "ArrowUp");
+      // Enter only once the palette still has the keyboard, holds what was
+      // typed, and its focused row is the command: the row whose label is the
+      // title (not merely a longer one that contains it), else the first row
+      // that contains it; seen so on two looks in a row, since the list
+      // filters what was typed after it first shows (an Enter on the
+      // unfiltered list ran whatever row was focused then).
+      const deadline = Date.now() + 10_000;
+      let settled = 0;
+      for (;;) {
+        const now = await look();
+        const target = now.rows.find((r) => exactLabel.test(r.label)) ?? now.rows.filter((r) => r.text.includes(title)).sort((a, b) => a.index - b.index)[0];
+        const at = now.rows.find((r) => r.focused);
+        if (!now.focused || !now.value.includes(title)) {
+          problem = `the palette lost the keyboard (holds ${JSON.stringify(now.value)}, focused: ${now.focused})`;
+          break;
+        }
+        if (target && at && at.index === target.index) {
+          if (++settled >= 2) {
+            await this.page.keyboard.press("Enter");
+            return;
+          }
+        } else {
+          settled = 0;
+          if (target && at) await this.page.keyboard.press(at.index < target.index ? "ArrowDown" : "ArrowUp");
+        }
+        if (Date.now() > deadline) {
+          problem = `no focused row for it: ${JSON.stringify(now.rows.map((r) => [r.label, r.focused]))}`;
+          break;
+        }
+        await sleep(100);
       }
     }
-    await this.page.keyboard.press("Enter");
+    throw new Error(`palette: ${JSON.stringify(title)}: ${problem}`);
   }
 
   async openView() {

@@ -213,6 +213,7 @@ export async function mergeBranch(ctx: Ctx, provider: ContentProvider, decoratio
   const d = await pickDomain(ctx, arg, "Merge Agent Branch");
   if (!d?.client || !d.status) return;
   const client = d.client;
+  ctx.log.info(`Merge Agent Branch: ${inert(d.status.workspace)}: asking ${METHODS.branchDiff}`);
   const reopen = () => review(ctx, provider, decorations, d);
   let now: BranchDiff;
   try {
