@@ -5,6 +5,9 @@
 /** The API version these types describe (`domain/status`.apiVersion). */
 export const API_VERSION = 1;
 
+/** Why addresses in an allowed name's answer were not opened. */
+export type AnswerRefusal = "specialAddress" | "privateAddress" | "hostNetwork" | "deniedAddress" | "hostAddress";
+
 /** One record of the escalation audit trail (hash-chained). */
 export interface AuditRecord {
   /** The id the requesting client chose: a correlation value only, written by the agent (absent from records made before ids were minted by the coordinator). */
@@ -77,6 +80,9 @@ export type ContainerState = "starting" | "running" | "failed" | "stopping";
 
 /** An answer to a pending escalation. */
 export type Decision = "approve" | "deny" | "edit" | "abort";
+
+/** Why the sidecar refused a DNS question. */
+export type DnsRefusal = "malformed" | "recordType" | "badCharacters" | "notAllowlisted" | "denied" | "longLabel" | "tooManyLabels";
 
 /** The answer to `domain/status`. */
 export interface DomainStatus {
@@ -195,7 +201,7 @@ export interface NetworkPolicy {
   /** Addresses reachable now because an allowed name resolved to them. */
   learned: LearnedAddress[];
   /** Whether a name's answer may open internal addresses no CIDR entry allows: `refuse` (the default) or `allow` (`[network] private_answers`). */
-  privateAnswers: string;
+  privateAnswers: PrivateAnswers;
   /** How many kernel rules enforce it. */
   rules: number;
   /** The resolvers the sidecar forwards allowed questions to. */
@@ -232,6 +238,9 @@ export interface PendingEscalation {
   /** The verified session the request came from. */
   sessionId: string;
 }
+
+/** Whether an allowlisted DNS name's answer may open internal addresses (private, CGNAT, ULA and other special-purpose ranges, the host's own networks) that no CIDR entry allows: `[network] private_answers`. Refused by default: an allowed name stands for hosts out on the network, not for whatever its DNS says. */
+export type PrivateAnswers = "refuse" | "allow";
 
 /** The answer to `session/register`. */
 export interface RegisterResult {
@@ -360,23 +369,23 @@ export interface NetworkChangedEvent {
   rule: string;
 }
 
-/** The Network Sidecar refused a DNS question from the sandbox; nothing went upstream. `reason`: notAllowlisted, denied, recordType, longLabel, tooManyLabels, badCharacters or malformed. `suppressed`: refusals dropped by the rate limit since the last event. */
+/** The Network Sidecar refused a DNS question from the sandbox; nothing went upstream. `suppressed`: refusals dropped by the rate limit since the last event. */
 export interface NetworkDnsRefusedEvent {
   kind: "networkDnsRefused";
   message: string;
   name: string;
-  reason: string;
+  reason: DnsRefusal;
   recordType: string;
   suppressed?: number | null;
 }
 
-/** An allowlisted name's answer pointed at `addresses` the Network Sidecar does not open (attack review finding 17); they were left out of the reply. `reason` (of the first): privateAddress (private, CGNAT, ULA or another special-purpose range no CIDR entry allows, with `private_answers = "refuse"`), hostNetwork (one of the host's networks, likewise), specialAddress (never a remote host: loopback, link-local, multicast, broadcast, `0.0.0.0/8`, IPv4-compatible IPv6), deniedAddress (a CIDR deny covers it) or hostAddress (the host's own). `message` names each address and why. `suppressed`: as for `networkDnsRefused`. */
+/** An allowlisted name's answer pointed at `addresses` the Network Sidecar does not open (attack review finding 17); they were left out of the reply. `reason` is the first address's; `message` names each address and why. `suppressed`: as for `networkDnsRefused`. */
 export interface NetworkDnsAnswerRefusedEvent {
   addresses: string[];
   kind: "networkDnsAnswerRefused";
   message: string;
   name: string;
-  reason: string;
+  reason: AnswerRefusal;
   recordType: string;
   suppressed?: number | null;
 }

@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use lazaret_core::config::ResolvedProfile;
+use lazaret_protocol::sidecar::{SidecarEvent, SidecarReply, SidecarRequest};
+use lazaret_protocol::NetworkPolicy;
 use sha2::{Digest, Sha256};
 
 use crate::bail;
@@ -88,8 +90,8 @@ pub struct HostProtection {
 
 impl HostProtection {
     /// The sidecar's `protect` request.
-    pub fn request(&self) -> serde_json::Value {
-        serde_json::json!({ "protect": { "addresses": self.protected(), "networks": self.networks } })
+    pub fn request(&self) -> SidecarRequest {
+        SidecarRequest::Protect { addresses: self.protected(), networks: self.networks.clone() }
     }
 
     /// What the sidecar keeps out of reach: the addresses, then the blocked networks.
@@ -432,7 +434,7 @@ fn prefix_netmask(address: IpAddr, length: u32) -> Option<IpAddr> {
     }
 }
 
-/// The sidecar's event stream (`{"watch":true}`): one JSON object per line,
+/// The sidecar's event stream (a `watch` request): one event per line,
 /// until the sidecar goes.
 pub struct SidecarEvents {
     lines: tokio::io::Lines<tokio::io::BufReader<tokio::net::UnixStream>>,
@@ -442,39 +444,45 @@ impl SidecarEvents {
     pub async fn connect(socket: &Path) -> Result<SidecarEvents> {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         let mut stream = tokio::net::UnixStream::connect(socket).await.with_context(|| format!("cannot reach {}", socket.display()))?;
-        stream.write_all(b"{\"watch\":true}\n").await?;
+        stream.write_all(format!("{}\n", serde_json::to_string(&SidecarRequest::Watch {})?).as_bytes()).await?;
         let mut lines = tokio::io::BufReader::new(stream).lines();
         let first = lines.next_line().await?.unwrap_or_default();
-        if !first.contains("\"watching\":true") {
-            bail!("the Network Sidecar refused to stream events: {first}");
+        match serde_json::from_str::<SidecarReply>(&first) {
+            Ok(SidecarReply::Watching) => Ok(SidecarEvents { lines }),
+            Ok(SidecarReply::Error { message }) => bail!("the Network Sidecar refused to stream events: {message}"),
+            _ => bail!("the Network Sidecar answered a watch request with {first:?}"),
         }
-        Ok(SidecarEvents { lines })
     }
 
-    /// The next event; `None` when the stream ends. Lines that are not JSON are skipped.
-    pub async fn next(&mut self) -> Result<Option<serde_json::Value>> {
+    /// The next event; `None` when the stream ends. A line that is no event
+    /// this coordinator knows is logged and skipped.
+    pub async fn next(&mut self) -> Result<Option<SidecarEvent>> {
         while let Some(line) = self.lines.next_line().await? {
-            if let Ok(event) = serde_json::from_str(&line) {
-                return Ok(Some(event));
+            match serde_json::from_str(&line) {
+                Ok(event) => return Ok(Some(event)),
+                Err(error) => tracing::warn!(%line, %error, "the Network Sidecar sent a line that is no event"),
             }
         }
         Ok(None)
     }
 }
 
-/// One request on the sidecar's control socket (a JSON line each way).
-pub fn control(socket: &Path, request: &serde_json::Value) -> Result<serde_json::Value> {
+/// One request on the sidecar's control socket (a JSON line each way): the
+/// policy in force after it, or the sidecar's reason for refusing it.
+pub fn control(socket: &Path, request: &SidecarRequest) -> Result<NetworkPolicy> {
     let stream = UnixStream::connect(socket).with_context(|| format!("cannot reach the Network Sidecar at {}", socket.display()))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut writer = stream.try_clone()?;
-    writeln!(writer, "{request}")?;
+    writeln!(writer, "{}", serde_json::to_string(request)?)?;
     let mut line = String::new();
     BufReader::new(stream).read_line(&mut line)?;
-    let answer: serde_json::Value = serde_json::from_str(&line).context("bad answer from the Network Sidecar")?;
-    if answer["ok"] != true {
-        bail!("{}", answer["error"].as_str().unwrap_or("the Network Sidecar refused the request"));
+    match serde_json::from_str::<SidecarReply>(&line)
+        .with_context(|| format!("the Network Sidecar answered in an unexpected form: {line:?}"))?
+    {
+        SidecarReply::Policy(policy) => Ok(policy),
+        SidecarReply::Error { message } => bail!("{message}"),
+        SidecarReply::Watching => bail!("the Network Sidecar answered a request with an event stream"),
     }
-    Ok(answer)
 }
 
 #[cfg(test)]
@@ -515,8 +523,8 @@ mod tests {
             "host bits cleared; no network for a missing, non-prefix, empty or foreign netmask"
         );
         assert_eq!(
-            protection.request().to_string(),
-            r#"{"protect":{"addresses":["192.168.1.23","10.88.0.1","2001:db8:1:2::17","203.0.113.9","198.51.100.7","198.51.100.8","198.51.100.9","100.64.0.2"],"networks":["192.168.1.0/24","10.88.0.0/16","2001:db8:1:2::/64","100.64.0.2/32"]}}"#
+            serde_json::to_string(&protection.request()).unwrap(),
+            r#"{"type":"protect","addresses":["192.168.1.23","10.88.0.1","2001:db8:1:2::17","203.0.113.9","198.51.100.7","198.51.100.8","198.51.100.9","100.64.0.2"],"networks":["192.168.1.0/24","10.88.0.0/16","2001:db8:1:2::/64","100.64.0.2/32"]}"#
         );
     }
 
@@ -539,7 +547,8 @@ options edns0
         let addresses: Vec<String> = protection.addresses.iter().map(ToString::to_string).collect();
         assert_eq!(addresses, ["10.213.7.1", "192.168.1.23", "10.255.255.53"], "what a blocked network holds goes with it");
         assert_eq!(protection.blocked, ["10.0.2.0/24", "fd00::/64"], "slirp4netns's networks; not the bridge's, not the host's");
-        assert!(protection.request().to_string().contains(r#""10.255.255.53","10.0.2.0/24","fd00::/64"]"#), "{}", protection.request());
+        let SidecarRequest::Protect { addresses, .. } = protection.request() else { panic!("{:?}", protection.request()) };
+        assert!(addresses.ends_with(&["10.255.255.53".to_owned(), "10.0.2.0/24".to_owned(), "fd00::/64".to_owned()]), "{addresses:?}");
         assert!(in_network(ip("10.0.2.3"), "10.0.2.0/24") && !in_network(ip("10.0.3.3"), "10.0.2.0/24"));
         assert!(contains_network("10.0.2.0/24", "10.0.2.3/32") && !contains_network("10.0.2.3/32", "10.0.2.0/24"));
     }

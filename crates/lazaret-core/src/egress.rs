@@ -6,37 +6,9 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 /// Whether an allowlisted DNS name's answer may open internal addresses
-/// (private, CGNAT, ULA and other special-purpose ranges, the host's own
-/// networks) that no CIDR entry allows: `[network] private_answers`. Refused
-/// by default (attack review finding 17): an allowed name stands for hosts out
-/// on the network, not for whatever its DNS says.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PrivateAnswers {
-    #[default]
-    Refuse,
-    Allow,
-}
-
-impl PrivateAnswers {
-    /// The configuration's spelling (and the Network Sidecar's).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PrivateAnswers::Refuse => "refuse",
-            PrivateAnswers::Allow => "allow",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<PrivateAnswers> {
-        [PrivateAnswers::Refuse, PrivateAnswers::Allow].into_iter().find(|value| value.as_str() == text)
-    }
-}
-
-impl std::fmt::Display for PrivateAnswers {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(self.as_str())
-    }
-}
+/// that no CIDR entry allows (`[network] private_answers`): the Network
+/// Sidecar's wire type, which is also the configuration's.
+pub use lazaret_protocol::sidecar::PrivateAnswers;
 
 /// One validated `allow_egress` entry.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]

@@ -36,20 +36,6 @@ pub enum Refusal {
     TooManyLabels(usize),
 }
 
-impl Refusal {
-    /// A stable camelCase code for events and audit records.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Refusal::RecordType(_) => "recordType",
-            Refusal::BadCharacters => "badCharacters",
-            Refusal::NotAllowlisted => "notAllowlisted",
-            Refusal::Denied(_) => "denied",
-            Refusal::LongLabel(_) => "longLabel",
-            Refusal::TooManyLabels(_) => "tooManyLabels",
-        }
-    }
-}
-
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

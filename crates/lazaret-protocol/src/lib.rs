@@ -11,12 +11,15 @@
 //! (`Content-Length: N\r\n\r\n`), see `docs/rpc.md`. Nothing else in
 //! Lazaret knows these names.
 //!
-//! The `escalation` module is the other wire format: what `lazaret-escalate`
-//! sends from inside the sandbox (built without the `rpc` feature).
+//! Two more wire formats live here, built without the `rpc` feature: the
+//! `escalation` module is what `lazaret-escalate` sends from inside the
+//! sandbox, the `sidecar` module the Network Sidecar's control protocol
+//! (spoken by the coordinator and `lazaret-sidecar`).
 
 #[cfg(feature = "rpc")]
 pub mod api;
 pub mod escalation;
+pub mod sidecar;
 mod types;
 
 #[cfg(feature = "schema")]

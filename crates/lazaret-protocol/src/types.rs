@@ -288,7 +288,7 @@ pub struct NetworkPolicy {
     pub rules: u64,
     /// Whether a name's answer may open internal addresses no CIDR entry
     /// allows: `refuse` (the default) or `allow` (`[network] private_answers`).
-    pub private_answers: String,
+    pub private_answers: crate::sidecar::PrivateAnswers,
 }
 
 /// An address learned from an answer to an allowed DNS name.
@@ -406,31 +406,24 @@ pub enum Event {
         rule: String,
     },
     /// The Network Sidecar refused a DNS question from the sandbox; nothing
-    /// went upstream. `reason`: notAllowlisted, denied, recordType,
-    /// longLabel, tooManyLabels, badCharacters or malformed. `suppressed`:
-    /// refusals dropped by the rate limit since the last event.
+    /// went upstream. `suppressed`: refusals dropped by the rate limit
+    /// since the last event.
     NetworkDnsRefused {
         name: String,
         record_type: String,
-        reason: String,
+        reason: crate::sidecar::DnsRefusal,
         message: String,
         suppressed: Option<u64>,
     },
     /// An allowlisted name's answer pointed at `addresses` the Network
     /// Sidecar does not open (attack review finding 17); they were left out
-    /// of the reply. `reason` (of the first): privateAddress (private, CGNAT,
-    /// ULA or another special-purpose range no CIDR entry allows, with
-    /// `private_answers = "refuse"`), hostNetwork (one of the host's
-    /// networks, likewise), specialAddress (never a remote host: loopback,
-    /// link-local, multicast, broadcast, `0.0.0.0/8`, IPv4-compatible IPv6),
-    /// deniedAddress (a CIDR deny covers it) or hostAddress (the host's own).
-    /// `message` names each address and why. `suppressed`: as for
-    /// `networkDnsRefused`.
+    /// of the reply. `reason` is the first address's; `message` names each
+    /// address and why. `suppressed`: as for `networkDnsRefused`.
     NetworkDnsAnswerRefused {
         name: String,
         record_type: String,
         addresses: Vec<String>,
-        reason: String,
+        reason: crate::sidecar::AnswerRefusal,
         message: String,
         suppressed: Option<u64>,
     },

@@ -1,35 +1,15 @@
-//! The control protocol: one JSON object per line in, one JSON object per line out.
-//!
-//! Requests (exactly one key); an entry is a CIDR, an address or a DNS name pattern:
-//! - `{"allow": "10.89.0.5/32"}` or `{"allow": ["10.89.0.5", "fd00::/64", "*.npmjs.org"]}`
-//! - `{"deny": "10.89.0.5/32"}` (same shapes)
-//! - `{"set": {"allow": [...], "deny": [...], "private": "allow"|"refuse"}}`: replace
-//!   the whole policy (reload); `private` is whether a name's answer may open internal
-//!   addresses no CIDR allow covers (default `refuse`, see `addresses.rs`)
-//! - `{"protect": {"addresses": [...], "networks": [...]}}`: what stays out of reach
-//!   under wide allows (addresses, or CIDRs such as rootless podman's user-mode
-//!   network) and the prefixes of the host's interfaces, now (the coordinator
-//!   refreshes them)
-//! - `{"show": true}`
-//! - `{"watch": true}`: answers `{"ok":true,"watching":true}`, then streams events, one
-//!   JSON object per line, until the client goes: `{"event":"dnsRefused",...}`,
-//!   `{"event":"dnsAnswerRefused",...}` and `{"event":"dnsResolved",...}` (see
-//!   `events.rs`, `dns.rs`).
-//!
-//! Every other success answers with the policy now in force (see `Enforcer::snapshot`):
-//! `{"ok":true,"allow":[...],"deny":[...],"learned":[...],"upstreams":[...],"rules":N,"privateAnswers":"refuse"}`;
-//! a failure with `{"ok":false,"error":"..."}` and leaves the policy as it was.
+//! The control socket's requests, read into checked values: the wire types
+//! are [`lazaret_protocol::sidecar`] (one JSON object per line each way,
+//! typed once for this sidecar and the coordinator); here each entry is
+//! parsed (a CIDR, an address or a DNS name pattern) and the sizes bounded,
+//! and a failure is a message that names the bad value. Every success is
+//! answered with the policy now in force (see `Enforcer::snapshot`), a
+//! failure with [`SidecarReply::Error`], leaving the policy as it was.
 
 use lazaret_dns::{NamePattern, NamePolicy};
-use serde_json::{json, Value};
+use lazaret_protocol::sidecar::{PrivateAnswers, SidecarReply, SidecarRequest, MAX_ITEMS};
 
-use crate::enforcer::PrivateAnswers;
 use crate::policy::{Cidr, Policy};
-
-/// Longest request line accepted, newline included.
-pub const MAX_LINE: usize = 64 * 1024;
-/// Most CIDRs in one request.
-pub const MAX_ITEMS: usize = 4096;
 
 /// One allowlist entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,6 +39,7 @@ impl std::fmt::Display for Entry {
     }
 }
 
+/// A request with its values checked.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
     Allow(Vec<Entry>),
@@ -70,105 +51,61 @@ pub enum Command {
     Watch,
 }
 
+/// Reads one request line.
 pub fn parse_command(line: &str) -> Result<Command, String> {
-    let value: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-    let Value::Object(obj) = value else {
-        return Err("a request is a JSON object".into());
-    };
-    if obj.len() != 1 {
-        return Err("a request has exactly one of \"allow\", \"deny\", \"set\", \"protect\", \"show\", \"watch\"".into());
-    }
-    let Some((key, val)) = obj.into_iter().next() else {
-        return Err("empty request".into());
-    };
-    match key.as_str() {
-        "allow" => Ok(Command::Allow(entries(&val)?)),
-        "deny" => Ok(Command::Deny(entries(&val)?)),
-        "show" => match val {
-            Value::Bool(true) => Ok(Command::Show),
-            _ => Err("\"show\" takes true".into()),
-        },
-        "watch" => match val {
-            Value::Bool(true) => Ok(Command::Watch),
-            _ => Err("\"watch\" takes true".into()),
-        },
-        "set" => {
-            let Value::Object(set) = val else {
-                return Err("\"set\" takes {\"allow\": [...], \"deny\": [...], \"private\": \"refuse\"|\"allow\"}".into());
-            };
-            let (mut allows, mut denies, mut private) = (Vec::new(), Vec::new(), PrivateAnswers::default());
-            for (k, v) in set {
-                match k.as_str() {
-                    "allow" => allows = entries(&v)?,
-                    "deny" => denies = entries(&v)?,
-                    "private" => private = PrivateAnswers::parse(v.as_str().ok_or("\"private\" takes \"refuse\" or \"allow\"")?)?,
-                    other => return Err(format!("unknown key in \"set\": {other:?}")),
-                }
-            }
-            // Denies after allows, whatever the key order: a deny carves into an allow.
+    let request: SidecarRequest = serde_json::from_str(line).map_err(|e| format!("not a control request: {e}"))?;
+    Ok(match request {
+        SidecarRequest::Allow { entries: items } => Command::Allow(entries(&items, "entries")?),
+        SidecarRequest::Deny { entries: items } => Command::Deny(entries(&items, "entries")?),
+        SidecarRequest::Show {} => Command::Show,
+        SidecarRequest::Watch {} => Command::Watch,
+        SidecarRequest::Set { allow, deny, private_answers } => {
+            // Denies after allows: a deny carves into an allow.
             let (mut policy, mut names) = (Policy::new(), NamePolicy::new());
-            for entry in allows {
+            for entry in entries(&allow, "allow")? {
                 match entry {
                     Entry::Cidr(c) => policy.allow(c),
                     Entry::Name(n) => names.allow(n),
                 }
             }
-            for entry in denies {
+            for entry in entries(&deny, "deny")? {
                 match entry {
                     Entry::Cidr(c) => policy.deny(c),
                     Entry::Name(n) => names.deny(n),
                 }
             }
-            Ok(Command::Set(policy, names, private))
+            Command::Set(policy, names, private_answers)
         }
-        "protect" => {
-            let Value::Object(protect) = val else {
-                return Err("\"protect\" takes {\"addresses\": [...], \"networks\": [...]}".into());
-            };
-            let (mut addresses, mut networks) = (Vec::new(), Vec::new());
-            for (k, v) in protect {
-                let items = strings(&v, &k)?;
-                match k.as_str() {
-                    "addresses" => addresses = items.iter().map(|a| Cidr::parse(a)).collect::<Result<_, _>>()?,
-                    "networks" => networks = items.iter().map(|n| Cidr::parse(n)).collect::<Result<_, _>>()?,
-                    other => return Err(format!("unknown key in \"protect\": {other:?}")),
-                }
-            }
-            Ok(Command::Protect(addresses, networks))
-        }
-        other => Err(format!("unknown request {other:?}")),
+        SidecarRequest::Protect { addresses, networks } => Command::Protect(cidrs(&addresses, "addresses")?, cidrs(&networks, "networks")?),
+    })
+}
+
+/// At most [`MAX_ITEMS`] entries (`key` names them in errors).
+fn entries(items: &[String], key: &str) -> Result<Vec<Entry>, String> {
+    bounded(items, key)?.iter().map(|item| Entry::parse(item)).collect()
+}
+
+/// At most [`MAX_ITEMS`] CIDRs or addresses.
+fn cidrs(items: &[String], key: &str) -> Result<Vec<Cidr>, String> {
+    bounded(items, key)?.iter().map(|item| Cidr::parse(item)).collect()
+}
+
+fn bounded<'a>(items: &'a [String], key: &str) -> Result<&'a [String], String> {
+    if items.len() > MAX_ITEMS {
+        return Err(format!("more than {MAX_ITEMS} entries in {key:?}"));
     }
+    Ok(items)
 }
 
-fn entries(val: &Value) -> Result<Vec<Entry>, String> {
-    let items: Vec<&Value> = match val {
-        Value::String(_) => vec![val],
-        Value::Array(a) if a.len() <= MAX_ITEMS => a.iter().collect(),
-        Value::Array(_) => return Err(format!("more than {MAX_ITEMS} entries")),
-        _ => return Err("expected an entry (CIDR or DNS name) or an array of them".into()),
-    };
-    items
-        .into_iter()
-        .map(|v| match v {
-            Value::String(s) => Entry::parse(s),
-            _ => Err("expected an entry (CIDR or DNS name) as a string".into()),
-        })
-        .collect()
-}
-
-/// An array of at most [`MAX_ITEMS`] strings (`key` names it in errors).
-fn strings<'a>(val: &'a Value, key: &str) -> Result<Vec<&'a str>, String> {
-    match val {
-        Value::Array(a) if a.len() <= MAX_ITEMS => {
-            a.iter().map(|v| v.as_str().ok_or_else(|| format!("{key:?} takes an array of strings"))).collect()
-        }
-        Value::Array(_) => Err(format!("more than {MAX_ITEMS} entries in {key:?}")),
-        _ => Err(format!("{key:?} takes an array of strings")),
-    }
-}
-
+/// The answer line of a failed request.
 pub fn error_response(message: &str) -> String {
-    json!({"ok": false, "error": message}).to_string()
+    reply_line(&SidecarReply::Error { message: message.to_owned() })
+}
+
+/// One answer line (without its newline).
+pub fn reply_line(reply: &SidecarReply) -> String {
+    // Serialising these types cannot fail (no maps with non-string keys).
+    serde_json::to_string(reply).unwrap_or_else(|_| r#"{"type":"error","message":"cannot write the answer"}"#.to_owned())
 }
 
 #[cfg(test)]
@@ -182,17 +119,17 @@ mod tests {
 
     #[test]
     fn parses_requests() {
-        assert_eq!(parse_command(r#"{"allow":"10.89.0.5/32"}"#), Ok(Command::Allow(vec![c("10.89.0.5")])));
+        assert_eq!(parse_command(r#"{"type":"allow","entries":["10.89.0.5/32"]}"#), Ok(Command::Allow(vec![c("10.89.0.5")])));
         assert_eq!(
-            parse_command(r#"{"deny":["10.89.0.5","fd00::/64","*.npmjs.org"]}"#),
+            parse_command(r#"{"type":"deny","entries":["10.89.0.5","fd00::/64","*.npmjs.org"]}"#),
             Ok(Command::Deny(vec![c("10.89.0.5"), c("fd00::/64"), c("*.npmjs.org")]))
         );
         assert!(matches!(c("GitHub.com"), Entry::Name(_)));
         assert_eq!(c("GitHub.com").to_string(), "github.com");
-        assert_eq!(parse_command(r#" {"show":true} "#), Ok(Command::Show));
-        assert_eq!(parse_command(r#"{"watch":true}"#), Ok(Command::Watch));
+        assert_eq!(parse_command(r#" {"type":"show"} "#), Ok(Command::Show));
+        assert_eq!(parse_command(r#"{"type":"watch"}"#), Ok(Command::Watch));
         let Ok(Command::Set(p, names, _)) =
-            parse_command(r#"{"set":{"deny":["10.1.0.0/16","x.allowed.test"],"allow":["10.0.0.0/8","*.allowed.test"]}}"#)
+            parse_command(r#"{"type":"set","deny":["10.1.0.0/16","x.allowed.test"],"allow":["10.0.0.0/8","*.allowed.test"]}"#)
         else {
             panic!("set did not parse");
         };
@@ -200,21 +137,21 @@ mod tests {
         assert_eq!(p.listed(Verdict::Deny), vec![Cidr::parse("10.1.0.0/16").unwrap()]);
         assert_eq!(names.allowed().map(|n| n.to_string()).collect::<Vec<_>>(), ["*.allowed.test"]);
         assert_eq!(names.denied().map(|n| n.to_string()).collect::<Vec<_>>(), ["x.allowed.test"]);
-        assert_eq!(parse_command(r#"{"set":{}}"#), Ok(Command::Set(Policy::new(), NamePolicy::new(), PrivateAnswers::Refuse)));
+        assert_eq!(parse_command(r#"{"type":"set"}"#), Ok(Command::Set(Policy::new(), NamePolicy::new(), PrivateAnswers::Refuse)));
         assert_eq!(
-            parse_command(r#"{"set":{"private":"allow"}}"#),
+            parse_command(r#"{"type":"set","privateAnswers":"allow"}"#),
             Ok(Command::Set(Policy::new(), NamePolicy::new(), PrivateAnswers::Allow))
         );
         assert_eq!(
             parse_command(
-                r#"{"protect":{"addresses":["10.88.0.1","fe80::1","10.0.2.9/24"],"networks":["10.88.0.7/16","2001:db8:1::/48"]}}"#
+                r#"{"type":"protect","addresses":["10.88.0.1","fe80::1","10.0.2.9/24"],"networks":["10.88.0.7/16","2001:db8:1::/48"]}"#
             ),
             Ok(Command::Protect(
                 vec![Cidr::parse("10.88.0.1").unwrap(), Cidr::parse("fe80::1").unwrap(), Cidr::parse("10.0.2.0/24").unwrap()],
                 vec![Cidr::parse("10.88.0.0/16").unwrap(), Cidr::parse("2001:db8:1::/48").unwrap()]
             ))
         );
-        assert_eq!(parse_command(r#"{"protect":{}}"#), Ok(Command::Protect(vec![], vec![])));
+        assert_eq!(parse_command(r#"{"type":"protect"}"#), Ok(Command::Protect(vec![], vec![])));
     }
 
     #[test]
@@ -223,34 +160,33 @@ mod tests {
             "",
             "[]",
             "{}",
-            r#"{"show":false}"#,
-            r#"{"watch":1}"#,
-            r#"{"allow":"10.0.0.1","deny":"10.0.0.2"}"#,
-            r#"{"allow":5}"#,
-            r#"{"allow":[5]}"#,
-            r#"{"allow":"10.0.0.1/40"}"#,
-            r#"{"allow":"localhost"}"#,
-            r#"{"allow":"*.*.com"}"#,
-            r#"{"flush":true}"#,
-            r#"{"set":{"allow":[],"other":[]}}"#,
-            r#"{"set":[]}"#,
-            r#"{"set":{"private":"yes"}}"#,
-            r#"{"set":{"private":true}}"#,
-            r#"{"protect":[]}"#,
-            r#"{"protect":{"addresses":["10.0.0.0/40"]}}"#,
-            r#"{"protect":{"addresses":"10.0.0.1"}}"#,
-            r#"{"protect":{"networks":["nope"]}}"#,
-            r#"{"protect":{"routes":[]}}"#,
+            r#"{"show":true}"#,
+            r#"{"type":"show","extra":1}"#,
+            r#"{"type":"allow","entries":"10.0.0.1"}"#,
+            r#"{"type":"allow","entries":[5]}"#,
+            r#"{"type":"allow","entries":["10.0.0.1/40"]}"#,
+            r#"{"type":"allow","entries":["localhost"]}"#,
+            r#"{"type":"allow","entries":["*.*.com"]}"#,
+            r#"{"type":"flush"}"#,
+            r#"{"type":"set","allow":[],"other":[]}"#,
+            r#"{"type":"set","privateAnswers":"yes"}"#,
+            r#"{"type":"protect","addresses":["10.0.0.0/40"]}"#,
+            r#"{"type":"protect","addresses":"10.0.0.1"}"#,
+            r#"{"type":"protect","networks":["nope"]}"#,
+            r#"{"type":"protect","routes":[]}"#,
         ] {
             assert!(parse_command(bad).is_err(), "{bad:?} parsed");
         }
-        let error = parse_command(r#"{"allow":"bad_name.com"}"#).unwrap_err();
+        let error = parse_command(r#"{"type":"allow","entries":["bad_name.com"]}"#).unwrap_err();
         assert!(error.contains("bad_name.com"), "{error}");
+        let many = format!(r#"{{"type":"deny","entries":[{}]}}"#, vec![r#""10.0.0.1""#; MAX_ITEMS + 1].join(","));
+        assert!(parse_command(&many).unwrap_err().contains("more than"), "more than {MAX_ITEMS} entries");
     }
 
     #[test]
-    fn errors_are_single_line_json() {
-        let e: Value = serde_json::from_str(&error_response("bad \"x\"\n")).unwrap();
-        assert_eq!(e["ok"], false);
+    fn errors_are_single_line_replies() {
+        let line = error_response("bad \"x\"\n");
+        assert!(!line.contains('\n'), "{line}");
+        assert_eq!(serde_json::from_str::<SidecarReply>(&line).unwrap(), SidecarReply::Error { message: "bad \"x\"\n".into() });
     }
 }

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use lazaret_dns::wire::{encode_error, encode_query, encode_reply, parse_query, parse_response, type_name, MAX_MESSAGE};
-use lazaret_dns::{Question, Rcode, Response};
-use serde_json::json;
+use lazaret_dns::{Question, Rcode, Refusal, Response};
+use lazaret_protocol::sidecar::{DnsRefusal, SidecarEvent};
 
 use crate::enforcer::{Enforcer, Learning};
 use crate::events::Events;
@@ -95,7 +95,13 @@ fn answer(packet: &[u8], shared: &Shared) -> Option<Vec<u8>> {
     let query = match parse_query(packet) {
         Ok(query) => query,
         Err(error) => {
-            shared.events.emit(json!({"event": "dnsRefused", "name": "", "type": "", "reason": "malformed", "message": error.to_string()}));
+            shared.events.emit(SidecarEvent::DnsRefused {
+                name: String::new(),
+                record_type: String::new(),
+                reason: DnsRefusal::Malformed,
+                message: error.to_string(),
+                suppressed: None,
+            });
             return encode_error(packet, Rcode::FormatError);
         }
     };
@@ -104,9 +110,13 @@ fn answer(packet: &[u8], shared: &Shared) -> Option<Vec<u8>> {
     let checked = shared.enforcer().state().names.check(&query.question);
     if let Err(refusal) = checked {
         eprintln!("lazaret-sidecar: dns: refused {name} {record_type}: {refusal}");
-        shared.events.emit(json!({
-            "event": "dnsRefused", "name": name, "type": record_type, "reason": refusal.code(), "message": refusal.to_string(),
-        }));
+        shared.events.emit(SidecarEvent::DnsRefused {
+            name: name.clone(),
+            record_type: record_type.to_owned(),
+            reason: refusal_reason(&refusal),
+            message: refusal.to_string(),
+            suppressed: None,
+        });
         return Some(encode_reply(&query, Rcode::Refused, &[]));
     }
     let upstreams = shared.enforcer().upstreams().to_vec();
@@ -136,7 +146,13 @@ fn answer(packet: &[u8], shared: &Shared) -> Option<Vec<u8>> {
     if let Some((alias, pattern)) = denied_alias {
         let message = format!("the answer is an alias of {alias}, which `{pattern}` denies");
         eprintln!("lazaret-sidecar: dns: refused {name} {record_type}: {message}");
-        shared.events.emit(json!({"event": "dnsRefused", "name": name, "type": record_type, "reason": "denied", "message": message}));
+        shared.events.emit(SidecarEvent::DnsRefused {
+            name: name.clone(),
+            record_type: record_type.to_owned(),
+            reason: DnsRefusal::Denied,
+            message,
+            suppressed: None,
+        });
         return Some(encode_reply(&query, Rcode::Refused, &[]));
     }
     let answers = response.addresses();
@@ -157,13 +173,30 @@ fn answer(packet: &[u8], shared: &Shared) -> Option<Vec<u8>> {
         let message = format!("the answer for {name}{through} pointed at {}, not opened", described.join("; "));
         eprintln!("lazaret-sidecar: dns: {message}");
         let addresses: Vec<String> = refused.iter().map(|(address, _)| address.to_string()).collect();
-        shared.events.emit(json!({
-            "event": "dnsAnswerRefused", "name": name, "type": record_type, "addresses": addresses, "reason": first.code(), "message": message,
-        }));
+        shared.events.emit(SidecarEvent::DnsAnswerRefused {
+            name: name.clone(),
+            record_type: record_type.to_owned(),
+            addresses,
+            reason: first.reason(),
+            message,
+            suppressed: None,
+        });
     }
     let addresses: Vec<String> = told.iter().map(|(address, _)| address.to_string()).collect();
-    shared.events.emit(json!({"event": "dnsResolved", "name": name, "type": record_type, "addresses": addresses}));
+    shared.events.emit(SidecarEvent::DnsResolved { name, record_type: record_type.to_owned(), addresses, suppressed: None });
     Some(encode_reply(&query, Rcode::NoError, &told))
+}
+
+/// A refusal as the control protocol's events carry it.
+fn refusal_reason(refusal: &Refusal) -> DnsRefusal {
+    match refusal {
+        Refusal::RecordType(_) => DnsRefusal::RecordType,
+        Refusal::BadCharacters => DnsRefusal::BadCharacters,
+        Refusal::NotAllowlisted => DnsRefusal::NotAllowlisted,
+        Refusal::Denied(_) => DnsRefusal::Denied,
+        Refusal::LongLabel(_) => DnsRefusal::LongLabel,
+        Refusal::TooManyLabels(_) => DnsRefusal::TooManyLabels,
+    }
 }
 
 /// Asks each upstream in turn until one answers.

@@ -12,7 +12,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use lazaret_dns::NamePolicy;
-use serde_json::{json, Value};
+use lazaret_protocol::sidecar::AnswerRefusal;
+pub use lazaret_protocol::sidecar::PrivateAnswers;
+use lazaret_protocol::{LearnedAddress, NetworkPolicy};
 
 use crate::addresses::{classify, Class};
 use crate::control::Entry;
@@ -38,33 +40,6 @@ pub struct Learned {
     pub expires: Instant,
 }
 
-/// Whether a name's answer may open internal addresses (private, CGNAT, ULA,
-/// special-purpose, the host's own networks) that no CIDR allow covers:
-/// `--private-answers` and `[network] private_answers`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum PrivateAnswers {
-    #[default]
-    Refuse,
-    Allow,
-}
-
-impl PrivateAnswers {
-    pub fn parse(text: &str) -> Result<PrivateAnswers, String> {
-        match text {
-            "refuse" => Ok(PrivateAnswers::Refuse),
-            "allow" => Ok(PrivateAnswers::Allow),
-            other => Err(format!("private answers are \"refuse\" or \"allow\", not {other:?}")),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PrivateAnswers::Refuse => "refuse",
-            PrivateAnswers::Allow => "allow",
-        }
-    }
-}
-
 /// Why an answered address was not opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NotOpened {
@@ -82,13 +57,14 @@ pub enum NotOpened {
 
 impl NotOpened {
     /// The reason code in events and audit records.
-    pub fn code(&self) -> &'static str {
+    /// The reason as the control protocol's events carry it.
+    pub fn reason(&self) -> AnswerRefusal {
         match self {
-            NotOpened::Special(_) => "specialAddress",
-            NotOpened::Private(_) => "privateAddress",
-            NotOpened::HostNetwork(_) => "hostNetwork",
-            NotOpened::Denied => "deniedAddress",
-            NotOpened::Host => "hostAddress",
+            NotOpened::Special(_) => AnswerRefusal::SpecialAddress,
+            NotOpened::Private(_) => AnswerRefusal::PrivateAddress,
+            NotOpened::HostNetwork(_) => AnswerRefusal::HostNetwork,
+            NotOpened::Denied => AnswerRefusal::DeniedAddress,
+            NotOpened::Host => AnswerRefusal::HostAddress,
         }
     }
 
@@ -415,28 +391,29 @@ impl Enforcer {
     }
 
     /// The policy in force, as the control protocol reports it.
-    pub fn snapshot(&self, rules: usize, now: Instant) -> Value {
+    pub fn snapshot(&self, rules: usize, now: Instant) -> NetworkPolicy {
         let state = &self.state;
         let mut allow: Vec<String> = state.cidrs.listed(Verdict::Allow).iter().map(|c| c.to_string()).collect();
         allow.extend(state.names.allowed().map(|n| n.to_string()));
         let mut deny: Vec<String> = state.cidrs.listed(Verdict::Deny).iter().map(|c| c.to_string()).collect();
         deny.extend(state.names.denied().map(|n| n.to_string()));
-        let learned: Vec<Value> = state
+        let learned = state
             .learned
             .iter()
-            .map(|(address, learned)| {
-                json!({
-                    "address": address.to_string(),
-                    "names": learned.names,
-                    "expiresInSeconds": learned.expires.saturating_duration_since(now).as_secs(),
-                })
+            .map(|(address, learned)| LearnedAddress {
+                address: address.to_string(),
+                names: learned.names.iter().cloned().collect(),
+                expires_in_seconds: learned.expires.saturating_duration_since(now).as_secs(),
             })
             .collect();
-        let upstreams: Vec<String> = self.upstreams.iter().map(|u| u.to_string()).collect();
-        json!({
-            "ok": true, "allow": allow, "deny": deny, "learned": learned, "upstreams": upstreams, "rules": rules,
-            "privateAnswers": state.private_answers.as_str(),
-        })
+        NetworkPolicy {
+            allow,
+            deny,
+            learned,
+            upstreams: self.upstreams.iter().map(|u| u.to_string()).collect(),
+            rules: rules as u64,
+            private_answers: state.private_answers,
+        }
     }
 
     /// How many of our rules the kernel holds now.
@@ -499,9 +476,9 @@ mod tests {
         ];
         let learning = state.learn("allowed.test", &answers, Instant::now());
         assert_eq!(learning.told, vec![(ip("10.213.0.11"), 60)]);
-        let codes: Vec<&str> = learning.refused.iter().map(|(_, why)| why.code()).collect();
-        assert_eq!(codes[0], "deniedAddress");
-        assert!(codes[1..].iter().all(|code| *code == "specialAddress"), "{codes:?}");
+        let reasons: Vec<AnswerRefusal> = learning.refused.iter().map(|(_, why)| why.reason()).collect();
+        assert_eq!(reasons[0], AnswerRefusal::DeniedAddress);
+        assert!(reasons[1..].iter().all(|reason| *reason == AnswerRefusal::SpecialAddress), "{reasons:?}");
         assert_eq!(learning.refused.len(), answers.len() - 2, "each left-out address is reported once (169.254.169.254 came twice)");
     }
 
@@ -537,24 +514,24 @@ mod tests {
         let learning = state.learn("a.allowed.test", &answers, now);
         assert_eq!(learning.told, vec![(ip("10.213.0.11"), 60), (ip("1.1.1.1"), 60)], "covered, and remote");
         let refused: Vec<String> =
-            learning.refused.iter().map(|(address, why)| format!("{} {}", why.code(), why.describe(*address))).collect();
+            learning.refused.iter().map(|(address, why)| format!("{:?} {}", why.reason(), why.describe(*address))).collect();
         assert_eq!(
             refused,
             [
-                "deniedAddress address 10.213.0.200, which a CIDR deny covers",
-                "privateAddress private address 10.9.0.1 (private network 10.0.0.0/8)",
-                "privateAddress private address 192.168.1.1 (private network 192.168.0.0/16)",
-                "privateAddress private address 100.64.0.1 (shared (CGNAT) network 100.64.0.0/10)",
-                "privateAddress private address fd00::1 (unique local network fc00::/7)",
-                "hostNetwork address 93.184.216.34 on the host's network 93.184.216.0/24",
-                "privateAddress private address 198.18.0.1 (benchmarking network 198.18.0.0/15)",
+                "DeniedAddress address 10.213.0.200, which a CIDR deny covers",
+                "PrivateAddress private address 10.9.0.1 (private network 10.0.0.0/8)",
+                "PrivateAddress private address 192.168.1.1 (private network 192.168.0.0/16)",
+                "PrivateAddress private address 100.64.0.1 (shared (CGNAT) network 100.64.0.0/10)",
+                "PrivateAddress private address fd00::1 (unique local network fc00::/7)",
+                "HostNetwork address 93.184.216.34 on the host's network 93.184.216.0/24",
+                "PrivateAddress private address 198.18.0.1 (benchmarking network 198.18.0.0/15)",
             ]
         );
         // The switch opens them (not the denied one); turning it off again forgets them.
         state.private_answers = PrivateAnswers::Allow;
         let learning = state.learn("a.allowed.test", &answers, now);
         assert_eq!(learning.told.len(), 8, "{learning:?}");
-        assert_eq!(learning.refused.iter().map(|(_, why)| why.code()).collect::<Vec<_>>(), ["deniedAddress"]);
+        assert_eq!(learning.refused.iter().map(|(_, why)| why.reason()).collect::<Vec<_>>(), [AnswerRefusal::DeniedAddress]);
         state.private_answers = PrivateAnswers::Refuse;
         state.forget_disallowed();
         assert_eq!(state.learned.keys().copied().collect::<Vec<_>>(), [ip("1.1.1.1"), ip("10.213.0.11")]);
@@ -566,9 +543,9 @@ mod tests {
 
     #[test]
     fn the_switch_is_allow_or_refuse() {
-        assert_eq!(PrivateAnswers::parse("allow"), Ok(PrivateAnswers::Allow));
-        assert_eq!(PrivateAnswers::parse("refuse"), Ok(PrivateAnswers::Refuse));
-        assert!(PrivateAnswers::parse("yes").unwrap_err().contains("\"yes\""));
+        assert_eq!(PrivateAnswers::parse("allow"), Some(PrivateAnswers::Allow));
+        assert_eq!(PrivateAnswers::parse("refuse"), Some(PrivateAnswers::Refuse));
+        assert_eq!(PrivateAnswers::parse("yes"), None);
         assert_eq!(PrivateAnswers::default(), PrivateAnswers::Refuse);
     }
 

@@ -8,7 +8,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use serde_json::{json, Value};
+use lazaret_protocol::sidecar::SidecarEvent;
 
 /// Events per second a watcher may get on average.
 const EVENTS_PER_SECOND: f64 = 20.0;
@@ -50,7 +50,7 @@ impl Events {
     }
 
     /// Sends `event` to every watcher, if the rate allows.
-    pub fn emit(&self, mut event: Value) {
+    pub fn emit(&self, mut event: SidecarEvent) {
         {
             let mut bucket = lock(&self.bucket);
             let now = Instant::now();
@@ -63,11 +63,11 @@ impl Events {
             }
             bucket.tokens -= 1.0;
             if bucket.suppressed > 0 {
-                event["suppressed"] = json!(bucket.suppressed);
+                event.set_suppressed(bucket.suppressed);
                 bucket.suppressed = 0;
             }
         }
-        let line = event.to_string();
+        let Ok(line) = serde_json::to_string(&event) else { return };
         lock(&self.watchers).retain(|watcher| !matches!(watcher.try_send(line.clone()), Err(TrySendError::Disconnected(_))));
     }
 }
@@ -79,27 +79,39 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lazaret_protocol::sidecar::DnsRefusal;
+
+    fn refused(name: &str) -> SidecarEvent {
+        SidecarEvent::DnsRefused {
+            name: name.to_owned(),
+            record_type: "A".to_owned(),
+            reason: DnsRefusal::NotAllowlisted,
+            message: String::new(),
+            suppressed: None,
+        }
+    }
 
     #[test]
     fn floods_are_limited_and_counted() {
         let events = Events::new();
         let receiver = events.watch();
         for n in 0..200 {
-            events.emit(json!({"event": "dnsRefused", "n": n}));
+            events.emit(refused(&format!("n{n}.test")));
         }
         let delivered: Vec<String> = receiver.try_iter().collect();
         assert!(delivered.len() >= EVENT_BURST as usize && delivered.len() < 60, "{}", delivered.len());
         std::thread::sleep(std::time::Duration::from_millis(120));
-        events.emit(json!({"event": "dnsRefused"}));
-        let next: Value = serde_json::from_str(&receiver.try_recv().unwrap()).unwrap();
-        assert!(next["suppressed"].as_u64().unwrap() > 100, "{next}");
+        events.emit(refused("last.test"));
+        let next: SidecarEvent = serde_json::from_str(&receiver.try_recv().unwrap()).unwrap();
+        let SidecarEvent::DnsRefused { suppressed: Some(suppressed), .. } = next else { panic!("{next:?}") };
+        assert!(suppressed > 100, "{suppressed}");
     }
 
     #[test]
     fn gone_watchers_are_dropped() {
         let events = Events::new();
         drop(events.watch());
-        events.emit(json!({"event": "x"}));
+        events.emit(refused("x.test"));
         assert!(lock(&events.watchers).is_empty());
     }
 }

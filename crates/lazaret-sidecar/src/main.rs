@@ -22,10 +22,11 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use control::{error_response, parse_command, Command, Entry, MAX_LINE};
+use control::{error_response, parse_command, reply_line, Command, Entry};
 use dns::Shared;
 use enforcer::{Enforcer, PrivateAnswers, State};
 use events::Events;
+use lazaret_protocol::sidecar::{SidecarReply, MAX_LINE};
 use policy::Cidr;
 use rtnl::Rtnl;
 
@@ -53,9 +54,12 @@ Usage:
       network) stays unreachable under wider allow entries; only an allow of
       exactly that address or network opens it. With --control, serve
       line-delimited JSON on SOCKET:
-        {\"allow\":ENTRY|[...]}  {\"deny\":ENTRY|[...]}  {\"show\":true}
-        {\"set\":{\"allow\":[...],\"deny\":[...],\"private\":\"refuse\"|\"allow\"}}
-        {\"protect\":{\"addresses\":[...],\"networks\":[...]}}  {\"watch\":true}
+        {\"type\":\"allow\",\"entries\":[ENTRY...]}  {\"type\":\"deny\",\"entries\":[ENTRY...]}
+        {\"type\":\"set\",\"allow\":[...],\"deny\":[...],\"privateAnswers\":\"refuse\"|\"allow\"}
+        {\"type\":\"protect\",\"addresses\":[...],\"networks\":[...]}
+        {\"type\":\"show\"}  {\"type\":\"watch\"} (then one event per line)
+      Answers: {\"type\":\"policy\",...} with the policy in force, or
+      {\"type\":\"error\",\"message\":...} (nothing changed).
       Prints `ready` on stdout once the policy is in force.
   lazaret-sidecar supervise [ARGUMENTS]...
       As the container's PID 1: run the sidecar with ARGUMENTS as a child, and
@@ -137,7 +141,10 @@ fn parse_args(args: &[String]) -> Result<Mode, String> {
                 options.protected_networks.push(Cidr::parse(&v).map_err(|e| format!("--protect-net: {e}"))?);
             }
             "--private-answers" => {
-                options.private_answers = PrivateAnswers::parse(&value()?).map_err(|e| format!("--private-answers: {e}"))?
+                options.private_answers = {
+                    let text = value()?;
+                    PrivateAnswers::parse(&text).ok_or_else(|| format!("--private-answers: \"refuse\" or \"allow\", not {text:?}"))?
+                }
             }
             "--control" => {
                 let v = value()?;
@@ -217,7 +224,7 @@ fn handle(shared: &Shared, command: Command) -> Result<String, String> {
     if let Some(what) = what {
         eprintln!("lazaret-sidecar: {what}: {rules} rules in force ({} us)", started.elapsed().as_micros());
     }
-    Ok(enforcer.snapshot(rules, Instant::now()).to_string())
+    Ok(reply_line(&SidecarReply::Policy(enforcer.snapshot(rules, Instant::now()))))
 }
 
 fn join(entries: &[Entry]) -> String {
@@ -271,9 +278,9 @@ fn run(options: RunOptions) -> ExitCode {
     eprintln!(
         "lazaret-sidecar {}: default-deny egress in force, {rules} rules; allowed: {}; DNS on {} via {}",
         env!("CARGO_PKG_VERSION"),
-        snapshot["allow"],
+        snapshot.allow.join(" "),
         dns::LISTEN,
-        snapshot["upstreams"]
+        snapshot.upstreams.join(" ")
     );
     if !enforcer.state().names.is_empty() && enforcer.upstreams().is_empty() {
         eprintln!(
@@ -454,7 +461,8 @@ fn serve_client(stream: UnixStream, shared: &Shared) -> io::Result<()> {
             Ok(Command::Watch) => {
                 // From here on this connection only carries events.
                 let events = shared.events.watch();
-                writer.write_all(b"{\"ok\":true,\"watching\":true}\n")?;
+                writer.write_all(reply_line(&SidecarReply::Watching).as_bytes())?;
+                writer.write_all(b"\n")?;
                 for line in events {
                     writer.write_all(line.as_bytes())?;
                     writer.write_all(b"\n")?;
@@ -480,7 +488,7 @@ fn ctl(socket: &Path, requests: &[String]) -> ExitCode {
             let mut answer = String::new();
             reader.read_line(&mut answer)?;
             print!("{answer}");
-            let ok = serde_json::from_str::<serde_json::Value>(&answer).map(|v| v["ok"] == true).unwrap_or(false);
+            let ok = matches!(serde_json::from_str::<SidecarReply>(&answer), Ok(SidecarReply::Policy(_) | SidecarReply::Watching));
             all_ok &= ok;
         }
         Ok(all_ok)
@@ -606,6 +614,6 @@ mod tests {
         assert_eq!(parse_args(&args(&["supervise", "--allow=10.0.0.0/8"])), Ok(Mode::Supervise(args(&["--allow=10.0.0.0/8"]))));
         assert!(parse_args(&args(&["supervise", "--allow=nope"])).is_err(), "the enforcer's options are checked up front");
         assert!(parse_args(&args(&["supervise", "ctl", "/s", "{}"])).is_err());
-        assert_eq!(parse_args(&args(&["ctl", "/s", "{\"show\":true}"])).map(|m| matches!(m, Mode::Ctl { .. })), Ok(true));
+        assert_eq!(parse_args(&args(&["ctl", "/s", "{\"type\":\"show\"}"])).map(|m| matches!(m, Mode::Ctl { .. })), Ok(true));
     }
 }

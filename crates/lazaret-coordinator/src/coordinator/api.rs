@@ -11,6 +11,7 @@ use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{ConnectionId, Extensions, PendingSubscriptionSink, SubscriptionMessage};
 use lazaret_core::config::ResolvedProfile;
 use lazaret_core::time::now_ms;
+use lazaret_protocol::sidecar::{SidecarEvent, SidecarRequest};
 use lazaret_protocol::{
     error_code, AuditRecord, AuditVerification, BranchDiff, CompletedSession, ContainerState, Decision, DomainStatus, Event, FileContents,
     LazaretApiServer, LiveSession, NetworkPolicy, PendingEscalation, RegisterResult, SequencedEvent, StateChange, API_VERSION,
@@ -193,62 +194,39 @@ impl Domain {
     /// An event from the Network Sidecar's stream: refused DNS questions and
     /// answers whose addresses were not opened go to subscribers and the
     /// audit store, answered ones to subscribers.
-    pub async fn sidecar_event(&self, event: serde_json::Value) {
-        let text = |key: &str| event[key].as_str().unwrap_or_default().to_owned();
-        match event["event"].as_str() {
-            Some("dnsRefused") => {
-                let (name, record_type, reason) = (text("name"), text("type"), text("reason"));
+    pub async fn sidecar_event(&self, event: SidecarEvent) {
+        /// The audit record's argv: what was asked, and what the rate limit left out.
+        fn asked(name: &str, record_type: &str, addresses: &[String], suppressed: Option<u64>) -> Vec<String> {
+            let mut argv = vec!["dns".to_owned(), name.to_owned(), record_type.to_owned()];
+            argv.extend(addresses.iter().cloned());
+            if let Some(suppressed) = suppressed {
+                argv.push(format!("(+{suppressed} refusals not recorded: rate limit)"));
+            }
+            argv
+        }
+        match event {
+            SidecarEvent::DnsRefused { name, record_type, reason, message, suppressed } => {
                 tracing::warn!(%name, %record_type, %reason, "DNS question refused");
-                self.emit(Event::NetworkDnsRefused {
-                    name: name.clone(),
-                    record_type: record_type.clone(),
-                    reason: reason.clone(),
-                    message: text("message"),
-                    suppressed: event["suppressed"].as_u64(),
-                });
-                let mut argv = vec!["dns".to_owned(), name, record_type];
-                if let Some(suppressed) = event["suppressed"].as_u64() {
-                    argv.push(format!("(+{suppressed} refusals not recorded: rate limit)"));
-                }
-                self.audit(network_audit_record("dnsRefused", Some(format!("{reason}: {}", text("message"))), "networkSidecar", argv))
-                    .await;
+                let argv = asked(&name, &record_type, &[], suppressed);
+                let why = format!("{reason}: {message}");
+                self.emit(Event::NetworkDnsRefused { name, record_type, reason, message, suppressed });
+                self.audit(network_audit_record("dnsRefused", Some(why), "networkSidecar", argv)).await;
             }
-            Some("dnsAnswerRefused") => {
-                let (name, record_type, reason, message) = (text("name"), text("type"), text("reason"), text("message"));
-                let addresses: Vec<String> = event["addresses"]
-                    .as_array()
-                    .map(|items| items.iter().filter_map(|item| item.as_str().map(str::to_owned)).collect())
-                    .unwrap_or_default();
+            SidecarEvent::DnsAnswerRefused { name, record_type, addresses, reason, message, suppressed } => {
                 tracing::warn!(%name, %record_type, %reason, ?addresses, "a DNS answer's addresses were not opened");
-                self.emit(Event::NetworkDnsAnswerRefused {
-                    name: name.clone(),
-                    record_type: record_type.clone(),
-                    addresses: addresses.clone(),
-                    reason: reason.clone(),
-                    message: message.clone(),
-                    suppressed: event["suppressed"].as_u64(),
-                });
-                let mut argv = vec!["dns".to_owned(), name, record_type];
-                argv.extend(addresses);
-                if let Some(suppressed) = event["suppressed"].as_u64() {
-                    argv.push(format!("(+{suppressed} refusals not recorded: rate limit)"));
-                }
-                self.audit(network_audit_record("dnsAnswerRefused", Some(format!("{reason}: {message}")), "networkSidecar", argv)).await;
+                let argv = asked(&name, &record_type, &addresses, suppressed);
+                let why = format!("{reason}: {message}");
+                self.emit(Event::NetworkDnsAnswerRefused { name, record_type, addresses, reason, message, suppressed });
+                self.audit(network_audit_record("dnsAnswerRefused", Some(why), "networkSidecar", argv)).await;
             }
-            Some("dnsResolved") => self.emit(Event::NetworkDnsResolved {
-                name: text("name"),
-                record_type: text("type"),
-                addresses: event["addresses"]
-                    .as_array()
-                    .map(|items| items.iter().filter_map(|item| item.as_str().map(str::to_owned)).collect())
-                    .unwrap_or_default(),
-            }),
-            _ => tracing::debug!(%event, "unknown sidecar event"),
+            SidecarEvent::DnsResolved { name, record_type, addresses, suppressed: _ } => {
+                self.emit(Event::NetworkDnsResolved { name, record_type, addresses })
+            }
         }
     }
 
     /// Sends one request to the Network Sidecar (on the blocking pool).
-    async fn sidecar(&self, request: serde_json::Value) -> RpcResult<NetworkPolicy> {
+    async fn sidecar(&self, request: SidecarRequest) -> RpcResult<NetworkPolicy> {
         let socket = self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or_else(|| {
             rpc_error(
                 error_code::NETWORK_FAILED,
@@ -258,13 +236,10 @@ impl Domain {
         if let Some(error) = self.network_error() {
             return Err(rpc_error(error_code::NETWORK_FAILED, format!("the sandbox has no working network: {error}")));
         }
-        let answer = tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
+        let policy = tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
             .await
             .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
             .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.chained()))?;
-        let policy: NetworkPolicy = serde_json::from_value(answer).map_err(|error| {
-            rpc_error(error_code::NETWORK_FAILED, format!("the Network Sidecar answered in an unexpected form: {error}"))
-        })?;
         *self.network_policy.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(policy.clone());
         Ok(policy)
     }
@@ -284,12 +259,12 @@ impl Domain {
 
     /// Gives a restarted sidecar back the domain's policy (the last one it
     /// answered with) and what it protects, then says the network is back.
-    pub async fn network_restored(&self, protection: serde_json::Value) -> Result<(), String> {
+    pub async fn network_restored(&self, protection: SidecarRequest) -> Result<(), String> {
         let socket = self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or("no sidecar")?;
         let policy = self.network_policy.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
         let mut requests = vec![protection];
         if let Some(policy) = policy {
-            requests.push(serde_json::json!({ "set": { "allow": policy.allow, "deny": policy.deny, "private": policy.private_answers } }));
+            requests.push(SidecarRequest::Set { allow: policy.allow, deny: policy.deny, private_answers: policy.private_answers });
         }
         for request in requests {
             let socket = socket.clone();
@@ -445,18 +420,47 @@ fn network_audit_record(outcome: &str, reason: Option<String>, decided_by: &str,
 #[derive(Clone)]
 pub struct Api(pub Arc<Domain>);
 
+/// A change to the egress policy from a client.
+#[derive(Clone, Copy)]
+enum NetworkChange {
+    Allow,
+    Deny,
+}
+
+impl NetworkChange {
+    /// The word in audit records, events and logs.
+    fn word(self) -> &'static str {
+        match self {
+            NetworkChange::Allow => "allow",
+            NetworkChange::Deny => "deny",
+        }
+    }
+
+    /// The audit outcome of the change carried out.
+    fn outcome(self) -> &'static str {
+        match self {
+            NetworkChange::Allow => "networkAllowed",
+            NetworkChange::Deny => "networkDenied",
+        }
+    }
+
+    fn request(self, entry: String) -> SidecarRequest {
+        match self {
+            NetworkChange::Allow => SidecarRequest::Allow { entries: vec![entry] },
+            NetworkChange::Deny => SidecarRequest::Deny { entries: vec![entry] },
+        }
+    }
+}
+
 impl Api {
-    async fn change_network(&self, action: &str, rule: String) -> RpcResult<NetworkPolicy> {
+    async fn change_network(&self, change: NetworkChange, rule: String) -> RpcResult<NetworkPolicy> {
         let parsed: lazaret_core::egress::EgressRule =
             rule.parse().map_err(|message: String| rpc_error(error_code::INVALID_VALUE, message))?;
-        let answer = self.0.sidecar(serde_json::json!({ action: parsed.to_string() })).await;
+        let answer = self.0.sidecar(change.request(parsed.to_string())).await;
         // Policy changes are audited next to escalations, refused ones too.
-        let outcome = match &answer {
-            Ok(_) if action == "allow" => "networkAllowed",
-            Ok(_) => "networkDenied",
-            Err(_) => "rejected",
-        };
+        let outcome = if answer.is_ok() { change.outcome() } else { "rejected" };
         let reason = answer.as_ref().err().map(|error| error.message().to_owned());
+        let action = change.word();
         self.0.audit(network_audit_record(outcome, reason, "rpc", vec!["net".to_owned(), action.to_owned(), parsed.to_string()])).await;
         let answer = answer?;
         tracing::info!(action, rule = %parsed, "egress policy changed");
@@ -600,15 +604,15 @@ impl LazaretApiServer for Api {
     }
 
     async fn network_show(&self) -> RpcResult<NetworkPolicy> {
-        self.0.sidecar(serde_json::json!({ "show": true })).await
+        self.0.sidecar(SidecarRequest::Show {}).await
     }
 
     async fn network_allow(&self, rule: String) -> RpcResult<NetworkPolicy> {
-        self.change_network("allow", rule).await
+        self.change_network(NetworkChange::Allow, rule).await
     }
 
     async fn network_deny(&self, rule: String) -> RpcResult<NetworkPolicy> {
-        self.change_network("deny", rule).await
+        self.change_network(NetworkChange::Deny, rule).await
     }
 
     async fn network_reload(&self) -> RpcResult<NetworkPolicy> {
@@ -620,7 +624,7 @@ impl LazaretApiServer for Api {
             .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
             .map_err(|error| rpc_error(error_code::INVALID_VALUE, error.chained()))?;
         let entries: Vec<String> = rules.iter().map(|rule| rule.to_string()).collect();
-        let answer = self.0.sidecar(serde_json::json!({ "set": { "allow": entries, "private": private_answers.as_str() } })).await;
+        let answer = self.0.sidecar(SidecarRequest::Set { allow: entries.clone(), deny: Vec::new(), private_answers }).await;
         let outcome = if answer.is_ok() { "networkReloaded" } else { "rejected" };
         let reason = answer.as_ref().err().map(|error| error.message().to_owned());
         let mut argv = vec!["net".to_owned(), "reload".to_owned()];

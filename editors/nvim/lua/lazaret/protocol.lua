@@ -2,6 +2,8 @@
 --- Regenerate: LAZARET_UPDATE_GENERATED=1 cargo test -p lazaret-protocol --test generated
 --- The control protocol's method names and API version, and LuaLS annotations of its wire types.
 
+---@alias lazaret.AnswerRefusal 'specialAddress' | 'privateAddress' | 'hostNetwork' | 'deniedAddress' | 'hostAddress'
+
 ---@class lazaret.AuditRecord
 ---@field clientRequestId? string The id the requesting client chose: a correlation value only, written by the agent (absent from records made before ids were minted by the coordinator).
 ---@field decidedAtMs? integer
@@ -48,6 +50,8 @@
 ---@alias lazaret.ContainerState 'starting' | 'running' | 'failed' | 'stopping'
 
 ---@alias lazaret.Decision 'approve' | 'deny' | 'edit' | 'abort'
+
+---@alias lazaret.DnsRefusal 'malformed' | 'recordType' | 'badCharacters' | 'notAllowlisted' | 'denied' | 'longLabel' | 'tooManyLabels'
 
 ---@class lazaret.DomainStatus
 ---@field agentBranch? string `lazaret/agent-<profile>`, `None` for a directly mounted workspace.
@@ -120,7 +124,7 @@
 ---@field allow string[] Allowed CIDRs and DNS names (`github.com`, `*.npmjs.org`).
 ---@field deny string[] Denied CIDRs and names (holes in wider allows).
 ---@field learned lazaret.LearnedAddress[] Addresses reachable now because an allowed name resolved to them.
----@field privateAnswers string Whether a name's answer may open internal addresses no CIDR entry allows: `refuse` (the default) or `allow` (`[network] private_answers`).
+---@field privateAnswers lazaret.PrivateAnswers Whether a name's answer may open internal addresses no CIDR entry allows: `refuse` (the default) or `allow` (`[network] private_answers`).
 ---@field rules integer How many kernel rules enforce it.
 ---@field upstreams string[] The resolvers the sidecar forwards allowed questions to.
 
@@ -141,6 +145,8 @@
 ---@field requestId string Minted by the coordinator, random per request: never the agent's choice (DECISIONS D16). Clients key a request by (domain, id).
 ---@field riskNotes string[] Warnings: commands that run project code or take command-running options.
 ---@field sessionId string The verified session the request came from.
+
+---@alias lazaret.PrivateAnswers 'refuse' | 'allow'
 
 ---@class lazaret.RegisterResult
 ---@field containerName string
@@ -236,7 +242,7 @@
 ---@field kind 'networkDnsRefused'
 ---@field message string
 ---@field name string
----@field reason string
+---@field reason lazaret.DnsRefusal
 ---@field recordType string
 ---@field suppressed? integer
 
@@ -246,7 +252,7 @@
 ---@field kind 'networkDnsAnswerRefused'
 ---@field message string
 ---@field name string
----@field reason string
+---@field reason lazaret.AnswerRefusal
 ---@field recordType string
 ---@field suppressed? integer
 

@@ -1,0 +1,340 @@
+//! The Network Sidecar's control protocol: what the coordinator (and
+//! `lazaret-sidecar ctl`) sends on the sidecar's control socket, what the
+//! sidecar answers, and the events it streams to a watcher. One JSON object
+//! per line each way, typed here once for both ends.
+//!
+//! Requests carry `type`: `allow`/`deny` add entries (a CIDR, an address or a
+//! DNS name pattern), `set` replaces the whole policy, `protect` says what
+//! stays out of reach under wide allows, `show` asks for the policy, `watch`
+//! turns the connection into an event stream:
+//!
+//! ```text
+//! --> {"type":"allow","entries":["10.89.0.5/32","*.npmjs.org"]}
+//! <-- {"type":"policy","allow":["10.89.0.5/32","*.npmjs.org"],"deny":[],"learned":[],"upstreams":["10.255.255.53:53"],"rules":17,"privateAnswers":"refuse"}
+//! --> {"type":"watch"}
+//! <-- {"type":"watching"}
+//! <-- {"type":"dnsRefused","name":"example.org","recordType":"A","reason":"notAllowlisted","message":"the name is not on the allowlist"}
+//! ```
+//!
+//! A request that cannot be carried out is answered `{"type":"error","message":…}`
+//! and leaves the policy as it was.
+
+use serde::{Deserialize, Serialize};
+
+use crate::NetworkPolicy;
+
+/// Longest request line the sidecar accepts, newline included.
+pub const MAX_LINE: usize = 64 * 1024;
+/// Most entries (or addresses, or networks) in one request.
+pub const MAX_ITEMS: usize = 4096;
+
+/// Whether an allowlisted DNS name's answer may open internal addresses
+/// (private, CGNAT, ULA and other special-purpose ranges, the host's own
+/// networks) that no CIDR entry allows: `[network] private_answers`. Refused
+/// by default: an allowed name stands for hosts out on the network, not for
+/// whatever its DNS says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum PrivateAnswers {
+    #[default]
+    Refuse,
+    Allow,
+}
+
+impl PrivateAnswers {
+    /// The configuration's spelling, and the wire's.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrivateAnswers::Refuse => "refuse",
+            PrivateAnswers::Allow => "allow",
+        }
+    }
+
+    /// `refuse` or `allow`; anything else is `None`.
+    pub fn parse(text: &str) -> Option<PrivateAnswers> {
+        [PrivateAnswers::Refuse, PrivateAnswers::Allow].into_iter().find(|value| value.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for PrivateAnswers {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// A request on the sidecar's control socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase", deny_unknown_fields)]
+pub enum SidecarRequest {
+    /// Adds entries to the allowlist (CIDRs, addresses, DNS name patterns).
+    Allow { entries: Vec<String> },
+    /// Adds entries to the denylist: holes in wider allows.
+    Deny { entries: Vec<String> },
+    /// Replaces the whole policy (a reload). Denies carve into allows,
+    /// whatever their order.
+    Set {
+        #[serde(default)]
+        allow: Vec<String>,
+        #[serde(default)]
+        deny: Vec<String>,
+        #[serde(default)]
+        private_answers: PrivateAnswers,
+    },
+    /// What stays out of reach under wide allows: addresses and networks
+    /// (`addresses`, e.g. the host's own, and rootless podman's user-mode
+    /// network), and the networks of the host's interfaces (`networks`: a
+    /// name's answer does not open them). Replaces what was protected before.
+    Protect {
+        #[serde(default)]
+        addresses: Vec<String>,
+        #[serde(default)]
+        networks: Vec<String>,
+    },
+    /// The policy in force. (Variants without fields are written `{}` so
+    /// that unknown fields are refused in them too.)
+    Show {},
+    /// Answered [`SidecarReply::Watching`], then [`SidecarEvent`]s, one per
+    /// line, until the client goes.
+    Watch {},
+}
+
+/// The sidecar's answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum SidecarReply {
+    /// The request was carried out; the policy in force now.
+    Policy(NetworkPolicy),
+    /// The connection is an event stream from now on.
+    Watching,
+    /// Nothing changed; `message` says why.
+    Error { message: String },
+}
+
+/// Why the sidecar refused a DNS question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum DnsRefusal {
+    /// Not a DNS question the sidecar can read.
+    Malformed,
+    /// A record type other than A and AAAA.
+    RecordType,
+    /// A label with characters other than letters, digits and hyphens.
+    BadCharacters,
+    /// The name is on no allow entry.
+    NotAllowlisted,
+    /// A deny entry covers the name (or an alias in its answer).
+    Denied,
+    /// A label under a wildcard longer than the sidecar takes.
+    LongLabel,
+    /// More labels than the sidecar takes under a wildcard.
+    TooManyLabels,
+}
+
+impl DnsRefusal {
+    /// The wire's spelling, for messages and audit records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DnsRefusal::Malformed => "malformed",
+            DnsRefusal::RecordType => "recordType",
+            DnsRefusal::BadCharacters => "badCharacters",
+            DnsRefusal::NotAllowlisted => "notAllowlisted",
+            DnsRefusal::Denied => "denied",
+            DnsRefusal::LongLabel => "longLabel",
+            DnsRefusal::TooManyLabels => "tooManyLabels",
+        }
+    }
+}
+
+impl std::fmt::Display for DnsRefusal {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// Why addresses in an allowed name's answer were not opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum AnswerRefusal {
+    /// Never a remote host: loopback, link-local, multicast, broadcast,
+    /// `0.0.0.0/8`, IPv4-compatible IPv6.
+    SpecialAddress,
+    /// Private, CGNAT, ULA or another internal range no CIDR entry allows
+    /// (with `private_answers = "refuse"`).
+    PrivateAddress,
+    /// On one of the host's networks (likewise).
+    HostNetwork,
+    /// A CIDR deny entry covers it.
+    DeniedAddress,
+    /// One of the host's own addresses.
+    HostAddress,
+}
+
+impl AnswerRefusal {
+    /// The wire's spelling, for messages and audit records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnswerRefusal::SpecialAddress => "specialAddress",
+            AnswerRefusal::PrivateAddress => "privateAddress",
+            AnswerRefusal::HostNetwork => "hostNetwork",
+            AnswerRefusal::DeniedAddress => "deniedAddress",
+            AnswerRefusal::HostAddress => "hostAddress",
+        }
+    }
+}
+
+impl std::fmt::Display for AnswerRefusal {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// What the sidecar streams to a watcher. `suppressed`: how many events
+/// before this one the rate limit dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum SidecarEvent {
+    /// A DNS question was refused (`name` and `record_type` are empty when
+    /// the question could not be read).
+    DnsRefused {
+        name: String,
+        record_type: String,
+        reason: DnsRefusal,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        suppressed: Option<u64>,
+    },
+    /// An allowed name's answer pointed at `addresses` the sidecar left
+    /// closed and out of the reply; `reason` is the first one's.
+    DnsAnswerRefused {
+        name: String,
+        record_type: String,
+        addresses: Vec<String>,
+        reason: AnswerRefusal,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        suppressed: Option<u64>,
+    },
+    /// An allowed name resolved; `addresses` are open now.
+    DnsResolved {
+        name: String,
+        record_type: String,
+        addresses: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        suppressed: Option<u64>,
+    },
+}
+
+impl SidecarEvent {
+    /// Records that the rate limit dropped `count` events before this one.
+    pub fn set_suppressed(&mut self, count: u64) {
+        let (SidecarEvent::DnsRefused { suppressed, .. }
+        | SidecarEvent::DnsAnswerRefused { suppressed, .. }
+        | SidecarEvent::DnsResolved { suppressed, .. }) = self;
+        *suppressed = Some(count);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(line: &str) -> Result<SidecarRequest, serde_json::Error> {
+        serde_json::from_str(line)
+    }
+
+    #[test]
+    fn requests_read_as_documented() {
+        assert_eq!(
+            request(r#"{"type":"allow","entries":["10.89.0.5/32","*.npmjs.org"]}"#).unwrap(),
+            SidecarRequest::Allow { entries: vec!["10.89.0.5/32".into(), "*.npmjs.org".into()] }
+        );
+        assert_eq!(
+            request(r#"{"type":"set"}"#).unwrap(),
+            SidecarRequest::Set { allow: vec![], deny: vec![], private_answers: PrivateAnswers::Refuse }
+        );
+        assert_eq!(
+            request(r#"{"type":"set","privateAnswers":"allow","deny":["10.1.0.0/16"]}"#).unwrap(),
+            SidecarRequest::Set { allow: vec![], deny: vec!["10.1.0.0/16".into()], private_answers: PrivateAnswers::Allow }
+        );
+        assert_eq!(request(r#"{"type":"show"}"#).unwrap(), SidecarRequest::Show {});
+        assert_eq!(request(r#"{"type":"watch"}"#).unwrap(), SidecarRequest::Watch {});
+        assert_eq!(serde_json::to_string(&SidecarRequest::Show {}).unwrap(), r#"{"type":"show"}"#);
+    }
+
+    #[test]
+    fn unknown_types_fields_and_values_are_refused() {
+        for bad in [
+            r#"{}"#,
+            r#"{"type":"flush"}"#,
+            r#"{"allow":["10.0.0.1"]}"#,
+            r#"{"type":"allow"}"#,
+            r#"{"type":"allow","entries":"10.0.0.1"}"#,
+            r#"{"type":"allow","entries":[5]}"#,
+            r#"{"type":"allow","entries":[],"extra":1}"#,
+            r#"{"type":"set","private":"allow"}"#,
+            r#"{"type":"set","privateAnswers":"yes"}"#,
+            r#"{"type":"protect","routes":[]}"#,
+            r#"{"type":"show","all":true}"#,
+        ] {
+            assert!(request(bad).is_err(), "{bad} was read");
+        }
+    }
+
+    #[test]
+    fn spellings_are_the_wires() {
+        use DnsRefusal as D;
+        for reason in [D::Malformed, D::RecordType, D::BadCharacters, D::NotAllowlisted, D::Denied, D::LongLabel, D::TooManyLabels] {
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+        }
+        use AnswerRefusal as A;
+        for reason in [A::SpecialAddress, A::PrivateAddress, A::HostNetwork, A::DeniedAddress, A::HostAddress] {
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+        }
+        for answers in [PrivateAnswers::Refuse, PrivateAnswers::Allow] {
+            assert_eq!(serde_json::to_value(answers).unwrap(), answers.as_str());
+            assert_eq!(PrivateAnswers::parse(answers.as_str()), Some(answers));
+        }
+    }
+
+    #[test]
+    fn every_request_reply_and_event_reads_back_as_written() {
+        let requests = [
+            SidecarRequest::Deny { entries: vec!["x.test".into()] },
+            SidecarRequest::Protect { addresses: vec!["10.0.2.0/24".into()], networks: vec!["10.88.0.0/16".into()] },
+            SidecarRequest::Set { allow: vec!["0.0.0.0/0".into()], deny: vec![], private_answers: PrivateAnswers::Allow },
+        ];
+        for value in requests {
+            assert_eq!(request(&serde_json::to_string(&value).unwrap()).unwrap(), value);
+        }
+        let policy = NetworkPolicy {
+            allow: vec!["a.test".into()],
+            deny: vec![],
+            learned: vec![],
+            upstreams: vec!["10.255.255.53:53".into()],
+            rules: 3,
+            private_answers: PrivateAnswers::Refuse,
+        };
+        for value in [SidecarReply::Policy(policy), SidecarReply::Watching, SidecarReply::Error { message: "no".into() }] {
+            let line = serde_json::to_string(&value).unwrap();
+            assert_eq!(serde_json::from_str::<SidecarReply>(&line).unwrap(), value, "{line}");
+        }
+        let mut event = SidecarEvent::DnsRefused {
+            name: "example.org".into(),
+            record_type: "A".into(),
+            reason: DnsRefusal::NotAllowlisted,
+            message: "the name is not on the allowlist".into(),
+            suppressed: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&event).unwrap(),
+            r#"{"type":"dnsRefused","name":"example.org","recordType":"A","reason":"notAllowlisted","message":"the name is not on the allowlist"}"#
+        );
+        event.set_suppressed(7);
+        let line = serde_json::to_string(&event).unwrap();
+        assert!(line.ends_with(r#","suppressed":7}"#), "{line}");
+        assert_eq!(serde_json::from_str::<SidecarEvent>(&line).unwrap(), event);
+    }
+}
