@@ -24,11 +24,9 @@ export class RpcError extends Error {
   }
 }
 
-/** Error codes of docs/rpc.md. */
-export const NOT_PENDING = 1007;
-export const NO_SIDECAR = 1008;
+/** JSON-RPC's own code for a method the server does not have (the coordinator's are ERROR_CODE in protocol.ts). */
 export const METHOD_NOT_FOUND = -32601;
-/** Not an answer of the coordinator: it did not answer in time. */
+/** Not an answer of the coordinator: it did not answer in time (outside every range the coordinator uses). */
 export const TIMED_OUT = -2;
 
 function withTimeout<T>(promise: Promise<T>, method: string, timeoutMs?: number): Promise<T> {

@@ -3,13 +3,14 @@
 // coordinator with one event subscription; reconnects when a coordinator comes
 // back on the same path; resyncs after `eventsLagged` or a gap. Node only.
 import * as fs from "node:fs";
-import { CoordinatorClient, Log, METHOD_NOT_FOUND, NO_SIDECAR, NOT_PENDING, RpcError, TIMED_OUT } from "./client";
+import { CoordinatorClient, Log, METHOD_NOT_FOUND, RpcError, TIMED_OUT } from "./client";
 import { discover, Discovery, isSocket, Runner, scanSockets } from "./discovery";
 import {
   AuditRecord,
   BranchDiff,
   Decision,
   DomainStatus,
+  ERROR_CODE,
   FolderDomain,
   METHODS,
   NetworkPolicy,
@@ -349,7 +350,7 @@ export class DomainManager {
           },
           (e: RpcError) => {
             state.network = undefined;
-            state.networkError = e.code === NO_SIDECAR ? "no network (no sidecar: empty allowlist)" : e.message;
+            state.networkError = e.code === ERROR_CODE.NETWORK_FAILED ? "no network (no sidecar: empty allowlist)" : e.message;
           },
         ),
       );
@@ -476,7 +477,7 @@ export class DomainManager {
     try {
       await client.request(METHODS.escalationRespond, { requestId, decision, client: "vscode", ...extra });
     } catch (err) {
-      if (err instanceof RpcError && err.code === NOT_PENDING) {
+      if (err instanceof RpcError && err.code === ERROR_CODE.ESCALATION_NOT_PENDING) {
         this.queue.resolve(domain, requestId);
         this.emit("pending");
         return "already-answered";

@@ -5,6 +5,28 @@
 /** The API version these types describe (`domain/status`.apiVersion). */
 export const API_VERSION = 1;
 
+/** The coordinator's application error codes (`error.code`; docs/rpc.md). */
+export const ERROR_CODE = {
+  /** The domain is tearing down; start a new session (the CLI retries). */
+  SHUTTING_DOWN: 1001,
+  /** The sandbox container could not be started; `message` says why. */
+  SANDBOX_FAILED: 1002,
+  /** The session id is unknown or belongs to another connection. */
+  UNKNOWN_SESSION: 1003,
+  /** The request was well-formed but its values are not acceptable. */
+  INVALID_VALUE: 1004,
+  /** The state store failed. */
+  STORE_FAILED: 1005,
+  /** A git operation failed; `message` has git's reason. */
+  GIT_FAILED: 1006,
+  /** The escalation is unknown or was already answered. */
+  ESCALATION_NOT_PENDING: 1007,
+  /** The domain has no Network Sidecar (empty allowlist) or it refused. */
+  NETWORK_FAILED: 1008,
+  /** The sandbox is not running (for methods that read inside it). */
+  SANDBOX_NOT_RUNNING: 1009,
+} as const;
+
 /** Why addresses in an allowed name's answer were not opened. */
 export type AnswerRefusal = "specialAddress" | "privateAddress" | "hostNetwork" | "deniedAddress" | "hostAddress";
 

@@ -61,6 +61,38 @@ fn doc_of(attributes: &[syn::Attribute]) -> String {
     lines.join(" ")
 }
 
+/// One application error code of `error_code` in `src/lib.rs`.
+struct ErrorCode {
+    name: String,
+    value: i64,
+    doc: String,
+}
+
+/// The `error_code` module's constants, read from `src/lib.rs` (the one
+/// definition), in their order there.
+fn read_error_codes() -> Vec<ErrorCode> {
+    let source = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).expect("read lib.rs");
+    let file = syn::parse_file(&source).expect("parse lib.rs");
+    let items = file
+        .items
+        .iter()
+        .find_map(|item| match item {
+            syn::Item::Mod(module) if module.ident == "error_code" => module.content.as_ref().map(|(_, items)| items),
+            _ => None,
+        })
+        .expect("mod error_code in lib.rs");
+    let mut codes = Vec::new();
+    for item in items {
+        let syn::Item::Const(constant) = item else { continue };
+        let value = match &*constant.expr {
+            syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(int), .. }) => int.base10_parse::<i64>().expect("an integer code"),
+            other => panic!("error_code::{}: not an integer literal: {}", constant.ident, quote::quote!(#other)),
+        };
+        codes.push(ErrorCode { name: constant.ident.to_string(), value, doc: doc_of(&constant.attrs) });
+    }
+    codes
+}
+
 /// The JSON Schema of a Rust type as written in the trait; the bool says
 /// whether it is optional (`Option<T>`).
 fn type_schema(ty: &syn::Type, definitions: &Map<String, Value>) -> (Value, bool) {
@@ -329,7 +361,7 @@ fn ts_fields(out: &mut String, schema: &Value) {
     }
 }
 
-fn typescript(methods: &[Method], definitions: &Map<String, Value>) -> String {
+fn typescript(methods: &[Method], definitions: &Map<String, Value>, codes: &[ErrorCode]) -> String {
     let mut out = String::from(
         "// Generated from crates/lazaret-protocol by its tests/generated.rs; do not edit.\n\
          // Regenerate: LAZARET_UPDATE_GENERATED=1 cargo test -p lazaret-protocol --test generated\n\
@@ -338,6 +370,12 @@ fn typescript(methods: &[Method], definitions: &Map<String, Value>) -> String {
     out.push_str(&format!(
         "/** The API version these types describe (`domain/status`.apiVersion). */\nexport const API_VERSION = {API_VERSION};\n\n"
     ));
+    out.push_str("/** The coordinator's application error codes (`error.code`; docs/rpc.md). */\nexport const ERROR_CODE = {\n");
+    for code in codes {
+        ts_comment(&mut out, "  ", Some(&code.doc));
+        out.push_str(&format!("  {}: {},\n", code.name, code.value));
+    }
+    out.push_str("} as const;\n\n");
     for (name, schema) in definitions {
         ts_comment(&mut out, "", schema["description"].as_str());
         if let Some(variants) = schema["oneOf"].as_array().filter(|variants| variants.iter().all(|variant| variant_name(variant).is_some()))
@@ -441,7 +479,7 @@ fn lua_fields(out: &mut String, schema: &Value) {
     }
 }
 
-fn lua(methods: &[Method], definitions: &Map<String, Value>) -> String {
+fn lua(methods: &[Method], definitions: &Map<String, Value>, codes: &[ErrorCode]) -> String {
     let mut out = String::from(
         "--- Generated from crates/lazaret-protocol by its tests/generated.rs; do not edit.\n\
          --- Regenerate: LAZARET_UPDATE_GENERATED=1 cargo test -p lazaret-protocol --test generated\n\
@@ -476,6 +514,10 @@ fn lua(methods: &[Method], definitions: &Map<String, Value>) -> String {
     for method in methods.iter().filter(|method| method.subscription.is_none()) {
         out.push_str(&format!("  {} = '{}',\n", method.rust_name, method.name));
     }
+    out.push_str("}\n\n--- The coordinator's application error codes (`err.code`; docs/rpc.md).\nM.error_code = {\n");
+    for code in codes {
+        out.push_str(&format!("  --- {}\n  {} = {},\n", code.doc, code.name, code.value));
+    }
     out.push_str("}\n\n");
     for method in methods {
         if let Some(subscription) = &method.subscription {
@@ -507,11 +549,13 @@ fn generated_declarations_are_fresh() {
     let definitions = schema::definitions();
     let methods = read_methods(&definitions);
     assert!(methods.len() >= 17, "read only {} methods from api.rs", methods.len());
+    let codes = read_error_codes();
+    assert!(codes.len() >= 9, "read only {} error codes from lib.rs", codes.len());
     let document = serde_json::to_string_pretty(&schema_document(&methods, &definitions)).expect("json") + "\n";
     let stale: Vec<String> = [
         check_generated("docs/protocol.schema.json", &document),
-        check_generated("vscode-extension/src/protocol.ts", &typescript(&methods, &definitions)),
-        check_generated("editors/nvim/lua/lazaret/protocol.lua", &lua(&methods, &definitions)),
+        check_generated("vscode-extension/src/protocol.ts", &typescript(&methods, &definitions, &codes)),
+        check_generated("editors/nvim/lua/lazaret/protocol.lua", &lua(&methods, &definitions, &codes)),
     ]
     .into_iter()
     .flatten()
@@ -535,11 +579,8 @@ fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
 }
 
 /// The acceptance rule of the protocol: no crate but this one writes a
-/// method name, nor a camelCase field name of the control protocol, as a
-/// string literal. (`lazaret-sidecar` and its `lazaret-dns` speak the
-/// sidecar's own control protocol to the coordinator, whose refusal codes
-/// such as `recordType` are values, not fields: they are left out of the
-/// field check.)
+/// method name, nor a camelCase field name of the control protocol or the
+/// Network Sidecar's, as a string literal.
 #[test]
 fn no_other_crate_spells_the_wire_by_hand() {
     let definitions = schema::definitions();
@@ -583,9 +624,7 @@ fn no_other_crate_spells_the_wire_by_hand() {
     let mut found = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).expect("read");
-        let is_sidecar =
-            file.components().any(|component| component.as_os_str() == "lazaret-sidecar" || component.as_os_str() == "lazaret-dns");
-        for name in names.iter().chain(fields.iter().filter(|_| !is_sidecar)) {
+        for name in names.iter().chain(fields.iter()) {
             if text.contains(&format!("\"{name}\"")) {
                 found.push(format!("{}: \"{name}\"", file.strip_prefix(&crates).unwrap_or(file).display()));
             }

@@ -139,7 +139,10 @@ mod tests {
         assert_eq!(names.denied().map(|n| n.to_string()).collect::<Vec<_>>(), ["x.allowed.test"]);
         assert_eq!(parse_command(r#"{"type":"set"}"#), Ok(Command::Set(Policy::new(), NamePolicy::new(), PrivateAnswers::Refuse)));
         assert_eq!(
-            parse_command(r#"{"type":"set","privateAnswers":"allow"}"#),
+            parse_command(
+                &serde_json::to_string(&SidecarRequest::Set { allow: vec![], deny: vec![], private_answers: PrivateAnswers::Allow })
+                    .unwrap()
+            ),
             Ok(Command::Set(Policy::new(), NamePolicy::new(), PrivateAnswers::Allow))
         );
         assert_eq!(
@@ -169,7 +172,6 @@ mod tests {
             r#"{"type":"allow","entries":["*.*.com"]}"#,
             r#"{"type":"flush"}"#,
             r#"{"type":"set","allow":[],"other":[]}"#,
-            r#"{"type":"set","privateAnswers":"yes"}"#,
             r#"{"type":"protect","addresses":["10.0.0.0/40"]}"#,
             r#"{"type":"protect","addresses":"10.0.0.1"}"#,
             r#"{"type":"protect","networks":["nope"]}"#,

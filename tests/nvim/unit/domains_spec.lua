@@ -30,7 +30,7 @@ local methods = {
     return status
   end,
   ['network/show'] = function()
-    return nil, { code = 1008, message = 'no Network Sidecar' }
+    return nil, { code = require('lazaret.protocol').error_code.NETWORK_FAILED, message = 'no Network Sidecar' }
   end,
   ['escalation/respond'] = function(params)
     for i, e in ipairs(pending) do
@@ -39,7 +39,7 @@ local methods = {
         return true
       end
     end
-    return nil, { code = 1007, message = 'request ' .. params.requestId .. ' is not pending' }
+    return nil, { code = require('lazaret.protocol').error_code.ESCALATION_NOT_PENDING, message = 'request ' .. params.requestId .. ' is not pending' }
   end,
 }
 local fake = Fake.new(path, methods)
@@ -141,7 +141,7 @@ T.test('answers carry client neovim; the first answer wins', function()
   T.wait(function()
     return answered ~= nil
   end, 2000, 'answered')
-  T.eq(answered.err.code, 1007)
+  T.eq(answered.err.code, require('lazaret.protocol').error_code.ESCALATION_NOT_PENDING)
   T.eq(domains.queue:find(path, 'r4'), nil)
 end)
 

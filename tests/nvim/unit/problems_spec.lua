@@ -57,7 +57,7 @@ local function status_of(hash, workspace)
   end
 end
 local no_sidecar = function()
-  return nil, { code = 1008, message = 'no Network Sidecar' }
+  return nil, { code = require('lazaret.protocol').error_code.NETWORK_FAILED, message = 'no Network Sidecar' }
 end
 
 local a_path, b_path = socket('aaaa01'), socket('bbbb02')

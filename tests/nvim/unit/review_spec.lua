@@ -29,7 +29,7 @@ local fake = Fake.new(path, {
     return { apiVersion = 1, domainHash = 'feed01', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
   end,
   ['network/show'] = function()
-    return nil, { code = 1008, message = 'no sidecar' }
+    return nil, { code = require('lazaret.protocol').error_code.NETWORK_FAILED, message = 'no sidecar' }
   end,
   ['branch/diff'] = function()
     return {

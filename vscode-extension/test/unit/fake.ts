@@ -5,7 +5,7 @@ import * as net from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { createMessageConnection, MessageConnection, ResponseError, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
-import { DomainStatus, METHODS, PendingEscalation, SUBSCRIPTION } from "../../src/protocol";
+import { DomainStatus, ERROR_CODE, METHODS, PendingEscalation, SUBSCRIPTION } from "../../src/protocol";
 
 export function tempDir(): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), "lzvs-"));
@@ -43,7 +43,7 @@ export class FakeCoordinator {
       handle(SUBSCRIPTION.subscribe, () => "sub1");
       handle(METHODS.escalationList, () => this.listError ?? this.pending);
       handle(METHODS.domainStatus, () => this.status());
-      handle(METHODS.networkShow, () => new ResponseError(1008, "no sidecar"));
+      handle(METHODS.networkShow, () => new ResponseError(ERROR_CODE.NETWORK_FAILED, "no sidecar"));
       handle(METHODS.branchDiff, () => ({ branch: "lazaret/agent-default", base: null, head: null, files: [], patch: "", uncommitted: null, warnings: [] }));
       handle(METHODS.auditList, () => [{ sequence: 1, previous_hash: "", hash: "h", request_id: "r", session_id: "s", verified: true, outcome: "approved", decided_by: "rpc:cli", requested_argv: ["true"], received_at_ms: 1 }]);
       handle(METHODS.escalationRespond, (p: any) => {
@@ -51,7 +51,7 @@ export class FakeCoordinator {
         // As the coordinator: an edit to an empty command is refused, and the request stays pending.
         if (p.decision === "edit" && (!p.argv?.length || p.argv[0] === "")) return new ResponseError(1004, "the edited command has no program");
         const i = this.pending.findIndex((e) => e.requestId === p.requestId);
-        if (i < 0) return new ResponseError(1007, "not pending");
+        if (i < 0) return new ResponseError(ERROR_CODE.ESCALATION_NOT_PENDING, "not pending");
         this.pending.splice(i, 1);
         return true;
       });

@@ -133,8 +133,9 @@ local function refresh_policy(d)
   d.conn:request(protocol.methods.network_show, nil, function(err, policy)
     if err then
       d.policy, d.policy_error = nil, rpc.message(err)
+      d.no_sidecar = type(err) == 'table' and err.code == rpc.codes.no_sidecar
     else
-      d.policy, d.policy_error = policy, nil
+      d.policy, d.policy_error, d.no_sidecar = policy, nil, false
     end
     M.changed()
   end)
@@ -518,7 +519,7 @@ function M.respond(key, decision, extra, callback)
   end
   local d = M.domains[item.domain]
   if not d or not d.conn then
-    return callback({ code = rpc.codes.shutting_down, message = 'not connected to its coordinator' })
+    return callback({ code = rpc.codes.not_connected, message = 'not connected to its coordinator' })
   end
   local id = item.escalation.requestId
   local params = vim.tbl_extend('force', { requestId = id, decision = decision, client = config.options.client }, extra or {})

@@ -68,7 +68,7 @@ function M.run_for(d, action, rule, callback)
       vim.notify('Lazaret net ' .. action .. ' (' .. domains.name(d) .. '): ' .. message, vim.log.levels.ERROR)
       return callback(err, nil)
     end
-    d.policy, d.policy_error = policy, nil
+    d.policy, d.policy_error, d.no_sidecar = policy, nil, false
     local head = action == 'show' and 'Egress policy of '
       or ('After `' .. action .. (rule and (' ' .. text.inert(rule)) or '') .. '`, egress policy of ')
     vim.notify(head .. domains.name(d) .. ':\n' .. table.concat(M.policy_lines(policy), '\n'), vim.log.levels.INFO)

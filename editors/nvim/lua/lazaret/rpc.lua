@@ -5,12 +5,18 @@ local M = {}
 
 local uv = vim.uv
 
---- Error codes of the coordinator (docs/rpc.md).
+local error_code = require('lazaret.protocol').error_code
+
+--- Error codes: the coordinator's (generated into lazaret.protocol from the
+--- protocol crate), JSON-RPC's own `method_not_found`, and `not_connected`,
+--- which only this plugin gives (no coordinator to ask), outside every range
+--- the coordinator uses.
 M.codes = {
   method_not_found = -32601,
-  shutting_down = 1001,
-  not_pending = 1007,
-  no_sidecar = 1008,
+  not_connected = -1,
+  shutting_down = error_code.SHUTTING_DOWN,
+  not_pending = error_code.ESCALATION_NOT_PENDING,
+  no_sidecar = error_code.NETWORK_FAILED,
 }
 
 --- Params as they must go out: Lua's empty table would be encoded as `[]`,
@@ -106,7 +112,7 @@ function Connection:request(method, params, callback)
   callback = callback or function() end
   if self.closed or self.client.is_closing() then
     vim.schedule(function()
-      callback({ code = M.codes.shutting_down, message = 'not connected' }, nil)
+      callback({ code = M.codes.not_connected, message = 'not connected' }, nil)
     end)
     return
   end
@@ -117,7 +123,7 @@ function Connection:request(method, params, callback)
   end)
   if not ok then
     vim.schedule(function()
-      callback({ code = M.codes.shutting_down, message = 'not connected' }, nil)
+      callback({ code = M.codes.not_connected, message = 'not connected' }, nil)
     end)
   end
 end

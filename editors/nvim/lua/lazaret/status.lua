@@ -25,7 +25,7 @@ end
 --- @return string
 function M.policy_text(d)
   if d.policy_error then
-    return d.policy_error:find('1008', 1, true) and 'no network (no Network Sidecar)' or ('unknown: ' .. text.inert(d.policy_error))
+    return d.no_sidecar and 'no network (no Network Sidecar)' or ('unknown: ' .. text.inert(d.policy_error))
   end
   local p = d.policy
   if type(p) ~= 'table' then
