@@ -38,6 +38,8 @@ export interface DomainState {
   networkError?: string;
   branch?: BranchDiff;
   branchError?: string;
+  /** Why the recent audit records could not be read (the last ones read stay). */
+  auditError?: string;
   /** Commits of the agent branch ahead of its base, and its last commit (host git). */
   branchInfo?: { ahead: number; last: string };
   /** The commits of the last review opened in this window: a merge takes that head, or nothing. */
@@ -380,8 +382,12 @@ export class DomainManager {
         client.request(METHODS.auditList, { limit: RECENT }).then(
           (records) => {
             state.audit = (records as unknown as Record<string, unknown>[]).map(camelAudit);
+            state.auditError = undefined;
           },
-          () => undefined,
+          (e: RpcError) => {
+            state.auditError = e.message;
+            this.opts.log("warn", `${state.socket}: ${METHODS.auditList} failed: ${e.message}`);
+          },
         ),
       );
     await Promise.all(jobs);

@@ -319,7 +319,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
         break;
       case "audit":
         item.label = "Recent audit records";
-        item.description = `${d?.audit?.length ?? 0}`;
+        item.description = d?.auditError ? `${d?.audit?.length ?? 0} · cannot read: ${clip(d.auditError, DETAIL_MAX)}` : `${d?.audit?.length ?? 0}`;
         item.iconPath = new vscode.ThemeIcon("history");
         item.contextValue = "audit";
         break;

@@ -317,7 +317,7 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
     command.arg("--control").arg(format!("{CONTROL_DIR_IN_SIDECAR}/control.sock"));
     let output = command.stdin(std::process::Stdio::null()).output().context("cannot run podman")?;
     if !output.status.success() {
-        bail!("podman could not start the Network Sidecar: {}", String::from_utf8_lossy(&output.stderr).trim());
+        bail!("podman could not start the Network Sidecar: {}", crate::podman::explain(&output.stderr));
     }
     let started = Instant::now();
     let mut polls = 0u32;
@@ -325,7 +325,7 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
         polls += 1;
         let problem = if started.elapsed() > Duration::from_secs(10) {
             Some("did not come up within 10 s")
-        } else if polls.is_multiple_of(25) && !podman.container_running(&domain.sidecar_name) {
+        } else if polls.is_multiple_of(25) && !podman.container_running(&domain.sidecar_name)? {
             Some("stopped")
         } else {
             None

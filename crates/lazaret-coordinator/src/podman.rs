@@ -6,6 +6,8 @@
 
 use std::process::{Command, Stdio};
 
+use crate::error::Context;
+
 /// Podman invoked as the current user (rootless unless we are root).
 #[derive(Debug, Clone)]
 pub struct Podman {
@@ -43,14 +45,23 @@ impl Podman {
         (!value.is_empty() && value != "<no value>").then_some(value)
     }
 
-    /// Whether the container exists and runs.
-    pub fn container_running(&self, name: &str) -> bool {
-        self.command()
+    /// Whether the container exists and runs: `false` for one that stopped
+    /// or does not exist, an error (with podman's message) when podman
+    /// itself fails, so a broken podman is never taken for a dead container.
+    pub fn container_running(&self, name: &str) -> crate::Result<bool> {
+        let output = self
+            .command()
             .args(["container", "inspect", "--format", "{{.State.Running}}", name])
             .stdin(Stdio::null())
-            .stderr(Stdio::null())
             .output()
-            .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "true")
+            .context("cannot run podman")?;
+        if output.status.success() {
+            return Ok(String::from_utf8_lossy(&output.stdout).trim() == "true");
+        }
+        if String::from_utf8_lossy(&output.stderr).to_ascii_lowercase().contains("no such container") {
+            return Ok(false);
+        }
+        crate::bail!("podman container inspect {name} failed: {}", explain(&output.stderr))
     }
 
     /// Whether a local image exists. Fails (with podman's message and, for

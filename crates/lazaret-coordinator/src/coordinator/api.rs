@@ -590,7 +590,17 @@ impl LazaretApiServer for Api {
             sessions,
             agent_branch: domain.git.as_ref().map(|layout| layout.branch.clone()),
             agent_branch_head: match domain.git.clone() {
-                Some(layout) => tokio::task::spawn_blocking(move || layout.host.resolve(&layout.branch_ref())).await.ok().flatten(),
+                Some(layout) => match tokio::task::spawn_blocking(move || layout.host.resolve(&layout.branch_ref())).await {
+                    Ok(Ok(head)) => head,
+                    Ok(Err(error)) => {
+                        tracing::warn!(error = %error.chained(), "cannot read the agent branch's head on the host");
+                        None
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "reading the agent branch's head failed");
+                        None
+                    }
+                },
                 None => None,
             },
             network_error: domain.network_error(),

@@ -80,7 +80,19 @@ async fn watch_sidecar(domain: Arc<Domain>, started: crate::network::StartedSide
         };
         let name = sidecar.clone();
         let podman_for_check = podman.clone();
-        let alive = tokio::task::spawn_blocking(move || podman_for_check.container_running(&name)).await.unwrap_or(false);
+        // A podman that cannot say counts as alive: the restart below has its
+        // own deadline, and says so if the sidecar does not come back.
+        let alive = match tokio::task::spawn_blocking(move || podman_for_check.container_running(&name)).await {
+            Ok(Ok(alive)) => alive,
+            Ok(Err(error)) => {
+                tracing::warn!(error = %error.chained(), "cannot tell whether the Network Sidecar's container runs");
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot tell whether the Network Sidecar's container runs");
+                true
+            }
+        };
         if !alive {
             return domain.network_failed(
                 format!("the Network Sidecar {sidecar} is gone ({why}), and with it the sandbox's network: start the domain anew"),

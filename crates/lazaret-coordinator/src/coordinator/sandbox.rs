@@ -298,15 +298,33 @@ pub async fn remove(podman: &Podman, name: &str) -> Result<()> {
     bail!("podman could not remove {name}: {message}")
 }
 
-/// The image's default command (`CMD`), for sessions that name none.
+/// The image's default command (`CMD`), for sessions that name none;
+/// `/bin/sh` for an image without one, and, logged with the reason, when
+/// podman cannot say.
 pub async fn default_command(podman: &Podman, image: &str) -> Vec<String> {
+    let shell = || vec!["/bin/sh".to_owned()];
     let mut command = tokio::process::Command::from(podman.command());
     command.args(["image", "inspect", "--format", "{{json .Config.Cmd}}", image]).stdin(std::process::Stdio::null());
-    let parsed = match command.output().await {
-        Ok(output) if output.status.success() => serde_json::from_slice::<Option<Vec<String>>>(&output.stdout).ok().flatten(),
-        _ => None,
+    let output = match command.output().await {
+        Ok(output) if output.status.success() => output,
+        Ok(output) => {
+            let reason = crate::podman::explain(&output.stderr);
+            tracing::warn!(%image, %reason, "cannot read the image's default command; sessions without a command run /bin/sh");
+            return shell();
+        }
+        Err(error) => {
+            tracing::warn!(%image, %error, "cannot run podman to read the image's default command; sessions without a command run /bin/sh");
+            return shell();
+        }
     };
-    parsed.filter(|cmd| !cmd.is_empty()).unwrap_or_else(|| vec!["/bin/sh".to_owned()])
+    match serde_json::from_slice::<Option<Vec<String>>>(&output.stdout) {
+        Ok(Some(cmd)) if !cmd.is_empty() => cmd,
+        Ok(_) => shell(),
+        Err(error) => {
+            tracing::warn!(%image, %error, "the image's default command is not a list of strings; sessions without a command run /bin/sh");
+            shell()
+        }
+    }
 }
 
 /// How long the agent's repository may take to be seeded at start (a first
@@ -329,7 +347,9 @@ pub async fn wait_for_seed(podman: &Podman, container: &str, layout: &crate::git
         }
         if now > next_check {
             let (podman, name) = (podman.clone(), container.to_owned());
-            let running = tokio::task::spawn_blocking(move || podman.container_running(&name)).await.unwrap_or(false);
+            let running = tokio::task::spawn_blocking(move || podman.container_running(&name))
+                .await
+                .map_err(|error| crate::Error::msg(format!("checking the sandbox failed: {error}")))??;
             // The result may have come just before the sandbox ended.
             if !running && !layout.seed_done()? {
                 bail!("the sandbox stopped before the agent's repository was set up");

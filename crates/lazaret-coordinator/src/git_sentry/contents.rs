@@ -98,7 +98,7 @@ fn committed_version(host: &HostRepository, commit: &str, path: &str) -> Result<
 /// The committed sides of `path`: at the merge base and at the agent
 /// branch's head (both absent while the branch has not reached the host).
 pub fn committed(host: &HostRepository, branch: &str, path: &str) -> Result<FileContents> {
-    committed_between(host, super::diff::endpoints(host, branch), path)
+    committed_between(host, super::diff::endpoints(host, branch)?, path)
 }
 
 /// The committed sides of `path` at `base` and `head`, commits the caller

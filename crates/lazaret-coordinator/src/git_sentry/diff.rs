@@ -14,9 +14,8 @@ const MAX_PATCH_BYTES: usize = 4 << 20;
 
 /// The agent branch's base (its merge base with the host's `HEAD`) and
 /// head on the host; `None` while the branch has not reached the host.
-pub fn endpoints(host: &HostRepository, branch: &str) -> Option<(String, String)> {
-    let head = host.resolve(&format!("refs/heads/{branch}"))?;
-    Some(endpoints_at(host, head))
+pub fn endpoints(host: &HostRepository, branch: &str) -> Result<Option<(String, String)>> {
+    Ok(host.resolve(&format!("refs/heads/{branch}"))?.map(|head| endpoints_at(host, head)))
 }
 
 /// The base of a commit of the agent branch (its merge base with the
@@ -28,7 +27,7 @@ pub fn endpoints_at(host: &HostRepository, head: String) -> (String, String) {
 
 /// The committed part, from the host repository, at the branch's head now.
 pub fn committed(host: &HostRepository, branch: &str, with_patch: bool) -> Result<BranchDiff> {
-    between(host, branch, endpoints(host, branch), with_patch)
+    between(host, branch, endpoints(host, branch)?, with_patch)
 }
 
 /// The committed part at `head`, a commit the caller checked with

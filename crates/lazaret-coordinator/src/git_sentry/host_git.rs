@@ -126,6 +126,9 @@ impl HostRepository {
         }
         child.stdin.take().context("git cat-file has no stdin")?.write_all(input.as_bytes()).context("cannot write to git cat-file")?;
         let output = child.wait_with_output().context("cannot run git cat-file")?;
+        if !output.status.success() {
+            bail!("git cat-file --batch-check failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
+        }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
@@ -163,9 +166,22 @@ impl HostRepository {
         }
     }
 
-    /// The commit a ref points at, `None` if it does not exist.
-    pub fn resolve(&self, reference: &str) -> Option<String> {
-        self.git_text(&["rev-parse", "--verify", "--quiet", &format!("{reference}^{{commit}}")]).ok().filter(|sha| !sha.is_empty())
+    /// The commit a ref points at, `None` if it does not exist (or names no
+    /// commit); an error when git itself fails (not a repository, git
+    /// missing), never taken for a missing ref.
+    pub fn resolve(&self, reference: &str) -> Result<Option<String>> {
+        let query = format!("{reference}^{{commit}}");
+        let output = host_git_command(&self.workdir)
+            .args(["rev-parse", "--verify", "--quiet", &query])
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run git rev-parse")?;
+        match output.status.code() {
+            Some(0) => Ok(Some(String::from_utf8_lossy(&output.stdout).trim().to_owned()).filter(|sha| !sha.is_empty())),
+            // `--verify --quiet`: a ref that does not exist is status 1 and says nothing.
+            Some(1) if output.stderr.is_empty() => Ok(None),
+            _ => bail!("git rev-parse --verify {query} failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim()),
+        }
     }
 }
 

@@ -27,7 +27,7 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, expect: Option<&st
     let host = HostRepository::discover(&resolved.workspace)?
         .with_context(|| format!("{} is not a git repository", resolved.workspace.display()))?;
     let branch = agent_branch(&resolved.profile);
-    let Some(now) = host.resolve(&format!("refs/heads/{branch}")) else {
+    let Some(now) = host.resolve(&format!("refs/heads/{branch}"))? else {
         bail!("nothing to merge: {branch} has no commit on the host yet");
     };
     let head = match expect {

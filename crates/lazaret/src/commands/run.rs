@@ -169,7 +169,7 @@ fn uncommitted_note(repository: &HostRepository, profile: &str) -> Option<String
             "lazaret: note: {count} uncommitted change(s) in {} are not in the agent's checkout of {}; it starts from HEAD ({})",
             repository.workdir.display(),
             agent_branch(profile),
-            repository.resolve("HEAD").map(|sha| sha[..12.min(sha.len())].to_owned()).unwrap_or_default()
+            repository.resolve("HEAD").ok().flatten().map(|sha| sha[..12.min(sha.len())].to_owned()).unwrap_or_default()
         )
     })
 }

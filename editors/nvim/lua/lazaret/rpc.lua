@@ -96,7 +96,21 @@ function M.connect(path, handlers)
         end
       end)
     end,
-    on_error = function() end,
+    -- A transport error (a message that could not be read or written): said
+    -- once per connection; the connection's end is reported by on_exit.
+    on_error = function(code, err)
+      vim.schedule(function()
+        if self.error_reported then
+          return
+        end
+        self.error_reported = true
+        local name = vim.lsp.rpc.client_errors and vim.lsp.rpc.client_errors[code] or tostring(code)
+        vim.notify(
+          string.format('Lazaret: the connection to %s failed (%s): %s', require('lazaret.text').inert(path), tostring(name), require('lazaret.text').inert(tostring(err))),
+          vim.log.levels.WARN
+        )
+      end)
+    end,
     server_request = function()
       return nil, { code = -32601, message = 'Method not found' }
     end,
