@@ -47,6 +47,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the connection went away: the socket gone or refusing, or
+    /// the connection closed.
+    pub fn connection_gone(&self) -> bool {
+        match self {
+            Error::Connect { source, .. } => matches!(source.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused),
+            Error::Closed => true,
+            Error::Remote { .. } | Error::Transport(_) => false,
+        }
+    }
+
     /// The coordinator's error code, when it answered with one.
     pub fn code(&self) -> Option<i32> {
         match self {

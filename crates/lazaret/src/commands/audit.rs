@@ -30,8 +30,20 @@ fn query<T>(
         if !socket_is_live(&domain.control_socket).await {
             return Ok::<_, anyhow::Error>(None);
         }
-        let client = lazaret_rpc::client::connect(&domain.control_socket).await?;
-        Ok(Some(online(&client).await?))
+        // A coordinator that ends between the look and the answer leaves the
+        // store to this command: the domain lock below waits for its teardown.
+        let answer = match lazaret_rpc::client::connect(&domain.control_socket).await {
+            Ok(client) => online(&client).await,
+            Err(error) => Err(error),
+        };
+        match answer {
+            Ok(result) => Ok(Some(result)),
+            Err(error) if error.connection_gone() || error.code() == Some(lazaret_protocol::error_code::SHUTTING_DOWN) => {
+                tracing::debug!(%error, "the coordinator went away; reading the store");
+                Ok(None)
+            }
+            Err(error) => Err(error.into()),
+        }
     })? {
         return Ok(result);
     }
