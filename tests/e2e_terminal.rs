@@ -65,10 +65,12 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
     subject.hand_over();
     let terminal = Terminal { socket: subject.env.path().join("tmux.sock") };
     let window = "lzt";
-    // The pane's own terminal settings before and after the session (after
-    // a moment: once the CLI is killed, its guard puts them back).
+    // The pane's own terminal settings before and after the session. Once
+    // the CLI is killed its guard puts them back, a moment later (a process
+    // to be scheduled on a loaded machine): waited for, at most 10 s.
     let command = format!(
-        "before=$(stty -g); {} run --workspace {} -- sh; echo LAZARET-EXIT=$?; sleep 0.5; \
+        "before=$(stty -g); {} run --workspace {} -- sh; echo LAZARET-EXIT=$?; \
+         i=0; while [ \"$(stty -g)\" != \"$before\" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; \
          if [ \"$(stty -g)\" = \"$before\" ]; then echo TERMINAL-RESTORED; else echo TERMINAL-CHANGED; stty -a; fi; sleep 600",
         subject.command_line(""),
         workspace.display()
@@ -128,7 +130,7 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
         terminal.screen(window)
     );
     assert!(
-        terminal.shows_line(window, "TERMINAL-RESTORED", Duration::from_secs(5)),
+        terminal.shows_line(window, "TERMINAL-RESTORED", Duration::from_secs(15)),
         "{label}: the user's terminal after the session:\n{}",
         terminal.screen(window)
     );
@@ -153,7 +155,7 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
         terminal.screen(&target)
     );
     assert!(
-        wait_until(Duration::from_secs(5), || terminal.screen(&target).contains("TERMINAL-RESTORED")),
+        wait_until(Duration::from_secs(15), || terminal.screen(&target).contains("TERMINAL-RESTORED")),
         "{label}: the user's terminal after SIGKILL of the CLI:\n{}",
         terminal.screen(&target)
     );
