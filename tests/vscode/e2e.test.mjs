@@ -253,7 +253,7 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     await input.waitFor({ state: "visible" });
     assert.equal(await input.inputValue(), "touch 'requested marker'", "prefilled with the shell-quoted argv");
     await input.fill("touch 'edited marker' second");
-    await wb.page.keyboard.press("Enter");
+    await input.press("Enter");
     await wb.dialog().waitFor({ timeout: 5_000 });
     const dialog = await wb.dialog().textContent();
     assert.ok(dialog.includes("Run on the host: touch 'edited marker' second"), dialog);
@@ -378,7 +378,7 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     const input = wb.page.locator(".quick-input-widget input");
     await input.waitFor({ state: "visible" });
     await input.fill("''");
-    await wb.page.keyboard.press("Enter");
+    await input.press("Enter");
     await wb.dialog().locator(".monaco-button", { hasText: "Run Edited Command" }).click();
     // The refusal is shown in a modal.
     const failed = await wb.dialog().filter({ hasText: "failed" }).waitFor({ timeout: 10_000 }).then(() => true, () => false);
@@ -435,7 +435,8 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
       await rowAction(label, "Edit and Run Escalation");
       await wb.page.locator(".quick-input-widget input").waitFor({ state: "visible" });
       await checkInert("edit box", problems);
-      await wb.page.keyboard.press("Enter");
+      // Through the box itself: it keeps its place when something else takes the focus (ignoreFocusOut), the keyboard does not.
+      await wb.page.locator(".quick-input-widget input").press("Enter");
       await wb.dialog().waitFor({ timeout: 5_000 });
       await checkInert("edit modal", problems);
       await wb.screenshot("bidi-modal.png");
@@ -768,7 +769,7 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
           await input.waitFor({ state: "visible" });
           await checkInert(`edit box of ${l}`, problems);
           if (!(await input.inputValue()).startsWith(l)) problems.push(`edit box of ${l} does not start with the command: ${(await input.inputValue()).slice(0, 80)}`);
-          await wb.page.keyboard.press("Enter");
+          await input.press("Enter");
           const modal = await wb.dialog().waitFor({ timeout: 5_000 }).then(() => true, () => false);
           if (!modal) problems.push(`edit of ${l}: no confirmation modal (the edit box did not read its own text back)`);
           await checkInert(`edit modal of ${l}`, problems);
@@ -892,7 +893,7 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     const input = wb.page.locator(".quick-input-widget input");
     await input.waitFor({ state: "visible" });
     await input.fill("10.99.0.0/16");
-    await wb.page.keyboard.press("Enter");
+    await input.press("Enter");
     const toast = wb.page.locator(".notification-toast", { hasText: "network/allow failed" });
     await toast.waitFor({ timeout: 10_000 });
     assert.match(await toast.textContent(), /Network Sidecar/);
