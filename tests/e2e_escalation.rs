@@ -788,7 +788,7 @@ fn request_ids_are_minted_by_the_coordinator_and_a_reused_client_id_ends_nothing
 }
 
 #[test]
-fn editing_a_stored_audit_record_is_detected() {
+fn editing_or_truncating_the_stored_audit_trail_is_detected() {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
@@ -797,28 +797,47 @@ fn editing_a_stored_audit_record_is_detected() {
     let output = agent(&env, &repository, "lazaret-escalate -- touch one; lazaret-escalate -- touch two; lazaret-escalate -- touch three");
     assert!(output.status.success(), "{}", stderr(&output));
     let domain = domain_json(&env, "default", &repository);
-    assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
-    let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&repository));
-    assert!(verify.status.success() && stdout(&verify).contains("3 records"), "{}", stdout(&verify));
-    // Rewrite record 2 as someone with write access to the file would.
+    assert!(wait_until(Duration::from_secs(30), || domain_is_torn_down(&domain, &repository)));
+    let verify = || run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&repository));
+    let intact = verify();
+    assert!(intact.status.success() && stdout(&intact).contains("3 records"), "{}", stdout(&intact));
+    // Change the store as someone with write access to the file would:
+    // layout v4 keeps `<hash>\n<json>` per record.
     let store_path = Path::new(domain["domain_dir"].as_str().expect("dir")).join("state.redb");
-    {
+    type AuditTable<'t> = redb::Table<'t, u64, &'static [u8]>;
+    let change = |edit: &dyn Fn(&mut AuditTable)| {
         let database = redb::Database::create(&store_path).expect("open");
-        let table: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("audit");
         let write = database.begin_write().expect("write");
-        {
-            use redb::ReadableTable;
-            let mut audit = write.open_table(table).expect("audit table");
-            let bytes = audit.get(2).expect("get").expect("record 2").value().to_vec();
-            let mut record: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
-            record["requestedArgv"] = serde_json::json!(["touch", "innocent"]);
-            audit.insert(2, serde_json::to_vec(&record).expect("json").as_slice()).expect("insert");
-        }
+        edit(&mut write.open_table(redb::TableDefinition::new("audit_v4")).expect("audit table"));
         write.commit().expect("commit");
-    }
-    let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&repository));
-    assert_eq!(verify.status.code(), Some(1), "{}", stdout(&verify));
-    assert!(stdout(&verify).contains("BROKEN at record 2"), "{}", stdout(&verify));
+    };
+    let original = std::cell::RefCell::new(Vec::new());
+    change(&|audit| {
+        use redb::ReadableTable;
+        let bytes = audit.get(2).expect("get").expect("record 2").value().to_vec();
+        let newline = bytes.iter().position(|&byte| byte == b'\n').expect("hash line");
+        let mut record: serde_json::Value = serde_json::from_slice(&bytes[newline + 1..]).expect("json");
+        record["requestedArgv"] = serde_json::json!(["touch", "innocent"]);
+        let mut edited = bytes[..=newline].to_vec();
+        edited.extend(serde_json::to_vec(&record).expect("json"));
+        audit.insert(2, edited.as_slice()).expect("insert");
+        *original.borrow_mut() = bytes;
+    });
+    let edited = verify();
+    assert_eq!(edited.status.code(), Some(1), "{}", stdout(&edited));
+    assert!(stdout(&edited).contains("BROKEN at record 2"), "{}", stdout(&edited));
+    // Put record 2 back, then remove the last record: the chain that is
+    // left is intact, and the head kept beside the store says it ended at 3.
+    change(&|audit| {
+        audit.insert(2, original.borrow().as_slice()).expect("restore");
+    });
+    assert!(verify().status.success(), "{}", stdout(&verify()));
+    change(&|audit| {
+        audit.remove(3).expect("remove");
+    });
+    let truncated = verify();
+    assert_eq!(truncated.status.code(), Some(1), "{}", stdout(&truncated));
+    assert!(stdout(&truncated).contains("BROKEN at record 3: the last 1 record(s) were removed"), "{}", stdout(&truncated));
 }
 
 #[test]

@@ -30,28 +30,26 @@ export const ERROR_CODE = {
 /** Why addresses in an allowed name's answer were not opened. */
 export type AnswerRefusal = "specialAddress" | "privateAddress" | "hostNetwork" | "deniedAddress" | "hostAddress";
 
-/** One record of the escalation audit trail (hash-chained). */
+/** One record of the audit trail (hash-chained). The state store keeps each record as the bytes it was written as, and the chain hashes those bytes (see `lazaret-store`). */
 export interface AuditRecord {
-  /** The id the requesting client chose: a correlation value only, written by the agent (absent from records made before ids were minted by the coordinator). */
+  /** The id the requesting client chose: a correlation value only, written by the agent. */
   clientRequestId?: string | null;
   decidedAtMs?: number | null;
-  /** `policy`, `terminal`, `rpc:<client>` (the client name is self-declared by the answering process) or `timeout`. */
-  decidedBy?: string | null;
+  decidedBy?: DecisionSource | null;
   /** What ran (differs from the request when edited). */
   executedArgv?: string[] | null;
   exitStatus?: number | null;
   finishedAtMs?: number | null;
-  /** SHA-256 (hex) over `previousHash` and this record with `hash` empty. */
+  /** SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty. */
   hash: string;
   justification?: string | null;
-  /** `rejected`, `auto`, `approved`, `edited`, `denied`, `aborted`, `timedOut`, or for network changes `networkAllowed`, `networkDenied`, `networkReloaded`. */
-  outcome: string;
-  /** `hash` of the record before (empty for the first). */
+  outcome: Outcome;
+  /** `hash` of the record before (64 zeros for the first). */
   previousHash: string;
   /** Why (a refusal's reason, a denial's reason). */
   reason?: string | null;
   receivedAtMs: number;
-  /** Minted by the coordinator for each request (DECISIONS D16). */
+  /** Minted by the coordinator for each request (D16). */
   requestId: string;
   requestedArgv: string[];
   /** Position in the chain, from 1. */
@@ -61,11 +59,13 @@ export interface AuditRecord {
   verified: boolean;
 }
 
-/** The result of `audit/verify`. */
+/** The result of `audit/verify`: what it proves is in docs/security.md ("The audit trail"). */
 export interface AuditVerification {
   intact: boolean;
+  /** What else the check found that does not break the chain (a migration from an older layout, a head one append behind after a crash). */
+  notes?: string[];
   problem?: string | null;
-  /** The first record that breaks the chain, and why. */
+  /** The first record that breaks the chain, and why (`problem` alone: the head kept beside the store does not match, or is missing). */
   problemAt?: number | null;
   records: number;
 }
@@ -102,6 +102,9 @@ export type ContainerState = "starting" | "running" | "failed" | "stopping";
 
 /** An answer to a pending escalation. */
 export type Decision = "approve" | "deny" | "edit" | "abort";
+
+/** Who decided: `policy`, `timeout`, `client`, `networkSidecar`, `rpc` or `rpc:<client>` (self-declared client name). */
+export type DecisionSource = string;
 
 /** Why the sidecar refused a DNS question. */
 export type DnsRefusal = "malformed" | "recordType" | "badCharacters" | "notAllowlisted" | "denied" | "longLabel" | "tooManyLabels";
@@ -229,6 +232,9 @@ export interface NetworkPolicy {
   /** The resolvers the sidecar forwards allowed questions to. */
   upstreams: string[];
 }
+
+/** What became of an audited request or change. */
+export type Outcome = "rejected" | "auto" | "approved" | "edited" | "denied" | "aborted" | "timedOut" | "networkAllowed" | "networkDenied" | "networkReloaded" | "dnsRefused" | "dnsAnswerRefused";
 
 /** A changed file that makes hosts run code (DECISIONS D4). */
 export interface PathWarning {
@@ -368,12 +374,12 @@ export interface EscalationPendingEvent {
   kind: "escalationPending";
 }
 
-/** A request was decided (`outcome`: auto, approved, edited, denied, aborted, timedOut); `argv` is what runs, if anything. */
+/** A request was decided; `argv` is what runs, if anything. */
 export interface EscalationResolvedEvent {
   argv?: string[] | null;
-  decidedBy: string;
+  decidedBy: DecisionSource;
   kind: "escalationResolved";
-  outcome: string;
+  outcome: Outcome;
   requestId: string;
 }
 

@@ -240,7 +240,7 @@ fn escalate(arguments: &Arguments) -> Result<u8, String> {
         match frame {
             ServerFrame::Pending { message, .. } => eprintln!("lazaret-escalate: {message}"),
             ServerFrame::Running { argv, decision, .. } => {
-                if decision == "edited" {
+                if decision == lazaret_protocol::Outcome::Edited {
                     eprintln!("lazaret-escalate: the request was edited; running: {}", argv.join(" "));
                 }
             }

@@ -115,7 +115,7 @@ pub enum ServerFrame {
     Running {
         request_id: String,
         argv: Vec<String>,
-        decision: String,
+        decision: crate::Outcome,
     },
     /// Base64 chunks of the host command's output.
     Stdout {

@@ -86,37 +86,181 @@ pub struct CompletedSession {
     pub end_reason: String,
 }
 
-/// One record of the escalation audit trail (hash-chained).
+/// What became of an audited request or change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    /// Refused before anyone was asked (a bad signature, an unknown
+    /// session, a policy refusal), or a network change that did not take.
+    Rejected,
+    /// Run without asking: the argv is in the auto-approve list (D11).
+    Auto,
+    /// Run as requested, approved by a human.
+    Approved,
+    /// Run with the argv a human wrote instead.
+    Edited,
+    /// Refused by a human (or the requester went away).
+    Denied,
+    /// Refused, and the domain torn down by its owning CLI.
+    Aborted,
+    /// Nobody answered within the approval time-out.
+    TimedOut,
+    /// `net allow` took.
+    NetworkAllowed,
+    /// `net deny` took.
+    NetworkDenied,
+    /// `net reload` took.
+    NetworkReloaded,
+    /// The Network Sidecar refused a DNS question.
+    DnsRefused,
+    /// The Network Sidecar answered a question but opened none of its addresses.
+    DnsAnswerRefused,
+}
+
+impl Outcome {
+    /// The wire word (`timedOut`, `networkAllowed`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Rejected => "rejected",
+            Outcome::Auto => "auto",
+            Outcome::Approved => "approved",
+            Outcome::Edited => "edited",
+            Outcome::Denied => "denied",
+            Outcome::Aborted => "aborted",
+            Outcome::TimedOut => "timedOut",
+            Outcome::NetworkAllowed => "networkAllowed",
+            Outcome::NetworkDenied => "networkDenied",
+            Outcome::NetworkReloaded => "networkReloaded",
+            Outcome::DnsRefused => "dnsRefused",
+            Outcome::DnsAnswerRefused => "dnsAnswerRefused",
+        }
+    }
+
+    /// Whether the requested command (or an edit of it) runs.
+    pub fn runs(self) -> bool {
+        matches!(self, Outcome::Auto | Outcome::Approved | Outcome::Edited)
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// Who decided: on the wire one word, `rpc:<client>` for an answer over
+/// the control socket (the client name is self-declared by the answering
+/// process: `rpc:terminal`, `rpc:vscode`, `rpc:neovim`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DecisionSource {
+    /// The profile's policy (auto-approve list, refusal rules).
+    Policy,
+    /// The approval time-out.
+    Timeout,
+    /// The requesting process itself (it went away before an answer).
+    Client,
+    /// The Network Sidecar (refused DNS questions).
+    NetworkSidecar,
+    /// An answer or change over the control socket, with the client's name
+    /// when it gave one.
+    Rpc { client: Option<String> },
+}
+
+impl DecisionSource {
+    /// An answer over the control socket from `client`.
+    pub fn rpc(client: impl Into<String>) -> DecisionSource {
+        DecisionSource::Rpc { client: Some(client.into()) }
+    }
+}
+
+impl std::fmt::Display for DecisionSource {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecisionSource::Policy => formatter.write_str("policy"),
+            DecisionSource::Timeout => formatter.write_str("timeout"),
+            DecisionSource::Client => formatter.write_str("client"),
+            DecisionSource::NetworkSidecar => formatter.write_str("networkSidecar"),
+            DecisionSource::Rpc { client: None } => formatter.write_str("rpc"),
+            DecisionSource::Rpc { client: Some(client) } => write!(formatter, "rpc:{client}"),
+        }
+    }
+}
+
+impl std::str::FromStr for DecisionSource {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<DecisionSource, String> {
+        Ok(match text {
+            "policy" => DecisionSource::Policy,
+            "timeout" => DecisionSource::Timeout,
+            "client" => DecisionSource::Client,
+            "networkSidecar" => DecisionSource::NetworkSidecar,
+            "rpc" => DecisionSource::Rpc { client: None },
+            other => match other.strip_prefix("rpc:") {
+                Some(client) if !client.is_empty() => DecisionSource::rpc(client),
+                _ => return Err(format!("unknown decision source `{}`", other.escape_debug())),
+            },
+        })
+    }
+}
+
+impl Serialize for DecisionSource {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DecisionSource {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<DecisionSource, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for DecisionSource {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DecisionSource".into()
+    }
+
+    fn json_schema(_generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "Who decided: `policy`, `timeout`, `client`, `networkSidecar`, `rpc` or `rpc:<client>` (self-declared client name).",
+            "type": "string",
+            "pattern": "^(policy|timeout|client|networkSidecar|rpc|rpc:.+)$"
+        })
+    }
+}
+
+/// One record of the audit trail (hash-chained). The state store keeps
+/// each record as the bytes it was written as, and the chain hashes those
+/// bytes (see `lazaret-store`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AuditRecord {
     /// Position in the chain, from 1.
     pub sequence: u64,
-    /// `hash` of the record before (empty for the first).
+    /// `hash` of the record before (64 zeros for the first).
     pub previous_hash: String,
-    /// SHA-256 (hex) over `previousHash` and this record with `hash` empty.
+    /// SHA-256 (hex) of the record's stored bytes: this record as written,
+    /// with `hash` empty.
     pub hash: String,
-    /// Minted by the coordinator for each request (DECISIONS D16).
+    /// Minted by the coordinator for each request (D16).
     pub request_id: String,
     /// The id the requesting client chose: a correlation value only,
-    /// written by the agent (absent from records made before ids were
-    /// minted by the coordinator).
+    /// written by the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_id: Option<String>,
     /// The session the request claimed; `verified` says whether its
     /// signature checked out (`-` for network changes).
     pub session_id: String,
     pub verified: bool,
-    /// `rejected`, `auto`, `approved`, `edited`, `denied`, `aborted`,
-    /// `timedOut`, or for network changes `networkAllowed`,
-    /// `networkDenied`, `networkReloaded`.
-    pub outcome: String,
+    pub outcome: Outcome,
     /// Why (a refusal's reason, a denial's reason).
     pub reason: Option<String>,
-    /// `policy`, `terminal`, `rpc:<client>` (the client name is
-    /// self-declared by the answering process) or `timeout`.
-    pub decided_by: Option<String>,
+    pub decided_by: Option<DecisionSource>,
     pub justification: Option<String>,
     pub requested_argv: Vec<String>,
     /// What ran (differs from the request when edited).
@@ -127,16 +271,23 @@ pub struct AuditRecord {
     pub finished_at_ms: Option<u64>,
 }
 
-/// The result of `audit/verify`.
+/// The result of `audit/verify`: what it proves is in docs/security.md
+/// ("The audit trail").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AuditVerification {
     pub records: u64,
     pub intact: bool,
-    /// The first record that breaks the chain, and why.
+    /// The first record that breaks the chain, and why (`problem` alone:
+    /// the head kept beside the store does not match, or is missing).
     pub problem_at: Option<u64>,
     pub problem: Option<String>,
+    /// What else the check found that does not break the chain (a
+    /// migration from an older layout, a head one append behind after a
+    /// crash).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// One changed file.
@@ -386,12 +537,11 @@ pub enum Event {
     EscalationPending {
         escalation: PendingEscalation,
     },
-    /// A request was decided (`outcome`: auto, approved, edited, denied,
-    /// aborted, timedOut); `argv` is what runs, if anything.
+    /// A request was decided; `argv` is what runs, if anything.
     EscalationResolved {
         request_id: String,
-        outcome: String,
-        decided_by: String,
+        outcome: Outcome,
+        decided_by: DecisionSource,
         argv: Option<Vec<String>>,
     },
     /// A host command requested from the sandbox finished.

@@ -1,12 +1,11 @@
-//! `lazaret-store`: the passive, ACID state store of one domain (design
-//! document section 4.4), a redb file in the Domain Root.
+//! `lazaret-store`: the passive, ACID state store of one domain, a redb file in the Domain Root.
 //!
 //! Only the Session Coordinator opens it; redb's file lock makes a second
 //! opener fail with [`StoreError::AlreadyOpen`] instead of corrupting it.
 //! The store keeps completed sessions; it tracks nothing live.
 //! Schema changes are manual, versioned table copies inside one write
-//! transaction (section 4.4.3): see [`migrate`]. Escalations are audited in
-//! a hash chain ([`AuditRecord`]).
+//! transaction: see [`migrate`]. Escalations and network changes are
+//! audited in a hash chain (`audit.rs`) of `lazaret_protocol::AuditRecord`.
 
 mod audit;
 mod migrate;
@@ -16,11 +15,11 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-pub use audit::{AuditRecord, AuditVerification, GENESIS_HASH};
+pub use audit::GENESIS_HASH;
 pub use records::SessionRecord;
 
 /// The layout this build writes.
-pub const SCHEMA_VERSION: u64 = 3;
+pub const SCHEMA_VERSION: u64 = 4;
 
 /// `meta`: "schema_version" -> version number.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -38,6 +37,10 @@ pub enum StoreError {
     TooNew { path: PathBuf, found: u64 },
     #[error("state store {path}: corrupt record {key}: {message}")]
     CorruptRecord { path: PathBuf, key: String, message: String },
+    #[error(
+        "the audit head {path} was not updated (the record itself is stored; `lazaret audit verify` reports the head as behind): {message}"
+    )]
+    AuditHead { path: PathBuf, message: String },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -5,13 +5,22 @@
 //! Layout history:
 //! - v1: `sessions_v1`: session id (str) -> "pid|started_ms|ended_ms|exit" (str).
 //! - v2: `sessions_v2`: sequence (u64) -> JSON [`SessionRecord`]; `meta`.
-//! - v3: adds `audit`: sequence (u64) -> JSON `AuditRecord` (hash chain).
+//! - v3: adds `audit`: sequence (u64) -> JSON audit record; the chain hash
+//!   was computed over the record re-serialised (see [`V3AuditRecord`]).
+//! - v4: `audit_v4`: sequence (u64) -> stored bytes, the chain hashing the
+//!   bytes as stored; `audit_notes`; the head beside the store (see
+//!   `audit.rs`).
 
+use lazaret_protocol::{AuditRecord, DecisionSource, Outcome};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
 
+use crate::audit::{Migration, AUDIT_NOTES, AUDIT_V4, GENESIS_HASH, MIGRATION_KEY};
 use crate::{Result, SessionRecord, Store, StoreError, META, SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS_V2};
 
 pub(crate) const SESSIONS_V1: TableDefinition<&str, &str> = TableDefinition::new("sessions_v1");
+/// The v3 audit table (migration only).
+pub(crate) const AUDIT_V3: TableDefinition<u64, &[u8]> = TableDefinition::new("audit");
 
 /// Brings `store` to [`SCHEMA_VERSION`], one step at a time.
 pub(crate) fn to_current(store: &Store) -> Result<()> {
@@ -28,6 +37,10 @@ pub(crate) fn to_current(store: &Store) -> Result<()> {
     }
     if version == 2 {
         v2_to_v3(store)?;
+        version = 3;
+    }
+    if version == 3 {
+        v3_to_v4(store)?;
     }
     Ok(())
 }
@@ -45,11 +58,140 @@ fn has_v1_sessions(store: &Store) -> Result<bool> {
 fn v2_to_v3(store: &Store) -> Result<()> {
     let write = store.database().begin_write().map_err(|e| store.error(e))?;
     {
-        write.open_table(crate::audit::AUDIT).map_err(|e| store.error(e))?;
+        write.open_table(AUDIT_V3).map_err(|e| store.error(e))?;
         let mut meta = write.open_table(META).map_err(|e| store.error(e))?;
         meta.insert(SCHEMA_VERSION_KEY, 3).map_err(|e| store.error(e))?;
     }
     write.commit().map_err(|e| store.error(e))?;
+    Ok(())
+}
+
+/// An audit record as layout v3 stored it, field for field: its hash was
+/// SHA-256 over `previousHash`, a newline and this struct re-serialised
+/// with `hash` empty.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct V3AuditRecord {
+    pub sequence: u64,
+    pub previous_hash: String,
+    pub hash: String,
+    pub request_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
+    pub session_id: String,
+    pub verified: bool,
+    pub outcome: String,
+    pub reason: Option<String>,
+    pub decided_by: Option<String>,
+    pub justification: Option<String>,
+    pub requested_argv: Vec<String>,
+    pub executed_argv: Option<Vec<String>>,
+    pub exit_status: Option<i32>,
+    pub received_at_ms: u64,
+    pub decided_at_ms: Option<u64>,
+    pub finished_at_ms: Option<u64>,
+}
+
+impl V3AuditRecord {
+    /// The v3 chain hash of this record (`None`: it does not serialise).
+    pub(crate) fn v3_hash(&self) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        let mut unhashed = self.clone();
+        unhashed.hash = String::new();
+        let json = serde_json::to_vec(&unhashed).ok()?;
+        let mut hasher = Sha256::new();
+        hasher.update(self.previous_hash.as_bytes());
+        hasher.update(b"\n");
+        hasher.update(&json);
+        Some(hasher.finalize().iter().map(|byte| format!("{byte:02x}")).collect())
+    }
+
+    /// The record in today's form (chain fields filled in by the caller).
+    fn into_record(self) -> std::result::Result<AuditRecord, String> {
+        let outcome: Outcome = serde_json::from_value(serde_json::Value::String(self.outcome.clone()))
+            .map_err(|_| format!("unknown outcome `{}`", self.outcome.escape_debug()))?;
+        let decided_by = self.decided_by.as_deref().map(str::parse::<DecisionSource>).transpose()?;
+        Ok(AuditRecord {
+            sequence: self.sequence,
+            previous_hash: String::new(),
+            hash: String::new(),
+            request_id: self.request_id,
+            client_request_id: self.client_request_id,
+            session_id: self.session_id,
+            verified: self.verified,
+            outcome,
+            reason: self.reason,
+            decided_by,
+            justification: self.justification,
+            requested_argv: self.requested_argv,
+            executed_argv: self.executed_argv,
+            exit_status: self.exit_status,
+            received_at_ms: self.received_at_ms,
+            decided_at_ms: self.decided_at_ms,
+            finished_at_ms: self.finished_at_ms,
+        })
+    }
+}
+
+/// Checks one v3 record against the v3 chain: `None` when it fits.
+fn v3_problem(key: u64, position: u64, expected_previous: &str, record: &V3AuditRecord) -> Option<String> {
+    if record.sequence != key || key != position {
+        Some(format!("record {key} is out of sequence (expected {position})"))
+    } else if record.previous_hash != expected_previous {
+        Some(format!("record {key} does not link to its predecessor"))
+    } else if record.v3_hash().as_deref() != Some(record.hash.as_str()) {
+        Some(format!("record {key} was modified after it was written"))
+    } else {
+        None
+    }
+}
+
+/// v4 stores each audit record as the bytes its chain hash covers. The v3
+/// chain is verified on the way (its verdict is kept in `audit_notes` and
+/// reported by every `audit verify`); the records are carried over as
+/// found, re-chained, in one transaction; then the head is written beside
+/// the store.
+fn v3_to_v4(store: &Store) -> Result<()> {
+    let corrupt = |key: u64, message: String| StoreError::CorruptRecord {
+        path: store.path().to_path_buf(),
+        key: format!("audit {key}"),
+        message: format!("cannot migrate it to layout v4: {message}"),
+    };
+    let write = store.database().begin_write().map_err(|e| store.error(e))?;
+    let mut migration = Migration { from_version: 3, records: 0, old_head: GENESIS_HASH.to_owned(), old_problem: None };
+    let mut head = GENESIS_HASH.to_owned();
+    {
+        let old = write.open_table(AUDIT_V3).map_err(|e| store.error(e))?;
+        let mut new = write.open_table(AUDIT_V4).map_err(|e| store.error(e))?;
+        for entry in old.iter().map_err(|e| store.error(e))? {
+            let (key, value) = entry.map_err(|e| store.error(e))?;
+            let key = key.value();
+            let old_record: V3AuditRecord = serde_json::from_slice(value.value()).map_err(|error| corrupt(key, error.to_string()))?;
+            migration.records += 1;
+            if migration.old_problem.is_none() {
+                match v3_problem(key, migration.records, &migration.old_head, &old_record) {
+                    Some(problem) => migration.old_problem = Some((key, problem)),
+                    None => migration.old_head = old_record.hash.clone(),
+                }
+            }
+            let mut record = old_record.into_record().map_err(|message| corrupt(key, message))?;
+            record.sequence = migration.records;
+            record.previous_hash = head;
+            let (hash, stored) = crate::audit::encode(&record).map_err(|e| store.error(e))?;
+            new.insert(migration.records, stored.as_slice()).map_err(|e| store.error(e))?;
+            head = hash;
+        }
+    }
+    write.delete_table(AUDIT_V3).map_err(|e| store.error(e))?;
+    if migration.records > 0 {
+        let bytes = serde_json::to_vec(&migration).map_err(|e| store.error(e))?;
+        write.open_table(AUDIT_NOTES).map_err(|e| store.error(e))?.insert(MIGRATION_KEY, bytes.as_slice()).map_err(|e| store.error(e))?;
+    }
+    write.open_table(META).map_err(|e| store.error(e))?.insert(SCHEMA_VERSION_KEY, 4).map_err(|e| store.error(e))?;
+    write.commit().map_err(|e| store.error(e))?;
+    if migration.records > 0 {
+        store.write_head(migration.records, &head)?;
+    }
     Ok(())
 }
 
@@ -58,7 +200,7 @@ fn initialize(store: &Store) -> Result<u64> {
     let write = store.database().begin_write().map_err(|e| store.error(e))?;
     {
         write.open_table(SESSIONS_V2).map_err(|e| store.error(e))?;
-        write.open_table(crate::audit::AUDIT).map_err(|e| store.error(e))?;
+        write.open_table(AUDIT_V4).map_err(|e| store.error(e))?;
         let mut meta = write.open_table(META).map_err(|e| store.error(e))?;
         meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION).map_err(|e| store.error(e))?;
     }
@@ -175,6 +317,74 @@ mod tests {
         let read = database.begin_read().expect("read");
         assert_eq!(read.open_table(SESSIONS_V1).expect("v1 intact").len().expect("len"), 3);
         assert!(matches!(read.open_table(SESSIONS_V2), Err(redb::TableError::TableDoesNotExist(_))));
+    }
+
+    /// A real store written by the v3 layout (a domain of the end-to-end
+    /// suite at commit 0374937: three auto-approved escalations).
+    const V3_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v3-written-by-0374937.redb");
+
+    fn v3_copy() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("state.redb");
+        std::fs::copy(V3_FIXTURE, &path).expect("copy the fixture");
+        (dir, path)
+    }
+
+    #[test]
+    fn a_v3_store_written_by_the_previous_build_verifies_after_the_migration() {
+        let (_dir, path) = v3_copy();
+        {
+            let database = redb::Database::open(&path).expect("open v3");
+            let read = database.begin_read().expect("read");
+            assert_eq!(read.open_table(META).expect("meta").get(SCHEMA_VERSION_KEY).expect("get").map(|v| v.value()), Some(3));
+            assert_eq!(read.open_table(AUDIT_V3).expect("v3 audit").len().expect("len"), 3);
+        }
+        let store = Store::open(&path).expect("open migrates");
+        assert_eq!(store.schema_version().expect("version"), 4);
+        let verification = store.verify_audit().expect("verify");
+        assert!(verification.intact, "{verification:?}");
+        assert_eq!(verification.records, 3);
+        assert!(
+            verification.notes.iter().any(|note| note.contains("migrated from layout v3") && note.contains("7769e83a")),
+            "{verification:?}"
+        );
+        let records = store.audit_records(10).expect("records");
+        let argv: Vec<_> = records.iter().map(|record| record.requested_argv.join(" ")).collect();
+        assert_eq!(argv, ["echo one", "echo two", "echo three"]);
+        assert!(records.iter().all(|record| record.outcome == Outcome::Auto && record.decided_by == Some(DecisionSource::Policy)));
+        assert!(records.iter().all(|record| record.client_request_id.is_some()));
+        // The trail goes on from there, and removing its end is reported.
+        let mut next = records[2].clone();
+        next.request_id = "after-migration".into();
+        store.append_audit(next).expect("append");
+        assert!(store.verify_audit().expect("verify").intact);
+        let write = store.database().begin_write().expect("write");
+        write.open_table(AUDIT_V4).expect("table").remove(4).expect("remove");
+        write.commit().expect("commit");
+        assert!(!store.verify_audit().expect("verify").intact);
+    }
+
+    #[test]
+    fn a_v3_chain_broken_before_the_migration_stays_reported() {
+        let (_dir, path) = v3_copy();
+        {
+            let database = redb::Database::open(&path).expect("open v3");
+            let write = database.begin_write().expect("write");
+            {
+                let mut table = write.open_table(AUDIT_V3).expect("v3 audit");
+                let bytes = table.get(2).expect("get").expect("present").value().to_vec();
+                let edited = String::from_utf8(bytes).expect("utf-8").replace("\"echo\",\"two\"", "\"echo\",\"2\"");
+                table.insert(2, edited.as_bytes()).expect("insert");
+            }
+            write.commit().expect("commit");
+        }
+        let store = Store::open(&path).expect("open migrates");
+        let verification = store.verify_audit().expect("verify");
+        assert!(!verification.intact, "{verification:?}");
+        assert_eq!(verification.problem_at, Some(2));
+        assert!(verification.problem.as_deref().unwrap_or_default().contains("before the migration"), "{verification:?}");
+        // Nothing was dropped: the edited record is there as found.
+        assert_eq!(store.audit_records(10).expect("records")[1].requested_argv, ["echo", "2"]);
     }
 
     #[test]

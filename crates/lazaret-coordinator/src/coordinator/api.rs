@@ -13,8 +13,9 @@ use lazaret_core::config::ResolvedProfile;
 use lazaret_core::time::now_ms;
 use lazaret_protocol::sidecar::{SidecarEvent, SidecarRequest};
 use lazaret_protocol::{
-    error_code, AuditRecord, AuditVerification, BranchDiff, CompletedSession, ContainerState, Decision, DomainStatus, Event, FileContents,
-    LazaretApiServer, LiveSession, NetworkPolicy, PendingEscalation, RegisterResult, SequencedEvent, StateChange, API_VERSION,
+    error_code, AuditRecord, AuditVerification, BranchDiff, CompletedSession, ContainerState, Decision, DecisionSource, DomainStatus,
+    Event, FileContents, LazaretApiServer, LiveSession, NetworkPolicy, Outcome, PendingEscalation, RegisterResult, SequencedEvent,
+    StateChange, API_VERSION,
 };
 use lazaret_store::{SessionRecord, Store};
 use tokio::sync::{broadcast, watch, Notify};
@@ -210,14 +211,14 @@ impl Domain {
                 let argv = asked(&name, &record_type, &[], suppressed);
                 let why = format!("{reason}: {message}");
                 self.emit(Event::NetworkDnsRefused { name, record_type, reason, message, suppressed });
-                self.audit(network_audit_record("dnsRefused", Some(why), "networkSidecar", argv)).await;
+                self.audit(network_audit_record(Outcome::DnsRefused, Some(why), DecisionSource::NetworkSidecar, argv)).await;
             }
             SidecarEvent::DnsAnswerRefused { name, record_type, addresses, reason, message, suppressed } => {
                 tracing::warn!(%name, %record_type, %reason, ?addresses, "a DNS answer's addresses were not opened");
                 let argv = asked(&name, &record_type, &addresses, suppressed);
                 let why = format!("{reason}: {message}");
                 self.emit(Event::NetworkDnsAnswerRefused { name, record_type, addresses, reason, message, suppressed });
-                self.audit(network_audit_record("dnsAnswerRefused", Some(why), "networkSidecar", argv)).await;
+                self.audit(network_audit_record(Outcome::DnsAnswerRefused, Some(why), DecisionSource::NetworkSidecar, argv)).await;
             }
             SidecarEvent::DnsResolved { name, record_type, addresses, suppressed: _ } => {
                 self.emit(Event::NetworkDnsResolved { name, record_type, addresses })
@@ -296,7 +297,7 @@ impl Domain {
 
     /// Appends an audit record (on the blocking pool); failures are logged,
     /// never swallowed silently.
-    pub async fn audit(&self, mut record: lazaret_store::AuditRecord) {
+    pub async fn audit(&self, mut record: AuditRecord) {
         crate::escalation::limits::bound_for_audit(&mut record);
         let store = self.store.clone();
         match tokio::task::spawn_blocking(move || store.append_audit(record)).await {
@@ -380,7 +381,7 @@ impl crate::escalation::EscalationDomain for Domain {
         Domain::emit(self, event);
     }
 
-    fn audit(&self, record: lazaret_store::AuditRecord) -> impl std::future::Future<Output = ()> + Send {
+    fn audit(&self, record: AuditRecord) -> impl std::future::Future<Output = ()> + Send {
         Domain::audit(self, record)
     }
 }
@@ -391,11 +392,11 @@ pub type EgressReloader =
     Arc<dyn Fn() -> crate::Result<(Vec<lazaret_core::egress::EgressRule>, lazaret_core::egress::PrivateAnswers)> + Send + Sync>;
 
 /// An audit record of a network event (policy change or refused question).
-fn network_audit_record(outcome: &str, reason: Option<String>, decided_by: &str, argv: Vec<String>) -> lazaret_store::AuditRecord {
+fn network_audit_record(outcome: Outcome, reason: Option<String>, decided_by: DecisionSource, argv: Vec<String>) -> AuditRecord {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let now = now_ms();
     let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    lazaret_store::AuditRecord {
+    AuditRecord {
         sequence: 0,
         previous_hash: String::new(),
         hash: String::new(),
@@ -403,9 +404,9 @@ fn network_audit_record(outcome: &str, reason: Option<String>, decided_by: &str,
         client_request_id: None,
         session_id: "-".to_owned(),
         verified: true,
-        outcome: outcome.to_owned(),
+        outcome,
         reason,
-        decided_by: Some(decided_by.to_owned()),
+        decided_by: Some(decided_by),
         justification: None,
         requested_argv: argv,
         executed_argv: None,
@@ -437,10 +438,10 @@ impl NetworkChange {
     }
 
     /// The audit outcome of the change carried out.
-    fn outcome(self) -> &'static str {
+    fn outcome(self) -> Outcome {
         match self {
-            NetworkChange::Allow => "networkAllowed",
-            NetworkChange::Deny => "networkDenied",
+            NetworkChange::Allow => Outcome::NetworkAllowed,
+            NetworkChange::Deny => Outcome::NetworkDenied,
         }
     }
 
@@ -458,10 +459,17 @@ impl Api {
             rule.parse().map_err(|message: String| rpc_error(error_code::INVALID_VALUE, message))?;
         let answer = self.0.sidecar(change.request(parsed.to_string())).await;
         // Policy changes are audited next to escalations, refused ones too.
-        let outcome = if answer.is_ok() { change.outcome() } else { "rejected" };
+        let outcome = if answer.is_ok() { change.outcome() } else { Outcome::Rejected };
         let reason = answer.as_ref().err().map(|error| error.message().to_owned());
         let action = change.word();
-        self.0.audit(network_audit_record(outcome, reason, "rpc", vec!["net".to_owned(), action.to_owned(), parsed.to_string()])).await;
+        self.0
+            .audit(network_audit_record(
+                outcome,
+                reason,
+                DecisionSource::Rpc { client: None },
+                vec!["net".to_owned(), action.to_owned(), parsed.to_string()],
+            ))
+            .await;
         let answer = answer?;
         tracing::info!(action, rule = %parsed, "egress policy changed");
         self.0.emit(Event::NetworkChanged { action: action.to_owned(), rule: parsed.to_string() });
@@ -635,12 +643,12 @@ impl LazaretApiServer for Api {
             .map_err(|error| rpc_error(error_code::INVALID_VALUE, error.chained()))?;
         let entries: Vec<String> = rules.iter().map(|rule| rule.to_string()).collect();
         let answer = self.0.sidecar(SidecarRequest::Set { allow: entries.clone(), deny: Vec::new(), private_answers }).await;
-        let outcome = if answer.is_ok() { "networkReloaded" } else { "rejected" };
+        let outcome = if answer.is_ok() { Outcome::NetworkReloaded } else { Outcome::Rejected };
         let reason = answer.as_ref().err().map(|error| error.message().to_owned());
         let mut argv = vec!["net".to_owned(), "reload".to_owned()];
         argv.extend(entries.iter().cloned());
         argv.push(format!("private_answers={private_answers}"));
-        self.0.audit(network_audit_record(outcome, reason, "rpc", argv)).await;
+        self.0.audit(network_audit_record(outcome, reason, DecisionSource::Rpc { client: None }, argv)).await;
         let answer = answer?;
         tracing::info!(allow = ?entries, %private_answers, "egress policy reloaded from the configuration");
         self.0.emit(Event::NetworkChanged { action: "reload".to_owned(), rule: entries.join(" ") });
@@ -659,7 +667,7 @@ impl LazaretApiServer for Api {
         reason: Option<String>,
         client: Option<String>,
     ) -> RpcResult<bool> {
-        let decided_by = client.map(|name| format!("rpc:{name}")).unwrap_or_else(|| "rpc".to_owned());
+        let decided_by = DecisionSource::Rpc { client };
         let answer = match decision {
             Decision::Approve => Answer::Approve { decided_by },
             Decision::Abort => Answer::Abort { decided_by },
@@ -689,12 +697,11 @@ impl LazaretApiServer for Api {
         // (`limits::bound_for_audit`), and so is their number.
         let limit = limit.unwrap_or(100).min(MAX_AUDIT_PAGE);
         let records = self.0.read_store(move |store| store.audit_records_before(before, limit)).await?;
-        Ok(records.into_iter().map(audit_record).collect())
+        Ok(records)
     }
 
     async fn audit_verify(&self) -> RpcResult<AuditVerification> {
-        let verification = self.0.read_store(|store| store.verify_audit()).await?;
-        Ok(audit_verification(verification))
+        self.0.read_store(|store| store.verify_audit()).await
     }
 
     async fn branch_diff(&self, patch: Option<bool>, head: Option<String>) -> RpcResult<BranchDiff> {
@@ -815,36 +822,4 @@ pub fn completed_session(record: SessionRecord) -> CompletedSession {
         exit_status: record.exit_status,
         end_reason: record.end_reason,
     }
-}
-
-/// A stored audit record in wire form.
-pub fn audit_record(record: lazaret_store::AuditRecord) -> AuditRecord {
-    AuditRecord {
-        sequence: record.sequence,
-        previous_hash: record.previous_hash,
-        hash: record.hash,
-        request_id: record.request_id,
-        client_request_id: record.client_request_id,
-        session_id: record.session_id,
-        verified: record.verified,
-        outcome: record.outcome,
-        reason: record.reason,
-        decided_by: record.decided_by,
-        justification: record.justification,
-        requested_argv: record.requested_argv,
-        executed_argv: record.executed_argv,
-        exit_status: record.exit_status,
-        received_at_ms: record.received_at_ms,
-        decided_at_ms: record.decided_at_ms,
-        finished_at_ms: record.finished_at_ms,
-    }
-}
-
-/// The store's verification in wire form.
-pub fn audit_verification(verification: lazaret_store::AuditVerification) -> AuditVerification {
-    let (problem_at, problem) = match verification.first_problem {
-        Some((at, problem)) => (Some(at), Some(problem)),
-        None => (None, None),
-    };
-    AuditVerification { records: verification.records, intact: problem.is_none(), problem_at, problem }
 }

@@ -118,7 +118,7 @@ pub fn bounded(text: &str) -> String {
 
 /// Bounds every agent-supplied value of an audit record, and the number of
 /// arguments kept.
-pub fn bound_for_audit(record: &mut lazaret_store::AuditRecord) {
+pub fn bound_for_audit(record: &mut lazaret_protocol::AuditRecord) {
     let bound_argv = |argv: &mut Vec<String>| {
         if argv.len() > MAX_ARGUMENTS {
             let dropped = argv.len() - MAX_ARGUMENTS;

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use lazaret_core::config::ResolvedProfile;
 use lazaret_core::policy::AutoApproveRule;
+use lazaret_protocol::{AuditRecord, DecisionSource};
 use lazaret_protocol::{Event, PendingEscalation};
-use lazaret_store::AuditRecord;
 use tokio::sync::oneshot;
 
 /// What the Escalation Socket needs of the domain it serves, and no more:
@@ -67,19 +67,19 @@ impl EscalationSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     Approve {
-        decided_by: String,
+        decided_by: DecisionSource,
     },
     Edit {
         argv: Vec<String>,
-        decided_by: String,
+        decided_by: DecisionSource,
     },
     Deny {
         reason: String,
-        decided_by: String,
+        decided_by: DecisionSource,
     },
     /// The owning CLI aborted: denied, and the domain is torn down.
     Abort {
-        decided_by: String,
+        decided_by: DecisionSource,
     },
 }
 

@@ -10,8 +10,7 @@ use std::time::Duration;
 use lazaret_core::policy::{self, Decision, EscalationRequest};
 use lazaret_core::time::now_ms;
 use lazaret_protocol::escalation::{encode_frame, frame_length, RequestPayload, ServerFrame, SignedRequest};
-use lazaret_protocol::{Event, PendingEscalation};
-use lazaret_store::AuditRecord;
+use lazaret_protocol::{AuditRecord, DecisionSource, Event, Outcome, PendingEscalation};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_rustls::TlsAcceptor;
@@ -129,7 +128,7 @@ fn blank_record(request_id: &str, session_id: &str, received_at_ms: u64) -> Audi
         client_request_id: None,
         session_id: session_id.to_owned(),
         verified: false,
-        outcome: "rejected".to_owned(),
+        outcome: Outcome::Rejected,
         reason: None,
         decided_by: None,
         justification: None,
@@ -263,6 +262,20 @@ async fn read_request(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Resul
     serde_json::from_slice(&body).map_err(|error| format!("malformed request: {error}"))
 }
 
+/// What a request was decided to do: run `argv`, or end with `frame`.
+enum Verdict {
+    Run { argv: Vec<String>, outcome: Outcome, decided_by: DecisionSource },
+    End { outcome: Outcome, decided_by: DecisionSource, frame: ServerFrame },
+}
+
+impl Verdict {
+    fn refused(reason: String) -> Verdict {
+        Verdict::End { outcome: Outcome::Rejected, decided_by: DecisionSource::Policy, frame: ServerFrame::Refused { reason } }
+    }
+}
+
+/// A verified request: the policy decides, or a human does; then the
+/// command runs, or the refusal is sent; either way it is audited.
 async fn decide_and_run<D: EscalationDomain>(
     tls: &mut (impl AsyncWrite + tokio::io::AsyncRead + Unpin),
     server: &EscalationServer,
@@ -270,105 +283,130 @@ async fn decide_and_run<D: EscalationDomain>(
     request: Request,
     received_at_ms: u64,
 ) {
-    let Request { id: request_id, payload } = request;
-    let settings = &server.settings;
-    let mut record = request_record(&request_id, &payload.request_id, &payload.session_id, received_at_ms);
+    let mut record = request_record(&request.id, &request.payload.request_id, &request.payload.session_id, received_at_ms);
     record.verified = true;
-    record.requested_argv = payload.argv.clone();
-    record.justification = payload.justification.clone();
-    let host_path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned());
+    record.requested_argv = request.payload.argv.clone();
+    record.justification = request.payload.justification.clone();
+    let verdict = match policy::decide(&EscalationRequest { argv: request.payload.argv.clone() }, &server.settings.auto_approve_rules) {
+        Decision::AutoApprove { .. } => {
+            Verdict::Run { argv: request.payload.argv.clone(), outcome: Outcome::Auto, decided_by: DecisionSource::Policy }
+        }
+        Decision::NeedsHuman { reasons } => ask_human(tls, server, domain, &request, reasons, &mut record).await,
+    };
+    match verdict {
+        Verdict::End { outcome, decided_by, frame } => finish_without_running(tls, domain, record, outcome, decided_by, frame).await,
+        Verdict::Run { argv, outcome, decided_by } => {
+            record.decided_at_ms.get_or_insert_with(now_ms);
+            record.outcome = outcome;
+            record.decided_by = Some(decided_by.clone());
+            domain.emit(Event::EscalationResolved { request_id: request.id.clone(), outcome, decided_by, argv: Some(argv.clone()) });
+            run(tls, server, domain, record, argv).await;
+        }
+    }
+}
 
-    let decision = policy::decide(&EscalationRequest { argv: payload.argv.clone() }, &settings.auto_approve_rules);
-    let (argv, outcome, decided_by) = match decision {
-        Decision::AutoApprove { .. } => (payload.argv.clone(), "auto".to_owned(), "policy".to_owned()),
-        Decision::NeedsHuman { reasons } => {
-            // A sandbox cannot fill the queue the human reads.
-            let pending = domain.broker().pending();
-            let of_session = pending.iter().filter(|escalation| escalation.session_id == payload.session_id).count();
-            let full = if of_session >= super::limits::MAX_PENDING_PER_SESSION {
-                Some(format!(
-                    "this session already has {of_session} requests waiting for a human (at most {})",
-                    super::limits::MAX_PENDING_PER_SESSION
-                ))
-            } else if pending.len() >= super::limits::MAX_PENDING_PER_DOMAIN {
-                Some(format!(
-                    "{} requests already wait for a human in this domain (at most {})",
-                    pending.len(),
-                    super::limits::MAX_PENDING_PER_DOMAIN
-                ))
-            } else {
-                None
-            };
-            if let Some(reason) = full {
-                return finish_without_running(tls, domain, record, "rejected", "policy", ServerFrame::Refused { reason }).await;
-            }
-            let timeout = settings.approval_timeout;
-            let escalation = PendingEscalation {
-                request_id: request_id.clone(),
-                domain_hash: settings.domain_hash.clone(),
-                profile: settings.profile.clone(),
-                session_id: payload.session_id.clone(),
-                argv: payload.argv.clone(),
-                display: policy::display_command(&payload.argv),
-                justification: payload.justification.clone(),
-                cwd: settings.workspace.display().to_string(),
-                reasons,
-                risk_notes: policy::risk_notes(&payload.argv),
-                received_at_ms,
-                expires_at_ms: received_at_ms + timeout.as_millis() as u64,
-            };
-            if let Some(reason) = super::limits::too_large_to_show(&escalation) {
-                return finish_without_running(tls, domain, record, "rejected", "policy", ServerFrame::Refused { reason }).await;
-            }
-            let answer = domain.broker().add(escalation.clone());
-            domain.emit(Event::EscalationPending { escalation });
-            send(
-                tls,
-                &ServerFrame::Pending {
-                    request_id: request_id.clone(),
-                    message: "waiting for a human to approve this request on the host".to_owned(),
-                },
-            )
-            .await;
-            let answer = tokio::select! {
-                answer = answer => answer.ok(),
-                _ = tokio::time::sleep(timeout) => None,
-                // The client hung up: nobody is waiting for the answer any
-                // more, so the request leaves every client's queue now.
-                _ = wait_for_hangup(tls) => {
-                    domain.broker().withdraw(&request_id);
-                    Some(Answer::Deny { reason: "the requesting process went away".to_owned(), decided_by: "client".to_owned() })
-                }
-            };
-            record.decided_at_ms = Some(now_ms());
-            match answer {
-                Some(Answer::Approve { decided_by }) => (payload.argv.clone(), "approved".to_owned(), decided_by),
-                Some(Answer::Edit { argv, decided_by }) => (argv, "edited".to_owned(), decided_by),
-                Some(Answer::Deny { reason, decided_by }) => {
-                    return finish_without_running(tls, domain, record, "denied", &decided_by, ServerFrame::Denied { reason }).await;
-                }
-                Some(Answer::Abort { decided_by }) => {
-                    let frame = ServerFrame::Denied { reason: "the session was aborted on the host".to_owned() };
-                    return finish_without_running(tls, domain, record, "aborted", &decided_by, frame).await;
-                }
-                None => {
-                    domain.broker().withdraw(&request_id);
-                    let reason = format!("nobody approved the request within {} s", timeout.as_secs());
-                    return finish_without_running(tls, domain, record, "timedOut", "timeout", ServerFrame::TimedOut { reason }).await;
-                }
-            }
+/// Why this session or domain may not add a request to the queue the
+/// human reads (a sandbox cannot fill it).
+fn queue_full<D: EscalationDomain>(domain: &D, session_id: &str) -> Option<String> {
+    let pending = domain.broker().pending();
+    let of_session = pending.iter().filter(|escalation| escalation.session_id == session_id).count();
+    if of_session >= super::limits::MAX_PENDING_PER_SESSION {
+        Some(format!(
+            "this session already has {of_session} requests waiting for a human (at most {})",
+            super::limits::MAX_PENDING_PER_SESSION
+        ))
+    } else if pending.len() >= super::limits::MAX_PENDING_PER_DOMAIN {
+        Some(format!(
+            "{} requests already wait for a human in this domain (at most {})",
+            pending.len(),
+            super::limits::MAX_PENDING_PER_DOMAIN
+        ))
+    } else {
+        None
+    }
+}
+
+/// The request as every client's queue shows it.
+fn pending_escalation(settings: &EscalationSettings, request: &Request, reasons: Vec<String>, received_at_ms: u64) -> PendingEscalation {
+    let payload = &request.payload;
+    PendingEscalation {
+        request_id: request.id.clone(),
+        domain_hash: settings.domain_hash.clone(),
+        profile: settings.profile.clone(),
+        session_id: payload.session_id.clone(),
+        argv: payload.argv.clone(),
+        display: policy::display_command(&payload.argv),
+        justification: payload.justification.clone(),
+        cwd: settings.workspace.display().to_string(),
+        reasons,
+        risk_notes: policy::risk_notes(&payload.argv),
+        received_at_ms,
+        expires_at_ms: received_at_ms + settings.approval_timeout.as_millis() as u64,
+    }
+}
+
+/// Queues the request for a human and waits for the first answer, the
+/// approval time-out, or the requester hanging up.
+async fn ask_human<D: EscalationDomain>(
+    tls: &mut (impl AsyncWrite + tokio::io::AsyncRead + Unpin),
+    server: &EscalationServer,
+    domain: &D,
+    request: &Request,
+    reasons: Vec<String>,
+    record: &mut AuditRecord,
+) -> Verdict {
+    if let Some(reason) = queue_full(domain, &request.payload.session_id) {
+        return Verdict::refused(reason);
+    }
+    let timeout = server.settings.approval_timeout;
+    let escalation = pending_escalation(&server.settings, request, reasons, record.received_at_ms);
+    if let Some(reason) = super::limits::too_large_to_show(&escalation) {
+        return Verdict::refused(reason);
+    }
+    let answer = domain.broker().add(escalation.clone());
+    domain.emit(Event::EscalationPending { escalation });
+    let message = "waiting for a human to approve this request on the host".to_owned();
+    send(tls, &ServerFrame::Pending { request_id: request.id.clone(), message }).await;
+    let answer = tokio::select! {
+        answer = answer => answer.ok(),
+        _ = tokio::time::sleep(timeout) => None,
+        // The client hung up: nobody is waiting for the answer any
+        // more, so the request leaves every client's queue now.
+        _ = wait_for_hangup(tls) => {
+            domain.broker().withdraw(&request.id);
+            Some(Answer::Deny { reason: "the requesting process went away".to_owned(), decided_by: DecisionSource::Client })
         }
     };
-    record.decided_at_ms.get_or_insert_with(now_ms);
-    record.outcome = outcome.clone();
-    record.decided_by = Some(decided_by.clone());
-    domain.emit(Event::EscalationResolved {
-        request_id: request_id.clone(),
-        outcome: outcome.clone(),
-        decided_by,
-        argv: Some(argv.clone()),
-    });
+    record.decided_at_ms = Some(now_ms());
+    match answer {
+        Some(Answer::Approve { decided_by }) => Verdict::Run { argv: request.payload.argv.clone(), outcome: Outcome::Approved, decided_by },
+        Some(Answer::Edit { argv, decided_by }) => Verdict::Run { argv, outcome: Outcome::Edited, decided_by },
+        Some(Answer::Deny { reason, decided_by }) => {
+            Verdict::End { outcome: Outcome::Denied, decided_by, frame: ServerFrame::Denied { reason } }
+        }
+        Some(Answer::Abort { decided_by }) => {
+            let frame = ServerFrame::Denied { reason: "the session was aborted on the host".to_owned() };
+            Verdict::End { outcome: Outcome::Aborted, decided_by, frame }
+        }
+        None => {
+            domain.broker().withdraw(&request.id);
+            let reason = format!("nobody approved the request within {} s", timeout.as_secs());
+            Verdict::End { outcome: Outcome::TimedOut, decided_by: DecisionSource::Timeout, frame: ServerFrame::TimedOut { reason } }
+        }
+    }
+}
 
+/// Runs a decided request's `argv` on the host, streams its output and
+/// audits it.
+async fn run<D: EscalationDomain>(
+    tls: &mut (impl AsyncWrite + Unpin),
+    server: &EscalationServer,
+    domain: &D,
+    mut record: AuditRecord,
+    argv: Vec<String>,
+) {
+    let settings = &server.settings;
+    let host_path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned());
     // Resolve on the host's PATH: nothing in the request can pick the file.
     let program = match policy::resolve_program(&argv[0], &host_path, &|path: &std::path::Path| is_executable_file(path)) {
         Ok(program) => program,
@@ -386,8 +424,8 @@ async fn decide_and_run<D: EscalationDomain>(
     // `Running` goes out with the command's first output or its end (an
     // auto-approved `true` answers in one write, not two); the client
     // reports only an edit from it, so an edit is sent at once.
-    let running_frame = ServerFrame::Running { request_id: request_id.clone(), argv: argv.clone(), decision: outcome.clone() };
-    let held = if outcome == "edited" {
+    let running_frame = ServerFrame::Running { request_id: record.request_id.clone(), argv: argv.clone(), decision: record.outcome };
+    let held = if record.outcome == Outcome::Edited {
         send(tls, &running_frame).await;
         None
     } else {
@@ -424,7 +462,15 @@ async fn decide_and_run<D: EscalationDomain>(
     drop(running);
     let (tls, held) = tls_cell.into_inner();
     record.finished_at_ms = Some(now_ms());
-    let last = match finished {
+    let last = last_frame(finished, command_timeout, &mut record);
+    send_after(tls, held, &last).await;
+    domain.emit(Event::EscalationFinished { request_id: record.request_id.clone(), exit_status: record.exit_status });
+    domain.audit(record).await;
+}
+
+/// The frame that ends a run, with the record completed to match.
+fn last_frame(finished: crate::Result<execute::Finished>, command_timeout: Duration, record: &mut AuditRecord) -> ServerFrame {
+    match finished {
         Ok(finished) if finished.timed_out => {
             record.reason = Some(format!("killed after {} s", command_timeout.as_secs()));
             ServerFrame::TimedOut { reason: format!("the host command ran longer than {} s and was killed", command_timeout.as_secs()) }
@@ -437,32 +483,24 @@ async fn decide_and_run<D: EscalationDomain>(
             record.reason = Some(format!("could not run: {error}"));
             ServerFrame::Denied { reason: format!("could not run the command on the host: {error}") }
         }
-    };
-    send_after(tls, held, &last).await;
-    domain.emit(Event::EscalationFinished { request_id: request_id.clone(), exit_status: record.exit_status });
-    domain.audit(record).await;
+    }
 }
 
 async fn finish_without_running(
     tls: &mut (impl AsyncWrite + Unpin),
     domain: &impl EscalationDomain,
     mut record: AuditRecord,
-    outcome: &str,
-    decided_by: &str,
+    outcome: Outcome,
+    decided_by: DecisionSource,
     frame: ServerFrame,
 ) {
-    record.outcome = outcome.to_owned();
-    record.decided_by = Some(decided_by.to_owned());
+    record.outcome = outcome;
+    record.decided_by = Some(decided_by.clone());
     if let ServerFrame::Denied { reason } | ServerFrame::TimedOut { reason } | ServerFrame::Refused { reason } = &frame {
         record.reason = Some(reason.clone());
     }
     record.finished_at_ms = Some(now_ms());
-    domain.emit(Event::EscalationResolved {
-        request_id: record.request_id.clone(),
-        outcome: outcome.to_owned(),
-        decided_by: decided_by.to_owned(),
-        argv: None,
-    });
+    domain.emit(Event::EscalationResolved { request_id: record.request_id.clone(), outcome, decided_by, argv: None });
     domain.audit(record).await;
     send(tls, &frame).await;
 }

@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use anyhow::Result;
-use lazaret_coordinator::coordinator::api::{audit_record, audit_verification};
 use lazaret_coordinator::domain_lock::DomainLock;
 use lazaret_protocol::{AuditRecord, AuditVerification, LazaretApiClient};
 use lazaret_rpc::client::{Answered, Client};
@@ -78,7 +77,7 @@ pub fn list(config_path: Option<&Path>, target: &DomainTarget, limit: usize, jso
             }
             Ok(records)
         },
-        |store| Ok(store.audit_records(limit)?.into_iter().map(audit_record).collect()),
+        |store| Ok(store.audit_records(limit)?),
     )?;
     if json {
         super::print_json(&records)?;
@@ -90,8 +89,12 @@ pub fn list(config_path: Option<&Path>, target: &DomainTarget, limit: usize, jso
         println!(
             "#{:<4} {:<9} {:<14} {:<8} {}{}",
             record.sequence,
-            record.outcome,
-            record.decided_by.as_deref().unwrap_or("-"),
+            record.outcome.as_str(),
+            record
+                .decided_by
+                .as_ref()
+                .map(|source| lazaret_core::terminal_text::name(&source.to_string()).into_owned())
+                .unwrap_or_else(|| "-".to_owned()),
             status,
             lazaret_core::policy::display_command(argv),
             record.reason.as_deref().map(|reason| format!("  ({})", lazaret_core::terminal_text::name(reason))).unwrap_or_default()
@@ -104,21 +107,21 @@ pub fn list(config_path: Option<&Path>, target: &DomainTarget, limit: usize, jso
 }
 
 pub fn verify(config_path: Option<&Path>, target: &DomainTarget) -> Result<u8> {
-    let verification: AuditVerification = query(
-        config_path,
-        target,
-        async |client: &Client| client.audit_verify().await.answered(),
-        |store| Ok(audit_verification(store.verify_audit()?)),
-    )?;
+    let verification: AuditVerification =
+        query(config_path, target, async |client: &Client| client.audit_verify().await.answered(), |store| Ok(store.verify_audit()?))?;
+    for note in &verification.notes {
+        println!("note: {note}");
+    }
     if verification.intact {
-        println!("audit trail intact: {} records, hash chain verified", verification.records);
+        // What this proves, and no more (docs/security.md, "The audit trail").
+        println!(
+            "audit trail intact: {} records, each hashing to its stored hash and linked to the one before it from the first, the last one the head kept beside the store",
+            verification.records
+        );
         Ok(0)
     } else {
-        println!(
-            "audit trail BROKEN at record {}: {}",
-            verification.problem_at.map(|at| at.to_string()).unwrap_or_default(),
-            verification.problem.unwrap_or_default()
-        );
+        let at = verification.problem_at.map(|at| format!(" at record {at}")).unwrap_or_default();
+        println!("audit trail BROKEN{at}: {}", verification.problem.unwrap_or_default());
         Ok(1)
     }
 }

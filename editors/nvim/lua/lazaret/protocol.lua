@@ -5,19 +5,19 @@
 ---@alias lazaret.AnswerRefusal 'specialAddress' | 'privateAddress' | 'hostNetwork' | 'deniedAddress' | 'hostAddress'
 
 ---@class lazaret.AuditRecord
----@field clientRequestId? string The id the requesting client chose: a correlation value only, written by the agent (absent from records made before ids were minted by the coordinator).
+---@field clientRequestId? string The id the requesting client chose: a correlation value only, written by the agent.
 ---@field decidedAtMs? integer
----@field decidedBy? string `policy`, `terminal`, `rpc:<client>` (the client name is self-declared by the answering process) or `timeout`.
+---@field decidedBy? lazaret.DecisionSource
 ---@field executedArgv? string[] What ran (differs from the request when edited).
 ---@field exitStatus? integer
 ---@field finishedAtMs? integer
----@field hash string SHA-256 (hex) over `previousHash` and this record with `hash` empty.
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
 ---@field justification? string
----@field outcome string `rejected`, `auto`, `approved`, `edited`, `denied`, `aborted`, `timedOut`, or for network changes `networkAllowed`, `networkDenied`, `networkReloaded`.
----@field previousHash string `hash` of the record before (empty for the first).
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
 ---@field reason? string Why (a refusal's reason, a denial's reason).
 ---@field receivedAtMs integer
----@field requestId string Minted by the coordinator for each request (DECISIONS D16).
+---@field requestId string Minted by the coordinator for each request (D16).
 ---@field requestedArgv string[]
 ---@field sequence integer Position in the chain, from 1.
 ---@field sessionId string The session the request claimed; `verified` says whether its signature checked out (`-` for network changes).
@@ -25,8 +25,9 @@
 
 ---@class lazaret.AuditVerification
 ---@field intact boolean
+---@field notes? string[] What else the check found that does not break the chain (a migration from an older layout, a head one append behind after a crash).
 ---@field problem? string
----@field problemAt? integer The first record that breaks the chain, and why.
+---@field problemAt? integer The first record that breaks the chain, and why (`problem` alone: the head kept beside the store does not match, or is missing).
 ---@field records integer
 
 ---@class lazaret.BranchDiff
@@ -50,6 +51,8 @@
 ---@alias lazaret.ContainerState 'starting' | 'running' | 'failed' | 'stopping'
 
 ---@alias lazaret.Decision 'approve' | 'deny' | 'edit' | 'abort'
+
+---@alias lazaret.DecisionSource string
 
 ---@alias lazaret.DnsRefusal 'malformed' | 'recordType' | 'badCharacters' | 'notAllowlisted' | 'denied' | 'longLabel' | 'tooManyLabels'
 
@@ -127,6 +130,8 @@
 ---@field privateAnswers lazaret.PrivateAnswers Whether a name's answer may open internal addresses no CIDR entry allows: `refuse` (the default) or `allow` (`[network] private_answers`).
 ---@field rules integer How many kernel rules enforce it.
 ---@field upstreams string[] The resolvers the sidecar forwards allowed questions to.
+
+---@alias lazaret.Outcome 'rejected' | 'auto' | 'approved' | 'edited' | 'denied' | 'aborted' | 'timedOut' | 'networkAllowed' | 'networkDenied' | 'networkReloaded' | 'dnsRefused' | 'dnsAnswerRefused'
 
 ---@class lazaret.PathWarning
 ---@field path string
@@ -220,9 +225,9 @@
 ---@class lazaret.EscalationResolvedEvent
 ---@field seq integer
 ---@field argv? string[]
----@field decidedBy string
+---@field decidedBy lazaret.DecisionSource
 ---@field kind 'escalationResolved'
----@field outcome string
+---@field outcome lazaret.Outcome
 ---@field requestId string
 
 ---@class lazaret.EscalationFinishedEvent
