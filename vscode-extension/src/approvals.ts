@@ -13,8 +13,8 @@ import * as vscode from "vscode";
 import type { Ctx } from "./context";
 import { requestOf } from "./nodes";
 import type { QueueItem } from "./queue";
-import { splitArgv } from "./shell";
-import { clip, clipDisplay, displayArgv, escapeUnsafe, inert, noIcons, notice, requestDisplay } from "./text";
+import { quoteArgv, requestDisplay, splitArgv } from "./shell";
+import { clip, clipDisplay, escapeUnsafe, inert, noIcons, notice } from "./text";
 import { domainLabel, LABEL_MAX } from "./tree";
 import { validateCommandLine } from "./validate";
 
@@ -113,7 +113,7 @@ export async function edit(ctx: Ctx, arg: unknown, fromSelection = false): Promi
   const line = await vscode.window.showInputBox({
     title: `Lazaret: edit the command (runs on the host in ${clip(e.cwd, 120)})`,
     prompt: "POSIX shell quoting ($'\\n' for escapes), no expansion. Escape keeps the request pending.",
-    value: displayArgv(e.argv),
+    value: quoteArgv(e.argv),
     ignoreFocusOut: true,
     validateInput: validateCommandLine,
   });
@@ -123,7 +123,7 @@ export async function edit(ctx: Ctx, arg: unknown, fromSelection = false): Promi
   const argv = parsed.argv;
   const run = "Run Edited Command";
   const answer = await vscode.window.showWarningMessage(
-    `Run on the host: ${clipDisplay(displayArgv(argv), 300)}`,
+    `Run on the host: ${clipDisplay(quoteArgv(argv), 300)}`,
     {
       modal: true,
       detail: `In ${clip(e.cwd, 300)}\nargv: ${clipDisplay(JSON.stringify(argv), 1000)}\nRequested: ${clipDisplay(requestDisplay(e), 600)}`,
@@ -131,7 +131,7 @@ export async function edit(ctx: Ctx, arg: unknown, fromSelection = false): Promi
     run,
   );
   if (answer !== run) return;
-  await report(ctx, ctx.manager.respond(item.domain, e.requestId, "edit", { argv }), `edit to ${clipDisplay(displayArgv(argv), 120)}`);
+  await report(ctx, ctx.manager.respond(item.domain, e.requestId, "edit", { argv }), `edit to ${clipDisplay(quoteArgv(argv), 120)}`);
 }
 
 /** Focuses the view and reveals the oldest pending request. */
@@ -170,7 +170,7 @@ export function fullRequestText(item: QueueItem, domain: string): string {
     `${WIDTH} characters (continuation lines are indented). Nothing here runs; answer in the Lazaret view.`,
     "",
     `Command (${e.argv.length} word(s), ${e.argv.reduce((n, w) => n + [...w].length, 0)} characters; program first):`,
-    ...wrapped(displayArgv(e.argv), WIDTH, (c) => c, "    "),
+    ...wrapped(quoteArgv(e.argv), WIDTH, (c) => c, "    "),
     "",
     "The words, one per line:",
     ...e.argv.flatMap((w, i) => block(w).map((l, j) => (j ? l : `[${i}] ${l}`))),

@@ -10,7 +10,8 @@ import { profilesFromConfigShow } from "./discovery";
 import { camelAudit } from "./domains";
 import { METHODS, NetworkPolicy } from "./protocol";
 import { ContentProvider, mergeBranch, openBranchDiff, pickDomain, SCHEME, WarningDecorations } from "./review";
-import { clip, clipDisplay, displayArgv, inert, notice, requestDisplay } from "./text";
+import { quoteArgv, requestDisplay } from "./shell";
+import { clip, clipDisplay, inert, notice } from "./text";
 import { domainLabel, LazaretTree } from "./tree";
 
 const AUDIT_SCHEME = "lazaret-audit";
@@ -230,9 +231,9 @@ async function auditText(ctx: Ctx, uri: vscode.Uri): Promise<string> {
   for (const raw of records as unknown as Record<string, unknown>[]) {
     const a = camelAudit(raw);
     const when = new Date(a.decidedAtMs ?? a.receivedAtMs).toISOString();
-    const ran = a.executedArgv && JSON.stringify(a.executedArgv) !== JSON.stringify(a.requestedArgv) ? ` -> ${clipDisplay(displayArgv(a.executedArgv), 2000)}` : "";
+    const ran = a.executedArgv && JSON.stringify(a.executedArgv) !== JSON.stringify(a.requestedArgv) ? ` -> ${clipDisplay(quoteArgv(a.executedArgv), 2000)}` : "";
     lines.push(
-      `#${a.sequence} ${when} ${inert(a.outcome).padEnd(9)} by ${inert(a.decidedBy ?? "-")}: ${clipDisplay(displayArgv(a.requestedArgv ?? []), 2000)}${ran}` +
+      `#${a.sequence} ${when} ${inert(a.outcome).padEnd(9)} by ${inert(a.decidedBy ?? "-")}: ${clipDisplay(quoteArgv(a.requestedArgv ?? []), 2000)}${ran}` +
         `${a.exitStatus != null ? ` (exit ${a.exitStatus})` : ""}${a.reason ? ` reason: ${clip(a.reason, 2000)}` : ""}${a.justification ? ` why: ${clip(a.justification, 2000)}` : ""}`,
     );
   }

@@ -6,7 +6,7 @@
 // on `escalationResolved`, on a successful answer, on a fresh list without
 // them, or when their domain goes away. A request once resolved is never
 // added back, so a list answer that raced with the resolution cannot
-// resurrect it.
+// resurrect it. tests/vectors/queue.json holds the cases both editors' tests run.
 import type { PendingEscalation } from "./protocol";
 
 export interface QueueItem {
@@ -20,6 +20,11 @@ const TOMBSTONES = 1024;
 
 function key(domain: string, id: string): string {
   return `${domain}\0${id}`;
+}
+
+function receivedAt(item: QueueItem): number {
+  const at: unknown = item.escalation.receivedAtMs;
+  return typeof at === "number" && Number.isFinite(at) ? at : 0;
 }
 
 export class PendingQueue {
@@ -45,6 +50,7 @@ export class PendingQueue {
 
   /** Removes a request for good (answered here or anywhere else); true when it was queued. */
   resolve(domain: string, id: string): boolean {
+    if (typeof id !== "string") return false;
     const k = key(domain, id);
     if (!this.resolved.has(k)) {
       this.resolved.add(k);
@@ -60,7 +66,7 @@ export class PendingQueue {
   replace(domain: string, list: readonly PendingEscalation[]): QueueItem[] {
     const keep = new Set<string>();
     const added: QueueItem[] = [];
-    for (const e of list ?? []) {
+    for (const e of Array.isArray(list) ? list : []) {
       if (!e || typeof e.requestId !== "string") continue;
       keep.add(key(domain, e.requestId));
       const item = this.add(domain, e);
@@ -85,11 +91,11 @@ export class PendingQueue {
     return this.items.has(key(domain, id));
   }
 
-  /** Oldest first (receivedAtMs, then arrival). */
+  /** Oldest first (receivedAtMs, then arrival; a receivedAtMs that is not a number counts as 0). */
   list(domain?: string): QueueItem[] {
     return [...this.items.values()]
       .filter((i) => domain === undefined || i.domain === domain)
-      .sort((a, b) => (a.escalation.receivedAtMs ?? 0) - (b.escalation.receivedAtMs ?? 0) || a.arrival - b.arrival);
+      .sort((a, b) => receivedAt(a) - receivedAt(b) || a.arrival - b.arrival);
   }
 
   get size(): number {

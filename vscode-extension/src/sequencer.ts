@@ -2,7 +2,9 @@
 // Events carry `seq` 1, 2, 3, ... per subscription; `eventsLagged` or a gap
 // means events were lost and the client must resync (list the queue and the
 // status again). A repeated or older seq is dropped. Events without `seq`
-// (coordinators before protocol v1's additions) are applied as they come.
+// (coordinators before protocol v1's additions) are applied as they come; only
+// a JSON number is a seq. tests/vectors/sequencer.json holds the cases both
+// editors' tests run.
 
 export interface Verdict {
   /** Apply the event's own content. */

@@ -7,6 +7,7 @@
 // reads links (notifications, input box prompts). Pure: no editor state.
 //
 // The unsafe set is the Rust side's (lazaret-core `policy::is_display_unsafe`)
+// plus U+2065 (unassigned, default-ignorable: invisible), as the Neovim plugin's,
 // and the escape spelling the CLI's: `\n` `\t` `\r` `\e` `\\`, `\xNN` below
 // U+0100, `\u{NNNN}` above.
 
@@ -23,7 +24,7 @@ export function isUnsafe(code: number): boolean {
     code === 0x17b5 ||
     (code >= 0x180b && code <= 0x180f) ||
     (code >= 0x200b && code <= 0x200d) ||
-    (code >= 0x2060 && code <= 0x2064) ||
+    (code >= 0x2060 && code <= 0x2065) ||
     (code >= 0x206a && code <= 0x206f) ||
     code === 0x3164 ||
     (code >= 0xfe00 && code <= 0xfe0f) ||
@@ -143,42 +144,4 @@ export function clip(text: string | null | undefined, max: number): string {
 export function clipDisplay(display: string, max: number): string {
   const c = clipParts(display, max, escapeUnsafe);
   return c.more ? c.text + cutNote(c.more) : c.text;
-}
-
-const SHELL_SAFE = /^[A-Za-z0-9@%+=:,./_-]+$/;
-
-/** One character inside `$'...'`, spelt as the coordinator's display (and bash) reads it. */
-function ansiC(ch: string): string {
-  const code = ch.codePointAt(0)!;
-  if (ch === "'") return "\\'";
-  if (ch === "\\") return "\\\\";
-  if (!isUnsafe(code)) return ch;
-  if (code === 0x0a || code === 0x09 || code === 0x0d || code === 0x1b) return escapeChar(ch);
-  const h = code.toString(16).toUpperCase();
-  return code < 0x100 ? `\\x${h.padStart(2, "0")}` : code < 0x10000 ? `\\u${h.padStart(4, "0")}` : `\\U${h.padStart(8, "0")}`;
-}
-
-/**
- * One argv word as shell syntax that shows no unsafe character: unchanged
- * when safe, in single quotes when it holds shell syntax, and as ANSI-C
- * `$'...'` (bash's escapes, as the coordinator spells them) when it holds
- * unsafe characters.
- * `splitArgv` reads all three back.
- */
-export function displayWord(word: string): string {
-  if (word !== "" && SHELL_SAFE.test(word)) return word;
-  if (!hasUnsafe(word)) return "'" + word.replace(/'/g, "'\\''") + "'";
-  let out = "$'";
-  for (const ch of word) out += ansiC(ch);
-  return out + "'";
-}
-
-/** An argv as one inert line, the program first (as the coordinator's `display`). */
-export function displayArgv(argv: readonly string[] | null | undefined): string {
-  return (argv ?? []).map((w) => displayWord(String(w))).join(" ");
-}
-
-/** The request's command line as the coordinator displays it (escaped), else built here. */
-export function requestDisplay(e: { display?: string | null; argv?: readonly string[] | null }): string {
-  return e.display ? escapeUnsafe(e.display) : displayArgv(e.argv);
 }

@@ -13,7 +13,8 @@ import type { Ctx } from "./context";
 import type { DomainState } from "./domains";
 import { Node, NodeRegistry, nodeKey } from "./nodes";
 import type { PendingEscalation } from "./protocol";
-import { clip, clipDisplay, clipParts, displayArgv, inert, requestDisplay } from "./text";
+import { quoteArgv, requestDisplay } from "./shell";
+import { clip, clipDisplay, clipParts, inert } from "./text";
 
 export type { Node } from "./nodes";
 
@@ -170,7 +171,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
         return [];
       case "sandbox":
         return (d.status?.sessions ?? []).map((x) =>
-          this.intern(leaf({ id: `${s}/session/${x.sessionId}`, label: x.command?.length ? clipDisplay(displayArgv(x.command), LABEL_MAX) : "(default shell)", description: `${inert(x.client)} · pid ${x.pid} · since ${new Date(x.startedAtMs).toLocaleTimeString()}`, icon: new vscode.ThemeIcon("terminal") })),
+          this.intern(leaf({ id: `${s}/session/${x.sessionId}`, label: x.command?.length ? clipDisplay(quoteArgv(x.command), LABEL_MAX) : "(default shell)", description: `${inert(x.client)} · pid ${x.pid} · since ${new Date(x.startedAtMs).toLocaleTimeString()}`, icon: new vscode.ThemeIcon("terminal") })),
         );
       case "branch": {
         const b = d.branch;
@@ -205,10 +206,10 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
           this.intern(
             leaf({
               id: `${s}/audit/${a.sequence}`,
-              label: `${inert(a.outcome)}  ${clipDisplay(displayArgv(a.executedArgv ?? a.requestedArgv ?? []), LABEL_MAX)}`,
+              label: `${inert(a.outcome)}  ${clipDisplay(quoteArgv(a.executedArgv ?? a.requestedArgv ?? []), LABEL_MAX)}`,
               description: `${inert(a.decidedBy ?? "")}${a.exitStatus != null ? ` · exit ${a.exitStatus}` : ""}${a.reason ? ` · ${clip(a.reason, DESCRIPTION_MAX)}` : ""}`,
               tooltip: Object.entries(a)
-                .map(([k, v]) => `${k}: ${typeof v === "string" ? clip(v, DETAIL_MAX) : Array.isArray(v) ? clipDisplay(displayArgv(v.map(String)), DETAIL_MAX) : clip(JSON.stringify(v), DETAIL_MAX)}`)
+                .map(([k, v]) => `${k}: ${typeof v === "string" ? clip(v, DETAIL_MAX) : Array.isArray(v) ? clipDisplay(quoteArgv(v.map(String)), DETAIL_MAX) : clip(JSON.stringify(v), DETAIL_MAX)}`)
                 .join("\n"),
               icon: new vscode.ThemeIcon("history"),
             }),

@@ -5,8 +5,8 @@ if vim.g.loaded_lazaret then
 end
 vim.g.loaded_lazaret = 1
 
-if vim.fn.has('nvim-0.10') == 0 then
-  vim.notify('lazaret.nvim needs Neovim 0.10 or newer', vim.log.levels.ERROR)
+if vim.fn.has('nvim-0.11') == 0 then
+  vim.notify('lazaret.nvim needs Neovim 0.11 or newer (the version it is tested on)', vim.log.levels.ERROR)
   return
 end
 

@@ -1,6 +1,6 @@
--- Unit tests of lazaret.text (agent text as inert data, DECISIONS D16) and of
--- the shell quoting built on it, over every entry of the hostile corpus
--- (tests/hostile/strings.json).
+-- Unit tests of lazaret.text (agent text as inert data, DECISIONS D16) over
+-- every entry of the hostile corpus (tests/hostile/strings.json), and a random
+-- round trip of the shell quoting built on it (its cases: vectors_spec.lua).
 local T = dofile(vim.fn.fnamemodify(arg[0], ':p:h') .. '/helper.lua')
 local text = require('lazaret.text')
 local shell = require('lazaret.shell')
@@ -13,11 +13,11 @@ for _, entry in ipairs(corpus.entries) do
   entries[#entries + 1] = { name = entry.name, text = entry.text:rep(entry['repeat'] or 1):gsub('@MARKER@', marker) }
 end
 
---- Every code point of the brief's unsafe set, for the checks below.
+--- Every code point of the brief's unsafe set (and U+2065, default-ignorable), for the checks below.
 local unsafe_ranges = {
   { 0x00, 0x1f }, { 0x7f, 0x9f }, { 0x202a, 0x202e }, { 0x2066, 0x2069 }, { 0x200e, 0x200f }, { 0x061c, 0x061c },
   { 0x00ad, 0x00ad }, { 0x034f, 0x034f }, { 0x115f, 0x1160 }, { 0x17b4, 0x17b5 }, { 0x180b, 0x180f },
-  { 0x200b, 0x200d }, { 0x2060, 0x2064 }, { 0x206a, 0x206f }, { 0x3164, 0x3164 }, { 0xfe00, 0xfe0f },
+  { 0x200b, 0x200d }, { 0x2060, 0x2065 }, { 0x206a, 0x206f }, { 0x3164, 0x3164 }, { 0xfe00, 0xfe0f },
   { 0xfeff, 0xfeff }, { 0xffa0, 0xffa0 }, { 0xfff9, 0xfffb }, { 0x1d173, 0x1d17a }, { 0xe0000, 0xe007f },
   { 0xe0100, 0xe01ef }, { 0x0085, 0x0085 }, { 0x00a0, 0x00a0 }, { 0x1680, 0x1680 }, { 0x2000, 0x200a },
   { 0x2028, 0x2029 }, { 0x202f, 0x202f }, { 0x205f, 0x205f }, { 0x3000, 0x3000 },
@@ -98,25 +98,8 @@ T.test('cut() keeps the start and says how much was cut, all in n cells', functi
   T.eq(text.thousands(999), '999')
 end)
 
-T.test('shell.quote() of every corpus entry is inert and splits back to the same argv', function()
-  for _, entry in ipairs(entries) do
-    local argv = { 'echo', entry.text, 'x' .. entry.text }
-    local line = shell.quote(argv)
-    T.eq(raw_unsafe(line), nil, entry.name .. ': the edit prompt default is inert')
-    local back, err = shell.split(line)
-    T.eq(back, argv, entry.name .. ': round trip (' .. tostring(err) .. ')')
-  end
-end)
-
-T.test('shell.quote() writes unsafe words as the coordinator\'s display does ($\'...\')', function()
-  T.eq(shell.quote({ 'printf', 'a\27[2Jb', "it's\n", 'x\u{202e}y', '\u{85}', '\u{e0001}' }),
-    [[printf $'a\e[2Jb' $'it\'s\n' $'x\u202Ey' $'\x85' $'\U000E0001']])
-  T.eq(shell.split([[a $'\x41\101\u00e9\t' $'\'\\' b$'c']]), { 'a', 'AAé\t', "'\\", 'bc' })
-  T.eq(select(2, shell.split([[a $'open]])), "unterminated $' quote")
-end)
-
 T.test('shell round trip with random unsafe characters', function()
-  local alphabet = { 'a', ' ', "'", '"', '\\', '$', '\n', '\r', '\t', '\27', '\u{85}', '\u{a0}', '\u{202e}', '\u{200b}', '\u{feff}', '%', 'é', '\u{e0001}', '\1', '\127' }
+  local alphabet = { 'a', 'Z', '0', ' ', "'", '"', '\\', '$', '`', '*', ';', '&', '|', '-', '=', '~', '#', '\n', '\r', '\t', '\27', '\u{85}', '\u{a0}', '\u{202e}', '\u{200b}', '\u{feff}', '%', 'é', '\u{e0001}', '\1', '\127' }
   math.randomseed(7)
   for _ = 1, 400 do
     local argv = {}
@@ -131,15 +114,6 @@ T.test('shell round trip with random unsafe characters', function()
     T.eq(raw_unsafe(line), nil, vim.inspect(line))
     T.eq(shell.split(line), argv, 'round trip of ' .. vim.inspect(argv))
   end
-end)
-
-T.test('quote agrees with the real bash for $\'...\' words (below U+0080)', function()
-  if vim.fn.executable('bash') == 0 then
-    return T.ok(true)
-  end
-  local argv = { 'printf', '<%s>', 'a\27b', "it's\n", 'tab\there', 'x\u{202e}y' }
-  local out = vim.system({ 'bash', '-c', shell.quote(argv) }):wait()
-  T.eq(out.stdout, "<a\27b><it's\n><tab\there><x\u{202e}y>")
 end)
 
 T.finish()

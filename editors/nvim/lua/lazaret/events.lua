@@ -2,7 +2,9 @@
 --- Events carry `seq` 1, 2, 3, ... per subscription; `eventsLagged` or a gap
 --- means events were lost and the client must resync (list the queue and the
 --- status again). A repeated or older seq is dropped. Events without `seq`
---- (coordinators before the protocol addition) are applied as they come.
+--- (coordinators before the protocol addition) are applied as they come;
+--- only a JSON number is a seq. tests/vectors/sequencer.json holds the cases
+--- both editors' tests run.
 local Sequencer = {}
 Sequencer.__index = Sequencer
 
@@ -21,7 +23,7 @@ end
 --- @return boolean apply the event's own content is to be applied
 --- @return boolean resync events were lost: list and status again
 function Sequencer:accept(event)
-  local seq = type(event) == 'table' and tonumber(event.seq) or nil
+  local seq = type(event) == 'table' and type(event.seq) == 'number' and event.seq or nil
   local lagged = type(event) == 'table' and event.kind == 'eventsLagged'
   if seq == nil then
     return not lagged, lagged
@@ -32,7 +34,7 @@ function Sequencer:accept(event)
   local gap = (self.last == nil and seq > 1) or (self.last ~= nil and seq > self.last + 1)
   self.last = seq
   if lagged then
-    self.lagged = self.lagged + (tonumber(event.dropped) or 0)
+    self.lagged = self.lagged + (type(event.dropped) == 'number' and event.dropped or 0)
     return false, true
   end
   if gap then

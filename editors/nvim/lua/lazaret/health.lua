@@ -27,10 +27,10 @@ end
 function M.check()
   local health = vim.health
   health.start('lazaret: Neovim')
-  if vim.fn.has('nvim-0.10') == 1 then
+  if vim.fn.has('nvim-0.11') == 1 then
     health.ok('Neovim ' .. tostring(vim.version()))
   else
-    health.error('Neovim 0.10 or newer is needed (vim.lsp.rpc.connect to a Unix socket)')
+    health.error('Neovim 0.11 or newer is needed (the plugin is tested on 0.11 only)')
   end
 
   health.start('lazaret: setup{}')

@@ -7,6 +7,7 @@
 --- leave on `escalationResolved`, on a fresh list without them, or when their
 --- domain goes away. A request once resolved is never added back, so a list
 --- answer that raced with the resolution cannot resurrect it.
+--- tests/vectors/queue.json holds the cases both editors' tests run.
 local Queue = {}
 Queue.__index = Queue
 
@@ -116,6 +117,12 @@ function Queue:find(domain, id)
   return self.items[Queue.key(domain, id)]
 end
 
+--- When a request was received; 0 when its receivedAtMs is not a number.
+local function received_at(item)
+  local at = item.escalation.receivedAtMs
+  return (type(at) == 'number' and at == at and math.abs(at) ~= math.huge) and at or 0
+end
+
 --- The queued requests, oldest first (receivedAtMs, then arrival).
 --- @return table[] items {key, domain, escalation, arrival}
 function Queue:list()
@@ -124,7 +131,7 @@ function Queue:list()
     out[#out + 1] = item
   end
   table.sort(out, function(a, b)
-    local ta, tb = tonumber(a.escalation.receivedAtMs) or 0, tonumber(b.escalation.receivedAtMs) or 0
+    local ta, tb = received_at(a), received_at(b)
     if ta ~= tb then
       return ta < tb
     end

@@ -1,10 +1,17 @@
---- Shell-style quoting and splitting of argv, for showing a command and
---- editing it as one line (pure Lua: no editor state). A word holding a
---- control, bidi, invisible or unusual whitespace character is written in
---- bash's `$'...'` form with those characters escaped (`$'a\eb'`,
---- `$'\u202E'`), as the coordinator's `display` and the CLI write it: the
---- line is inert text, and `split` reads the form back, so an argv shown
---- for editing comes back unchanged when the user keeps it.
+--- Shell quoting and splitting of argv, for showing a command and editing it
+--- as one line (pure Lua: no editor state). The same rules as the VS Code
+--- extension's src/shell.ts; tests/vectors/quoting.json holds the cases both
+--- editors' tests run.
+---
+--- `quote` writes a line that a POSIX shell reads back as exactly the argv,
+--- and that shows no unsafe character (text.unsafe): a word of safe
+--- characters stays bare, a word without unsafe characters goes in single
+--- quotes, any other in `$'...'` (POSIX.1-2024, bash, busybox ash, ...) with
+--- `\\` `\'` `\n` `\t` `\r` and every other unsafe character (or byte that is
+--- not UTF-8) as `\xHH` bytes: a shell reads bytes back the same in every
+--- locale (bash's `\x85` is the byte 85, not U+0085, and its `\u202E`
+--- depends on the locale). `split` reads sh quoting without expansion of any
+--- kind, plus `$'...'` with bash's escapes.
 local text = require('lazaret.text')
 
 local M = {}
@@ -12,31 +19,16 @@ local M = {}
 --- Characters that never need quoting in a POSIX shell word.
 local SAFE = '^[%w@%%+=:,./_-]+$'
 
---- One unsafe character (or the quote or backslash) inside `$'...'`.
-local function ansi_c_escape(c)
-  if c == 0x5c then
-    return '\\\\'
-  elseif c == 0x27 then
-    return "\\'"
-  elseif c == 0x0a then
-    return '\\n'
-  elseif c == 0x0d then
-    return '\\r'
-  elseif c == 0x09 then
-    return '\\t'
-  elseif c == 0x1b then
-    return '\\e'
-  elseif c <= 0xff then
-    return string.format('\\x%02X', c)
-  elseif c <= 0xffff then
-    return string.format('\\u%04X', c)
-  end
-  return string.format('\\U%08X', c)
+local named = { [0x5c] = '\\\\', [0x27] = "\\'", [0x0a] = '\\n', [0x09] = '\\t', [0x0d] = '\\r' }
+
+--- Bytes as `\xHH` escapes.
+local function hex_bytes(s)
+  return (s:gsub('.', function(b)
+    return string.format('\\x%02X', b:byte())
+  end))
 end
 
---- One argument as a shell word: unchanged when it is safe, in single
---- quotes (a quote inside becomes '\'') when it holds only printable
---- characters, else in `$'...'` with every unsafe character escaped.
+--- One argument as a shell word that shows no unsafe character.
 --- @param word string
 --- @return string
 function M.quote_word(word)
@@ -49,12 +41,13 @@ function M.quote_word(word)
   local out, i, n = { "$'" }, 1, #word
   while i <= n do
     local c, nxt = text.decode(word, i)
-    if c == nil then
-      out[#out + 1] = string.format('\\x%02X', word:byte(i))
-    elseif c == 0x5c or c == 0x27 or text.unsafe(c) then
-      out[#out + 1] = ansi_c_escape(c)
+    local raw = word:sub(i, nxt - 1)
+    if c and named[c] then
+      out[#out + 1] = named[c]
+    elseif c == nil or text.unsafe(c) then
+      out[#out + 1] = hex_bytes(raw)
     else
-      out[#out + 1] = word:sub(i, nxt - 1)
+      out[#out + 1] = raw
     end
     i = nxt
   end
@@ -62,8 +55,8 @@ function M.quote_word(word)
   return table.concat(out)
 end
 
---- An argv as one inert line that `split` turns back into the same argv
---- (and bash too, but for `\xNN` above 7F: see `split`).
+--- An argv as one inert line, the program first, that `split` (or a shell)
+--- turns back into the same argv.
 --- @param argv string[]
 --- @return string
 function M.quote(argv)
@@ -91,13 +84,26 @@ local function utf8_char(c)
   )
 end
 
-local simple_escapes = { a = '\a', b = '\b', e = '\27', E = '\27', f = '\f', n = '\n', r = '\r', t = '\t', v = '\v' }
+local simple_escapes = {
+  a = '\a',
+  b = '\b',
+  e = '\27',
+  E = '\27',
+  f = '\f',
+  n = '\n',
+  r = '\r',
+  t = '\t',
+  v = '\v',
+  ['\\'] = '\\',
+  ["'"] = "'",
+  ['"'] = '"',
+  ['?'] = '?',
+}
 
---- Reads a `$'...'` word body starting after the opening quote at `i`:
---- bash's escapes (`\n \t \r \e \a \b \f \v \\ \' \" \? \NNN`
---- octal, `\xHH`, `\uHHHH`, `\UHHHHHHHH`). `\xHH` gives the character
---- U+00HH (bash gives the raw byte; an argv is UTF-8 text, and this is how
---- the coordinator's display writes C1 controls such as `\x85`).
+--- Reads a `$'...'` body starting after the opening quote at `i`, as bash
+--- does: `\xHH` and `\NNN` are bytes, `\uHHHH` and `\UHHHHHHHH` characters,
+--- `\cX` a control character, an unknown escape stays as written. The whole
+--- must be UTF-8 text without NUL (an argument can hold neither).
 --- @return string? text
 --- @return integer|string next index, or the error
 local function ansi_c(line, i)
@@ -105,8 +111,17 @@ local function ansi_c(line, i)
   while i <= n do
     local c = line:sub(i, i)
     if c == "'" then
-      return table.concat(out), i + 1
-    elseif c == '\\' then
+      local s = table.concat(out)
+      if s:find('%z') then
+        return nil, 'an argument cannot hold a NUL character'
+      elseif not text.is_utf8(s) then
+        return nil, "$'...' escapes that are not UTF-8 text"
+      end
+      return s, i + 1
+    elseif c ~= '\\' then
+      out[#out + 1] = c
+      i = i + 1
+    else
       local e = line:sub(i + 1, i + 1)
       if e == '' then
         break
@@ -114,6 +129,10 @@ local function ansi_c(line, i)
       if simple_escapes[e] then
         out[#out + 1] = simple_escapes[e]
         i = i + 2
+      elseif e:match('[0-7]') then
+        local digits = line:sub(i + 1, i + 3):match('^[0-7]+')
+        out[#out + 1] = string.char(tonumber(digits, 8) % 256)
+        i = i + 1 + #digits
       elseif e == 'x' or e == 'u' or e == 'U' then
         local max = e == 'x' and 2 or e == 'u' and 4 or 8
         local digits = line:sub(i + 2, i + 1 + max):match('^%x+')
@@ -122,35 +141,42 @@ local function ansi_c(line, i)
           i = i + 2
         else
           local value = tonumber(digits, 16)
-          if value > 0x10ffff or (value >= 0xd800 and value <= 0xdfff) then
+          if e == 'x' then
+            out[#out + 1] = string.char(value)
+          elseif value > 0x10ffff or (value >= 0xd800 and value <= 0xdfff) then
             return nil, string.format('\\%s%s is not a character', e, digits)
+          else
+            out[#out + 1] = utf8_char(value)
           end
-          out[#out + 1] = utf8_char(value)
           i = i + 2 + #digits
         end
-      elseif e:match('[0-7]') then
-        local digits = line:sub(i + 1, i + 3):match('^[0-7]+')
-        out[#out + 1] = utf8_char(tonumber(digits, 8) % 256)
-        i = i + 1 + #digits
-      elseif e == '\\' or e == "'" or e == '"' or e == '?' then
-        out[#out + 1] = e
-        i = i + 2
+      elseif e == 'c' then
+        local x = line:byte(i + 2)
+        if not x then
+          break
+        elseif x > 0x7f then
+          return nil, '\\c before a non-ASCII character'
+        end
+        out[#out + 1] = string.char(x == 0x3f and 0x7f or x % 0x20)
+        -- bash reads `\c\\` as one control character.
+        i = i + ((x == 0x5c and line:sub(i + 3, i + 3) == '\\') and 4 or 3)
       else
-        out[#out + 1] = '\\' .. e
-        i = i + 2
+        out[#out + 1] = c
+        i = i + 1
       end
-    else
-      out[#out + 1] = c
-      i = i + 1
     end
   end
-  return nil, "unterminated $' quote"
+  return nil, "unterminated $'...' quote"
 end
 
+--- Only these separate words (as in sh: not CR, VT, FF or Unicode spaces).
+local blank = { [' '] = true, ['\t'] = true, ['\n'] = true }
+
 --- Splits a line into words as sh does for quoting (no expansion of any
---- kind): single quotes, double quotes (where \ escapes $ ` " \ and newline),
---- bash's `$'...'` (see `ansi_c`), backslash outside quotes. Returns nil and
---- a message on an unfinished quote.
+--- kind): single quotes, double quotes (where \ escapes $ ` " \ and removes
+--- a newline), bash's `$'...'` (see `ansi_c`), backslash outside quotes.
+--- Returns nil and a message on an unfinished quote or a `$'...'` that is
+--- not an argument.
 --- @param line string
 --- @return string[]? argv
 --- @return string? err
@@ -185,7 +211,9 @@ function M.split(line)
           i = i + 1
           break
         elseif d == '\\' and i < n and line:sub(i + 1, i + 1):match('[$`"\\\n]') then
-          word[#word + 1] = line:sub(i + 1, i + 1)
+          if line:sub(i + 1, i + 1) ~= '\n' then
+            word[#word + 1] = line:sub(i + 1, i + 1)
+          end
           i = i + 2
         else
           word[#word + 1] = d
@@ -202,7 +230,7 @@ function M.split(line)
         in_word = true
       end
       i = i + 2
-    elseif c:match('%s') then
+    elseif blank[c] then
       if in_word then
         argv[#argv + 1] = table.concat(word)
         word, in_word = {}, false

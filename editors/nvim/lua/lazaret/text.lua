@@ -127,19 +127,35 @@ function M.inert(s)
   return table.concat(out)
 end
 
---- Whether `s` holds no unsafe character (what inert() leaves).
---- @param s string
---- @return boolean
-function M.is_inert(s)
+--- Whether `s` is UTF-8 text whose every character passes `ok`.
+local function every_char(s, ok)
   local i, n = 1, #s
   while i <= n do
     local c, nxt = decode(s, i)
-    if c == nil or M.unsafe(c) then
+    if c == nil or not ok(c) then
       return false
     end
     i = nxt
   end
   return true
+end
+
+--- Whether `s` holds no unsafe character (what inert() leaves).
+--- @param s string
+--- @return boolean
+function M.is_inert(s)
+  return every_char(s, function(c)
+    return not M.unsafe(c)
+  end)
+end
+
+--- Whether `s` is UTF-8 text.
+--- @param s string
+--- @return boolean
+function M.is_utf8(s)
+  return every_char(s, function()
+    return true
+  end)
 end
 
 --- Agent text for statusline syntax ('winbar', 'statusline', 'tabline',
