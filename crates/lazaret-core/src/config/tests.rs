@@ -1,9 +1,14 @@
 //! Table tests of loading and resolution, and property tests over expansion
 //! and validation.
 
+use std::path::{Path, PathBuf};
+
 use super::*;
 use crate::egress::PrivateAnswers;
+use crate::error::{Error, Result};
+use crate::expand::{self, TokenValues};
 use crate::host::FixedHost;
+use crate::paths;
 use proptest::prelude::*;
 
 fn host() -> FixedHost {

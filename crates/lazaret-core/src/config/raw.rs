@@ -1,0 +1,89 @@
+//! The configuration file as written: the serde types `config.toml`
+//! deserializes into.
+//!
+//! Invariants: every type refuses unknown keys (`deny_unknown_fields`), and
+//! every value a later diagnostic may point at keeps its span
+//! ([`toml::Spanned`]). Nothing here is checked beyond its TOML type; the
+//! checks are in the `check`, `tables` and `profile` modules.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) data_root: Option<Spanned<String>>,
+    pub(super) network: Option<RawNetwork>,
+    pub(super) escalation: Option<RawEscalation>,
+    pub(super) runtime: Option<RawRuntime>,
+    pub(super) limits: Option<RawLimits>,
+    #[serde(default)]
+    pub(super) profiles: BTreeMap<Spanned<String>, Spanned<RawProfile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRuntime {
+    pub(super) runsc: Option<Spanned<String>>,
+}
+
+/// `[limits]` and `[profiles.<name>.limits]` (see [`crate::limits`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimits {
+    pub(super) memory: Option<Spanned<String>>,
+    pub(super) processes: Option<Spanned<i64>>,
+    pub(super) cpus: Option<Spanned<f64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNetwork {
+    #[serde(default)]
+    pub(super) allow_egress: Vec<Spanned<String>>,
+    pub(super) podman_network: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) dns_upstream: Vec<Spanned<String>>,
+    pub(super) private_answers: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEscalation {
+    /// Default: on, as without the table.
+    pub(super) enabled: Option<bool>,
+    /// Default: `$XDG_RUNTIME_DIR/lazaret` (DECISIONS D17).
+    pub(super) socket_dir: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) auto_approve: Vec<Spanned<String>>,
+    pub(super) approval_timeout_seconds: Option<Spanned<u64>>,
+    pub(super) command_timeout_seconds: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProfile {
+    pub(super) image: Spanned<String>,
+    #[serde(default)]
+    pub(super) persistent_dirs: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) allow_egress: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) env: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
+    pub(super) volumes: Vec<Spanned<RawVolume>>,
+    pub(super) command: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    pub(super) auto_approve: Vec<Spanned<String>>,
+    pub(super) limits: Option<RawLimits>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVolume {
+    pub(super) host: Spanned<String>,
+    pub(super) container: Spanned<String>,
+    pub(super) mode: Option<Spanned<String>>,
+}
