@@ -104,7 +104,7 @@ impl BundleHeader {
     /// Reads just the header from the start of `reader` (the pack stays
     /// unread but for its 4-byte signature) and parses it: the same answer as
     /// [`BundleHeader::parse`] on the whole bundle, with at most
-    /// [`MAX_HEADER_LINES`] lines of [`MAX_LINE`] bytes held in memory.
+    /// `MAX_HEADER_LINES` lines of `MAX_LINE` bytes held in memory.
     pub fn read(reader: &mut impl std::io::BufRead) -> std::io::Result<Result<BundleHeader, BundleError>> {
         use std::io::{BufRead, Read};
         let mut prefix = Vec::new();
