@@ -7,14 +7,12 @@
 //! reaches the sandbox and is found nowhere on disk afterwards; and an
 //! agent's first-run prompt is answered through Lazaret's terminal.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use lazaret_test_support::*;
 use sha2::{Digest, Sha256};
-use support::*;
 
 struct Agent {
     name: &'static str,
@@ -214,7 +212,7 @@ fn the_agent_is_the_default_command_and_its_first_run_prompt_works_in_a_terminal
         config = env.path().join("config").display(),
         data = env.path().join("data").display(),
         run = env.path().join("run").display(),
-        lazaret = env!("CARGO_BIN_EXE_lazaret"),
+        lazaret = lazaret_bin().display(),
         workspace = workspace.display(),
     );
     tmux(&["new-session", "-d", "-s", "lzt", "-x", "100", "-y", "30", &command]);

@@ -2,8 +2,6 @@
 //! gVisor sandbox, the real mTLS Escalation Socket, real host commands, the
 //! JSON-RPC approval API, and forged requests from a client the test builds.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -14,7 +12,7 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use ed25519_dalek::{Signer, SigningKey};
-use support::*;
+use lazaret_test_support::*;
 
 fn escalation_config(env: &TestEnv, auto_approve: &[&str], approval_timeout: u64) {
     let rules: Vec<String> = auto_approve.iter().map(|rule| format!("{rule:?}")).collect();
@@ -23,21 +21,6 @@ fn escalation_config(env: &TestEnv, auto_approve: &[&str], approval_timeout: u64
         env.path().join("run/lazaret").display(),
         rules.join(", ")
     ));
-}
-
-fn agent(env: &TestEnv, repository: &Path, script: &str) -> std::process::Output {
-    run(env.lazaret().args(["run", "--workspace"]).arg(repository).args(["--", "sh", "-c", script]))
-}
-
-fn spawn_agent(env: &TestEnv, repository: &Path, script: &str) -> Child {
-    env.lazaret()
-        .args(["run", "--workspace"])
-        .arg(repository)
-        .args(["--", "sh", "-c", script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn")
 }
 
 fn control_socket(env: &TestEnv, repository: &Path) -> PathBuf {
@@ -57,9 +40,7 @@ fn an_auto_approved_command_runs_on_the_host_and_its_output_and_status_come_back
     let env = TestEnv::new();
     escalation_config(&env, &["touch *", "ls *"], 5);
     let repository = git_repository(&env, "project");
-    let output = agent(
-        &env,
-        &repository,
+    let output = agent(&env, &repository).output(
         "lazaret-escalate -- touch made-on-host; echo touch=$?; test -e /workspace/made-on-host && echo visible-inside; \
          lazaret-escalate -- ls README.md; echo ls=$?; lazaret-escalate -- ls no-such-file; echo missing=$?",
     );
@@ -183,7 +164,7 @@ fn oversized_requests_and_a_flood_of_pending_requests_are_refused() {
                   esc=$(head -c 60000 /dev/zero | tr '\\0' '\\001'); lazaret-escalate -- touch \"$esc\"; echo escaped=$?; \
                   for i in 1 2 3 4 5 6 7 8 9 10; do (lazaret-escalate -- touch flood-$i >/dev/null 2>&1; echo flood=$? >> /tmp/flood) & done; \
                   sleep 4; cat /tmp/flood; touch /tmp/done; sleep 30";
-    let mut session = spawn_agent(&env, &repository, script);
+    let mut session = agent(&env, &repository).spawn(script);
     let container = domain_json(&env, "default", &repository)["container_name"].as_str().expect("name").to_owned();
     let done = || {
         std::process::Command::new("podman")
@@ -363,7 +344,7 @@ fn at_most_eight_host_commands_run_at_once() {
     escalation_config(&env, &["sleep 3"], 5);
     let repository = git_repository(&env, "project");
     let script = "for i in 1 2 3 4 5 6 7 8 9 10 11; do (lazaret-escalate -- sleep 3 2>/tmp/err-$i; echo status=$?) & sleep 0.1; done; wait; cat /tmp/err-*";
-    let output = agent(&env, &repository, script);
+    let output = agent(&env, &repository).output(script);
     let text = stdout(&output);
     assert!(output.status.success(), "{text}{}", stderr(&output));
     assert_eq!(text.matches("status=0").count(), 8, "eight run: {text}");
@@ -396,7 +377,7 @@ fn auto_approve_rules_are_exact_and_extra_paths_out_of_the_project_go_to_a_human
          lazaret-escalate -- head -n 1 ../host-secret; echo dotdot=$?; \
          lazaret-escalate -- head -n 1 '~/.bashrc'; echo home=$?"
     );
-    let output = agent(&env, &repository, &script);
+    let output = agent(&env, &repository).output(&script);
     let text = stdout(&output);
     assert!(output.status.success(), "{text}{}", stderr(&output));
     for expected in ["exact=0", "extra-file=98", "git-config=98", "in-project=0", "absolute=98", "dotdot=98", "home=98"] {
@@ -420,7 +401,7 @@ fn a_request_that_needs_a_human_waits_and_is_approved_denied_or_edited_over_json
     let script = "lazaret-escalate --justification 'create the marker' -- touch approved-marker; echo approve=$?; \
                   lazaret-escalate -- touch denied-marker; echo deny=$?; \
                   lazaret-escalate -- touch requested-marker; echo edit=$?";
-    let child = spawn_agent(&env, &repository, script);
+    let child = agent(&env, &repository).spawn(script);
     assert!(wait_until(Duration::from_secs(15), || socket.exists()));
     let mut rpc = Rpc::connect(&socket);
 
@@ -794,7 +775,8 @@ fn editing_or_truncating_the_stored_audit_trail_is_detected() {
     let env = TestEnv::new();
     escalation_config(&env, &["touch *"], 5);
     let repository = git_repository(&env, "project");
-    let output = agent(&env, &repository, "lazaret-escalate -- touch one; lazaret-escalate -- touch two; lazaret-escalate -- touch three");
+    let output =
+        agent(&env, &repository).output("lazaret-escalate -- touch one; lazaret-escalate -- touch two; lazaret-escalate -- touch three");
     assert!(output.status.success(), "{}", stderr(&output));
     let domain = domain_json(&env, "default", &repository);
     assert!(wait_until(Duration::from_secs(30), || domain_is_torn_down(&domain, &repository)));
@@ -847,7 +829,7 @@ fn the_plain_terminal_clients_list_and_answer_pending_requests_across_domains() 
     let env = TestEnv::new();
     escalation_config(&env, &[], 60);
     let repository = git_repository(&env, "project");
-    let child = spawn_agent(&env, &repository, "lazaret-escalate -- touch via-cli; echo status=$?");
+    let child = agent(&env, &repository).spawn("lazaret-escalate -- touch via-cli; echo status=$?");
     let mut pending = serde_json::Value::Null;
     assert!(
         wait_until(Duration::from_secs(15), || {
@@ -883,7 +865,7 @@ fn a_credential_read_from_another_session_works_only_while_that_session_lives() 
     escalation_config(&env, &[], 60);
     let repository = git_repository(&env, "project");
     let socket = control_socket(&env, &repository);
-    let mut sleepers = vec![spawn_agent(&env, &repository, "sleep 120"), spawn_agent(&env, &repository, "sleep 120")];
+    let mut sleepers = vec![agent(&env, &repository).spawn("sleep 120"), agent(&env, &repository).spawn("sleep 120")];
     assert!(wait_until(Duration::from_secs(30), || socket.exists()));
     let mut rpc = Rpc::connect(&socket);
     assert!(
@@ -894,9 +876,7 @@ fn a_credential_read_from_another_session_works_only_while_that_session_lives() 
     );
     // Another session steals a sleeper's credential and keeps a copy in the
     // sandbox's /tmp for later.
-    let thief = spawn_agent(
-        &env,
-        &repository,
+    let thief = agent(&env, &repository).spawn(
         "mine=$LAZARET_SESSION_ID; for e in /proc/[0-9]*/environ; do \
            id=$(tr '\\0' '\\n' < $e 2>/dev/null | sed -n 's/^LAZARET_SESSION_ID=//p'); \
            if [ -n \"$id\" ] && [ \"$id\" != \"$mine\" ]; then \
@@ -939,11 +919,7 @@ fn a_credential_read_from_another_session_works_only_while_that_session_lives() 
             .is_some_and(|sessions| sessions.iter().any(|session| session["pid"] == victim_pid))),
         "the victim's session ended"
     );
-    let later = agent(
-        &env,
-        &repository,
-        "LAZARET_SESSION_ID=$(cat /tmp/stolen-id) LAZARET_SESSION_CREDENTIAL=$(cat /tmp/stolen) lazaret-escalate -- touch late-marker; echo late=$?",
-    );
+    let later = agent(&env, &repository).output("LAZARET_SESSION_ID=$(cat /tmp/stolen-id) LAZARET_SESSION_CREDENTIAL=$(cat /tmp/stolen) lazaret-escalate -- touch late-marker; echo late=$?");
     assert!(stdout(&later).contains("late=99"), "refused once its session is gone: {}{}", stdout(&later), stderr(&later));
     assert!(!repository.join("late-marker").exists());
     for mut sleeper in sleepers {

@@ -2,13 +2,11 @@
 //! configuration files, real podman running the default image under runsc,
 //! and the static helper binaries as `file` sees them.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use lazaret_test_support::*;
 use sha2::{Digest, Sha256};
-use support::*;
 
 fn sha256_prefix(text: &str) -> String {
     Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>()[..12].to_owned()

@@ -2,15 +2,13 @@
 //! real git on real repositories, an agent acting inside a real gVisor
 //! sandbox, and the host checked byte for byte.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::*;
+use lazaret_test_support::*;
 
 const BRANCH: &str = "lazaret/agent-default";
 

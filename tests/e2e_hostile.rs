@@ -8,13 +8,11 @@
 //! acts on reaches it, the window title and clipboard are untouched, and
 //! the prompt still answers a plain request afterwards.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use support::*;
+use lazaret_test_support::*;
 
 /// Requests the agent makes, each carrying a share of the corpus.
 const REQUESTS: usize = 5;
@@ -188,7 +186,7 @@ fn shell_line(env: &TestEnv, arguments: &str) -> String {
         config = env.path().join("config").display(),
         data = env.path().join("data").display(),
         run = env.path().join("run").display(),
-        lazaret = env!("CARGO_BIN_EXE_lazaret"),
+        lazaret = lazaret_bin().display(),
     )
 }
 

@@ -1,8 +1,6 @@
 //! End-to-end tests of the sandbox lifecycle: real `lazaret run` processes,
 //! real podman + runsc, the real control socket and state store.
 
-mod support;
-
 use std::io::{BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -10,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::*;
+use lazaret_test_support::*;
 
 fn kill(pid: u32, signal: &str) {
     let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().expect("kill");
@@ -74,7 +72,7 @@ fn output_redirected_to_a_file_keeps_its_place() {
     let file = env.path().join("out.txt");
     let script = format!(
         "{{ echo before; {lazaret} run --workspace {workspace} -- sh -c 'echo hi; echo err >&2; echo more'; echo \"status $?\"; echo after; }} > {file} 2>&1",
-        lazaret = env!("CARGO_BIN_EXE_lazaret"),
+        lazaret = lazaret_bin().display(),
         workspace = workspace.display(),
         file = file.display()
     );
@@ -336,24 +334,31 @@ fn eight_simultaneous_sessions(subject: &Subject) {
     let domain = subject.domain("default", &workspace);
     let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
-    let handles: Vec<_> = (0..8)
+    // Each session runs until the test writes a line to its stdin.
+    let starters: Vec<_> = (0..8)
         .map(|_| {
             let barrier = barrier.clone();
             let mut command = subject.lazaret();
-            command.args(["run", "--workspace"]).arg(&workspace).args(["--", "sleep", "3"]);
+            command.args(["run", "--workspace"]).arg(&workspace).args(["--", "sh", "-c", "read line"]);
+            command.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped());
             std::thread::spawn(move || {
                 barrier.wait();
-                command.output().expect("run")
+                command.spawn().expect("run")
             })
         })
         .collect();
-    // While they run: exactly one coordinator and one container.
-    assert!(wait_until(Duration::from_secs(10), || subject.containers(&hash).len() == 1), "{who}: a container appears");
-    std::thread::sleep(Duration::from_millis(1500));
+    let sessions: Vec<_> = starters.into_iter().map(|starter| starter.join().expect("thread")).collect();
+    // While all eight run: exactly one coordinator and one container.
+    assert!(wait_until(Duration::from_secs(60), || subject.live_sessions(&workspace) == 8), "{who}: all eight sessions run");
     assert_eq!(subject.containers(&hash).len(), 1, "{who}: exactly one container");
     assert_eq!(coordinator_pids(&workspace).len(), 1, "{who}: exactly one coordinator");
-    for handle in handles {
-        let output = handle.join().expect("thread");
+    let mut sessions = sessions;
+    for session in &mut sessions {
+        use std::io::Write as _;
+        session.stdin.take().expect("stdin").write_all(b"done\n").expect("end the session");
+    }
+    for session in sessions {
+        let output = session.wait_with_output().expect("wait");
         assert!(output.status.success(), "{who}: every session succeeds: {}", stderr(&output));
     }
     let last_exit = Instant::now();
@@ -419,28 +424,37 @@ fn sigkill_of_one_cli(subject: &Subject) {
     let workspace = subject.repository("ws");
     let domain = subject.domain("default", &workspace);
     let hash = domain["domain_hash"].as_str().expect("hash").to_owned();
-    let spawn = |seconds: &str| {
+    // Each session runs until the test writes a line to its stdin.
+    let spawn = || {
         subject
             .lazaret()
             .args(["run", "--workspace"])
             .arg(&workspace)
-            .args(["--", "sleep", seconds])
+            .args(["--", "sh", "-c", "read line"])
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn")
     };
-    let mut victim = spawn("60");
-    assert!(wait_until(Duration::from_secs(10), || subject.containers(&hash).len() == 1), "{who}: the sandbox starts");
-    let survivors = [spawn("4"), spawn("4")];
-    std::thread::sleep(Duration::from_millis(1000));
+    let mut victim = spawn();
+    assert!(wait_until(Duration::from_secs(30), || subject.live_sessions(&workspace) == 1), "{who}: the first session runs");
+    let mut survivors = [spawn(), spawn()];
+    assert!(wait_until(Duration::from_secs(30), || subject.live_sessions(&workspace) == 3), "{who}: all three sessions run");
     kill(victim.id(), "KILL");
     let _ = victim.wait();
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        wait_until(Duration::from_secs(30), || subject.live_sessions(&workspace) == 2),
+        "{who}: the killed CLI's session ends, the others stay"
+    );
     assert_eq!(subject.containers(&hash).len(), 1, "{who}: the sandbox stays for the other sessions");
     let status = run(subject.lazaret().args(["status", "--json", "--workspace"]).arg(&workspace));
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
     assert_eq!(status["status"]["sessions"].as_array().map(Vec::len), Some(2), "{who}: the killed CLI counts as disconnected: {status}");
+    for survivor in &mut survivors {
+        use std::io::Write as _;
+        survivor.stdin.take().expect("stdin").write_all(b"done\n").expect("end the session");
+    }
     for survivor in survivors {
         let output = survivor.wait_with_output().expect("wait");
         assert!(output.status.success(), "{who}: {}", stderr(&output));
@@ -809,7 +823,7 @@ fn interactive_session_has_a_terminal_and_ctrl_c_reaches_the_inner_process() {
         config = env.path().join("config").display(),
         data = env.path().join("data").display(),
         runtime = env.path().join("run").display(),
-        lazaret = env!("CARGO_BIN_EXE_lazaret"),
+        lazaret = lazaret_bin().display(),
         workspace = workspace.display(),
         status = status_file.display(),
     );
@@ -820,8 +834,15 @@ fn interactive_session_has_a_terminal_and_ctrl_c_reaches_the_inner_process() {
     assert!(wait_until(Duration::from_secs(5), || screen().contains("/dev/pts/")), "a terminal inside: {}", screen());
     assert!(wait_until(Duration::from_secs(5), || screen().contains("30 100")), "the window size is passed in: {}", screen());
     // The inner program traps SIGINT and says so; bash then goes on with the list.
-    tmux(&["send-keys", "-t", "lzt", "sh -c 'trap \"echo got-sigint; exit 3\" INT; sleep 50 & wait'; echo inner-ended-$?", "Enter"]);
-    std::thread::sleep(Duration::from_millis(1500));
+    // It says when its trap is set (`arm""ed`: the typed line itself does not show `armed`).
+    tmux(&[
+        "send-keys",
+        "-t",
+        "lzt",
+        "sh -c 'trap \"echo got-sigint; exit 3\" INT; echo arm\"\"ed; sleep 50 & wait'; echo inner-ended-$?",
+        "Enter",
+    ]);
+    assert!(wait_until(Duration::from_secs(15), || screen().contains("armed")), "the trap is set: {}", screen());
     let interrupted_at = Instant::now();
     tmux(&["send-keys", "-t", "lzt", "C-c"]);
     assert!(

@@ -6,12 +6,10 @@
 //! itself: the bomb and the hog run under `timeout`, the host side polls
 //! with deadlines.
 
-mod support;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::*;
+use lazaret_test_support::*;
 
 /// The process limit the tests configure: far below a default and below
 /// what the unfixed sandbox let a bomb reach (1,000 in a few seconds).

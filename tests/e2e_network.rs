@@ -3,13 +3,11 @@
 //! created with `--internal`, so nothing can leave the machine even if the
 //! policy failed.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::*;
+use lazaret_test_support::*;
 
 /// An internal podman network (IPv4 and IPv6) with two listening test hosts
 /// (.11 and .12, port 8080 on both families) and, if asked for, a DNS
@@ -268,12 +266,6 @@ fn audit_records(env: &TestEnv, workspace: &Path) -> Vec<serde_json::Value> {
     serde_json::from_slice(&audit.stdout).expect("audit json")
 }
 
-fn agent(env: &TestEnv, repository: &Path, script: &str) -> String {
-    let output = run(env.lazaret().args(["run", "--workspace"]).arg(repository).args(["--", "sh", "-c", script]));
-    assert!(output.status.success(), "{}{}", stdout(&output), stderr(&output));
-    stdout(&output)
-}
-
 #[test]
 fn only_allowlisted_hosts_are_reachable_and_the_policy_changes_live() {
     let _guard = sandbox_guard();
@@ -283,7 +275,7 @@ fn only_allowlisted_hosts_are_reachable_and_the_policy_changes_live() {
     configure(&env, &network, &[format!("{}/32", network.host(11))]);
     let repository = git_repository(&env, "project");
     let (one, two) = (network.host(11), network.host(12));
-    let text = agent(&env, &repository, &format!("nc -z -w 2 {one} 8080; echo allowed=$?; nc -z -w 2 {two} 8080; echo other=$?"));
+    let text = agent(&env, &repository).stdout(&format!("nc -z -w 2 {one} 8080; echo allowed=$?; nc -z -w 2 {two} 8080; echo other=$?"));
     assert!(text.contains("allowed=0"), "the allowlisted host is reachable: {text}");
     assert!(text.contains("other=1"), "a second host on the same network is not: {text}");
 
@@ -359,7 +351,7 @@ fn the_sandbox_cannot_change_routes_open_raw_sockets_or_reach_host_loopback() {
          nc -z -w 2 {two} 8080 && echo still-reached; \
          find / -path /proc -prune -o -name control.sock -print 2>/dev/null | grep -q . && echo control-socket-visible; echo done"
     );
-    let text = agent(&env, &repository, &script);
+    let text = agent(&env, &repository).stdout(&script);
     for forbidden in ["route-added", "rule-deleted", "ping-ok", "host-loopback-reached", "still-reached", "control-socket-visible"] {
         assert!(!text.contains(forbidden), "{forbidden}: {text}");
     }
@@ -415,8 +407,8 @@ fn an_empty_allowlist_means_no_network_at_all() {
     let env = TestEnv::new();
     configure(&env, &network, &[]);
     let repository = git_repository(&env, "project");
-    let text =
-        agent(&env, &repository, &format!("nc -z -w 2 {} 8080; echo status=$?; cat /proc/net/dev | grep -c eth || true", network.host(11)));
+    let text = agent(&env, &repository)
+        .stdout(&format!("nc -z -w 2 {} 8080; echo status=$?; cat /proc/net/dev | grep -c eth || true", network.host(11)));
     assert!(text.contains("status=1"), "{text}");
     let refused = run(env.lazaret().args(["net", "show", "--workspace"]).arg(&repository));
     assert!(!refused.status.success(), "not running: {}", stderr(&refused));
@@ -465,7 +457,7 @@ fn allowlisted_names_resolve_and_connect_and_every_other_question_is_refused_uns
          busybox nslookup allowed.test {upstream} >/dev/null 2>&1; echo direct-upstream=$?; \
          nc -z -w 2 {upstream} 53; echo direct-tcp=$?"
     );
-    let text = agent(&env, &repository, &script);
+    let text = agent(&env, &repository).stdout(&script);
     assert!(text.contains("resolv:nameserver 127.0.0.1 options"), "the sidecar is the only resolver: {text}");
     assert_has_lines(&text, &["name=0", "connect=0", "wildcard=0", "other-host=1", "direct-upstream=1", "direct-tcp=1"]);
     // busybox asks A and AAAA: each refused question is counted once per type.
@@ -587,7 +579,7 @@ fn ipv6_destinations_follow_the_same_policy() {
         network.host6(12),
         network.host(11)
     );
-    let text = agent(&env, &repository, &script);
+    let text = agent(&env, &repository).stdout(&script);
     assert_has_lines(&text, &["six-allowed=0", "six-other=1", "four-same-host=1"]);
 }
 
@@ -1109,11 +1101,11 @@ fn an_allowlist_of_thousands_of_entries_is_enforced_whole() {
     allow.push(format!("{}/32", network.host(11)));
     configure(&env, &network, &allow);
     let repository = git_repository(&env, "project");
-    let text = agent(
-        &env,
-        &repository,
-        &format!("nc -z -w 2 {} 8080; echo allowed=$?; nc -z -w 2 {} 8080; echo other=$?", network.host(11), network.host(12)),
-    );
+    let text = agent(&env, &repository).stdout(&format!(
+        "nc -z -w 2 {} 8080; echo allowed=$?; nc -z -w 2 {} 8080; echo other=$?",
+        network.host(11),
+        network.host(12)
+    ));
     assert!(text.contains("allowed=0"), "the last of 3,001 entries is reachable: {text}");
     assert!(text.contains("other=1"), "what no entry covers stays unreachable: {text}");
 }

@@ -4,12 +4,10 @@
 //! helpers that `lazaret doctor` finds beside the CLI, man pages and shell
 //! completions; `scripts/install --uninstall` removes exactly what it put.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use support::*;
+use lazaret_test_support::*;
 
 fn repository_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")

@@ -3,13 +3,11 @@
 //! arrives, the prompt shows every field, each of A, D, E and Q does what it
 //! says on the host and in the sandbox, and the screen comes back.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use support::*;
+use lazaret_test_support::*;
 
 struct Screen {
     socket: PathBuf,
@@ -46,7 +44,7 @@ fn start(env: &TestEnv, repository: &Path, name: &str) -> Screen {
         config = env.path().join("config").display(),
         data = env.path().join("data").display(),
         run = env.path().join("run").display(),
-        lazaret = env!("CARGO_BIN_EXE_lazaret"),
+        lazaret = lazaret_bin().display(),
         workspace = repository.display(),
     );
     screen.tmux(&["new-session", "-d", "-s", "lzt", "-x", "100", "-y", "30", &command]);

@@ -5,15 +5,13 @@
 //! `state/diff` matches `lazaret state diff`; a subscriber that falls
 //! behind is told how much it lost, and sequence numbers have no gaps.
 
-mod support;
-
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use lazaret_test_support::*;
 use serde_json::{json, Value};
-use support::*;
 
 fn keep_config(env: &TestEnv) {
     env.write_config(&format!(
@@ -56,11 +54,6 @@ fn start_domain(env: &TestEnv, repository: &Path) -> (Keeper, PathBuf, Value) {
     (keeper, socket, domain)
 }
 
-fn agent(env: &TestEnv, repository: &Path, script: &str) {
-    let output = run(lazaret_run(env, repository).args(["sh", "-c", script]));
-    assert!(output.status.success(), "{script}: {}{}", stdout(&output), stderr(&output));
-}
-
 #[test]
 fn methods_for_editors_serve_file_contents_state_changes_and_take_empty_params() {
     let _guard = sandbox_guard();
@@ -72,9 +65,7 @@ fn methods_for_editors_serve_file_contents_state_changes_and_take_empty_params()
 
     // The agent commits a change, a binary file and a file over the text
     // cap, leaves another change uncommitted, and installs a tool in /usr.
-    agent(
-        &env,
-        &repository,
+    agent(&env, &repository).profile("keep").run(
         "cd /workspace && printf 'pub fn answer() -> u32 { 43 }\\n' > src/lib.rs && printf 'a\\000b' > blob.bin && \
          head -c 2097152 /dev/zero | tr '\\000' x > big.txt && git add -A && git commit -qm 'agent change' && \
          printf '# project, edited\\n' > README.md && echo tool > /usr/local/bin/agent-tool && \

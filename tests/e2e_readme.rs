@@ -4,13 +4,11 @@
 //! command needs a running domain, an agent session keeps one up. A line
 //! added to the list without a walk here fails the test.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use support::*;
+use lazaret_test_support::*;
 
 /// The `sh` block of the README's "Usage" section, one command per line
 /// (comments cut).

@@ -2,32 +2,25 @@
 //! fuse-overlayfs mounts under real podman + runsc, across sessions, base
 //! image rebuilds, teardown, signals and a killed coordinator.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::*;
+use lazaret_test_support::*;
 
 fn profile_config(env: &TestEnv, image: &str, dirs: &[&str]) {
     let dirs: Vec<String> = dirs.iter().map(|dir| format!("{dir:?}")).collect();
     env.write_config(&format!("[profiles.keep]\nimage = \"{image}\"\npersistent_dirs = [{}]\n", dirs.join(", ")));
 }
 
-fn agent(env: &TestEnv, repository: &Path, script: &str) -> std::process::Output {
-    agent_on(env, repository, script, None)
-}
-
-/// `overlay`: forces the kind of new upper directories (LAZARET_STATE_OVERLAY).
-fn agent_on(env: &TestEnv, repository: &Path, script: &str, overlay: Option<&str>) -> std::process::Output {
-    let mut command = env.lazaret();
-    if let Some(overlay) = overlay {
-        command.env("LAZARET_STATE_OVERLAY", overlay);
+/// An agent of the `keep` profile; `overlay` forces the kind of new upper
+/// directories (LAZARET_STATE_OVERLAY).
+fn keep_agent<'a>(env: &'a TestEnv, repository: &Path, overlay: Option<&str>) -> Agent<'a> {
+    let agent = agent(env, repository).profile("keep");
+    match overlay {
+        Some(overlay) => agent.env("LAZARET_STATE_OVERLAY", overlay),
+        None => agent,
     }
-    let output = run(command.args(["run", "--profile", "keep", "--workspace"]).arg(repository).args(["--", "sh", "-c", script]));
-    assert!(output.status.success(), "{script}: {}{}", stdout(&output), stderr(&output));
-    output
 }
 
 fn domain(env: &TestEnv, repository: &Path) -> serde_json::Value {
@@ -75,18 +68,14 @@ fn survive_teardown_and_reset(overlay: Option<&str>) {
     profile_config(&env, DEFAULT_IMAGE, &["/usr"]);
     let repository = git_repository(&env, "project");
     let domain = domain(&env, &repository);
-    agent_on(&env, &repository, "printf '#!/bin/sh\\necho installed-by-agent\\n' > /usr/local/bin/agent-tool; chmod +x /usr/local/bin/agent-tool; rm /usr/bin/yes; echo changed > /usr/share/lzt-note", overlay);
+    keep_agent(&env, &repository, overlay).run("printf '#!/bin/sh\\necho installed-by-agent\\n' > /usr/local/bin/agent-tool; chmod +x /usr/local/bin/agent-tool; rm /usr/bin/yes; echo changed > /usr/share/lzt-note");
     let kind = std::fs::read_to_string(Path::new(domain["domain_dir"].as_str().expect("dir")).join("usr_overlay")).expect("overlay kind");
     assert_eq!(kind.trim(), overlay.unwrap_or("kernel"), "the upper directory records its overlay kind");
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)), "full teardown");
     assert!(nothing_mounted(&domain), "nothing stays mounted after teardown");
     // The kind stays the upper directory's, whatever new ones would get.
-    let output = agent_on(
-        &env,
-        &repository,
-        "agent-tool; test -e /usr/bin/yes && echo yes-exists || echo yes-gone; cat /usr/share/lzt-note",
-        Some(if overlay == Some("fuse") { "kernel" } else { "fuse" }),
-    );
+    let output = keep_agent(&env, &repository, Some(if overlay == Some("fuse") { "kernel" } else { "fuse" }))
+        .run("agent-tool; test -e /usr/bin/yes && echo yes-exists || echo yes-gone; cat /usr/share/lzt-note");
     assert_eq!(stdout(&output), "installed-by-agent\nyes-gone\nchanged\n");
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
     let changes = state_diff(&env, &repository);
@@ -99,7 +88,9 @@ fn survive_teardown_and_reset(overlay: Option<&str>) {
     let reset = run(env.lazaret().args(["state", "reset", "--yes", "--profile", "keep", "--workspace"]).arg(&repository));
     assert!(reset.status.success(), "{}", stderr(&reset));
     assert!(state_diff(&env, &repository).is_empty());
-    let output = agent(&env, &repository, "test -e /usr/local/bin/agent-tool && echo tool-exists; test -e /usr/bin/yes && echo yes-back");
+    let output = agent(&env, &repository)
+        .profile("keep")
+        .run("test -e /usr/local/bin/agent-tool && echo tool-exists; test -e /usr/bin/yes && echo yes-back");
     assert_eq!(stdout(&output), "yes-back\n", "reset removes the changes");
     assert!(
         wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository) && nothing_mounted(&domain)),
@@ -153,14 +144,13 @@ fn a_rebuilt_base_image_shows_through_and_the_agent_keeps_its_files() {
     profile_config(&env, &image, &["/usr"]);
     let repository = git_repository(&env, "project");
     let domain = domain(&env, &repository);
-    agent(
-        &env,
-        &repository,
-        "cat /usr/share/lzt/version.txt; echo agent > /usr/local/bin/agent-file; echo agent > /usr/share/lzt/shared.txt",
-    );
+    agent(&env, &repository)
+        .profile("keep")
+        .run("cat /usr/share/lzt/version.txt; echo agent > /usr/local/bin/agent-file; echo agent > /usr/share/lzt/shared.txt");
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
     build("v2");
-    let output = agent(&env, &repository, "cat /usr/share/lzt/version.txt /usr/local/bin/agent-file /usr/share/lzt/shared.txt");
+    let output =
+        agent(&env, &repository).profile("keep").run("cat /usr/share/lzt/version.txt /usr/local/bin/agent-file /usr/share/lzt/shared.txt");
     assert_eq!(stdout(&output), "v2\nagent\nagent\n", "the new image's file, the agent's file, and the agent's version where both changed");
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
     let changes = state_diff(&env, &repository);
@@ -180,9 +170,10 @@ fn with_etc_persistent_the_runtime_files_stay_the_runtimes() {
     let repository = git_repository(&env, "project");
     let domain = domain(&env, &repository);
     let probe = "echo \"$(cat /etc/hostname)\"; grep -c lazaret-keep /etc/hosts; grep -E ' /etc/(hosts|hostname|resolv.conf) ' /proc/mounts | wc -l; echo agent-config > /etc/agent.conf";
-    let first = agent(&env, &repository, &format!("{probe}; echo evil > /etc/hostname; echo '6.6.6.6 evil' >> /etc/hosts"));
+    let first =
+        agent(&env, &repository).profile("keep").run(&format!("{probe}; echo evil > /etc/hostname; echo '6.6.6.6 evil' >> /etc/hosts"));
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
-    let second = agent(&env, &repository, &format!("{probe}; cat /etc/agent.conf; grep -c evil /etc/hosts || true"));
+    let second = agent(&env, &repository).profile("keep").run(&format!("{probe}; cat /etc/agent.conf; grep -c evil /etc/hosts || true"));
     let first_text = stdout(&first);
     assert_eq!(first_text.lines().next(), Some("lazaret-keep"), "the runtime's hostname: {first_text}");
     let second_text = stdout(&second);
@@ -226,7 +217,9 @@ fn nothing_stays_mounted_after_sigint_or_a_killed_coordinator() {
         wait_until(Duration::from_secs(15), || mounted() && coordinator_pids(&repository).len() == 1),
         "overlays mounted while running"
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // The session runs (the CLI has registered it) before it is interrupted.
+    let sessions = || live_sessions(env.lazaret().args(["status", "--json", "--profile", "keep", "--workspace"]).arg(&repository));
+    assert!(wait_until(Duration::from_secs(30), || sessions() == 1), "the session runs");
     Command::new("kill").args(["-INT", &cli.id().to_string()]).status().expect("kill");
     let _ = cli.wait();
     assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository) && !mounted()), "SIGINT: nothing mounted");
@@ -236,7 +229,7 @@ fn nothing_stays_mounted_after_sigint_or_a_killed_coordinator() {
     Command::new("kill").args(["-KILL", &coordinator_pids(&repository)[0].to_string()]).status().expect("kill");
     Command::new("kill").args(["-KILL", &cli.id().to_string()]).status().expect("kill");
     let _ = cli.wait();
-    let output = agent(&env, &repository, "echo recovered");
+    let output = agent(&env, &repository).profile("keep").run("echo recovered");
     assert_eq!(stdout(&output), "recovered\n");
     assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository) && !mounted()), "recovered: nothing mounted");
 }
@@ -310,18 +303,12 @@ fn a_deleted_and_recreated_directory_and_whiteout_names_are_shown_right() {
     profile_config(&env, DEFAULT_IMAGE, &["/usr"]);
     let repository = git_repository(&env, "project");
     let domain = domain(&env, &repository);
-    agent(
-        &env,
-        &repository,
+    agent(&env, &repository).profile("keep").run(
         "rm -rf /usr/share/doc && mkdir /usr/share/doc && echo new > /usr/share/doc/only-file; rm -rf /usr/share/man; \
          echo sneaky > /usr/share/.wh.bash-completion; echo sneaky > /usr/local/.wh..wh..opq",
     );
     assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
-    let output = agent(
-        &env,
-        &repository,
-        "ls -A /usr/share/doc; test -e /usr/share/man || echo man-gone; test -d /usr/share/bash-completion && echo bash-completion-kept; cat /usr/share/.wh.bash-completion; ls -A /usr/local | wc -l",
-    );
+    let output = agent(&env, &repository).profile("keep").run("ls -A /usr/share/doc; test -e /usr/share/man || echo man-gone; test -d /usr/share/bash-completion && echo bash-completion-kept; cat /usr/share/.wh.bash-completion; ls -A /usr/local | wc -l");
     assert_eq!(
         stdout(&output),
         "only-file\nman-gone\nbash-completion-kept\nsneaky\n2\n",
@@ -402,7 +389,7 @@ fn overlay_attributes_set_from_inside_cannot_hide_or_redirect_image_files() {
     let repository = git_repository(&env, "project");
     let domain = domain(&env, &repository);
     let agent = |script: &str| {
-        let output = agent(&env, &repository, script);
+        let output = agent(&env, &repository).profile("keep").run(script);
         assert!(wait_until(Duration::from_secs(5), || domain_is_torn_down(&domain, &repository)));
         stdout(&output)
     };

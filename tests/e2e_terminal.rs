@@ -6,13 +6,11 @@
 //! configured; the user's terminal is sane after the session, also after
 //! the CLI was killed.
 
-mod support;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use support::*;
+use lazaret_test_support::*;
 
 struct Terminal {
     socket: std::path::PathBuf,
@@ -91,8 +89,9 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
     assert!(terminal.shows_line(window, "col-b", Duration::from_secs(5)), "{label}");
     assert!(terminal.screen(window).lines().any(|line| line == "col-a"), "{label}: lines start at column 0:\n{}", terminal.screen(window));
 
-    terminal.line(window, "sleep 100");
-    std::thread::sleep(Duration::from_millis(700));
+    // `sleep 100` runs once `started-2` shows (the typed line shows `$((1+1))`).
+    terminal.line(window, "echo started-$((1+1)); sleep 100");
+    assert!(terminal.shows_line(window, "started-2", Duration::from_secs(5)), "{label}: sleep 100 started");
     terminal.tmux(&["send-keys", "-t", window, "C-c"]);
     terminal.line(window, "echo after-$((2+3))");
     assert!(
@@ -102,9 +101,12 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
     );
 
     terminal.tmux(&["resize-window", "-t", window, "-x", "90", "-y", "25"]);
-    std::thread::sleep(Duration::from_millis(800));
-    terminal.line(window, "stty size");
-    assert!(terminal.shows_line(window, "25 90", Duration::from_secs(5)), "{label}: the new size inside:\n{}", terminal.screen(window));
+    // The size reaches the sandbox asynchronously (SIGWINCH): ask until it shows.
+    let resized = (0..10).any(|_| {
+        terminal.line(window, "stty size");
+        terminal.shows_line(window, "25 90", Duration::from_secs(2))
+    });
+    assert!(resized, "{label}: the new size inside:\n{}", terminal.screen(window));
 
     // The approval prompt takes the screen and gives it back.
     terminal

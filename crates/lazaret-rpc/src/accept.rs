@@ -54,6 +54,7 @@ pub async fn next(listener: &UnixListener, backoff: &mut Backoff, socket: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn pauses_double_up_to_a_second_and_reset_on_success() {
@@ -93,8 +94,16 @@ mod tests {
         let path = dir.path().join("s.sock");
         let listener = UnixListener::bind(&path).expect("bind");
         let mut backoff = Backoff::default();
-        let client = tokio::spawn(async move { UnixStream::connect(path).await.expect("connect") });
-        let _server_side = next(&listener, &mut backoff, "test").await;
-        client.await.expect("client");
+        let client = tokio::spawn(async move {
+            let mut stream = UnixStream::connect(path).await.expect("connect");
+            stream.write_all(b"ping").await.expect("write");
+            stream
+        });
+        let mut server_side = next(&listener, &mut backoff, "test").await;
+        let _client = client.await.expect("client");
+        // The accepted stream is the client's: what it wrote arrives.
+        let mut bytes = [0u8; 4];
+        server_side.read_exact(&mut bytes).await.expect("read");
+        assert_eq!(&bytes, b"ping");
     }
 }

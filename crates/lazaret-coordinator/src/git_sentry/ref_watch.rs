@@ -28,6 +28,15 @@ pub const POLL_WITHOUT_INOTIFY: Duration = Duration::from_millis(100);
 /// than a fast poll.
 const MIN_GAP: Duration = Duration::from_millis(20);
 
+/// Why [`RefWatch::changed`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// An event about the ref files.
+    Event,
+    /// The poll interval passed without one.
+    Poll,
+}
+
 /// Wakes the export loop when the agent's ref files may have changed.
 pub struct RefWatch {
     /// From the watcher thread; `None` (or closed) without inotify.
@@ -73,20 +82,22 @@ impl RefWatch {
     }
 
     /// Returns when the ref files may have changed: after an event about
-    /// them, or after the fallback interval.
-    pub async fn changed(&mut self) {
+    /// them, or after the poll interval.
+    pub async fn changed(&mut self) -> Wake {
         let Some(wakes) = &mut self.wakes else {
             tokio::time::sleep(POLL_WITHOUT_INOTIFY).await;
-            return;
+            return Wake::Poll;
         };
         tokio::select! {
             woken = wakes.recv() => {
                 if woken.is_none() {
                     tracing::warn!("the watcher of the agent's refs ended; they are polled every {POLL_WITHOUT_INOTIFY:?}");
                     self.wakes = None;
+                    return Wake::Poll;
                 }
+                Wake::Event
             }
-            _ = tokio::time::sleep(FALLBACK_POLL) => {}
+            _ = tokio::time::sleep(FALLBACK_POLL) => Wake::Poll,
         }
     }
 }
@@ -165,11 +176,16 @@ mod tests {
 
     const BRANCH: &str = "refs/heads/lazaret/agent-test";
 
-    /// Whether `watch` wakes within `within` (well under the fallback poll).
-    async fn wakes(watch: &mut RefWatch, within: Duration) -> bool {
-        let started = std::time::Instant::now();
-        watch.changed().await;
-        started.elapsed() < within
+    /// Whether an event wakes `watch` (polls in between are waited through,
+    /// up to a generous bound: the time it takes is not the point).
+    async fn woken_by_an_event(watch: &mut RefWatch) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if watch.changed().await == Wake::Event {
+                return true;
+            }
+        }
+        false
     }
 
     /// Writes `path` as git does: a lock file, renamed into place.
@@ -186,20 +202,17 @@ mod tests {
         std::fs::create_dir_all(git_dir.join("refs/heads/lazaret")).expect("mkdir");
         let mut watch = RefWatch::of(git_dir, BRANCH);
         assert!(watch.wakes.is_some(), "inotify is available here");
-        let fast = Duration::from_millis(300);
 
         // The index, lock files and other branches: no wake-up before the fallback poll.
         std::fs::create_dir_all(git_dir.join("refs/heads/other")).expect("mkdir");
         std::fs::write(git_dir.join("index.lock"), b"x").expect("write");
         std::fs::rename(git_dir.join("index.lock"), git_dir.join("index")).expect("rename");
         write_like_git(&git_dir.join("refs/heads/other/branch"), "1\n");
-        let started = std::time::Instant::now();
-        watch.changed().await;
-        assert!(started.elapsed() >= FALLBACK_POLL - Duration::from_millis(50), "woken by unrelated writes");
+        assert_eq!(watch.changed().await, Wake::Poll, "woken by unrelated writes");
 
         // The loose ref, then packed-refs.
         let task = tokio::spawn(async move {
-            let woken = wakes(&mut watch, fast).await;
+            let woken = woken_by_an_event(&mut watch).await;
             (watch, woken)
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -207,7 +220,7 @@ mod tests {
         let (mut watch, woken) = task.await.expect("task");
         assert!(woken, "the loose ref wakes the export");
         let task = tokio::spawn(async move {
-            let woken = wakes(&mut watch, fast).await;
+            let woken = woken_by_an_event(&mut watch).await;
             (watch, woken)
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -217,11 +230,11 @@ mod tests {
 
         // A directory on the way removed and made again: watched again.
         std::fs::remove_dir_all(git_dir.join("refs/heads/lazaret")).expect("rm");
-        while wakes(&mut watch, fast).await {}
+        while watch.changed().await == Wake::Event {}
         std::fs::create_dir_all(git_dir.join("refs/heads/lazaret")).expect("mkdir");
-        assert!(wakes(&mut watch, fast).await, "the new directory wakes the export");
+        assert!(woken_by_an_event(&mut watch).await, "the new directory wakes the export");
         let task = tokio::spawn(async move {
-            let woken = wakes(&mut watch, fast).await;
+            let woken = woken_by_an_event(&mut watch).await;
             (watch, woken)
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -233,8 +246,11 @@ mod tests {
     #[tokio::test]
     async fn without_inotify_it_polls_fast() {
         let mut watch = RefWatch { wakes: None };
-        let started = std::time::Instant::now();
-        watch.changed().await;
-        assert!(started.elapsed() < FALLBACK_POLL);
+        tokio::time::pause();
+        let started = tokio::time::Instant::now();
+        assert_eq!(watch.changed().await, Wake::Poll);
+        // Virtual time (paused): exact, however loaded the machine.
+        let elapsed = started.elapsed();
+        assert!(elapsed >= POLL_WITHOUT_INOTIFY && elapsed < FALLBACK_POLL, "the fast poll, not the fallback one: {elapsed:?}");
     }
 }

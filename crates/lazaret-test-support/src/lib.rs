@@ -1,10 +1,41 @@
-//! Shared helpers of the end-to-end suites: an isolated configuration and
-//! data directory per test, the real `lazaret` binary, and the real podman.
-#![allow(dead_code)] // each suite uses a different subset
+//! `lazaret-test-support`: what every end-to-end suite (`tests/e2e_*.rs`)
+//! shares, in the way gitoxide keeps its test tools in a crate of their own.
+//!
+//! - [`TestEnv`]: a throwaway home per test (its own XDG config, data and
+//!   runtime directories) and the real `lazaret` binary run in it; domains
+//!   a test leaves behind are removed when it is dropped.
+//! - [`Subject`]: the same for the rootless test user ([`RootlessUser`]),
+//!   so one test runs as root and rootless.
+//! - [`agent`]: `lazaret run -- sh -c SCRIPT`, the one way a suite runs an
+//!   agent (profile, environment, spawned or run to the end).
+//! - real git ([`git`], [`git_repository`]), the control socket ([`Rpc`],
+//!   [`read_frame`]), the hostile corpus ([`hostile_corpus`]), polling with
+//!   a bound ([`wait_until`]), and [`missing_requirement`], which fails a
+//!   test under CI and lets `tests/run` count a skip otherwise.
+//!
+//! Helpers panic with the command's output on failure (a test's failure
+//! message is the point); [`Agent::run_ok`] returns a [`Result`] for tests
+//! that use `?`. The binary under test is found beside the test executable
+//! (`target/<profile>/lazaret`, which cargo builds for integration tests).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Once;
+
+mod agent;
+
+pub use agent::{agent, Agent};
+
+/// What a helper that can fail returns: the error names the command and its output.
+pub type Result<T = (), E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
+
+/// The `lazaret` binary under test: `target/<profile>/lazaret`, beside the
+/// test executable (`target/<profile>/deps/<test>`).
+pub fn lazaret_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    profile_dir.join("lazaret")
+}
 
 pub const DEFAULT_IMAGE: &str = "localhost/lazaret-default:1";
 
@@ -37,7 +68,7 @@ impl TestEnv {
 
     /// The real `lazaret` binary with this environment.
     pub fn lazaret(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_lazaret"));
+        let mut command = Command::new(lazaret_bin());
         command
             .env("XDG_CONFIG_HOME", self.path().join("config"))
             .env("XDG_DATA_HOME", self.path().join("data"))
@@ -51,6 +82,58 @@ impl TestEnv {
         std::fs::create_dir_all(&dir).expect("mkdir workspace");
         dir
     }
+}
+
+impl Default for TestEnv {
+    fn default() -> TestEnv {
+        TestEnv::new()
+    }
+}
+
+/// Removes what a test left running of its domains (coordinators, then
+/// containers), so that one failed or racing test does not leave a sandbox
+/// on the machine for the next run. Tests that check teardown assert it
+/// themselves before this runs.
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        for hash in domain_hashes(self.path()) {
+            let containers = domain_containers(&hash);
+            if !containers.is_empty() {
+                eprintln!("test support: removing {containers:?}, left behind by the test");
+                let _ = Command::new("podman").args(["rm", "--force", "--time", "0"]).args(&containers).output();
+            }
+        }
+        kill_coordinators_under(self.path());
+    }
+}
+
+/// The domains that ran with `home`'s data directory (root's
+/// `data/lazaret/domains`, a rootless subject's `data/domains`).
+pub fn domain_hashes(home: &Path) -> Vec<String> {
+    ["data/lazaret/domains", "data/domains"]
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(home.join(dir)).ok())
+        .flatten()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Ends coordinators still serving a workspace under `home`.
+fn kill_coordinators_under(home: &Path) {
+    for pid in coordinator_pids(home) {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).output();
+    }
+}
+
+/// The live sessions a `lazaret status --json` command reports (0 when
+/// the domain is not running or the answer is not the expected JSON).
+pub fn live_sessions(status: &mut Command) -> usize {
+    let output = run(status);
+    serde_json::from_slice::<serde_json::Value>(&output.stdout)
+        .ok()
+        .and_then(|status| status["status"]["sessions"].as_array().map(Vec::len))
+        .unwrap_or(0)
 }
 
 pub fn run(command: &mut Command) -> Output {
@@ -67,7 +150,7 @@ pub fn stderr(output: &Output) -> String {
 
 /// `target/` of this build, found from the binary under test.
 pub fn target_dir() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_lazaret"));
+    let exe = lazaret_bin();
     exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
 }
 
@@ -181,9 +264,14 @@ pub fn wait_until(timeout: std::time::Duration, mut condition: impl FnMut() -> b
 
 /// Everything of a domain is gone: container, control socket, coordinator.
 pub fn domain_is_torn_down(domain: &serde_json::Value, workspace: &Path) -> bool {
+    torn_down_with(domain, workspace, domain_containers)
+}
+
+/// [`domain_is_torn_down`] with the containers listed by `containers`.
+fn torn_down_with(domain: &serde_json::Value, workspace: &Path, containers: impl FnOnce(&str) -> Vec<String>) -> bool {
     let hash = domain["domain_hash"].as_str().expect("hash");
     let socket = Path::new(domain["control_socket"].as_str().expect("socket"));
-    domain_containers(hash).is_empty() && !socket.exists() && coordinator_pids(workspace).is_empty()
+    !socket.exists() && coordinator_pids(workspace).is_empty() && containers(hash).is_empty()
 }
 
 /// Runs git (the host's) and returns stdout; panics on failure.
@@ -231,7 +319,7 @@ impl RootlessUser {
         let fields: Vec<String> = stdout(&passwd).trim().split(':').map(str::to_owned).collect();
         let bin = tempfile::Builder::new().prefix("lzt-rootless").tempdir_in("/tmp").expect("tempdir");
         std::fs::set_permissions(bin.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
-        std::fs::copy(env!("CARGO_BIN_EXE_lazaret"), bin.path().join("lazaret")).expect("copy");
+        std::fs::copy(lazaret_bin(), bin.path().join("lazaret")).expect("copy");
         for helper in ["lazaret-escalate", "lazaret-sidecar", "lazaret-testhost"] {
             std::fs::copy(static_helper(helper), bin.path().join(helper)).expect("copy helper");
         }
@@ -322,6 +410,21 @@ pub struct Subject {
     pub user: Option<RootlessUser>,
 }
 
+/// A rootless subject's leftovers live in the user's podman: removed here,
+/// before the [`TestEnv`] (root's podman) is dropped.
+impl Drop for Subject {
+    fn drop(&mut self) {
+        let Some(user) = &self.user else { return };
+        for hash in domain_hashes(self.env.path()) {
+            let leftovers = self.containers(&hash);
+            if !leftovers.is_empty() {
+                eprintln!("test support: removing {leftovers:?} (rootless), left behind by the test");
+                let _ = user.run(&format!("podman rm --force --time 0 {}", leftovers.join(" ")));
+            }
+        }
+    }
+}
+
 impl Subject {
     pub fn current() -> Subject {
         Subject { env: TestEnv::new(), user: None }
@@ -400,7 +503,7 @@ impl Subject {
                 self.env.path().join("config").display(),
                 self.env.path().join("data").display(),
                 self.env.path().join("run").display(),
-                env!("CARGO_BIN_EXE_lazaret"),
+                lazaret_bin().display(),
             ),
             Some(user) => {
                 let gid = stdout(&Command::new("id").args(["-g", &user.name]).output().expect("id -g")).trim().to_owned();
@@ -449,6 +552,12 @@ impl Subject {
         }
     }
 
+    /// Live sessions of the domain of `workspace` (default profile), as
+    /// `lazaret status --json` reports them; 0 when it is not running.
+    pub fn live_sessions(&self, workspace: &Path) -> usize {
+        live_sessions(self.lazaret().args(["status", "--json", "--workspace"]).arg(workspace))
+    }
+
     /// `lazaret domain --json` as this subject.
     pub fn domain(&self, profile: &str, workspace: &Path) -> serde_json::Value {
         let output = run(self.lazaret().args(["domain", "--json", "--profile", profile, "--workspace"]).arg(workspace));
@@ -465,9 +574,7 @@ impl Subject {
 
     /// Everything of a domain is gone: container, control socket, coordinator.
     pub fn torn_down(&self, domain: &serde_json::Value, workspace: &Path) -> bool {
-        let hash = domain["domain_hash"].as_str().expect("hash");
-        let socket = Path::new(domain["control_socket"].as_str().expect("socket"));
-        !socket.exists() && coordinator_pids(workspace).is_empty() && self.containers(hash).is_empty()
+        torn_down_with(domain, workspace, |hash| self.containers(hash))
     }
 }
 
