@@ -279,53 +279,38 @@ fn only_allowlisted_hosts_are_reachable_and_the_policy_changes_live() {
     assert!(text.contains("allowed=0"), "the allowlisted host is reachable: {text}");
     assert!(text.contains("other=1"), "a second host on the same network is not: {text}");
 
-    // Live: a session polls the second host while the policy changes.
-    let script =
-        format!("for i in $(seq 60); do if nc -z -w 1 {two} 8080 2>/dev/null; then echo reach; else echo block; fi; sleep 0.1; done");
-    let session = env
+    // Live: a session probes the second host each time the test asks (a
+    // line on its stdin) while the policy changes; no probe depends on time.
+    let script = format!("while read line; do if nc -z -w 1 {two} 8080 2>/dev/null; then echo reach; else echo block; fi; done");
+    let mut session = env
         .lazaret()
         .args(["run", "--workspace"])
         .arg(&repository)
         .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let socket = Path::new(domain_json(&env, "default", &repository)["control_socket"].as_str().expect("socket")).to_path_buf();
-    assert!(wait_until(Duration::from_secs(15), || socket.exists()));
-    std::thread::sleep(Duration::from_millis(1000));
-    let allowed_at = Instant::now();
+    let mut probes = session.stdin.take().expect("stdin");
+    let mut answers = std::io::BufRead::lines(std::io::BufReader::new(session.stdout.take().expect("stdout")));
+    let mut probe = || -> String {
+        use std::io::Write as _;
+        probes.write_all(b"probe\n").and_then(|()| probes.flush()).expect("ask the session to probe");
+        answers.next().expect("an answer").expect("a line")
+    };
+    let probe_until = |probe: &mut dyn FnMut() -> String, wanted: &str| (0..20).any(|_| probe() == wanted);
+    assert_eq!(probe(), "block", "blocked before the allow");
     let allow = run(env.lazaret().args(["net", "allow", &two, "--workspace"]).arg(&repository));
     assert!(allow.status.success(), "{}", stderr(&allow));
     assert!(stdout(&allow).contains(&two), "{}", stdout(&allow));
-    // The rule is in force when `net allow` returns; the wait is generous
-    // because each probe is a `podman exec` on a loaded machine (latency is
-    // `tests/run bench`'s to measure).
-    let reachable = wait_until(Duration::from_secs(20), || {
-        Command::new("podman")
-            .args([
-                "exec",
-                domain_json(&env, "default", &repository)["container_name"].as_str().expect("name"),
-                "nc",
-                "-z",
-                "-w",
-                "1",
-                &two,
-                "8080",
-            ])
-            .output()
-            .is_ok_and(|output| output.status.success())
-    });
-    assert!(reachable, "`lazaret net allow` makes the host reachable without a restart (waited {:?})", allowed_at.elapsed());
-    // Keep it open for longer than one round of the session's loop (nc -w 1
-    // plus 0.1 s), so the session sees it too, however loaded the machine.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The rule is in force when `net allow` returns (latency is `tests/run
+    // bench`'s to measure); each probe is bounded by nc's own time-out.
+    assert!(probe_until(&mut probe, "reach"), "`lazaret net allow` makes the host reachable without a restart");
     let deny = run(env.lazaret().args(["net", "deny", &format!("{two}/32"), "--workspace"]).arg(&repository));
     assert!(deny.status.success(), "{}", stderr(&deny));
-    let output = session.wait_with_output().expect("wait");
-    let states: Vec<String> = stdout(&output).lines().map(str::to_owned).collect();
-    let first_reach = states.iter().position(|s| s == "reach").expect("reached after allow");
-    assert!(states[..first_reach].iter().all(|s| s == "block"), "blocked before the allow");
-    assert_eq!(states.last().map(String::as_str), Some("block"), "blocked again after the deny: {states:?}");
+    assert!(probe_until(&mut probe, "block"), "blocked again after the deny");
+    drop(probes);
+    assert!(session.wait().expect("wait").success(), "the session ends when its stdin does");
     let audit = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(&repository));
     let records: Vec<serde_json::Value> = serde_json::from_slice(&audit.stdout).expect("audit json");
     let outcomes: Vec<&str> = records.iter().filter_map(|record| record["outcome"].as_str()).collect();
