@@ -9,14 +9,13 @@
 
 mod audit;
 mod migrate;
-mod records;
 
 use std::path::{Path, PathBuf};
 
+use lazaret_protocol::CompletedSession;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 pub use audit::GENESIS_HASH;
-pub use records::SessionRecord;
 
 /// The layout this build writes.
 pub const SCHEMA_VERSION: u64 = 4;
@@ -24,7 +23,8 @@ pub const SCHEMA_VERSION: u64 = 4;
 /// `meta`: "schema_version" -> version number.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
-/// Completed sessions, keyed by a sequence number; values are JSON.
+/// Completed sessions, keyed by a sequence number; values are JSON
+/// [`CompletedSession`] (camelCase since layout v4).
 pub(crate) const SESSIONS_V2: TableDefinition<u64, &[u8]> = TableDefinition::new("sessions_v2");
 
 #[derive(Debug, thiserror::Error)]
@@ -100,7 +100,7 @@ impl Store {
     }
 
     /// Appends a completed session; returns its sequence number.
-    pub fn record_session(&self, record: &SessionRecord) -> Result<u64> {
+    pub fn record_session(&self, record: &CompletedSession) -> Result<u64> {
         let bytes = serde_json::to_vec(record).map_err(|e| self.error(e))?;
         let write = self.database.begin_write().map_err(|e| self.error(e))?;
         let key = {
@@ -114,7 +114,7 @@ impl Store {
     }
 
     /// The most recent `limit` completed sessions, oldest first.
-    pub fn sessions(&self, limit: usize) -> Result<Vec<SessionRecord>> {
+    pub fn sessions(&self, limit: usize) -> Result<Vec<CompletedSession>> {
         let read = self.database.begin_read().map_err(|e| self.error(e))?;
         let table = match read.open_table(SESSIONS_V2) {
             Ok(table) => table,
@@ -141,8 +141,8 @@ impl Store {
 mod tests {
     use super::*;
 
-    fn record(id: &str) -> SessionRecord {
-        SessionRecord {
+    fn record(id: &str) -> CompletedSession {
+        CompletedSession {
             session_id: id.into(),
             pid: 42,
             command: vec!["sh".into()],

@@ -4,19 +4,19 @@
 //!
 //! Layout history:
 //! - v1: `sessions_v1`: session id (str) -> "pid|started_ms|ended_ms|exit" (str).
-//! - v2: `sessions_v2`: sequence (u64) -> JSON [`SessionRecord`]; `meta`.
+//! - v2: `sessions_v2`: sequence (u64) -> JSON session record (snake_case); `meta`.
 //! - v3: adds `audit`: sequence (u64) -> JSON audit record; the chain hash
-//!   was computed over the record re-serialised (see [`V3AuditRecord`]).
+//!   was computed over the record re-serialised (see [`v3_hash`]).
 //! - v4: `audit_v4`: sequence (u64) -> stored bytes, the chain hashing the
 //!   bytes as stored; `audit_notes`; the head beside the store (see
-//!   `audit.rs`).
+//!   `audit.rs`); `sessions_v2` values become `lazaret_protocol::CompletedSession`
+//!   (camelCase), the one definition of a completed session.
 
-use lazaret_protocol::{AuditRecord, DecisionSource, Outcome};
+use lazaret_protocol::{AuditRecord, CompletedSession};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
-use serde::{Deserialize, Serialize};
 
 use crate::audit::{Migration, AUDIT_NOTES, AUDIT_V4, GENESIS_HASH, MIGRATION_KEY};
-use crate::{Result, SessionRecord, Store, StoreError, META, SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS_V2};
+use crate::{Result, Store, StoreError, META, SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS_V2};
 
 pub(crate) const SESSIONS_V1: TableDefinition<&str, &str> = TableDefinition::new("sessions_v1");
 /// The v3 audit table (migration only).
@@ -66,80 +66,32 @@ fn v2_to_v3(store: &Store) -> Result<()> {
     Ok(())
 }
 
-/// An audit record as layout v3 stored it, field for field: its hash was
-/// SHA-256 over `previousHash`, a newline and this struct re-serialised
-/// with `hash` empty.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct V3AuditRecord {
-    pub sequence: u64,
-    pub previous_hash: String,
-    pub hash: String,
-    pub request_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_request_id: Option<String>,
-    pub session_id: String,
-    pub verified: bool,
-    pub outcome: String,
-    pub reason: Option<String>,
-    pub decided_by: Option<String>,
-    pub justification: Option<String>,
-    pub requested_argv: Vec<String>,
-    pub executed_argv: Option<Vec<String>>,
-    pub exit_status: Option<i32>,
-    pub received_at_ms: u64,
-    pub decided_at_ms: Option<u64>,
-    pub finished_at_ms: Option<u64>,
-}
-
-impl V3AuditRecord {
-    /// The v3 chain hash of this record (`None`: it does not serialise).
-    pub(crate) fn v3_hash(&self) -> Option<String> {
-        use sha2::{Digest, Sha256};
-        let mut unhashed = self.clone();
-        unhashed.hash = String::new();
-        let json = serde_json::to_vec(&unhashed).ok()?;
-        let mut hasher = Sha256::new();
-        hasher.update(self.previous_hash.as_bytes());
-        hasher.update(b"\n");
-        hasher.update(&json);
-        Some(hasher.finalize().iter().map(|byte| format!("{byte:02x}")).collect())
-    }
-
-    /// The record in today's form (chain fields filled in by the caller).
-    fn into_record(self) -> std::result::Result<AuditRecord, String> {
-        let outcome: Outcome = serde_json::from_value(serde_json::Value::String(self.outcome.clone()))
-            .map_err(|_| format!("unknown outcome `{}`", self.outcome.escape_debug()))?;
-        let decided_by = self.decided_by.as_deref().map(str::parse::<DecisionSource>).transpose()?;
-        Ok(AuditRecord {
-            sequence: self.sequence,
-            previous_hash: String::new(),
-            hash: String::new(),
-            request_id: self.request_id,
-            client_request_id: self.client_request_id,
-            session_id: self.session_id,
-            verified: self.verified,
-            outcome,
-            reason: self.reason,
-            decided_by,
-            justification: self.justification,
-            requested_argv: self.requested_argv,
-            executed_argv: self.executed_argv,
-            exit_status: self.exit_status,
-            received_at_ms: self.received_at_ms,
-            decided_at_ms: self.decided_at_ms,
-            finished_at_ms: self.finished_at_ms,
-        })
-    }
+/// The v3 chain hash of a stored v3 record: SHA-256 over the previous
+/// hash, a newline and the record as v3 serialised it with `hash` empty.
+/// v3 stored exactly that serialisation with the hash filled in, so
+/// emptying the one `"hash":"<hex>"` member of the stored bytes gives it
+/// back (agent text cannot contain `"hash":"` unescaped: JSON escapes its
+/// quotes). `None`: no such member.
+fn v3_hash(previous_hash: &str, stored: &[u8]) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let text = std::str::from_utf8(stored).ok()?;
+    let start = text.find("\"hash\":\"")? + "\"hash\":\"".len();
+    let end = start + text[start..].find('"')?;
+    let unhashed = format!("{}{}", &text[..start], &text[end..]);
+    let mut hasher = Sha256::new();
+    hasher.update(previous_hash.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(unhashed.as_bytes());
+    Some(hasher.finalize().iter().map(|byte| format!("{byte:02x}")).collect())
 }
 
 /// Checks one v3 record against the v3 chain: `None` when it fits.
-fn v3_problem(key: u64, position: u64, expected_previous: &str, record: &V3AuditRecord) -> Option<String> {
+fn v3_problem(key: u64, position: u64, expected_previous: &str, record: &AuditRecord, stored: &[u8]) -> Option<String> {
     if record.sequence != key || key != position {
         Some(format!("record {key} is out of sequence (expected {position})"))
     } else if record.previous_hash != expected_previous {
         Some(format!("record {key} does not link to its predecessor"))
-    } else if record.v3_hash().as_deref() != Some(record.hash.as_str()) {
+    } else if v3_hash(&record.previous_hash, stored).as_deref() != Some(record.hash.as_str()) {
         Some(format!("record {key} was modified after it was written"))
     } else {
         None
@@ -166,15 +118,17 @@ fn v3_to_v4(store: &Store) -> Result<()> {
         for entry in old.iter().map_err(|e| store.error(e))? {
             let (key, value) = entry.map_err(|e| store.error(e))?;
             let key = key.value();
-            let old_record: V3AuditRecord = serde_json::from_slice(value.value()).map_err(|error| corrupt(key, error.to_string()))?;
+            // v3's fields are today's, its outcomes and sources the words of
+            // today's enums: the record reads as it is.
+            let mut record: AuditRecord = serde_json::from_slice(value.value()).map_err(|error| corrupt(key, error.to_string()))?;
             migration.records += 1;
             if migration.old_problem.is_none() {
-                match v3_problem(key, migration.records, &migration.old_head, &old_record) {
+                match v3_problem(key, migration.records, &migration.old_head, &record, value.value()) {
                     Some(problem) => migration.old_problem = Some((key, problem)),
-                    None => migration.old_head = old_record.hash.clone(),
+                    None => migration.old_head = record.hash.clone(),
                 }
             }
-            let mut record = old_record.into_record().map_err(|message| corrupt(key, message))?;
+            record.hash = String::new();
             record.sequence = migration.records;
             record.previous_hash = head;
             let (hash, stored) = crate::audit::encode(&record).map_err(|e| store.error(e))?;
@@ -182,6 +136,7 @@ fn v3_to_v4(store: &Store) -> Result<()> {
             head = hash;
         }
     }
+    sessions_to_camel_case(store, &write)?;
     write.delete_table(AUDIT_V3).map_err(|e| store.error(e))?;
     if migration.records > 0 {
         let bytes = serde_json::to_vec(&migration).map_err(|e| store.error(e))?;
@@ -193,6 +148,44 @@ fn v3_to_v4(store: &Store) -> Result<()> {
         store.write_head(migration.records, &head)?;
     }
     Ok(())
+}
+
+/// Rewrites every `sessions_v2` value in the protocol's form (camelCase
+/// keys; a value already in it is left as it is).
+fn sessions_to_camel_case(store: &Store, write: &redb::WriteTransaction) -> Result<()> {
+    let mut table = write.open_table(SESSIONS_V2).map_err(|e| store.error(e))?;
+    let mut rows = Vec::new();
+    for entry in table.iter().map_err(|e| store.error(e))? {
+        let (key, value) = entry.map_err(|e| store.error(e))?;
+        let corrupt = |message: String| StoreError::CorruptRecord {
+            path: store.path().to_path_buf(),
+            key: key.value().to_string(),
+            message: format!("cannot migrate the session to layout v4: {message}"),
+        };
+        let old: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(value.value()).map_err(|error| corrupt(error.to_string()))?;
+        let renamed: serde_json::Map<String, serde_json::Value> = old.into_iter().map(|(name, value)| (camel_case(&name), value)).collect();
+        let session: CompletedSession = serde_json::from_value(renamed.into()).map_err(|error| corrupt(error.to_string()))?;
+        rows.push((key.value(), serde_json::to_vec(&session).map_err(|e| store.error(e))?));
+    }
+    for (key, bytes) in rows {
+        table.insert(key, bytes.as_slice()).map_err(|e| store.error(e))?;
+    }
+    Ok(())
+}
+
+/// `ended_at_ms` -> `endedAtMs`.
+fn camel_case(name: &str) -> String {
+    let mut words = name.split('_');
+    let mut camel = words.next().unwrap_or_default().to_owned();
+    for word in words {
+        let mut characters = word.chars();
+        if let Some(first) = characters.next() {
+            camel.extend(first.to_uppercase());
+            camel.push_str(characters.as_str());
+        }
+    }
+    camel
 }
 
 /// A new, empty store.
@@ -209,7 +202,7 @@ fn initialize(store: &Store) -> Result<u64> {
 }
 
 /// Parses a v1 value `"pid|started_ms|ended_ms|exit"` (`exit` may be empty).
-pub(crate) fn parse_v1(session_id: &str, value: &str) -> Option<SessionRecord> {
+pub(crate) fn parse_v1(session_id: &str, value: &str) -> Option<CompletedSession> {
     let mut fields = value.split('|');
     let pid = fields.next()?.parse().ok()?;
     let started_at_ms = fields.next()?.parse().ok()?;
@@ -218,7 +211,7 @@ pub(crate) fn parse_v1(session_id: &str, value: &str) -> Option<SessionRecord> {
         "" => None,
         text => Some(text.parse().ok()?),
     };
-    Some(SessionRecord {
+    Some(CompletedSession {
         session_id: session_id.to_owned(),
         pid,
         command: Vec::new(),
@@ -233,7 +226,7 @@ fn v1_to_v2(store: &Store) -> Result<()> {
     let write = store.database().begin_write().map_err(|e| store.error(e))?;
     {
         let old = write.open_table(SESSIONS_V1).map_err(|e| store.error(e))?;
-        let mut rows: Vec<SessionRecord> = Vec::new();
+        let mut rows: Vec<CompletedSession> = Vec::new();
         for entry in old.iter().map_err(|e| store.error(e))? {
             let (key, value) = entry.map_err(|e| store.error(e))?;
             let record = parse_v1(key.value(), value.value()).ok_or_else(|| StoreError::CorruptRecord {
@@ -262,6 +255,7 @@ fn v1_to_v2(store: &Store) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lazaret_protocol::{DecisionSource, Outcome};
     use redb::ReadableTableMetadata;
 
     /// Writes a store exactly as the v1 layout did (no `meta` table).
@@ -353,6 +347,11 @@ mod tests {
         assert_eq!(argv, ["echo one", "echo two", "echo three"]);
         assert!(records.iter().all(|record| record.outcome == Outcome::Auto && record.decided_by == Some(DecisionSource::Policy)));
         assert!(records.iter().all(|record| record.client_request_id.is_some()));
+        // Its sessions, stored in snake_case by v2 and v3, read in the protocol's form.
+        let sessions = store.sessions(10).expect("sessions");
+        let ends: Vec<(&str, Option<i32>)> = sessions.iter().map(|session| (session.end_reason.as_str(), session.exit_status)).collect();
+        assert_eq!(ends, [("exited", Some(0)), ("disconnected", None)], "{sessions:?}");
+        assert!(sessions[0].command.join(" ").contains("lazaret-escalate -- echo three"), "{sessions:?}");
         // The trail goes on from there, and removing its end is reported.
         let mut next = records[2].clone();
         next.request_id = "after-migration".into();

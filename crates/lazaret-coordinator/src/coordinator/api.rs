@@ -17,7 +17,7 @@ use lazaret_protocol::{
     Event, FileContents, LazaretApiServer, LiveSession, NetworkPolicy, Outcome, PendingEscalation, RegisterResult, SequencedEvent,
     StateChange, API_VERSION,
 };
-use lazaret_store::{SessionRecord, Store};
+use lazaret_store::Store;
 use tokio::sync::{broadcast, watch, Notify};
 
 use crate::escalation::Answer;
@@ -343,7 +343,7 @@ impl Domain {
     /// Records an ended session, announces it, and wakes the main loop when
     /// it was the last one.
     async fn finish(&self, live: LiveSession, exit_status: Option<i32>, end_reason: &str) {
-        let record = SessionRecord {
+        let record = CompletedSession {
             session_id: live.session_id.clone(),
             pid: live.pid,
             command: live.command.clone(),
@@ -576,7 +576,7 @@ impl LazaretApiServer for Api {
     async fn session_list(&self, limit: Option<usize>) -> RpcResult<Vec<CompletedSession>> {
         let limit = limit.unwrap_or(50).min(10_000);
         let records = self.0.read_store(move |store| store.sessions(limit)).await?;
-        Ok(records.into_iter().map(completed_session).collect())
+        Ok(records)
     }
 
     async fn domain_status(&self) -> RpcResult<DomainStatus> {
@@ -809,17 +809,4 @@ impl LazaretApiServer for Api {
 /// A git failure of `branch/*` in wire form.
 fn git_failed(error: crate::Error) -> ErrorObjectOwned {
     rpc_error(error_code::GIT_FAILED, error.chained())
-}
-
-/// A stored session in wire form.
-pub fn completed_session(record: SessionRecord) -> CompletedSession {
-    CompletedSession {
-        session_id: record.session_id,
-        pid: record.pid,
-        command: record.command,
-        started_at_ms: record.started_at_ms,
-        ended_at_ms: record.ended_at_ms,
-        exit_status: record.exit_status,
-        end_reason: record.end_reason,
-    }
 }

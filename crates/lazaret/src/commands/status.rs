@@ -82,7 +82,7 @@ pub fn sessions(config_path: Option<&Path>, target: &DomainTarget, limit: usize,
         lock.lock()?;
         let records = Store::open(&store_path).and_then(|store| store.sessions(limit));
         lock.unlock();
-        Ok(records?.into_iter().map(lazaret_coordinator::coordinator::api::completed_session).collect())
+        Ok(records?)
     })?;
     if json {
         super::print_json(&sessions)?;
