@@ -229,3 +229,8 @@ pub(super) fn is_valid_env_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_') && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
+
+/// A diagnostic about the value `at`, located where it was written.
+pub(super) fn diagnostic(severity: Severity, field: &str, message: String, at: &Located<String>) -> Diagnostic {
+    Diagnostic { severity, field: field.to_owned(), message, location: at.location.clone() }
+}

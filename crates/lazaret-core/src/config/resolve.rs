@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::check::is_valid_profile_name;
+use super::check::{diagnostic, is_valid_profile_name};
 use super::volume_host::ControlPaths;
 use super::{Config, ConfigSource, EscalationTimeouts, Located, ProfileConfig, VolumeConfig, RESERVED_CONTAINER_PATHS};
 use crate::domain::{DomainAnchor, DomainResources};
@@ -282,11 +282,6 @@ pub fn canonical_workspace(path: &Path, host: &dyn HostEnvironment) -> Result<Pa
         return Err(workspace_error("the path is not valid UTF-8".into()));
     }
     Ok(canonical)
-}
-
-/// A diagnostic about the value `at`, located where it was written.
-pub(super) fn diagnostic(severity: Severity, field: &str, message: String, at: &Located<String>) -> Diagnostic {
-    Diagnostic { severity, field: field.to_owned(), message, location: at.location.clone() }
 }
 
 fn push_errors(diagnostics: &mut Vec<Diagnostic>, error: Error) {

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::resolve::diagnostic;
+use super::check::diagnostic;
 use super::Located;
 use crate::error::{Error, Result, Severity};
 use crate::host::HostEnvironment;
