@@ -5,9 +5,9 @@ import * as cp from "node:child_process";
 import * as vscode from "vscode";
 import type { Runner } from "./discovery";
 import { DomainManager } from "./domains";
-import { NodeRegistry } from "./nodes";
+import { NodeRegistry, type Node } from "./nodes";
 import { escapeUnsafe } from "./text";
-import type { LazaretTree, Node } from "./tree";
+import type { LazaretTree } from "./tree";
 
 export class Ctx implements vscode.Disposable {
   readonly log: vscode.LogOutputChannel;

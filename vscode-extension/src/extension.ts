@@ -29,7 +29,7 @@ export async function activate(extension: vscode.ExtensionContext): Promise<void
   status.command = "lazaret.showPending";
   ctx.disposables.push(status);
 
-  const tree = new LazaretTree(ctx, ctx.registry);
+  const tree = new LazaretTree(ctx.manager, ctx.registry);
   ctx.tree = tree;
   const view = vscode.window.createTreeView("lazaret.tree", { treeDataProvider: tree, showCollapseAll: true });
   ctx.treeView = view;

@@ -9,8 +9,7 @@
 // tree created.
 import * as path from "node:path";
 import * as vscode from "vscode";
-import type { Ctx } from "./context";
-import type { DomainState } from "./domains";
+import type { DomainManager, DomainState } from "./domains";
 import { Node, NodeRegistry, nodeKey } from "./nodes";
 import type { PendingEscalation } from "./protocol";
 import { quoteArgv, requestDisplay } from "./shell";
@@ -67,7 +66,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
   private nodes = new Map<string, Node>();
 
   constructor(
-    private readonly ctx: Ctx,
+    private readonly manager: DomainManager,
     readonly registry: NodeRegistry,
   ) {}
 
@@ -102,7 +101,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
   }
 
   getChildren(node?: Node): Node[] {
-    const m = this.ctx.manager;
+    const m = this.manager;
     if (!node) {
       const rows: Node[] = [];
       if (m.discoveryError) {
@@ -221,7 +220,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
   }
 
   getTreeItem(node: Node): vscode.TreeItem {
-    const m = this.ctx.manager;
+    const m = this.manager;
     const C = vscode.TreeItemCollapsibleState;
     if (node.type === "leaf") {
       const item = new vscode.TreeItem(node.label, C.None);
