@@ -30,6 +30,10 @@ pub enum Error {
     /// podman ran and failed; `stderr` is what it said.
     #[error("{what}: {stderr}")]
     Podman { what: String, stderr: String },
+    /// A command (podman, a mount script) that did not finish within its
+    /// bound (`lazaret_core::bounds`) and was killed.
+    #[error("{what} did not finish within {} s; it was stopped", bound.as_secs())]
+    TimedOut { what: String, bound: std::time::Duration },
     /// The host's git ran and failed; `stderr` is what it said.
     #[error("git {arguments} failed: {stderr}")]
     Git { arguments: String, stderr: String },

@@ -86,7 +86,7 @@ impl ExecTarget {
         let suffix = format!("{container_id}.state");
         let sandbox_suffix = format!(":{suffix}");
         for root in roots {
-            if !is_own_private(&root, uid, true) {
+            if !is_own_private_dir(&root, uid) {
                 continue;
             }
             let Ok(entries) = std::fs::read_dir(&root) else { continue };
@@ -98,7 +98,7 @@ impl ExecTarget {
                     continue;
                 }
                 let state_file = entry.path();
-                if !is_own_private(&state_file, uid, false) {
+                if !is_own_private_file(&state_file, uid) {
                     continue;
                 }
                 let Some(process) = read_process(&state_file, container_id) else { continue };
@@ -241,13 +241,21 @@ fn is_exec_of(words: &[&[u8]], target: &ExecTarget) -> bool {
     words.first() == Some(&runsc) && words.contains(&b"exec".as_slice()) && words.contains(&target.container_id.as_bytes())
 }
 
-/// Whether `path` is a directory (or a regular file) owned by `uid`, not a
-/// symlink, and writable by nobody else.
-fn is_own_private(path: &Path, uid: u32, directory: bool) -> bool {
+/// Whether `path` is a directory owned by `uid`, not a symlink, and
+/// writable by nobody else.
+fn is_own_private_dir(path: &Path, uid: u32) -> bool {
+    is_own_private(path, uid, std::fs::FileType::is_dir)
+}
+
+/// [`is_own_private_dir`] for a regular file.
+fn is_own_private_file(path: &Path, uid: u32) -> bool {
+    is_own_private(path, uid, std::fs::FileType::is_file)
+}
+
+fn is_own_private(path: &Path, uid: u32, kind: fn(&std::fs::FileType) -> bool) -> bool {
     use std::os::unix::fs::MetadataExt;
     let Ok(metadata) = std::fs::symlink_metadata(path) else { return false };
-    let kind = if directory { metadata.file_type().is_dir() } else { metadata.file_type().is_file() };
-    kind && metadata.uid() == uid && metadata.mode() & 0o022 == 0
+    kind(&metadata.file_type()) && metadata.uid() == uid && metadata.mode() & 0o022 == 0
 }
 
 /// The spec's `process` from runsc's state file, if the file is runsc's
@@ -309,8 +317,8 @@ mod tests {
     fn only_the_state_of_the_named_container_is_taken() {
         let dir = tempfile::tempdir().expect("tempdir");
         let state = dir.path().join("abc_sandbox:abc.state");
-        assert!(is_own_private(dir.path(), nix::unistd::geteuid().as_raw(), true));
-        assert!(!is_own_private(dir.path(), nix::unistd::geteuid().as_raw() + 1, true), "another user's");
+        assert!(is_own_private_dir(dir.path(), nix::unistd::geteuid().as_raw()));
+        assert!(!is_own_private_dir(dir.path(), nix::unistd::geteuid().as_raw() + 1), "another user's");
         std::fs::write(&state, r#"{"id":"abc","spec":{"process":{"args":["x"]}}}"#).expect("write");
         assert_eq!(read_process(&state, "abc"), Some(serde_json::json!({"args": ["x"]})));
         assert_eq!(read_process(&state, "abd"), None);

@@ -23,7 +23,8 @@ use sha2::{Digest, Sha256};
 
 use crate::bail;
 use crate::error::{Context, Result};
-use crate::podman::Podman;
+use crate::podman::{output_bounded_blocking as bounded, Podman};
+use lazaret_core::bounds;
 
 /// Inside the sidecar: where its control socket lives.
 const CONTROL_DIR_IN_SIDECAR: &str = "/run/lazaret-sidecar";
@@ -46,8 +47,11 @@ pub fn ensure_image(podman: &Podman) -> Result<String> {
         context.join("Containerfile"),
         "FROM scratch\nCOPY lazaret-sidecar /lazaret-sidecar\nENTRYPOINT [\"/lazaret-sidecar\"]\n",
     )?;
-    let output = podman.command().args(["build", "--quiet", "--tag", &tag]).arg(&context).stdin(std::process::Stdio::null()).output()?;
+    let mut build = podman.command();
+    build.args(["build", "--quiet", "--tag", &tag]).arg(&context);
+    let output = bounded(build, bounds::SIDECAR_IMAGE_BUILD, &format!("podman build of the sidecar image {tag}"));
     let _ = std::fs::remove_dir_all(&context);
+    let output = output?;
     if !output.status.success() {
         bail!("cannot build the sidecar image {tag}: {}", crate::podman::explain(&output.stderr));
     }
@@ -220,11 +224,9 @@ pub fn protection_now(fixed: &HostProtection) -> Option<HostProtection> {
 
 /// The gateway addresses of a podman network's subnets.
 fn network_gateways(podman: &Podman, network: &str) -> Vec<IpAddr> {
-    let output = podman
-        .command()
-        .args(["network", "inspect", "--format", "{{range .Subnets}}{{.Gateway}} {{end}}", network])
-        .stdin(std::process::Stdio::null())
-        .output();
+    let mut command = podman.command();
+    command.args(["network", "inspect", "--format", "{{range .Subnets}}{{.Gateway}} {{end}}", network]);
+    let output = bounded(command, bounds::PODMAN_QUERY, &format!("podman network inspect {network}"));
     match output {
         Ok(output) if output.status.success() => {
             String::from_utf8_lossy(&output.stdout).split_whitespace().filter_map(|word| word.parse().ok()).collect()
@@ -315,7 +317,7 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
         command.arg(format!("--protect-net={network}"));
     }
     command.arg("--control").arg(format!("{CONTROL_DIR_IN_SIDECAR}/control.sock"));
-    let output = command.stdin(std::process::Stdio::null()).output().context("cannot run podman")?;
+    let output = bounded(command, bounds::PODMAN_RUN, &format!("podman run of the Network Sidecar {}", domain.sidecar_name))?;
     if !output.status.success() {
         bail!("podman could not start the Network Sidecar: {}", crate::podman::explain(&output.stderr));
     }
@@ -323,18 +325,18 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
     let mut polls = 0u32;
     while !socket.exists() {
         polls += 1;
-        let problem = if started.elapsed() > Duration::from_secs(10) {
-            Some("did not come up within 10 s")
+        let late = format!("did not come up within {} s", bounds::SIDECAR_START.as_secs());
+        let problem = if started.elapsed() > bounds::SIDECAR_START {
+            Some(late.as_str())
         } else if polls.is_multiple_of(25) && !podman.container_running(&domain.sidecar_name)? {
             Some("stopped")
         } else {
             None
         };
         if let Some(problem) = problem {
-            let logs = podman
-                .command()
-                .args(["logs", &domain.sidecar_name])
-                .output()
+            let mut command = podman.command();
+            command.args(["logs", &domain.sidecar_name]);
+            let logs = bounded(command, bounds::PODMAN_QUERY, &format!("podman logs {}", domain.sidecar_name))
                 .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
                 .unwrap_or_default();
             bail!("the Network Sidecar {problem}: {}", logs.trim());
@@ -354,12 +356,9 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
 /// resolvers. Read from the namespace podman made, as podman configured it
 /// (slirp4netns's `cidr`, pasta's options), at each start.
 fn rootless_namespace(podman: &Podman, gateways: &[IpAddr], host: &HostProtection) -> Result<HostProtection> {
-    let output = podman
-        .command()
-        .args(["unshare", "--rootless-netns", "sh", "-c", "ip -o address show; cat /etc/resolv.conf"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .context("cannot run podman unshare --rootless-netns")?;
+    let mut command = podman.command();
+    command.args(["unshare", "--rootless-netns", "sh", "-c", "ip -o address show; cat /etc/resolv.conf"]);
+    let output = bounded(command, bounds::PODMAN_QUERY, "podman unshare --rootless-netns")?;
     if !output.status.success() {
         bail!(
             "cannot read rootless podman's network namespace, so its resolver could not be kept out of the sandbox's reach: {}",
@@ -471,7 +470,8 @@ impl SidecarEvents {
 /// policy in force after it, or the sidecar's reason for refusing it.
 pub fn control(socket: &Path, request: &SidecarRequest) -> Result<NetworkPolicy> {
     let stream = UnixStream::connect(socket).with_context(|| format!("cannot reach the Network Sidecar at {}", socket.display()))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_read_timeout(Some(bounds::SIDECAR_CONTROL))?;
+    stream.set_write_timeout(Some(bounds::SIDECAR_CONTROL))?;
     let mut writer = stream.try_clone()?;
     writeln!(writer, "{}", serde_json::to_string(request)?)?;
     let mut line = String::new();

@@ -9,7 +9,7 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::bail;
 use crate::error::Result;
@@ -292,7 +292,16 @@ impl Features {
 /// The output (stdout, then stderr) of `runsc ARGUMENT`; `None` if it does
 /// not run or fails.
 fn run_runsc(runsc: &std::path::Path, argument: &str) -> Option<String> {
-    let output = Command::new(runsc).arg(argument).stdin(Stdio::null()).output().ok()?;
+    let mut command = Command::new(runsc);
+    command.arg(argument);
+    let what = format!("{} {argument}", runsc.display());
+    let output = match crate::podman::output_bounded_blocking(command, lazaret_core::bounds::RUNSC_PROBE, &what) {
+        Ok(output) => output,
+        Err(error) => {
+            tracing::debug!(error = %error.chained(), "runsc probe failed");
+            return None;
+        }
+    };
     output.status.success().then(|| format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
 }
 

@@ -5,6 +5,7 @@
 //! Everything here is deterministic given a [`host::HostEnvironment`]; the
 //! binaries supply the real one, tests supply fakes.
 
+pub mod bounds;
 pub mod config;
 pub mod domain;
 pub mod egress;

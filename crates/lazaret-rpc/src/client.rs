@@ -18,10 +18,6 @@ pub use jsonrpsee::core::client::{Client, Error as CallError, Subscription};
 
 /// Largest message accepted from the coordinator.
 const MAX_MESSAGE: usize = 16 << 20;
-/// Calls wait at most this long. `session/register` resolves only once the
-/// sandbox runs (an image build or pull can take minutes); every other call
-/// answers at once, and callers bound their own waits where it matters.
-const CALL_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Events buffered per subscription before jsonrpsee gives up on a reader
 /// that does not keep up (the coordinator also reports its own drops, as
 /// `eventsLagged`).
@@ -44,6 +40,9 @@ pub enum Error {
     Closed,
     #[error("control connection: {0}")]
     Transport(String),
+    /// A call got no answer within its bound (`lazaret_core::bounds`).
+    #[error("the coordinator did not answer {call} within {} s", bound.as_secs())]
+    TimedOut { call: &'static str, bound: Duration },
 }
 
 impl Error {
@@ -53,7 +52,7 @@ impl Error {
         match self {
             Error::Connect { source, .. } => matches!(source.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused),
             Error::Closed => true,
-            Error::Remote { .. } | Error::Transport(_) => false,
+            Error::Remote { .. } | Error::Transport(_) | Error::TimedOut { .. } => false,
         }
     }
 
@@ -87,12 +86,31 @@ impl<T> Answered<T> for Result<T, CallError> {
     }
 }
 
-/// Connects to a coordinator's control socket.
-pub async fn connect(path: &Path) -> Result<Client, Error> {
+/// Waits for a typed call (a `LazaretApiClient` method's future) for at
+/// most `bound`; past it the call fails with [`Error::TimedOut`], which
+/// names `call` (the client method) and the bound.
+pub async fn within<T>(
+    call: &'static str,
+    bound: Duration,
+    answer: impl std::future::Future<Output = Result<T, CallError>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(bound, answer).await {
+        // jsonrpsee's own time-out (the connection's `longest_call`, at
+        // least `bound`) can fire at the same moment.
+        Ok(Err(CallError::RequestTimeout)) | Err(_) => Err(Error::TimedOut { call, bound }),
+        Ok(answer) => answer.answered(),
+    }
+}
+
+/// Connects to a coordinator's control socket. No call on the connection
+/// waits longer than `longest_call` (jsonrpsee's own time-out, a backstop:
+/// callers bound each call with [`within`], whose error names the call; no
+/// call's bound may exceed `longest_call`).
+pub async fn connect(path: &Path, longest_call: Duration) -> Result<Client, Error> {
     let stream = UnixStream::connect(path).await.map_err(|source| Error::Connect { path: path.display().to_string(), source })?;
     let (read_half, write_half) = stream.into_split();
     Ok(ClientBuilder::default()
-        .request_timeout(CALL_TIMEOUT)
+        .request_timeout(longest_call)
         .max_buffer_capacity_per_subscription(SUBSCRIPTION_BUFFER)
         .build_with_tokio(Sender(write_half), Receiver(BufReader::new(read_half))))
 }
@@ -117,5 +135,26 @@ impl TransportReceiverT for Receiver {
             Some(body) => Ok(ReceivedMessage::Bytes(body)),
             None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the coordinator closed the connection")),
         }
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_past_its_bound_names_the_call_and_the_bound() {
+        let never = std::future::pending::<Result<(), CallError>>();
+        let started = std::time::Instant::now();
+        let error = within("escalation_list", Duration::from_secs(1), never).await.expect_err("times out");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert_eq!(error.to_string(), "the coordinator did not answer escalation_list within 1 s");
+        assert!(!error.connection_gone());
+    }
+
+    #[tokio::test]
+    async fn a_call_answered_in_time_is_its_answer() {
+        let answer = within("domain_status", Duration::from_secs(1), async { Ok::<u8, CallError>(7) }).await.expect("answered");
+        assert_eq!(answer, 7);
     }
 }

@@ -13,17 +13,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use lazaret_coordinator::coordinator;
 use lazaret_coordinator::domain_lock::DomainLock;
+use lazaret_core::bounds;
 use lazaret_core::config::ResolvedProfile;
 use lazaret_protocol::{error_code, LazaretApiClient, RegisterResult};
-use lazaret_rpc::client::{Answered, Client};
+use lazaret_rpc::client::Client;
 use lazaret_rpc::Error as RpcError;
 
-/// How long the leader waits for a new coordinator's socket. The coordinator
-/// binds it after the workspace, the State Anchor and the Network Sidecar
-/// are ready (the sidecar's image is rebuilt once per build of Lazaret): a
-/// loaded 2-core machine took over 10 s for a first start. A coordinator
-/// that fails exits and is reported at once; this bounds only one that hangs.
-const BIND_TIMEOUT: Duration = Duration::from_secs(60);
 const ATTEMPTS: usize = 6;
 
 pub struct Joined {
@@ -94,17 +89,17 @@ fn is_retryable(error: &RpcError) -> bool {
 }
 
 async fn register(socket: &Path, session_id: &str, public_key: &str, command: &[String]) -> Result<Joined, RpcError> {
-    let client = lazaret_rpc::client::connect(socket).await?;
-    let registration = client
-        .session_register(
-            session_id.to_owned(),
-            std::process::id(),
-            Some(command.to_vec()),
-            Some("cli".to_owned()),
-            Some(public_key.to_owned()),
-        )
-        .await
-        .answered()?;
+    // This connection owns the session; `session/register` waits for the
+    // sandbox to run, the longest call of all.
+    let client = lazaret_rpc::client::connect(socket, bounds::REGISTER_CALL).await?;
+    let registration = client.session_register(
+        session_id.to_owned(),
+        std::process::id(),
+        Some(command.to_vec()),
+        Some("cli".to_owned()),
+        Some(public_key.to_owned()),
+    );
+    let registration = lazaret_rpc::client::within("session_register", bounds::REGISTER_CALL, registration).await?;
     Ok(Joined { client, registration })
 }
 
@@ -162,10 +157,15 @@ async fn wait_for_socket(socket: &Path, mut child: Child, log_path: &Path) -> Re
         if let Ok(Some(status)) = child.try_wait() {
             bail!("the Session Coordinator exited ({status}) before binding {}:\n{}", socket.display(), log_tail(log_path));
         }
-        if started.elapsed() > BIND_TIMEOUT {
+        if started.elapsed() > bounds::COORDINATOR_BIND {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("the Session Coordinator did not bind {} within {} s:\n{}", socket.display(), BIND_TIMEOUT.as_secs(), log_tail(log_path));
+            bail!(
+                "the Session Coordinator did not bind {} within {} s:\n{}",
+                socket.display(),
+                bounds::COORDINATOR_BIND.as_secs(),
+                log_tail(log_path)
+            );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

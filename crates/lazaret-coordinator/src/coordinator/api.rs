@@ -252,10 +252,23 @@ impl Domain {
 
     /// The sidecar stopped (issue 33 finding 5: its death went unnoticed):
     /// every client hears it, `domain/status` says it.
-    pub fn network_failed(&self, message: String, restarting: bool) {
-        tracing::error!(%message, restarting, "the Network Sidecar stopped");
-        *self.network_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(message.clone());
-        self.emit(Event::NetworkFailed { message, restarting });
+    pub fn network_failed(&self, message: String) {
+        tracing::error!(%message, "the Network Sidecar stopped for good");
+        self.record_network_error(&message);
+        self.emit(Event::NetworkFailed { message, restarting: false });
+    }
+
+    /// The Network Sidecar stopped and its supervisor is starting it again
+    /// (`networkFailed` with `restarting`; `network_restored` follows).
+    pub fn network_restarting(&self, message: String) {
+        tracing::error!(%message, "the Network Sidecar stopped; it is being started again");
+        self.record_network_error(&message);
+        self.emit(Event::NetworkFailed { message, restarting: true });
+    }
+
+    /// What `domain/status` reports as the network's error until it is back.
+    fn record_network_error(&self, message: &str) {
+        *self.network_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(message.to_owned());
     }
 
     /// Gives a restarted sidecar back the domain's policy (the last one it
@@ -319,13 +332,20 @@ impl Domain {
 
     /// Marks the domain as shutting down if no session is live; returns
     /// whether it did. New registrations are refused from then on.
-    pub fn begin_shutdown_if_idle(&self, force: bool) -> bool {
+    pub fn begin_shutdown_if_idle(&self) -> bool {
         let mut sessions = self.sessions();
-        if !force && !sessions.by_id.is_empty() {
+        if !sessions.by_id.is_empty() {
             return false;
         }
         sessions.shutting_down = true;
         true
+    }
+
+    /// Marks the domain as shutting down, live sessions or not (teardown
+    /// for a signal or a requested shutdown). New registrations are refused
+    /// from then on.
+    pub fn begin_shutdown(&self) {
+        self.sessions().shutting_down = true;
     }
 
     /// Ends every session of a closed connection.

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::{Api, Domain};
+use lazaret_core::bounds;
 use lazaret_core::config::ResolvedProfile;
+use lazaret_core::domain::DomainResources;
 use lazaret_protocol::{ContainerState, Event, LazaretApiServer};
 use lazaret_rpc::server::{self, ConnectionEvent};
 use lazaret_store::Store;
@@ -24,12 +26,6 @@ use crate::error::{Context, Result};
 use crate::exec_target::ExecTarget;
 use crate::git_sentry::{self, GitLayout, HostRepository};
 use crate::podman::Podman;
-
-/// How long a new coordinator waits for its first session before giving up
-/// (the CLI that started it may have died).
-const FIRST_SESSION_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long teardown waits for the domain lock before going ahead anyway.
-const TEARDOWN_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// File name of the state store inside the Domain Root.
 pub const STORE_FILE: &str = "state.redb";
@@ -49,10 +45,6 @@ pub enum WorkspaceMode {
     Direct,
 }
 
-/// How long a sidecar that ended may take to be back (its supervisor starts
-/// it again within 2 s at most).
-const SIDECAR_RETURN: std::time::Duration = std::time::Duration::from_secs(15);
-
 /// Forwards the Network Sidecar's events to the domain, in order. When the
 /// stream ends the sidecar has stopped (issue 33 finding 5: nobody noticed):
 /// that is a `networkFailed` event and the domain's status; its supervisor
@@ -65,7 +57,7 @@ async fn watch_sidecar(domain: Arc<Domain>, started: crate::network::StartedSide
     let sidecar = domain.resolved.domain.sidecar_name.clone();
     let mut events = match crate::network::SidecarEvents::connect(&started.socket).await {
         Ok(events) => events,
-        Err(error) => return domain.network_failed(format!("cannot watch the Network Sidecar: {}", error.chained()), false),
+        Err(error) => return domain.network_failed(format!("cannot watch the Network Sidecar: {}", error.chained())),
     };
     loop {
         let ended = async {
@@ -94,29 +86,29 @@ async fn watch_sidecar(domain: Arc<Domain>, started: crate::network::StartedSide
             }
         };
         if !alive {
-            return domain.network_failed(
-                format!("the Network Sidecar {sidecar} is gone ({why}), and with it the sandbox's network: start the domain anew"),
-                false,
-            );
+            return domain.network_failed(format!(
+                "the Network Sidecar {sidecar} is gone ({why}), and with it the sandbox's network: start the domain anew"
+            ));
         }
-        domain.network_failed(format!("the Network Sidecar stopped ({why}); it is being started again"), true);
-        let deadline = std::time::Instant::now() + SIDECAR_RETURN;
+        domain.network_restarting(format!("the Network Sidecar stopped ({why}); it is being started again"));
+        let deadline = std::time::Instant::now() + bounds::SIDECAR_RETURN;
         events = loop {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             match crate::network::SidecarEvents::connect(&started.socket).await {
                 Ok(events) => break events,
                 Err(_) if std::time::Instant::now() < deadline => continue,
                 Err(error) => {
-                    return domain.network_failed(
-                        format!("the Network Sidecar did not come back within {} s: {}", SIDECAR_RETURN.as_secs(), error.chained()),
-                        false,
-                    )
+                    return domain.network_failed(format!(
+                        "the Network Sidecar did not come back within {} s: {}",
+                        bounds::SIDECAR_RETURN.as_secs(),
+                        error.chained()
+                    ))
                 }
             }
         };
         let protection = crate::network::protection_now(&started.fixed).unwrap_or_else(|| started.protection.clone());
         if let Err(error) = domain.network_restored(protection.request()).await {
-            return domain.network_failed(format!("the Network Sidecar came back but refused the domain's policy: {error}"), false);
+            return domain.network_failed(format!("the Network Sidecar came back but refused the domain's policy: {error}"));
         }
     }
 }
@@ -150,31 +142,122 @@ fn prepare_workspace(resolved: &ResolvedProfile, mode: WorkspaceMode) -> Result<
 }
 
 async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::EgressReloader) -> Result<(u8, Option<DomainLock>)> {
-    let domain_resources = resolved.domain.clone();
-    crate::private_dirs::ensure_private_dir(&domain_resources.domain_dir)?;
-    if let Some(socket_root) = domain_resources.socket_dir.parent() {
+    let mut running = start_up(resolved, mode, reloader).await?;
+    let reason = wait_for_teardown(&running.domain, &mut running.connection_events).await?;
+    Ok((0, tear_down(running, reason).await))
+}
+
+/// What a serving coordinator holds until teardown.
+struct Running {
+    domain: Arc<Domain>,
+    podman: Podman,
+    resources: DomainResources,
+    connection_events: tokio::sync::mpsc::UnboundedReceiver<ConnectionEvent>,
+    state_anchor: Option<Arc<crate::state_anchor::StateAnchor>>,
+    /// The sidecar's watch and protection refresh, when there is a sidecar.
+    sidecar_tasks: Option<[tokio::task::JoinHandle<()>; 2]>,
+    start_task: tokio::task::JoinHandle<()>,
+    escalation: Option<(Arc<crate::escalation::server::EscalationServer>, tokio::task::JoinHandle<()>)>,
+    server_task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// What the sandbox's start needs beyond the domain.
+struct SandboxLaunch {
+    runsc: crate::runsc::Selected,
+    arguments: Vec<String>,
+    sidecar_name: Option<String>,
+    caching: sandbox::Caching,
+}
+
+/// Start-up: the domain's directories and store, the State Anchor, the
+/// Network Sidecar, the control socket, then (in the background) the
+/// sandbox and the Escalation Socket. Until the control socket is bound, a
+/// failure removes what this start created (`StartupCleanup`).
+async fn start_up(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::EgressReloader) -> Result<Running> {
+    let resources = resolved.domain.clone();
+    prepare_domain_root(&resources)?;
+    let mut startup = StartupCleanup { resources: resources.clone(), armed: true, state_anchor: None };
+    let (domain, mut launch) = open_domain(resolved, mode).await?;
+    let podman = Podman::default();
+
+    // A coordinator killed with SIGKILL leaves its socket file and maybe its
+    // container behind; the CLI that started us found the socket dead. The
+    // container is replaced by `podman run --replace`.
+    let _ = std::fs::remove_file(&resources.control_socket);
+
+    let escalation = if domain.resolved.escalation_enabled { Some(prepare_escalation(&domain.resolved)?) } else { None };
+    let state_anchor = mount_state_anchor(&domain, &podman).await?;
+    if let Some(anchor) = &state_anchor {
+        launch.arguments.extend(anchor.podman_arguments());
+        // Until the domain serves, a failure unmounts it (finding 10).
+        startup.state_anchor = Some(anchor.clone());
+    }
+    if let Some(prepared) = &escalation {
+        launch.arguments.extend(prepared.podman_arguments.iter().cloned());
+    }
+    let sidecar_tasks = match start_sidecar(&domain, &podman).await? {
+        Some(started) => {
+            domain.set_sidecar_control(Some(started.socket.clone()));
+            launch.sidecar_name = Some(resources.sidecar_name.clone());
+            // The sandbox's only resolver is the sidecar's.
+            launch.arguments.push(crate::network::resolv_conf_argument(&resources.socket_dir.join("sandbox"))?);
+            // Addresses and networks the host gains later are protected too.
+            let refresh =
+                tokio::spawn(crate::network::refresh_protection(started.socket.clone(), started.fixed.clone(), started.protection.clone()));
+            // Refused DNS questions (and answered ones) from the sidecar's stream.
+            Some([tokio::spawn(watch_sidecar(domain.clone(), started, podman.clone())), refresh])
+        }
+        None => {
+            domain.set_sidecar_control(None);
+            None
+        }
+    };
+    domain.set_egress_reloader(reloader);
+
+    let listener = bind_private(&resources.control_socket)?;
+    tracing::info!(socket = %resources.control_socket.display(), "control socket bound");
+    let (connection_events_tx, connection_events) = tokio::sync::mpsc::unbounded_channel();
+    let methods = Api(domain.clone()).into_rpc();
+    let server_task = tokio::spawn(server::serve(listener, methods.into(), server::Config::default(), connection_events_tx));
+    startup.armed = false;
+
+    // (aborted at teardown; the loops it spawns are ended with the runtime)
+    let start_task = tokio::spawn(start_sandbox(domain.clone(), podman.clone(), launch));
+    let escalation = escalation.map(|prepared| {
+        let server = prepared.server.clone();
+        (server, tokio::spawn(crate::escalation::server::serve(prepared.listener, prepared.server, domain.clone())))
+    });
+    Ok(Running { domain, podman, resources, connection_events, state_anchor, sidecar_tasks, start_task, escalation, server_task })
+}
+
+/// The Domain Root and socket directories (private), and what sessions of
+/// the previous sandbox left (no session of this domain runs before its
+/// coordinator does): runsc execs, and the FIFOs of earlier versions.
+fn prepare_domain_root(resources: &DomainResources) -> Result<()> {
+    crate::private_dirs::ensure_private_dir(&resources.domain_dir)?;
+    if let Some(socket_root) = resources.socket_dir.parent() {
         crate::private_dirs::ensure_private_dir(socket_root)?;
     }
-    crate::private_dirs::ensure_private_dir(&domain_resources.socket_dir)?;
-    // Until the control socket is bound, a failure removes what this start
-    // created (sockets, TLS files), so nothing half-made is left behind.
-    let mut startup = StartupCleanup { resources: domain_resources.clone(), armed: true, state_anchor: None };
-    // What sessions of the previous sandbox left (no session of this domain
-    // runs before its coordinator does): runsc execs, and the FIFOs of
-    // earlier versions.
-    if let Some(previous) = ExecTarget::recorded(&domain_resources.domain_dir) {
+    crate::private_dirs::ensure_private_dir(&resources.socket_dir)?;
+    if let Some(previous) = ExecTarget::recorded(&resources.domain_dir) {
         previous.end_execs();
     }
-    ExecTarget::remove(&domain_resources.domain_dir);
-    crate::exec_target::remove_session_fifos(&domain_resources.socket_dir);
+    ExecTarget::remove(&resources.domain_dir);
+    crate::exec_target::remove_session_fifos(&resources.socket_dir);
+    Ok(())
+}
 
+/// The domain with its store and workspace, and the runsc and file caching
+/// the sandbox will start with.
+async fn open_domain(resolved: ResolvedProfile, mode: WorkspaceMode) -> Result<(Arc<Domain>, SandboxLaunch)> {
+    let domain_dir = resolved.domain.domain_dir.clone();
     // Choosing runsc starts each candidate twice (`--version`, `flags`)
     // unless the domain remembers them: beside the store and workspace
     // preparation, not after them.
     let configured_runsc = resolved.runsc.clone();
-    let remembered = domain_resources.domain_dir.join(RUNSC_PROBES_FILE);
+    let remembered = domain_dir.join(RUNSC_PROBES_FILE);
     let runsc = tokio::task::spawn_blocking(move || crate::runsc::select_remembered(configured_runsc.as_deref(), &remembered));
-    let store_path = domain_resources.domain_dir.join(STORE_FILE);
+    let store_path = domain_dir.join(STORE_FILE);
     let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await.context("store task failed")??;
     let prepare_resolved = resolved.clone();
     let (git, workspace_mounts) =
@@ -189,164 +272,133 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
         crate::podman::nofile_limit(),
     );
     tracing::info!(cached = ?caching.sandbox_only, dentry_cache = ?caching.dentry_cache, "gVisor file caching");
-    let domain = Arc::new(Domain::new(resolved, Arc::new(store), git.clone()));
-    let podman = Podman::default();
+    let domain = Arc::new(Domain::new(resolved, Arc::new(store), git));
+    Ok((domain, SandboxLaunch { runsc, arguments: workspace_mounts, sidecar_name: None, caching }))
+}
 
-    // A coordinator killed with SIGKILL leaves its socket file and maybe its
-    // container behind; the CLI that started us found the socket dead. The
-    // container is replaced by `podman run --replace`.
-    let _ = std::fs::remove_file(&domain_resources.control_socket);
-
-    let escalation = if domain.resolved.escalation_enabled { Some(prepare_escalation(&domain.resolved)?) } else { None };
-    let mut sandbox_arguments = workspace_mounts;
-    // The State Anchor: overlays for the persistent directories, mounted
-    // before the sandbox starts. A leftover container of a killed coordinator
-    // must go first: its runsc gofer still serves the old overlays.
-    let state_anchor = if domain.resolved.persistent_dirs.is_empty() {
-        None
-    } else {
-        if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
-            tracing::warn!(%error, "could not remove a leftover container");
-        }
-        let (domain_dir, image, dirs) =
-            (domain_resources.domain_dir.clone(), domain.resolved.image.clone(), domain.resolved.persistent_dirs.clone());
-        let anchor = tokio::task::spawn_blocking(move || crate::state_anchor::StateAnchor::mount(&domain_dir, &image, &dirs))
-            .await
-            .context("state anchor task failed")??;
-        sandbox_arguments.extend(anchor.podman_arguments());
-        let anchor = Arc::new(anchor);
-        // Until the domain serves, a failure unmounts it (finding 10).
-        startup.state_anchor = Some(anchor.clone());
-        Some(anchor)
-    };
-    if let Some(prepared) = &escalation {
-        sandbox_arguments.extend(prepared.podman_arguments.iter().cloned());
+/// The State Anchor: overlays for the persistent directories, mounted
+/// before the sandbox starts. A leftover container of a killed coordinator
+/// must go first: its runsc gofer still serves the old overlays.
+async fn mount_state_anchor(domain: &Arc<Domain>, podman: &Podman) -> Result<Option<Arc<crate::state_anchor::StateAnchor>>> {
+    if domain.resolved.persistent_dirs.is_empty() {
+        return Ok(None);
     }
-
-    // The Network Sidecar, when anything may be reached at all; with an
-    // empty allowlist the sandbox simply has no network.
-    let sidecar = if domain.resolved.allow_egress.is_empty() {
-        None
-    } else {
-        let resolved = domain.resolved.clone();
-        let podman_for_sidecar = podman.clone();
-        let control_dir = domain_resources.socket_dir.join("sidecar");
-        let socket = tokio::task::spawn_blocking(move || {
-            let image = crate::network::ensure_image(&podman_for_sidecar)?;
-            crate::network::start(&podman_for_sidecar, &resolved, &image, &control_dir)
-        })
+    let resources = &domain.resolved.domain;
+    if let Err(error) = sandbox::remove(podman, &resources.container_name).await {
+        tracing::warn!(error = %error.chained(), "could not remove a leftover container");
+    }
+    let (domain_dir, image, dirs) = (resources.domain_dir.clone(), domain.resolved.image.clone(), domain.resolved.persistent_dirs.clone());
+    let anchor = tokio::task::spawn_blocking(move || crate::state_anchor::StateAnchor::mount(&domain_dir, &image, &dirs))
         .await
-        .context("sidecar task failed")?;
-        match socket {
-            Ok(started) => Some(started),
-            Err(error) => {
-                let _ = sandbox::remove(&podman, &domain_resources.sidecar_name).await;
-                return Err(error);
-            }
-        }
-    };
-    let sidecar_control = sidecar.as_ref().map(|started| started.socket.clone());
-    // Addresses and networks the host gains later are protected too.
-    let protection_refresh =
-        sidecar.clone().map(|started| tokio::spawn(crate::network::refresh_protection(started.socket, started.fixed, started.protection)));
-    domain.set_sidecar_control(sidecar_control.clone());
-    domain.set_egress_reloader(reloader);
-    let sidecar_name = sidecar_control.as_ref().map(|_| domain_resources.sidecar_name.clone());
-    if sidecar_control.is_some() {
-        // The sandbox's only resolver is the sidecar's.
-        sandbox_arguments.push(crate::network::resolv_conf_argument(&domain_resources.socket_dir.join("sandbox"))?);
+        .context("state anchor task failed")??;
+    Ok(Some(Arc::new(anchor)))
+}
+
+/// The Network Sidecar, when anything may be reached at all; with an empty
+/// allowlist the sandbox simply has no network. A failed start removes
+/// what podman made.
+async fn start_sidecar(domain: &Arc<Domain>, podman: &Podman) -> Result<Option<crate::network::StartedSidecar>> {
+    if domain.resolved.allow_egress.is_empty() {
+        return Ok(None);
     }
-    // Refused DNS questions (and answered ones) from the sidecar's stream.
-    let sidecar_watch = sidecar.map(|started| tokio::spawn(watch_sidecar(domain.clone(), started, podman.clone())));
+    let resolved = domain.resolved.clone();
+    let podman_for_sidecar = podman.clone();
+    let control_dir = resolved.domain.socket_dir.join("sidecar");
+    let started = tokio::task::spawn_blocking(move || {
+        let image = crate::network::ensure_image(&podman_for_sidecar)?;
+        crate::network::start(&podman_for_sidecar, &resolved, &image, &control_dir)
+    })
+    .await
+    .context("sidecar task failed")?;
+    if started.is_err() {
+        let _ = sandbox::remove(podman, &domain.resolved.domain.sidecar_name).await;
+    }
+    started.map(Some)
+}
 
-    let listener = bind_private(&domain_resources.control_socket)?;
-    tracing::info!(socket = %domain_resources.control_socket.display(), "control socket bound");
-
-    let (connection_events, mut connection_events_rx) = tokio::sync::mpsc::unbounded_channel();
-    let methods = Api(domain.clone()).into_rpc();
-    let server_task = tokio::spawn(server::serve(listener, methods.into(), server::Config::default(), connection_events));
-    startup.armed = false;
-
+/// Starts the sandbox (and reads the image's default command meanwhile),
+/// waits for the agent's repository to be seeded, and then lets sessions
+/// in; or records why the sandbox failed.
+async fn start_sandbox(domain: Arc<Domain>, podman: Podman, launch: SandboxLaunch) {
     let limits = crate::limits::plan(&domain.resolved.limits, &crate::limits::Host::probe());
     tracing::info!(arguments = ?limits.arguments, "resource limits");
-    let start_domain = domain.clone();
-    let start_podman = podman.clone();
     let container_command = domain.git.as_ref().map(|layout| layout.container_command()).unwrap_or_default();
-    let start_task = tokio::spawn(async move {
-        // (aborted at teardown; the loops it spawns are ended with the runtime)
-        let spec = sandbox::SandboxSpec {
-            runsc: &runsc.path,
-            workspace_mounts: &sandbox_arguments,
-            command: &container_command,
-            sidecar: sidecar_name.as_deref(),
-            limits: &limits,
-            caching: &caching,
-        };
-        let (default_command, started) = tokio::join!(
-            sandbox::default_command(&start_podman, &start_domain.resolved.image),
-            sandbox::start(&start_podman, &start_domain.resolved, &spec)
-        );
-        start_domain.set_default_command(default_command);
-        let container = start_domain.resolved.domain.container_name.clone();
-        let seeded = match (&started, &start_domain.git) {
-            (Ok(_), Some(layout)) => sandbox::wait_for_seed(&start_podman, &container, layout)
-                .await
-                .context("cannot set up the agent's repository inside the sandbox"),
-            _ => Ok(()),
-        };
-        match started.and_then(|id| seeded.map(|()| id)) {
-            Ok(id) => {
-                // Sessions start with `runsc exec` where runsc's state is
-                // found, else with `podman exec` (see `exec_target`).
-                let target = ExecTarget::locate(&runsc.path, &id, &container)
-                    .map(|target| ExecTarget { terminal_signals: runsc.terminal_signals(), ..target });
-                match &target {
-                    Some(target) => {
-                        if let Err(error) = target.write(&start_domain.resolved.domain.domain_dir) {
-                            tracing::warn!(error = %error.chained(), "sessions use podman exec");
-                        }
-                    }
-                    None => tracing::info!(id, "runsc's state of the sandbox not found; sessions use podman exec"),
-                }
-                tracing::info!("sandbox running");
-                start_domain.mark_branch_seeded(target).await;
-                start_domain.set_container_state(ContainerState::Running, None);
-                if let Some(layout) = start_domain.git.clone() {
-                    tokio::spawn(git_sentry::sync::mirror_config_loop(layout.clone()));
-                    tokio::spawn(export_loop(start_domain.clone(), layout));
-                }
-            }
-            Err(error) => {
-                tracing::error!(%error, "sandbox failed to start");
-                start_domain.set_container_state(ContainerState::Failed, Some(error.chained()));
+    let spec = sandbox::SandboxSpec {
+        runsc: &launch.runsc.path,
+        workspace_mounts: &launch.arguments,
+        command: &container_command,
+        sidecar: launch.sidecar_name.as_deref(),
+        limits: &limits,
+        caching: &launch.caching,
+    };
+    let (default_command, started) =
+        tokio::join!(sandbox::default_command(&podman, &domain.resolved.image), sandbox::start(&podman, &domain.resolved, &spec));
+    domain.set_default_command(default_command);
+    let container = domain.resolved.domain.container_name.clone();
+    let seeded = match (&started, &domain.git) {
+        (Ok(_), Some(layout)) => {
+            sandbox::wait_for_seed(&podman, &container, layout).await.context("cannot set up the agent's repository inside the sandbox")
+        }
+        _ => Ok(()),
+    };
+    match started.and_then(|id| seeded.map(|()| id)) {
+        Ok(id) => sandbox_running(&domain, &launch.runsc, &id, &container).await,
+        Err(error) => {
+            tracing::error!(error = %error.chained(), "sandbox failed to start");
+            domain.set_container_state(ContainerState::Failed, Some(error.chained()));
+        }
+    }
+}
+
+/// The sandbox runs: record how sessions start (`runsc exec` where runsc's
+/// state is found, else `podman exec`; see `exec_target`), let them in, and
+/// start the agent branch's loops.
+async fn sandbox_running(domain: &Arc<Domain>, runsc: &crate::runsc::Selected, id: &str, container: &str) {
+    let target =
+        ExecTarget::locate(&runsc.path, id, container).map(|target| ExecTarget { terminal_signals: runsc.terminal_signals(), ..target });
+    match &target {
+        Some(target) => {
+            if let Err(error) = target.write(&domain.resolved.domain.domain_dir) {
+                tracing::warn!(error = %error.chained(), "sessions use podman exec");
             }
         }
-    });
+        None => tracing::info!(id, "runsc's state of the sandbox not found; sessions use podman exec"),
+    }
+    tracing::info!("sandbox running");
+    domain.mark_branch_seeded(target).await;
+    domain.set_container_state(ContainerState::Running, None);
+    if let Some(layout) = domain.git.clone() {
+        tokio::spawn(git_sentry::sync::mirror_config_loop(layout.clone()));
+        tokio::spawn(export_loop(domain.clone(), layout));
+    }
+}
 
-    let escalation_server = escalation.as_ref().map(|prepared| prepared.server.clone());
-    let escalation_task =
-        escalation.map(|prepared| tokio::spawn(crate::escalation::server::serve(prepared.listener, prepared.server, domain.clone())));
-
+/// The main loop: serves connection events until the domain is idle (its
+/// last session gone, or none registered in time), a shutdown is requested,
+/// or a signal arrives. Returns why.
+async fn wait_for_teardown(
+    domain: &Arc<Domain>,
+    connection_events: &mut tokio::sync::mpsc::UnboundedReceiver<ConnectionEvent>,
+) -> Result<&'static str> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut hangup = signal(SignalKind::hangup())?;
-    let first_session_deadline = tokio::time::sleep(FIRST_SESSION_TIMEOUT);
+    let first_session_deadline = tokio::time::sleep(bounds::FIRST_SESSION);
     tokio::pin!(first_session_deadline);
-
-    let reason = loop {
+    Ok(loop {
         tokio::select! {
-            Some(event) = connection_events_rx.recv() => {
+            Some(event) = connection_events.recv() => {
                 if let ConnectionEvent::Closed { conn_id } = event {
                     domain.connection_closed(conn_id).await;
                 }
             }
             _ = domain.idle.notified() => {
-                if domain.live_count() == 0 && try_begin_idle_shutdown(&domain).await {
+                if domain.live_count() == 0 && try_begin_idle_shutdown(domain).await {
                     break "no sessions left";
                 }
             }
             _ = &mut first_session_deadline, if !domain.ever_registered() => {
-                if domain.live_count() == 0 && try_begin_idle_shutdown(&domain).await {
+                if domain.live_count() == 0 && try_begin_idle_shutdown(domain).await {
                     break "no session registered";
                 }
             }
@@ -355,38 +407,38 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
             _ = interrupt.recv() => break "SIGINT",
             _ = hangup.recv() => break "SIGHUP",
         }
-    };
+    })
+}
 
+/// Teardown: no new session joins; the domain lock is taken (so that no new
+/// coordinator starts a container of the same name before ours is gone),
+/// the agent's last commits are exported, then the containers, mounts and
+/// files go. Every step is bounded and logs its failure, so teardown always
+/// ends and hands the lock back for `run` to release.
+async fn tear_down(running: Running, reason: &'static str) -> Option<DomainLock> {
+    let Running { domain, podman, resources, state_anchor, sidecar_tasks, start_task, escalation, server_task, .. } = running;
     tracing::info!(reason, "tearing down");
     // No new session joins a sandbox that is going; what its sessions left
     // running is ended once it is gone.
-    let recorded = ExecTarget::recorded(&domain_resources.domain_dir);
-    ExecTarget::remove(&domain_resources.domain_dir);
-    domain.begin_shutdown_if_idle(true);
+    let recorded = ExecTarget::recorded(&resources.domain_dir);
+    ExecTarget::remove(&resources.domain_dir);
+    domain.begin_shutdown();
     domain.emit(Event::ShuttingDown { reason: reason.to_owned() });
-    // Hold the domain lock while tearing down, so that no new coordinator
-    // starts a container of the same name before ours is gone.
-    let lock = lock_for_teardown(&domain_resources.lockfile).await;
-    let _ = std::fs::remove_file(&domain_resources.control_socket);
+    let lock = lock_for_teardown(&resources.lockfile).await;
+    let _ = std::fs::remove_file(&resources.control_socket);
     start_task.abort();
     // The agent's last commits reach the host before the sandbox goes.
     domain.export_agent_branch().await;
     domain.set_container_state(ContainerState::Stopping, None);
-    if let Err(error) = sandbox::remove(&podman, &domain_resources.container_name).await {
-        tracing::error!(%error, "could not remove the sandbox");
-    }
+    remove_container(&podman, &resources.container_name, "the sandbox").await;
     if let Some(recorded) = recorded {
         recorded.end_execs();
     }
-    for task in [sidecar_watch, protection_refresh].into_iter().flatten() {
-        task.abort();
-    }
-    if sidecar_control.is_some() {
-        if let Err(error) = sandbox::remove(&podman, &domain_resources.sidecar_name).await {
-            tracing::error!(%error, "could not remove the Network Sidecar");
-        }
-        let _ = std::fs::remove_dir_all(domain_resources.socket_dir.join("sidecar"));
-        let _ = std::fs::remove_dir_all(domain_resources.socket_dir.join("sandbox"));
+    if let Some(tasks) = sidecar_tasks {
+        tasks.iter().for_each(tokio::task::JoinHandle::abort);
+        remove_container(&podman, &resources.sidecar_name, "the Network Sidecar").await;
+        let _ = std::fs::remove_dir_all(resources.socket_dir.join("sidecar"));
+        let _ = std::fs::remove_dir_all(resources.socket_dir.join("sandbox"));
     }
     if let Some(anchor) = state_anchor {
         match tokio::task::spawn_blocking(move || anchor.unmount()).await {
@@ -395,19 +447,27 @@ async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::Eg
             Err(error) => tracing::error!(%error, "state anchor task failed"),
         }
     }
-    // Refusals counted in the last, unfinished window are recorded too.
-    if let Some(server) = &escalation_server {
+    if let Some((server, task)) = escalation {
+        // Refusals counted in the last, unfinished window are recorded too.
         server.write_remaining_refusals(&*domain).await;
-    }
-    if let Some(task) = escalation_task {
         task.abort();
     }
-    let _ = std::fs::remove_file(&domain_resources.escalation_socket);
-    let _ = std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(&domain_resources.socket_dir));
-    let _ = std::fs::remove_dir(&domain_resources.socket_dir);
+    let _ = std::fs::remove_file(&resources.escalation_socket);
+    let _ = std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(&resources.socket_dir));
+    let _ = std::fs::remove_dir(&resources.socket_dir);
     server_task.abort();
     tracing::info!("teardown complete");
-    Ok((0, lock))
+    lock
+}
+
+/// Removes a container at teardown; a failure (podman's message, or its
+/// bound passed: the error names the container and the bound) is logged and
+/// teardown goes on. What stays is replaced by the next start's `podman run
+/// --replace`.
+async fn remove_container(podman: &Podman, name: &str, what: &str) {
+    if let Err(error) = sandbox::remove(podman, name).await {
+        tracing::error!(error = %error.chained(), container = name, "could not remove {what}; the next start replaces it");
+    }
 }
 
 /// Removes the files of a start that failed before the domain was serving.
@@ -491,17 +551,17 @@ async fn export_loop(domain: Arc<Domain>, layout: GitLayout) {
 /// A CLI leader holds the lock while it registers, so this cannot race it.
 async fn try_begin_idle_shutdown(domain: &Arc<Domain>) -> bool {
     let lock = lock_for_teardown(&domain.resolved.domain.lockfile).await;
-    let idle = domain.begin_shutdown_if_idle(false);
+    let idle = domain.begin_shutdown_if_idle();
     if let Some(mut lock) = lock {
         lock.unlock();
     }
     idle
 }
 
-/// The domain lock, waited for up to [`TEARDOWN_LOCK_TIMEOUT`].
+/// The domain lock, waited for up to [`bounds::TEARDOWN_LOCK`].
 async fn lock_for_teardown(path: &Path) -> Option<DomainLock> {
     let mut lock = DomainLock::open(path).ok()?;
-    let deadline = tokio::time::Instant::now() + TEARDOWN_LOCK_TIMEOUT;
+    let deadline = tokio::time::Instant::now() + bounds::TEARDOWN_LOCK;
     loop {
         if lock.try_lock().unwrap_or(false) {
             return Some(lock);

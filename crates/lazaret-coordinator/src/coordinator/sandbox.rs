@@ -25,10 +25,11 @@
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
+use lazaret_core::bounds;
 use lazaret_core::config::ResolvedProfile;
 
 use crate::bail;
-use crate::error::{Context, Result};
+use crate::error::Result;
 use crate::podman::Podman;
 
 /// Label carrying the domain hash on every container Lazaret starts.
@@ -262,8 +263,9 @@ pub const HOST_UDS_ARGUMENT: &str = "--runtime-flag=host-uds=open";
 pub async fn start(podman: &Podman, resolved: &ResolvedProfile, spec: &SandboxSpec<'_>) -> Result<String> {
     let invocation = run_arguments(resolved, spec)?;
     let mut command = tokio::process::Command::from(podman.command());
-    command.args(&invocation.arguments).envs(invocation.environment).stdin(std::process::Stdio::null());
-    let output = command.output().await.context("cannot run podman")?;
+    command.args(&invocation.arguments).envs(invocation.environment);
+    let what = format!("podman run of the sandbox {}", resolved.domain.container_name);
+    let output = crate::podman::output_bounded(command, bounds::PODMAN_RUN, &what).await?;
     if !output.status.success() {
         bail!("podman could not start the sandbox: {}", crate::podman::explain(&output.stderr));
     }
@@ -278,8 +280,15 @@ pub async fn start(podman: &Podman, resolved: &ResolvedProfile, spec: &SandboxSp
 /// memory limit) can still look running to podman for a moment: `rm
 /// --force` then fails to signal it ("container state improper"). Once
 /// podman has seen it exit, a retry removes it; so a failure is retried a
-/// few times before it is reported.
+/// few times before it is reported. Each attempt is bounded
+/// ([`bounds::PODMAN_RM`]); one that times out is not retried (teardown
+/// holds the domain lock meanwhile), and the error names the container.
 pub async fn remove(podman: &Podman, name: &str) -> Result<()> {
+    remove_within(podman, name, bounds::PODMAN_RM).await
+}
+
+/// [`remove`] with each attempt bounded by `bound`.
+pub async fn remove_within(podman: &Podman, name: &str, bound: std::time::Duration) -> Result<()> {
     const ATTEMPTS: u32 = 6;
     let mut message = String::new();
     for attempt in 0..ATTEMPTS {
@@ -287,8 +296,8 @@ pub async fn remove(podman: &Podman, name: &str) -> Result<()> {
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
         let mut command = tokio::process::Command::from(podman.command());
-        command.args(["rm", "--force", "--time=0", "--ignore", name]).stdin(std::process::Stdio::null());
-        let output = command.output().await.context("cannot run podman")?;
+        command.args(["rm", "--force", "--time=0", "--ignore", name]);
+        let output = crate::podman::output_bounded(command, bound, &format!("podman rm {name}")).await?;
         if output.status.success() {
             return Ok(());
         }
@@ -304,8 +313,8 @@ pub async fn remove(podman: &Podman, name: &str) -> Result<()> {
 pub async fn default_command(podman: &Podman, image: &str) -> Vec<String> {
     let shell = || vec!["/bin/sh".to_owned()];
     let mut command = tokio::process::Command::from(podman.command());
-    command.args(["image", "inspect", "--format", "{{json .Config.Cmd}}", image]).stdin(std::process::Stdio::null());
-    let output = match command.output().await {
+    command.args(["image", "inspect", "--format", "{{json .Config.Cmd}}", image]);
+    let output = match crate::podman::output_bounded(command, bounds::PODMAN_QUERY, &format!("podman image inspect {image}")).await {
         Ok(output) if output.status.success() => output,
         Ok(output) => {
             let reason = crate::podman::explain(&output.stderr);
@@ -313,6 +322,7 @@ pub async fn default_command(podman: &Podman, image: &str) -> Vec<String> {
             return shell();
         }
         Err(error) => {
+            let error = error.chained();
             tracing::warn!(%image, %error, "cannot run podman to read the image's default command; sessions without a command run /bin/sh");
             return shell();
         }
@@ -327,10 +337,6 @@ pub async fn default_command(podman: &Podman, image: &str) -> Vec<String> {
     }
 }
 
-/// How long the agent's repository may take to be seeded at start (a first
-/// checkout of a large repository included).
-pub const SEED_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
-
 /// Waits for the seed that the sandbox's main process runs
 /// (`GitLayout::container_command`): its result file, checked every 10 ms;
 /// every 2 s also that the sandbox still runs.
@@ -342,8 +348,8 @@ pub async fn wait_for_seed(podman: &Podman, container: &str, layout: &crate::git
             return Ok(());
         }
         let now = std::time::Instant::now();
-        if now.duration_since(started) > SEED_LIMIT {
-            bail!("the agent's repository was not set up within {} s", SEED_LIMIT.as_secs());
+        if now.duration_since(started) > bounds::SEED {
+            bail!("the agent's repository was not set up within {} s", bounds::SEED.as_secs());
         }
         if now > next_check {
             let (podman, name) = (podman.clone(), container.to_owned());

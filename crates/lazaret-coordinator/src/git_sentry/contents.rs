@@ -138,7 +138,8 @@ pub async fn working(container: &str, path: &str) -> Result<FileVersion> {
     let mut command = tokio::process::Command::from(Podman::default().command());
     command.args(["exec", container, "sh", "-c", script, "lazaret-file", path, &MAX_FILE_TEXT.to_string()]);
     let output =
-        crate::podman::output_capped(command, super::sync::EXPORT_LIMIT, MAX_FILE_TEXT + 64, "reading a file inside the sandbox").await?;
+        crate::podman::output_capped(command, lazaret_core::bounds::EXPORT, MAX_FILE_TEXT + 64, "reading a file inside the sandbox")
+            .await?;
     if output.status.is_some_and(|status| !status.success()) {
         crate::bail!("reading {path:?} inside the sandbox failed");
     }

@@ -70,7 +70,7 @@ pub async fn add_uncommitted(diff: &mut BranchDiff, container: &str, with_patch:
                   { [ \"$1\" = patch ] && git diff --no-ext-diff --no-color HEAD || true; }";
     let mut command = tokio::process::Command::from(Podman::default().command());
     command.args(["exec", container, "sh", "-c", script, "lazaret-diff", if with_patch { "patch" } else { "no-patch" }]);
-    let output = crate::podman::output_within(command, super::sync::EXPORT_LIMIT, "git diff of the uncommitted changes").await?;
+    let output = crate::podman::output_within(command, lazaret_core::bounds::EXPORT, "git diff of the uncommitted changes").await?;
     if !output.status.success() {
         crate::bail!("git inside the sandbox failed: {}", String::from_utf8_lossy(&output.stderr).trim());
     }

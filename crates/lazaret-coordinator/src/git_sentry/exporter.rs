@@ -3,7 +3,7 @@
 //! result line per export, so an export does not pay for a fresh exec. If it
 //! is gone (the agent can kill it), the export runs through a fresh exec and
 //! the next export starts a new shell; if it hangs, it is killed when the
-//! export's time is up ([`super::sync::EXPORT_LIMIT`]). The execs are `runsc
+//! export's time is up ([`lazaret_core::bounds::EXPORT`]). The execs are `runsc
 //! exec`s with the container's own process settings when the coordinator
 //! found runsc's state of the sandbox (`crate::exec_target`; 20-30 ms, so
 //! the shell is started at the first export, not beside the first session),

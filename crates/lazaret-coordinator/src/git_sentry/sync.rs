@@ -14,8 +14,6 @@ use super::GitLayout;
 use crate::error::{Context, Result};
 
 const MIRROR_POLL: Duration = Duration::from_millis(150);
-/// How long git inside the sandbox may take to write the branch's bundle.
-pub const EXPORT_LIMIT: Duration = Duration::from_secs(15);
 /// Ref files of the agent read by the host: at most this many bytes.
 const MAX_REF_FILE: u64 = 4 << 20;
 
@@ -125,7 +123,8 @@ pub async fn export_once(layout: &GitLayout, exporter: &mut Exporter) -> Result<
             commits.push(commit);
         }
     }
-    let outcome = exporter.export(&layout.export_loop_script(), &layout.export_script(&commits), &commits, EXPORT_LIMIT).await?;
+    let outcome =
+        exporter.export(&layout.export_loop_script(), &layout.export_script(&commits), &commits, lazaret_core::bounds::EXPORT).await?;
     if outcome == Outcome::Failed {
         return Ok(Export::NoBranch);
     }

@@ -367,7 +367,7 @@ impl StateAnchor {
                 if (uid, gid) != (0, 0) {
                     let mut chown = self.reach.command("chown");
                     chown.arg("-h").arg(format!("{uid}:{gid}")).arg(changes);
-                    run(chown, || format!("podman unshare chown {}", changes.display()))?;
+                    run(chown, lazaret_core::bounds::MOUNT_COMMAND, || format!("podman unshare chown {}", changes.display()))?;
                 }
                 Ok(())
             }
@@ -401,7 +401,7 @@ impl StateAnchor {
         }
         let merged: Vec<PathBuf> =
             self.mounts.iter().zip(&mounted.overlays).filter(|(_, &mounted)| mounted).map(|(mount, _)| mount.merged.clone()).collect();
-        self.reach.unmount_overlays(&merged, false).context("cannot unmount the State Anchor overlays")?;
+        self.reach.unmount_overlays(&merged).context("cannot unmount the State Anchor overlays")?;
         mounted.overlays.iter_mut().for_each(|mounted| *mounted = false);
         self.mounts.iter().for_each(scrub_runtime_files);
         // The record goes before the image mount: a crash in between leaks
@@ -525,7 +525,7 @@ pub fn recover(domain_dir: &Path) -> Result<()> {
     }
     if !stale.is_empty() {
         tracing::warn!(mounts = ?stale, "unmounting State Anchor overlays left by a coordinator that did not tear down");
-        reach.unmount_overlays(&stale.into_iter().collect::<Vec<_>>(), stacked)?;
+        reach.unmount_overlays_maybe_stacked(&stale.into_iter().collect::<Vec<_>>(), stacked)?;
     }
     // As in `unmount`: the record first, then the image mount it accounts for.
     match std::fs::remove_file(&record_path) {

@@ -19,6 +19,7 @@ use super::names::check_mountable;
 use super::{ImageMount, FIND_ARGUMENT_BYTES, FIND_FORMAT, KERNEL_OPAQUE_USER_XATTR, KERNEL_OPAQUE_XATTR};
 use crate::error::{Context, Result};
 use crate::podman::Podman;
+use lazaret_core::bounds;
 
 /// Rootful podman mounts on the host; rootless podman in the mount namespace
 /// of its pause process, reached with `podman unshare`.
@@ -68,13 +69,14 @@ impl Reach {
     pub(super) fn mount_image(&self, image: &str) -> Result<ImageMount> {
         let mut inspect = self.podman.command();
         inspect.args(["image", "inspect", "--format", "{{.Id}}", "--", image]).env("LC_ALL", "C").stdin(Stdio::null());
-        let id = String::from_utf8_lossy(&run(inspect, || format!("podman image inspect {image}"))?).trim().to_owned();
+        let id =
+            String::from_utf8_lossy(&run(inspect, bounds::MOUNT_COMMAND, || format!("podman image inspect {image}"))?).trim().to_owned();
         if id.len() != 64 || !id.bytes().all(|byte| byte.is_ascii_hexdigit()) {
             crate::bail!("podman image inspect {image} printed {id:?}, not an image ID");
         }
         let mut mount = self.podman_command();
         mount.args(["image", "mount", &id]);
-        let root = String::from_utf8_lossy(&run(mount, || format!("podman image mount {image}"))?).trim().to_owned();
+        let root = String::from_utf8_lossy(&run(mount, bounds::MOUNT_COMMAND, || format!("podman image mount {image}"))?).trim().to_owned();
         let image_mount = ImageMount { id, root: PathBuf::from(root) };
         if let Err(error) = check_mountable(&image_mount.root, "the image root") {
             let _ = self.unmount_image(&image_mount.id);
@@ -87,7 +89,7 @@ impl Reach {
     pub(super) fn unmount_image(&self, id: &str) -> Result<()> {
         let mut unmount = self.podman_command();
         unmount.args(["image", "unmount", id]);
-        run(unmount, || format!("podman image unmount {id}")).map(drop)
+        run(unmount, bounds::MOUNT_COMMAND, || format!("podman image unmount {id}")).map(drop)
     }
 
     /// Mounts each overlay, in order, stopping at the first failure, all in
@@ -111,9 +113,15 @@ impl Reach {
             };
             command.arg(choice).arg(overlay.kernel_options(self.namespace)).arg(overlay.options()).arg(&overlay.merged);
         }
-        let output = match command.output() {
+        // Bounded: a fuse-overlayfs or podman that hangs must not hold the
+        // start. On time-out the mount table below says what got mounted.
+        let output = match crate::podman::output_bounded_blocking(command, bounds::MOUNT_COMMAND, "the State Anchor's overlay mount script")
+        {
             Ok(output) => output,
-            Err(error) => return (mounted, Some((0, crate::Error::msg(format!("cannot run sh to mount the overlays: {error}"))))),
+            Err(error @ crate::Error::TimedOut { .. }) => return self.after_failed_mount(overlays, mounted, 0, error),
+            Err(error) => {
+                return (mounted, Some((0, crate::Error::msg(format!("cannot run sh to mount the overlays: {}", error.chained())))))
+            }
         };
         for line in String::from_utf8_lossy(&output.stdout).lines() {
             let mut fields = line.splitn(3, ' ');
@@ -136,6 +144,18 @@ impl Reach {
             String::from_utf8_lossy(&output.stderr).trim()
         ));
         let failed = mounted.iter().position(Option::is_none).unwrap_or(0);
+        self.after_failed_mount(overlays, mounted, failed, error)
+    }
+
+    /// What a failed (or timed-out) mount script left mounted, by the mount
+    /// table; all of them when the table cannot be read.
+    fn after_failed_mount(
+        &self,
+        overlays: &[Overlay],
+        mut mounted: Vec<Option<MountedOverlay>>,
+        failed: usize,
+        error: crate::Error,
+    ) -> (Vec<Option<MountedOverlay>>, Option<(usize, crate::Error)>) {
         match self.mount_table() {
             Ok(table) => {
                 // The table is the truth about what is mounted.
@@ -172,7 +192,7 @@ impl Reach {
         }
         let (mounted, failure) = self.mount_overlays(std::slice::from_ref(&overlay));
         let unmounted =
-            if mounted.iter().any(Option::is_some) { self.unmount_overlays(std::slice::from_ref(&overlay.merged), false) } else { Ok(()) };
+            if mounted.iter().any(Option::is_some) { self.unmount_overlays(std::slice::from_ref(&overlay.merged)) } else { Ok(()) };
         // The kernel's work directory (work/work, mode 000) is ours in the namespace.
         let removed = self.remove_trees(&[root]);
         if let Some((_, error)) = failure {
@@ -182,10 +202,16 @@ impl Reach {
         removed
     }
 
+    /// Unmounts the overlay at each of `merged` (one mount each); a path
+    /// that is not mounted is fine.
+    pub(super) fn unmount_overlays(&self, merged: &[PathBuf]) -> Result<()> {
+        self.unmount_overlays_maybe_stacked(merged, false)
+    }
+
     /// Unmounts every mount (stacked ones too) at each of `merged`; a path
     /// that is not mounted is fine.
     /// `stacked`: a path may carry more than one mount (recovery).
-    pub(super) fn unmount_overlays(&self, merged: &[PathBuf], stacked: bool) -> Result<()> {
+    pub(super) fn unmount_overlays_maybe_stacked(&self, merged: &[PathBuf], stacked: bool) -> Result<()> {
         match self.namespace {
             Namespace::Host => {
                 for path in merged {
@@ -222,7 +248,7 @@ impl Reach {
                     command
                         .args(["-c", "rc=0; for m do umount \"$m\" 2>/dev/null || fusermount3 -u \"$m\" || rc=1; done; exit $rc", "sh"])
                         .args(&pending);
-                    let result = run(command, || "podman unshare umount".to_owned());
+                    let result = run(command, bounds::MOUNT_COMMAND, || "podman unshare umount".to_owned());
                     if result.is_ok() && !stacked {
                         return Ok(());
                     }
@@ -244,7 +270,7 @@ impl Reach {
             Namespace::Rootless => {
                 let mut command = self.command("cat");
                 command.arg("/proc/self/mountinfo");
-                run(command, || "podman unshare cat /proc/self/mountinfo".to_owned())?
+                run(command, bounds::MOUNT_COMMAND, || "podman unshare cat /proc/self/mountinfo".to_owned())?
             }
         };
         Ok(parse_mountinfo(&text))
@@ -262,7 +288,7 @@ impl Reach {
                 }
                 let mut command = self.command("find");
                 command.args(roots).args(["-mindepth", "1", "-printf", FIND_FORMAT]);
-                let output = command.output().context("cannot run podman unshare find")?;
+                let output = crate::podman::output_bounded_blocking(command, bounds::STATE_WALK, "podman unshare find")?;
                 if !output.status.success() {
                     crate::bail!("podman unshare find {roots:?}: {}", String::from_utf8_lossy(&output.stderr).trim());
                 }
@@ -305,7 +331,7 @@ impl Reach {
                 for chunk in argument_chunks(dirs) {
                     let mut command = self.command(&executable.to_string_lossy());
                     command.args(["state-anchor-opaque", KERNEL_OPAQUE_USER_XATTR, "--"]).args(chunk);
-                    let output = run(command, || "podman unshare lazaret state-anchor-opaque".to_owned())?;
+                    let output = run(command, bounds::STATE_WALK, || "podman unshare lazaret state-anchor-opaque".to_owned())?;
                     for path in output.split(|&byte| byte == 0).filter(|path| !path.is_empty()) {
                         opaque.insert(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
                     }
@@ -331,7 +357,7 @@ impl Reach {
                 for chunk in argument_chunks(paths) {
                     let mut command = self.command("find");
                     command.args(chunk).args(["-maxdepth", "0", "-printf", FIND_FORMAT]);
-                    let output = command.output().context("cannot run podman unshare find")?;
+                    let output = crate::podman::output_bounded_blocking(command, bounds::STATE_WALK, "podman unshare find")?;
                     let stderr = String::from_utf8_lossy(&output.stderr);
                     let acceptable = output.status.success() || (output.status.code() == Some(1) && only_missing_paths(&stderr));
                     if !acceptable {
@@ -362,7 +388,7 @@ impl Reach {
                     let mut command = self.command("sha256sum");
                     command.args(["-z", "--"]).args(chunk);
                     // `HASH  PATH\0` per file: -z also turns off name escaping.
-                    for record in run(command, || "podman unshare sha256sum".to_owned())?.split(|&byte| byte == 0) {
+                    for record in run(command, bounds::STATE_WALK, || "podman unshare sha256sum".to_owned())?.split(|&byte| byte == 0) {
                         if record.len() > 66 && record[64..66] == *b"  " {
                             let hash = String::from_utf8_lossy(&record[..64]).into_owned();
                             hashes.insert(PathBuf::from(std::ffi::OsStr::from_bytes(&record[66..])), hash);
@@ -393,7 +419,7 @@ impl Reach {
             Namespace::Rootless => {
                 let mut command = self.command("rm");
                 command.args(["-rf", "--"]).args(&trees);
-                run(command, || "podman unshare rm -rf".to_owned()).map(drop).or_else(|error| {
+                run(command, bounds::STATE_WALK, || "podman unshare rm -rf".to_owned()).map(drop).or_else(|error| {
                     // Podman itself may not work (then nothing was mounted
                     // or written from the namespace): trees holding only the
                     // user's own files go without it.
@@ -494,11 +520,13 @@ impl Overlay {
     }
 }
 
-/// Runs `command`; its stdout, or an error with `what` and its stderr.
-pub(super) fn run(mut command: Command, what: impl FnOnce() -> String) -> Result<Vec<u8>> {
-    let output = command.output().with_context(|| format!("cannot run {}", command.get_program().to_string_lossy()))?;
+/// Runs `command` for at most `bound`; its stdout, or an error with `what`
+/// and its stderr (or the bound).
+pub(super) fn run(command: Command, bound: std::time::Duration, what: impl FnOnce() -> String) -> Result<Vec<u8>> {
+    let what = what();
+    let output = crate::podman::output_bounded_blocking(command, bound, &what)?;
     if !output.status.success() {
-        crate::bail!("{} failed ({}): {}", what(), output.status, String::from_utf8_lossy(&output.stderr).trim());
+        crate::bail!("{what} failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
     }
     Ok(output.stdout)
 }

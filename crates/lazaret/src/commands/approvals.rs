@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
+use lazaret_core::bounds;
 use lazaret_core::config::DEFAULT_PROFILE;
 use lazaret_core::domain::{DomainAnchor, DomainResources};
 use lazaret_protocol::{Decision, EditorInfo, FolderDomain, LazaretApiClient, PendingEscalation, RunningDomain, API_VERSION};
-use lazaret_rpc::client::Answered;
 
 use crate::hold_to_bind::socket_is_live;
 use crate::workspace::{load_config, workspace_path};
@@ -28,23 +28,40 @@ async fn live_sockets(socket_root: &Path) -> Vec<PathBuf> {
     sockets
 }
 
-/// How long a coordinator has to answer a listing: every call but
-/// `session/register` answers at once, so one that does not is stuck, and
-/// saying so beats waiting (an editor's discovery and `lazaret pending`
-/// must not hang on one domain).
-const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Characters of a command or justification `lazaret pending` prints
 /// before it cuts (without --full).
 const SHOWN_CHARACTERS: usize = 300;
 
-/// `call`'s answer, or an error saying the coordinator at `socket` did not
-/// answer in time.
-async fn within<T>(socket: &Path, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-    match tokio::time::timeout(ANSWER_TIMEOUT, call).await {
-        Ok(answer) => answer,
-        Err(_) => bail!("the coordinator at {} did not answer within {} s", socket.display(), ANSWER_TIMEOUT.as_secs()),
+/// Asks every domain at `sockets` at once, each for at most
+/// [`bounds::DOMAIN_ANSWER`]: an editor's discovery
+/// and `lazaret pending` must not wait on one stuck domain, nor one domain
+/// after another. `call` names the client method `ask` calls, for the error
+/// of a domain that does not answer. Answers come sorted by socket.
+async fn ask_every_domain<T, Answer>(
+    sockets: Vec<PathBuf>,
+    call: &'static str,
+    ask: fn(lazaret_rpc::client::Client) -> Answer,
+) -> Vec<(PathBuf, Result<T>)>
+where
+    T: Send + 'static,
+    Answer: std::future::Future<Output = Result<T, lazaret_rpc::client::CallError>> + Send + 'static,
+{
+    let mut asked = tokio::task::JoinSet::new();
+    for socket in sockets {
+        asked.spawn(async move {
+            let answer = async {
+                let client = lazaret_rpc::client::connect(&socket, bounds::DOMAIN_ANSWER).await?;
+                lazaret_rpc::client::within(call, bounds::DOMAIN_ANSWER, ask(client)).await
+            }
+            .await
+            .map_err(anyhow::Error::from);
+            let domain = socket.parent().and_then(Path::file_name).map(|hash| hash.to_string_lossy().into_owned()).unwrap_or_default();
+            (socket, answer.map_err(|error: anyhow::Error| error.context(format!("domain {domain}"))))
+        });
     }
+    let mut answers = asked.join_all().await;
+    answers.sort_by(|(one, _), (other, _)| one.cmp(other));
+    answers
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -71,14 +88,10 @@ pub fn editor_info(config_path: Option<&Path>, json: bool, workspaces: &[PathBuf
             folder.running = socket_is_live(Path::new(&folder.control_socket)).await;
         }
         let mut domains = Vec::new();
-        for socket in live_sockets(&config.socket_root).await {
-            // A domain that does not answer is left out (the editors connect
-            // to every control socket themselves and show its failure).
-            let status = within(&socket, async {
-                let client = lazaret_rpc::client::connect(&socket).await?;
-                Ok(client.domain_status().await.answered()?)
-            })
-            .await;
+        let sockets = live_sockets(&config.socket_root).await;
+        // A domain that does not answer is left out (the editors connect
+        // to every control socket themselves and show its failure).
+        for (socket, status) in ask_every_domain(sockets, "domain_status", |client| async move { client.domain_status().await }).await {
             match status {
                 Ok(status) => domains.push(RunningDomain { control_socket: socket.display().to_string(), status }),
                 Err(error) => tracing::warn!("{error:#}"),
@@ -122,12 +135,8 @@ pub fn editor_info(config_path: Option<&Path>, json: bool, workspaces: &[PathBuf
 async fn all_pending(socket_root: &Path) -> (Vec<(PathBuf, PendingEscalation)>, Vec<String>) {
     let mut pending = Vec::new();
     let mut failures = Vec::new();
-    for socket in live_sockets(socket_root).await {
-        let listed = within(&socket, async {
-            let client = lazaret_rpc::client::connect(&socket).await?;
-            Ok(client.escalation_list().await.answered()?)
-        })
-        .await;
+    let sockets = live_sockets(socket_root).await;
+    for (socket, listed) in ask_every_domain(sockets, "escalation_list", |client| async move { client.escalation_list().await }).await {
         match listed {
             Ok(list) => pending.extend(list.into_iter().map(|escalation| (socket.clone(), escalation))),
             Err(error) => failures.push(format!("cannot list the pending requests of {}: {error:#}", socket.display())),
@@ -204,8 +213,9 @@ pub fn respond(
             [] => bail!("no pending escalation `{request_id}` (lazaret pending lists them)"),
             _ => bail!("`{request_id}` matches {} pending escalations; give more of the id", matching.len()),
         };
-        let client = lazaret_rpc::client::connect(socket).await?;
-        client.escalation_respond(escalation.request_id.clone(), decision, argv, reason, Some("cli".to_owned())).await.answered()?;
+        let client = lazaret_rpc::client::connect(socket, bounds::ORDINARY_CALL).await?;
+        let respond = client.escalation_respond(escalation.request_id.clone(), decision, argv, reason, Some("cli".to_owned()));
+        lazaret_rpc::client::within("escalation_respond", bounds::ORDINARY_CALL, respond).await?;
         let name = lazaret_core::terminal_text::name;
         let done = match decision {
             Decision::Approve => "approved",
@@ -216,4 +226,51 @@ pub fn respond(
         println!("{done}: {} ({})", name(&escalation.request_id), name(&escalation.display));
         Ok(0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two domains whose coordinators accept but never answer: both are
+    /// reported, by hash and with the call and its bound, after one bound,
+    /// not one after the other.
+    #[tokio::test]
+    async fn stuck_domains_are_asked_at_once_and_reported_by_name() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let mut listeners = Vec::new();
+        let mut sockets = Vec::new();
+        for hash in ["aaaaaaaaaaaa", "bbbbbbbbbbbb"] {
+            let dir = root.path().join(hash);
+            std::fs::create_dir(&dir).expect("mkdir");
+            let socket = dir.join(lazaret_protocol::socket::CONTROL_SOCKET_FILE);
+            listeners.push(tokio::net::UnixListener::bind(&socket).expect("bind"));
+            sockets.push(socket);
+        }
+        // Accepted (so connecting succeeds), never read.
+        let mut held = Vec::new();
+        let accepting = async {
+            loop {
+                for listener in &listeners {
+                    if let Ok((stream, _)) = listener.accept().await {
+                        held.push(stream);
+                    }
+                }
+            }
+        };
+        let started = std::time::Instant::now();
+        let answers = tokio::select! {
+            answers = ask_every_domain(sockets, "escalation_list", |client| async move { client.escalation_list().await }) => answers,
+            _ = accepting => unreachable!("accepting never ends"),
+        };
+        let elapsed = started.elapsed();
+        assert!(elapsed < bounds::DOMAIN_ANSWER * 2 - std::time::Duration::from_secs(1), "asked at once, took {elapsed:?}");
+        assert_eq!(answers.len(), 2);
+        for ((socket, answer), hash) in answers.iter().zip(["aaaaaaaaaaaa", "bbbbbbbbbbbb"]) {
+            assert!(socket.starts_with(root.path().join(hash)));
+            let message = format!("{:#}", answer.as_ref().expect_err("no answer"));
+            assert!(message.contains(&format!("domain {hash}")), "{message}");
+            assert!(message.contains("escalation_list within 5 s"), "{message}");
+        }
+    }
 }

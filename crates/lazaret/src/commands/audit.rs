@@ -6,8 +6,9 @@ use std::path::Path;
 
 use anyhow::Result;
 use lazaret_coordinator::domain_lock::DomainLock;
+use lazaret_core::bounds;
 use lazaret_protocol::{AuditRecord, AuditVerification, LazaretApiClient};
-use lazaret_rpc::client::{Answered, Client};
+use lazaret_rpc::client::Client;
 use lazaret_store::Store;
 
 use crate::cli::DomainTarget;
@@ -31,7 +32,7 @@ fn query<T>(
         }
         // A coordinator that ends between the look and the answer leaves the
         // store to this command: the domain lock below waits for its teardown.
-        let answer = match lazaret_rpc::client::connect(&domain.control_socket).await {
+        let answer = match lazaret_rpc::client::connect(&domain.control_socket, bounds::SLOW_CALL).await {
             Ok(client) => online(&client).await,
             Err(error) => Err(error),
         };
@@ -66,7 +67,12 @@ pub fn list(config_path: Option<&Path>, target: &DomainTarget, limit: usize, jso
             let mut records: Vec<AuditRecord> = Vec::new();
             while records.len() < limit {
                 let before = records.first().map(|record| record.sequence);
-                let page = client.audit_list(Some(limit - records.len()), before).await.answered()?;
+                let page = lazaret_rpc::client::within(
+                    "audit_list",
+                    bounds::ORDINARY_CALL,
+                    client.audit_list(Some(limit - records.len()), before),
+                )
+                .await?;
                 if page.is_empty() {
                     break;
                 }
@@ -108,7 +114,7 @@ pub fn list(config_path: Option<&Path>, target: &DomainTarget, limit: usize, jso
 
 pub fn verify(config_path: Option<&Path>, target: &DomainTarget) -> Result<u8> {
     let verification: AuditVerification =
-        query(config_path, target, async |client: &Client| client.audit_verify().await.answered(), |store| Ok(store.verify_audit()?))?;
+        query(config_path, target, async |client: &Client| lazaret_rpc::client::within("audit_verify", bounds::SLOW_CALL, client.audit_verify()).await, |store| Ok(store.verify_audit()?))?;
     for note in &verification.notes {
         println!("note: {note}");
     }

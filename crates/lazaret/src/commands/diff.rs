@@ -6,10 +6,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use lazaret_coordinator::git_sentry::{self, agent_branch, HostRepository};
+use lazaret_core::bounds;
 use lazaret_core::terminal_text;
 use lazaret_protocol::BranchDiff;
 use lazaret_protocol::LazaretApiClient;
-use lazaret_rpc::client::Answered;
 
 use crate::cli::DomainTarget;
 use crate::hold_to_bind::socket_is_live;
@@ -27,8 +27,8 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, stat: bool, json: 
         if !socket_is_live(&socket).await {
             return Ok::<_, anyhow::Error>(None);
         }
-        let client = lazaret_rpc::client::connect(&socket).await?;
-        Ok(Some(client.branch_diff(Some(with_patch), None).await.answered()?))
+        let client = lazaret_rpc::client::connect(&socket, bounds::SLOW_CALL).await?;
+        Ok(Some(lazaret_rpc::client::within("branch_diff", bounds::SLOW_CALL, client.branch_diff(Some(with_patch), None)).await?))
     })?;
     let diff = match from_coordinator {
         Some(diff) => diff,

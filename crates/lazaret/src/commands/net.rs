@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use anyhow::{bail, Result};
+use lazaret_core::bounds;
 use lazaret_protocol::{LazaretApiClient, NetworkPolicy};
-use lazaret_rpc::client::Answered;
 
 use crate::cli::DomainTarget;
 use crate::hold_to_bind::socket_is_live;
@@ -30,14 +30,15 @@ pub fn call(config_path: Option<&Path>, target: &DomainTarget, change: Change, j
                 domain.domain_hash
             );
         }
-        let client = lazaret_rpc::client::connect(&domain.control_socket).await?;
+        let client = lazaret_rpc::client::connect(&domain.control_socket, bounds::ORDINARY_CALL).await?;
+        let bound = bounds::ORDINARY_CALL;
         let answer = match change {
-            Change::Show => client.network_show().await,
-            Change::Allow(rule) => client.network_allow(rule).await,
-            Change::Deny(rule) => client.network_deny(rule).await,
-            Change::Reload => client.network_reload().await,
+            Change::Show => lazaret_rpc::client::within("network_show", bound, client.network_show()).await,
+            Change::Allow(rule) => lazaret_rpc::client::within("network_allow", bound, client.network_allow(rule)).await,
+            Change::Deny(rule) => lazaret_rpc::client::within("network_deny", bound, client.network_deny(rule)).await,
+            Change::Reload => lazaret_rpc::client::within("network_reload", bound, client.network_reload()).await,
         };
-        Ok(answer.answered()?)
+        Ok(answer?)
     })?;
     if json {
         super::print_json(&policy)?;

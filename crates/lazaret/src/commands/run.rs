@@ -8,9 +8,10 @@ use anyhow::{Context, Result};
 use lazaret_coordinator::coordinator::WorkspaceMode;
 use lazaret_coordinator::git_sentry::{agent_branch, HostRepository};
 use lazaret_coordinator::podman::Podman;
+use lazaret_core::bounds;
 use lazaret_core::config::DEFAULT_IMAGE;
 use lazaret_protocol::{Decision, Event, LazaretApiClient, PendingEscalation, SequencedEvent};
-use lazaret_rpc::client::{Answered, Client, Subscription};
+use lazaret_rpc::client::{Client, Subscription};
 
 use crate::cli::DomainTarget;
 use crate::hold_to_bind::{self, CoordinatorLaunch};
@@ -68,7 +69,7 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
         let (actions, action_receiver) = tokio::sync::mpsc::unbounded_channel();
         if session::is_interactive() {
             // Escalations of this session are prompted for here.
-            let events = client.events_subscribe().await.answered()?;
+            let events = lazaret_rpc::client::within("events_subscribe", bounds::ORDINARY_CALL, client.events_subscribe()).await?;
             tokio::spawn(show_escalations(events, client.clone(), ui.clone(), session_id.clone()));
             tokio::spawn(answer_escalations(action_receiver, client.clone()));
         }
@@ -84,7 +85,8 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
             actions,
         )
         .await?;
-        if let Err(error) = client.session_unregister(session_id.clone(), Some(status)).await.answered() {
+        let unregister = client.session_unregister(session_id.clone(), Some(status));
+        if let Err(error) = lazaret_rpc::client::within("session_unregister", bounds::UNREGISTER_CALL, unregister).await {
             tracing::warn!(%error, "could not unregister the session");
         }
         Ok(u8::try_from(status.clamp(0, 255)).unwrap_or(255))
@@ -103,7 +105,7 @@ async fn show_escalations(mut events: Subscription<SequencedEvent>, client: Arc<
             Event::EscalationResolved { request_id, .. } => session::lock_ui(&ui).resolved(&request_id),
             Event::EventsLagged { dropped } => {
                 tracing::warn!(dropped, "events were lost; listing the pending escalations again");
-                match client.escalation_list().await.answered() {
+                match lazaret_rpc::client::within("escalation_list", bounds::ORDINARY_CALL, client.escalation_list()).await {
                     Ok(pending) => {
                         let mine: Vec<PendingEscalation> =
                             pending.into_iter().filter(|escalation| escalation.session_id == session_id).collect();
@@ -127,12 +129,16 @@ async fn answer_escalations(mut actions: tokio::sync::mpsc::UnboundedReceiver<cr
             PromptAction::Edit { request_id, argv } => (request_id, Decision::Edit, Some(argv.clone())),
             PromptAction::Abort { request_id } => (request_id, Decision::Abort, None),
         };
-        let answered = client.escalation_respond(request_id.clone(), decision, argv, None, Some("terminal".to_owned())).await.answered();
+        let respond = client.escalation_respond(request_id.clone(), decision, argv, None, Some("terminal".to_owned()));
+        let answered = lazaret_rpc::client::within("escalation_respond", bounds::ORDINARY_CALL, respond).await;
         if let Err(error) = answered {
             tracing::warn!(%error, "could not answer the escalation");
         }
         if matches!(action, PromptAction::Abort { .. }) {
-            let _ = client.domain_shutdown(Some("aborted at the terminal prompt".to_owned())).await;
+            let shutdown = client.domain_shutdown(Some("aborted at the terminal prompt".to_owned()));
+            if let Err(error) = lazaret_rpc::client::within("domain_shutdown", bounds::ORDINARY_CALL, shutdown).await {
+                tracing::warn!(%error, "could not shut the domain down");
+            }
         }
     }
 }

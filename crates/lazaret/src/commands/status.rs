@@ -6,9 +6,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use lazaret_coordinator::domain_lock::DomainLock;
+use lazaret_core::bounds;
 use lazaret_protocol::LazaretApiClient;
 use lazaret_protocol::{CompletedSession, DomainStatus, StatusReport};
-use lazaret_rpc::client::Answered;
 use lazaret_store::Store;
 
 use crate::cli::DomainTarget;
@@ -27,8 +27,8 @@ pub fn status(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> 
         if !socket_is_live(&socket).await {
             return Ok::<_, anyhow::Error>(None);
         }
-        let client = lazaret_rpc::client::connect(&socket).await?;
-        Ok(Some(client.domain_status().await.answered()?))
+        let client = lazaret_rpc::client::connect(&socket, bounds::ORDINARY_CALL).await?;
+        Ok(Some(lazaret_rpc::client::within("domain_status", bounds::ORDINARY_CALL, client.domain_status()).await?))
     })?;
     match (status, json) {
         (status, true) => {
@@ -69,8 +69,10 @@ pub fn sessions(config_path: Option<&Path>, target: &DomainTarget, limit: usize,
     let domain = resolved.domain.clone();
     let sessions: Vec<CompletedSession> = runtime()?.block_on(async {
         if socket_is_live(&domain.control_socket).await {
-            let client = lazaret_rpc::client::connect(&domain.control_socket).await?;
-            return Ok::<_, anyhow::Error>(client.session_list(Some(limit)).await.answered()?);
+            let client = lazaret_rpc::client::connect(&domain.control_socket, bounds::ORDINARY_CALL).await?;
+            return Ok::<_, anyhow::Error>(
+                lazaret_rpc::client::within("session_list", bounds::ORDINARY_CALL, client.session_list(Some(limit))).await?,
+            );
         }
         // No coordinator: hold the domain lock (so none can start meanwhile)
         // and read the store ourselves.
