@@ -127,3 +127,8 @@ pub const STATE_WALK: Duration = Duration::from_secs(600);
 /// coordinator chooses its runtime: a Go program start, tens of
 /// milliseconds. A runsc that hangs is passed over like one that fails.
 pub const RUNSC_PROBE: Duration = Duration::from_secs(10);
+
+/// A short snippet the CLI runs inside the sandbox during a session (a
+/// signal for ^C on old runsc, the terminal's new size): milliseconds, but
+/// the sandbox's binaries are the agent's, so a hung one is cut off.
+pub const IN_SANDBOX_SIGNAL: Duration = Duration::from_secs(5);

@@ -534,15 +534,17 @@ fn interrupt_script(state: &str) -> String {
     )
 }
 
-/// Runs a short shell snippet inside the sandbox (best effort).
+/// Runs a short shell snippet inside the sandbox (best effort), for at most
+/// [`lazaret_core::bounds::IN_SANDBOX_SIGNAL`]: the sandbox's `sh`, `ps`
+/// and `stty` are the agent's to replace, and a hung one must not hold the
+/// session's terminal.
 fn signal_inside(container: &str, script: &str) {
-    let _ = Podman::default()
-        .command()
-        .args(["exec", container, "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    let mut command = Podman::default().command();
+    command.args(["exec", container, "sh", "-c", script]);
+    let what = format!("podman exec in {container}");
+    if let Err(error) = lazaret_coordinator::podman::output_bounded_blocking(command, lazaret_core::bounds::IN_SANDBOX_SIGNAL, &what) {
+        tracing::debug!(error = %error.chained(), "signal or terminal size inside the sandbox");
+    }
 }
 
 /// Polls the terminal size (SIGWINCH cannot be waited for from a plain
