@@ -113,8 +113,12 @@ pub fn list(config_path: Option<&Path>, target: &DomainTarget, limit: usize, jso
 }
 
 pub fn verify(config_path: Option<&Path>, target: &DomainTarget) -> Result<u8> {
-    let verification: AuditVerification =
-        query(config_path, target, async |client: &Client| lazaret_rpc::client::within("audit_verify", bounds::SLOW_CALL, client.audit_verify()).await, |store| Ok(store.verify_audit()?))?;
+    let verification: AuditVerification = query(
+        config_path,
+        target,
+        async |client: &Client| lazaret_rpc::client::within("audit_verify", bounds::SLOW_CALL, client.audit_verify()).await,
+        |store| Ok(store.verify_audit()?),
+    )?;
     for note in &verification.notes {
         println!("note: {note}");
     }
