@@ -6,6 +6,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { after, before, test } from "node:test";
 import { ResponseError } from "vscode-jsonrpc/node";
+import type { RunResult } from "../../src/discovery";
 import { discoveryProblem, DomainManager } from "../../src/domains";
 import { API_VERSION, METHODS } from "../../src/protocol";
 import { editorInfo, escalation, FakeCoordinator, tempDir, until } from "./fake";
@@ -209,23 +210,23 @@ test("a coordinator that accepts but never answers is a problem after the timeou
   }
 });
 
-test("a failed discovery (no lazaret binary) is a problem with the fix, never an empty queue (issue 26, item 8)", async () => {
-  const m = new DomainManager({
-    run: async () => ({ code: 127, stdout: "", stderr: "spawn /nowhere/lazaret ENOENT" }),
-    folders: () => [],
-    log: () => undefined,
-    binary: () => "/nowhere/lazaret",
-  });
+/** What a manager whose discovery got `result` from `binary` knows once started. */
+async function afterDiscovery(result: RunResult, binary: string) {
+  const m = new DomainManager({ run: async () => result, folders: () => [], log: () => undefined, binary: () => binary });
   try {
     await m.start();
-    assert.equal(m.discovered, true);
-    const problems = m.problems();
-    assert.equal(problems.length, 1);
-    assert.match(problems[0].message, /cannot run the lazaret binary `\/nowhere\/lazaret`/);
-    assert.match(problems[0].fix, /lazaret\.path/);
+    return { discovered: m.discovered, info: m.info, problems: m.problems() };
   } finally {
     m.dispose();
   }
+}
+
+test("a failed discovery (no lazaret binary) is a problem with the fix, never an empty queue (issue 26, item 8)", async () => {
+  const { discovered, problems } = await afterDiscovery({ code: 127, stdout: "", stderr: "spawn /nowhere/lazaret ENOENT" }, "/nowhere/lazaret");
+  assert.equal(discovered, true);
+  assert.equal(problems.length, 1);
+  assert.match(problems[0].message, /cannot run the lazaret binary `\/nowhere\/lazaret`/);
+  assert.match(problems[0].fix, /lazaret\.path/);
   assert.match(discoveryProblem("lazaret editor-info failed: exit status 2", "lazaret").fix, /editor-info/);
 });
 
@@ -266,21 +267,11 @@ test("a coordinator of another API version is listed with the problem and what t
 });
 
 test("a lazaret binary of another API version is a discovery problem naming both versions and the fix (issue 28, item 5)", async () => {
-  const m = new DomainManager({
-    run: async () => ({ code: 0, stdout: JSON.stringify({ ...JSON.parse(editorInfo(root)), apiVersion: API_VERSION + 1 }), stderr: "" }),
-    folders: () => [],
-    log: () => undefined,
-    binary: () => "/opt/new/lazaret",
-  });
-  try {
-    await m.start();
-    assert.equal(m.discovered, true);
-    assert.equal(m.info, undefined);
-    const problems = m.problems();
-    assert.equal(problems.length, 1);
-    assert.equal(problems[0].message, `the lazaret binary \`/opt/new/lazaret\` speaks API ${API_VERSION + 1}, this extension speaks API ${API_VERSION}`);
-    assert.match(problems[0].fix, /Update the Lazaret extension/);
-  } finally {
-    m.dispose();
-  }
+  const stdout = JSON.stringify({ ...JSON.parse(editorInfo(root)), apiVersion: API_VERSION + 1 });
+  const { discovered, info, problems } = await afterDiscovery({ code: 0, stdout, stderr: "" }, "/opt/new/lazaret");
+  assert.equal(discovered, true);
+  assert.equal(info, undefined);
+  assert.equal(problems.length, 1);
+  assert.equal(problems[0].message, `the lazaret binary \`/opt/new/lazaret\` speaks API ${API_VERSION + 1}, this extension speaks API ${API_VERSION}`);
+  assert.match(problems[0].fix, /Update the Lazaret extension/);
 });

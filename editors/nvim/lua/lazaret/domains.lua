@@ -142,6 +142,23 @@ local function refresh_policy(d)
   end)
 end
 
+--- After `answer_timeout_ms`, a question to `conn` still unanswered
+--- (`waiting()`) becomes the domain's `list_error`: a coordinator that does
+--- not answer is shown as such, never as an empty queue.
+local function watchdog(d, conn, method, waiting)
+  local timeout = config.options.answer_timeout_ms
+  vim.defer_fn(function()
+    if d.conn == conn and waiting() then
+      d.list_error = {
+        what = string.format('the coordinator did not answer %s within %g s', method, timeout / 1000),
+        fix = 'is it stopped or overloaded? `lazaret status` tells; the plugin keeps waiting for its answer',
+        short = 'coordinator not answering',
+      }
+      M.changed()
+    end
+  end, timeout)
+end
+
 --- Lists the queue and the status again (after connecting or lost events).
 --- An error, or no answer within `answer_timeout_ms`, becomes the domain's
 --- `list_error` (shown instead of an empty queue) until a list succeeds.
@@ -153,17 +170,9 @@ function M.resync(d)
   M.stats.resyncs = M.stats.resyncs + 1
   d.list_generation = (d.list_generation or 0) + 1
   local generation, conn = d.list_generation, d.conn
-  local timeout = config.options.answer_timeout_ms
-  vim.defer_fn(function()
-    if d.list_generation == generation and d.conn == conn and d.listing then
-      d.list_error = {
-        what = string.format('the coordinator did not answer escalation/list within %g s', timeout / 1000),
-        fix = 'is it stopped or overloaded? `lazaret status` tells; the plugin keeps waiting for its answer',
-        short = 'coordinator not answering',
-      }
-      M.changed()
-    end
-  end, timeout)
+  watchdog(d, conn, protocol.methods.escalation_list, function()
+    return d.list_generation == generation and d.listing
+  end)
   d.listing = true
   conn:request(protocol.methods.escalation_list, nil, function(err, list)
     if d.conn ~= conn then
@@ -307,18 +316,10 @@ end
 --- version is subscribed to, then listed.
 function M.check_version(d)
   local conn = d.conn
-  local timeout = config.options.answer_timeout_ms
   d.checking = true
-  vim.defer_fn(function()
-    if d.conn == conn and d.checking then
-      d.list_error = {
-        what = string.format('the coordinator did not answer domain/status within %g s', timeout / 1000),
-        fix = 'is it stopped or overloaded? `lazaret status` tells; the plugin keeps waiting for its answer',
-        short = 'coordinator not answering',
-      }
-      M.changed()
-    end
-  end, timeout)
+  watchdog(d, conn, protocol.methods.domain_status, function()
+    return d.checking
+  end)
   conn:request(protocol.methods.domain_status, nil, function(err, status)
     if d.conn ~= conn then
       return
