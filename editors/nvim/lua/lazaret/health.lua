@@ -68,7 +68,7 @@ function M.check()
     health.error(err and err.what or '`lazaret editor-info --json` failed', { err and err.fix or ':help lazaret-health' })
     return
   end
-  health.ok(string.format('API version %d (the plugin speaks %d)', info.apiVersion, M.API_VERSION))
+  health.ok(string.format('API version %d (the plugin expects %d)', info.apiVersion, M.API_VERSION))
   if info.framing ~= 'Content-Length' then
     health.error('framing ' .. tostring(info.framing) .. ' (expected Content-Length)')
   end
