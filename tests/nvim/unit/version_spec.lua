@@ -211,6 +211,28 @@ T.test('a coordinator of another API version is listed with the problem and neve
   fake:close()
 end)
 
+T.test('a coordinator whose domain/status fails is a problem, and is not listed even on a refresh', function()
+  local path = root .. '/run/c0ffee000002/control.sock'
+  vim.fn.mkdir(vim.fn.fnamemodify(path, ':h'), 'p')
+  local fake = Fake.new(path, vim.tbl_extend('force', methods, {
+    ['domain/status'] = function()
+      return nil, { code = -32603, message = 'the store is locked' }
+    end,
+  }))
+  domains.tick()
+  T.wait(function()
+    return #domains.problems() == 1
+  end, 3000, 'the problem')
+  T.ok(domains.problems()[1].what:find('domain/status failed: the store is locked', 1, true), domains.problems()[1].what)
+  domains.resync(domains.domains[path]) -- what `r` in :Lazaret does for a connected domain
+  vim.wait(200)
+  T.eq(#fake:calls('escalation/list'), 0, 'not listed')
+  T.eq(#fake:calls('events/subscribe'), 0, 'not subscribed')
+  T.eq(domains.connected(), {})
+  T.eq(domains.queue:count(), 0)
+  fake:close()
+end)
+
 domains.stop()
 vim.fn.delete(root, 'rf')
 T.finish()

@@ -163,8 +163,8 @@ end
 --- An error, or no answer within `answer_timeout_ms`, becomes the domain's
 --- `list_error` (shown instead of an empty queue) until a list succeeds.
 function M.resync(d)
-  -- Only a coordinator of this API version (checked on connect) is listed.
-  if not d.conn or d.state ~= 'connected' then
+  -- Only a coordinator whose API version was checked (on connect) and is ours is listed.
+  if not d.conn or d.state ~= 'connected' or not d.version_ok then
     return
   end
   M.stats.resyncs = M.stats.resyncs + 1
@@ -251,7 +251,7 @@ end
 local function on_exit(d)
   d.conn, d.state, d.sub = nil, 'down', nil
   d.list_error, d.listing, d.listed = nil, false, false
-  d.version_error, d.checking = nil, false
+  d.version_error, d.checking, d.version_ok = nil, false, false
   M.queue:drop_domain(d.path)
   M.changed()
 end
@@ -339,6 +339,7 @@ function M.check_version(d)
       d.state, d.version_error = 'mismatch', mismatch
       return M.changed()
     end
+    d.version_ok = true
     d.status, d.hash = status, status.domainHash
     -- Subscribe first, then list: nothing falls between the two.
     conn:request(protocol.subscription.subscribe, nil, function(e, id)
@@ -440,12 +441,12 @@ function M.stop()
   M.changed()
 end
 
---- Connected domains, the working directory's first.
+--- Connected domains of this API version, the working directory's first.
 --- @return table[]
 function M.connected()
   local out = {}
   for _, d in pairs(M.domains) do
-    if d.state == 'connected' and d.conn then
+    if d.state == 'connected' and d.conn and d.version_ok then
       out[#out + 1] = d
     end
   end
