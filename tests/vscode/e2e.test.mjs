@@ -19,6 +19,8 @@ const ARTIFACTS = process.env.LAZARET_VSCODE_ARTIFACTS || path.join(HERE, "artif
 const BENCH = process.env.LAZARET_VSCODE_BENCH === "1";
 const STATUS = ".statusbar-item";
 const measurements = {};
+/** The API version the extension speaks (its generated protocol.ts). */
+const EXTENSION_API = Number(fs.readFileSync(path.resolve(HERE, "../../vscode-extension/src/protocol.ts"), "utf8").match(/export const API_VERSION = (\d+);/)[1]);
 const CORPUS = JSON.parse(fs.readFileSync(path.resolve(HERE, "../hostile/strings.json"), "utf8"));
 
 // The unsafe set of DECISIONS D16 (controls, bidi, invisible, whitespace but the space).
@@ -218,6 +220,26 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     }
     await wb.waitText(STATUS, "Lazaret: 0 pending", 15_000);
     assert.deepEqual(problems, []);
+  });
+
+  test("issue 28 item 5: a coordinator of another API version is shown with both versions and what to update; its requests are not asked for", async () => {
+    await wb.waitText(STATUS, "Lazaret: 0 pending", 10_000);
+    const request = { requestId: "other-api", argv: ["touch", "other-api"], display: "touch other-api", cwd: "/w", domainHash: "deadbeef0004", profile: "fake", sessionId: "s", reasons: [], riskNotes: [], receivedAtMs: Date.now(), expiresAtMs: Date.now() + 300_000 };
+    const newer = new FakeCoordinator(env.socketDir, "deadbeef0004", { apiVersion: EXTENSION_API + 1, pending: [request] });
+    try {
+      await newer.listen();
+      await wb.waitText(STATUS, "Lazaret: cannot ask", 10_000);
+      const said = new RegExp(`speaks API ${EXTENSION_API + 1}, this extension speaks API ${EXTENSION_API}`);
+      await waitUntil(5_000, async () => said.test(await wb.treeText()));
+      const tip = await wb.hoverText(wb.page.locator(STATUS, { hasText: "Lazaret" }).first()).catch((e) => `(no tooltip: ${e.message})`);
+      assert.match(tip, said);
+      assert.match(tip, /Update the Lazaret extension/);
+      assert.ok(!(await wb.treeText()).includes("touch other-api"), "its request is not shown as pending");
+      assert.deepEqual([...new Set(newer.calls)], ["domain/status"], "asked nothing but its version");
+    } finally {
+      await newer.close().catch(() => undefined);
+    }
+    await wb.waitText(STATUS, "Lazaret: 0 pending", 15_000);
   });
 
   test("a request shows as '1 pending'; Approve in the tree runs it on the host, audited as rpc:vscode", async () => {
@@ -922,14 +944,10 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     const info = JSON.parse(r.stdout);
     assert.equal(info.folders[0].workspace, repo);
     assert.equal(info.folders[0].running, true);
-    const log = wb.extensionLog();
-    assert.ok(!log.includes("fallback to lazaret domain --json"), "the extension used editor-info --workspace");
-  });
-
-  test("events carry seq, so lost events are detected [needs protocol v1 additions]", () => {
-    const log = wb.extensionLog();
-    assert.ok(/events are numbered|events carry no seq/.test(log), `the extension logged the first event:\n${log}`);
-    assert.ok(log.includes("events are numbered"), `this lazaret's events carry no seq (protocol v1 additions): ${log.match(/.*events carry no seq.*/)?.[0]}`);
+    assert.equal(info.apiVersion, EXTENSION_API, `${env.binary} speaks another API version than the extension`);
+    // The fake coordinator of another API version (deadbeef0004, its own test) is logged as one; nothing else.
+    const versionProblems = wb.extensionLog().split("\n").filter((line) => /speaks (API|no API)/.test(line) && !line.includes("deadbeef0004"));
+    assert.deepEqual(versionProblems, [], "no version problem was logged for the real domain");
   });
 
   test("a restarted coordinator is reconnected: its requests show again", async () => {

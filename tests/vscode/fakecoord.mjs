@@ -2,7 +2,8 @@
 // cases a real coordinator cannot be made to produce on purpose: one that
 // accepts and never answers (a hung coordinator), one whose escalation/list
 // fails, and one that hands out a request id another domain also uses (ids
-// are minted by each coordinator, so two domains can collide). Speaks the
+// are minted by each coordinator, so two domains can collide), and one of
+// another API version (another build's coordinator). Speaks the
 // same JSON-RPC (vscode-jsonrpc, Content-Length framing) as the real one.
 import * as fs from "node:fs";
 import { createRequire } from "node:module";
@@ -18,13 +19,14 @@ export class FakeCoordinator {
    * mode: "silent" (accepts, never answers), "list-error" (escalation/list
    * fails), "ok" (answers like a coordinator with `pending` waiting).
    */
-  constructor(socketRoot, hash, { mode = "ok", pending = [], workspace = "/nonexistent/fake-workspace", profile = "fake" } = {}) {
+  constructor(socketRoot, hash, { mode = "ok", pending = [], workspace = "/nonexistent/fake-workspace", profile = "fake", apiVersion = 1 } = {}) {
     this.socket = path.join(socketRoot, hash, "control.sock");
     this.hash = hash;
     this.mode = mode;
     this.pending = pending;
     this.workspace = workspace;
     this.profile = profile;
+    this.apiVersion = apiVersion;
     this.responses = [];
     this.calls = [];
     this.connections = [];
@@ -32,7 +34,7 @@ export class FakeCoordinator {
   }
 
   status() {
-    return { apiVersion: 1, domainHash: this.hash, profile: this.profile, workspace: this.workspace, image: "fake", containerName: "fake", containerState: "running", coordinatorPid: process.pid, startedAtMs: Date.now(), sessions: [], agentBranch: `lazaret/agent-${this.profile}` };
+    return { apiVersion: this.apiVersion, domainHash: this.hash, profile: this.profile, workspace: this.workspace, image: "fake", containerName: "fake", containerState: "running", coordinatorPid: process.pid, startedAtMs: Date.now(), sessions: [], agentBranch: `lazaret/agent-${this.profile}` };
   }
 
   listen() {

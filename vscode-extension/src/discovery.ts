@@ -2,9 +2,13 @@
 // (socket root, running domains, the domain of each workspace folder, the
 // profiles), and scanning `<socketRoot>/*/control.sock` for coordinators that
 // start later. Node only (no vscode): the runner is injected for tests.
+//
+// There is no fallback for a lazaret of another API version: a binary or a
+// coordinator that does not speak this extension's `API_VERSION` is reported
+// as such, with what to update (`apiMismatch`), and nothing is asked of it.
 import * as fs from "node:fs";
 import * as path from "node:path";
-import type { EditorInfo, FolderDomain, RunningDomain } from "./protocol";
+import { API_VERSION, EditorInfo, FolderDomain, RunningDomain } from "./protocol";
 
 export interface RunResult {
   code: number;
@@ -13,7 +17,7 @@ export interface RunResult {
 }
 export type Runner = (argv: string[]) => Promise<RunResult>;
 
-/** EditorInfo as the extension uses it; `legacy` when this lazaret predates `--workspace`. */
+/** EditorInfo as the extension uses it. */
 export interface Discovery {
   socketRoot: string;
   version?: string;
@@ -21,7 +25,43 @@ export interface Discovery {
   profiles: string[];
   domains: RunningDomain[];
   folders: FolderDomain[];
-  legacy: boolean;
+}
+
+/** A failure that carries its own fix (shown with it, in the view and the status bar). */
+export class ProblemError extends Error {
+  constructor(
+    message: string,
+    readonly fix: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The version text of an `apiVersion` value as received (anything, from another build). */
+function versionOf(value: unknown): string {
+  return typeof value === "number" && Number.isInteger(value) ? `API ${value}` : "no API version this extension can read";
+}
+
+/**
+ * What a peer of another API version means, and what to update. `who` is
+ * our own text naming the peer ("the lazaret binary `…`", "this domain's
+ * coordinator"); `theirs` is its `apiVersion` as received (possibly absent).
+ * Undefined when it speaks ours.
+ */
+export function apiMismatch(kind: "binary" | "coordinator", who: string, theirs: unknown): { message: string; fix: string } | undefined {
+  if (theirs === API_VERSION) return undefined;
+  const message = `${who} speaks ${versionOf(theirs)}, this extension speaks API ${API_VERSION}`;
+  const newer = typeof theirs === "number" && theirs > API_VERSION;
+  if (newer) return { message, fix: `Update the Lazaret extension to the release of that lazaret (API ${theirs}), then run Lazaret: Refresh.` };
+  if (kind === "binary")
+    return {
+      message,
+      fix: `Update lazaret (the binary the \`lazaret.path\` setting names) to the release of this extension (API ${API_VERSION}), or point \`lazaret.path\` at one, then run Lazaret: Refresh.`,
+    };
+  return {
+    message: `${message}: its requests are not asked for`,
+    fix: `An older lazaret started this coordinator: answer its requests with that lazaret (\`lazaret pending\` in a terminal), and end its sessions so that the next \`lazaret run\` starts a current one.`,
+  };
 }
 
 function parse(text: string): Record<string, unknown> | undefined {
@@ -33,38 +73,23 @@ function parse(text: string): Record<string, unknown> | undefined {
   }
 }
 
-/** Whether a failed `editor-info` run was the CLI rejecting `--workspace` (older lazaret). */
-export function rejectsWorkspaceFlag(result: RunResult): boolean {
-  return result.code !== 0 && /unexpected argument '--workspace'|--workspace/.test(result.stderr);
-}
-
-/** Normalises `editor-info --json` output (current or older lazaret). */
-export function normaliseInfo(raw: Record<string, unknown>): Discovery {
+/**
+ * Checks `editor-info --json` output against the `EditorInfo` contract of
+ * this extension's API version. `binary` names the lazaret in messages.
+ */
+export function normaliseInfo(raw: Record<string, unknown>, binary = "lazaret"): Discovery {
   const info = raw as Partial<EditorInfo>;
-  if (typeof info.socketRoot !== "string") throw new Error("editor-info: no socketRoot");
+  const mismatch = apiMismatch("binary", `the lazaret binary \`${binary}\``, info.apiVersion);
+  if (mismatch) throw new ProblemError(mismatch.message, mismatch.fix);
+  if (typeof info.socketRoot !== "string" || !Array.isArray(info.domains) || !Array.isArray(info.folders) || !Array.isArray(info.profiles))
+    throw new Error(`lazaret editor-info failed: its answer is not the EditorInfo of API ${API_VERSION}`);
   return {
     socketRoot: info.socketRoot,
     version: typeof info.version === "string" ? info.version : undefined,
     defaultProfile: typeof info.defaultProfile === "string" ? info.defaultProfile : "default",
-    profiles: Array.isArray(info.profiles) && info.profiles.length ? info.profiles : ["default"],
-    domains: Array.isArray(info.domains) ? info.domains : [],
-    folders: Array.isArray(info.folders) ? info.folders : [],
-    legacy: !Array.isArray(info.folders),
-  };
-}
-
-/** `lazaret domain --json` of an older lazaret (snake_case) or a newer one (camelCase), as a FolderDomain. */
-export function folderFromDomainJson(raw: Record<string, unknown>): FolderDomain | undefined {
-  const pick = (camel: string, snake: string) => (raw[camel] ?? raw[snake]) as string | undefined;
-  const controlSocket = pick("controlSocket", "control_socket");
-  const domainHash = pick("domainHash", "domain_hash");
-  if (!controlSocket || !domainHash) return undefined;
-  return {
-    controlSocket,
-    domainHash,
-    profile: String(raw.profile ?? "default"),
-    workspace: String(raw.workspace ?? ""),
-    running: isSocket(controlSocket),
+    profiles: info.profiles.length ? info.profiles.map(String) : ["default"],
+    domains: info.domains,
+    folders: info.folders,
   };
 }
 
@@ -76,34 +101,15 @@ export function isSocket(p: string): boolean {
   }
 }
 
-/**
- * Runs `lazaret editor-info --json [--workspace DIR]...`. An older lazaret that
- * rejects `--workspace` is asked again without it, and each folder's domain is
- * found with `lazaret domain --json --workspace DIR` (legacy = true).
- */
-export async function discover(run: Runner, workspaces: readonly string[]): Promise<Discovery> {
+/** Runs `lazaret editor-info --json [--workspace DIR]...`. */
+export async function discover(run: Runner, workspaces: readonly string[], binary = "lazaret"): Promise<Discovery> {
   const argv = ["editor-info", "--json"];
   for (const dir of workspaces) argv.push("--workspace", dir);
-  const first = await run(argv);
-  const parsed = first.code === 0 ? parse(first.stdout) : undefined;
-  if (parsed) return normaliseInfo(parsed);
-  if (workspaces.length === 0 || !rejectsWorkspaceFlag(first)) {
-    throw new Error(`lazaret editor-info failed: ${first.stderr.trim() || `exit status ${first.code}`}`);
-  }
-  const bare = await run(["editor-info", "--json"]);
-  const legacyRaw = bare.code === 0 ? parse(bare.stdout) : undefined;
-  if (!legacyRaw) throw new Error(`lazaret editor-info failed: ${bare.stderr.trim() || `exit status ${bare.code}`}`);
-  const info = normaliseInfo(legacyRaw);
-  info.legacy = true;
-  const folders = await Promise.all(
-    workspaces.map(async (dir) => {
-      const res = await run(["domain", "--json", "--workspace", dir]);
-      const raw = res.code === 0 ? parse(res.stdout) : undefined;
-      return raw ? folderFromDomainJson(raw) : undefined;
-    }),
-  );
-  info.folders = folders.filter((f): f is FolderDomain => !!f);
-  return info;
+  const res = await run(argv);
+  if (res.code !== 0) throw new Error(`lazaret editor-info failed: ${res.stderr.trim() || `exit status ${res.code}`}`);
+  const parsed = parse(res.stdout);
+  if (!parsed) throw new Error("lazaret editor-info failed: its answer is not JSON");
+  return normaliseInfo(parsed, binary);
 }
 
 /** Control sockets under the socket root (`<root>/<domainHash>/control.sock`), sorted. */
@@ -118,13 +124,4 @@ export function scanSockets(root: string): string[] {
     .map((name) => path.join(root, name, "control.sock"))
     .filter(isSocket)
     .sort();
-}
-
-/** The profiles `lazaret config show --json` names (older lazaret: only the one it shows). */
-export function profilesFromConfigShow(text: string): string[] {
-  const raw = parse(text);
-  if (!raw) return [];
-  if (Array.isArray(raw.profiles)) return raw.profiles.map(String);
-  if (raw.profiles && typeof raw.profiles === "object") return Object.keys(raw.profiles);
-  return typeof raw.profile === "string" ? [raw.profile] : [];
 }

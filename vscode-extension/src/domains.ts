@@ -3,8 +3,8 @@
 // coordinator with one event subscription; reconnects when a coordinator comes
 // back on the same path; resyncs after `eventsLagged` or a gap. Node only.
 import * as fs from "node:fs";
-import { CoordinatorClient, Log, METHOD_NOT_FOUND, RpcError, TIMED_OUT } from "./client";
-import { discover, Discovery, isSocket, Runner, scanSockets } from "./discovery";
+import { CoordinatorClient, Log, RpcError, TIMED_OUT } from "./client";
+import { apiMismatch, discover, Discovery, isSocket, ProblemError, Runner, scanSockets } from "./discovery";
 import {
   AuditRecord,
   BranchDiff,
@@ -47,8 +47,6 @@ export interface DomainState {
   audit?: AuditRecord[];
   dnsRefusals: DnsRefusal[];
   seq: Sequencer;
-  /** Whether the first event of this connection was logged (numbered or not). */
-  seqReported?: boolean;
   resyncs: number;
   lastError?: string;
   /**
@@ -57,6 +55,8 @@ export interface DomainState {
    * empty queue; cleared by the next list that succeeds.
    */
   problem?: string;
+  /** The fix of `problem` when it is not the usual "ask again" (a coordinator of another API version). */
+  problemFix?: string;
   /** No new attempt before this time (ms) after a failure. */
   retryAt?: number;
   resyncing?: boolean;
@@ -84,13 +84,6 @@ export function discoveryProblem(error: string, binary: string): { message: stri
   };
 }
 
-/** An audit record of an older coordinator (snake_case) as the current camelCase one. */
-export function camelAudit(raw: Record<string, unknown>): AuditRecord {
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(raw)) out[k.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase())] = v;
-  return out as unknown as AuditRecord;
-}
-
 export interface ManagerOptions {
   run: Runner;
   folders: () => string[];
@@ -109,6 +102,8 @@ export class DomainManager {
   readonly domains = new Map<string, DomainState>();
   info?: Discovery;
   discoveryError?: string;
+  /** The fix of `discoveryError` when discovery knew it (a lazaret of another API version). */
+  discoveryFix?: string;
   /** Whether a discovery has finished (before it, nothing was asked yet). */
   discovered = false;
   private listeners: Array<(change: Change, detail?: unknown) => void> = [];
@@ -147,16 +142,21 @@ export class DomainManager {
    */
   problems(): Array<{ socket?: string; message: string; fix: string }> {
     const out: Array<{ socket?: string; message: string; fix: string }> = [];
-    if (this.discoveryError) out.push(discoveryProblem(this.discoveryError, this.opts.binary?.() ?? "lazaret"));
+    if (this.discoveryError)
+      out.push(this.discoveryFix ? { message: this.discoveryError, fix: this.discoveryFix } : discoveryProblem(this.discoveryError, this.binary));
     for (const d of this.domains.values()) {
       if (d.problem)
         out.push({
           socket: d.socket,
           message: d.problem,
-          fix: "Check it with `lazaret pending` in a terminal; Lazaret: Refresh asks again (it retries by itself).",
+          fix: d.problemFix ?? "Check it with `lazaret pending` in a terminal; Lazaret: Refresh asks again (it retries by itself).",
         });
     }
     return out;
+  }
+
+  private get binary(): string {
+    return this.opts.binary?.() ?? "lazaret";
   }
 
   /** Discovers the domains, connects, then keeps scanning the socket root. */
@@ -173,11 +173,13 @@ export class DomainManager {
   /** Runs `lazaret editor-info` again (folders changed, settings changed). */
   async rediscover(): Promise<void> {
     try {
-      this.info = await discover(this.opts.run, this.opts.folders());
+      this.info = await discover(this.opts.run, this.opts.folders(), this.binary);
       this.discoveryError = undefined;
-      this.opts.log("info", `discovered: socket root ${this.info.socketRoot}, ${this.info.domains.length} running domain(s), ${this.info.folders.length} folder domain(s)${this.info.legacy ? " (lazaret without editor-info --workspace: fallback to lazaret domain --json)" : ""}`);
+      this.discoveryFix = undefined;
+      this.opts.log("info", `discovered: socket root ${this.info.socketRoot}, ${this.info.domains.length} running domain(s), ${this.info.folders.length} folder domain(s)`);
     } catch (err) {
       this.discoveryError = (err as Error).message;
+      this.discoveryFix = err instanceof ProblemError ? err.fix : undefined;
       this.discovered = true;
       this.opts.log("error", this.discoveryError);
       this.emit("pending");
@@ -234,6 +236,7 @@ export class DomainManager {
     for (const [socket, state] of this.domains) {
       if (!live.has(socket) && !state.client && !state.connecting && state.problem) {
         state.problem = undefined;
+        state.problemFix = undefined;
         if (!state.folder) this.domains.delete(socket);
         this.emit("pending");
         this.emit("domains");
@@ -249,10 +252,12 @@ export class DomainManager {
   }
 
   /** Records why a domain could not be asked, and waits a little before the next attempt. */
-  private fail(state: DomainState, message: string): void {
+  private fail(state: DomainState, message: string, fix?: string): void {
+    // The same failure again (a retry) is not logged again.
+    if (state.problem !== message) this.opts.log("warn", `${state.socket}: ${message}`);
     state.problem = message;
+    state.problemFix = fix;
     state.retryAt = Date.now() + RETRY_MS;
-    this.opts.log("warn", `${state.socket}: ${message}`);
     this.emit("pending");
     this.emit("domains");
   }
@@ -274,10 +279,20 @@ export class DomainManager {
     if (this.disposed) return client.dispose();
     state.client = client;
     state.seq.reset();
-    state.seqReported = false;
     client.onEvent((event) => this.onEvent(state, event));
     client.onClose(() => this.onClosed(state, client));
     try {
+      // The API version first: a coordinator of another one is not subscribed
+      // to nor asked for its requests (answering a protocol this extension
+      // does not speak is unsafe), only listed with the problem.
+      const status = await client.request(METHODS.domainStatus, {}, this.askTimeout).catch((err: RpcError) => {
+        throw new Error(err.code === TIMED_OUT ? `the coordinator does not answer (${err.message})` : `${METHODS.domainStatus} failed: ${err.message}`);
+      });
+      const mismatch = apiMismatch("coordinator", "this domain's coordinator", (status as Partial<DomainStatus> | null)?.apiVersion);
+      if (mismatch) {
+        this.fail(state, mismatch.message, mismatch.fix);
+        throw new AskFailed(mismatch.message);
+      }
       await client.subscribe(this.askTimeout).catch((err: Error) => {
         throw new Error(`the coordinator does not answer (${err.message})`);
       });
@@ -324,6 +339,7 @@ export class DomainManager {
       if (!Array.isArray(list)) throw new Error(`${METHODS.escalationList} answered with no list`);
       state.status = status;
       state.problem = undefined;
+      state.problemFix = undefined;
       state.retryAt = undefined;
       this.announce(this.queue.replace(state.socket, list));
     } catch (err) {
@@ -381,7 +397,7 @@ export class DomainManager {
       jobs.push(
         client.request(METHODS.auditList, { limit: RECENT }).then(
           (records) => {
-            state.audit = (records as unknown as Record<string, unknown>[]).map(camelAudit);
+            state.audit = records;
             state.auditError = undefined;
           },
           (e: RpcError) => {
@@ -395,10 +411,6 @@ export class DomainManager {
   }
 
   private onEvent(state: DomainState, event: SequencedEvent): void {
-    if (!state.seqReported) {
-      state.seqReported = true;
-      this.opts.log("info", typeof event.seq === "number" ? `${state.socket}: events are numbered (seq ${event.seq})` : `${state.socket}: events carry no seq (lazaret before protocol v1's additions): no gap detection`);
-    }
     const verdict = state.seq.accept(event);
     if (verdict.resync) {
       this.opts.log("warn", `${state.socket}: events lost (${event.kind === "eventsLagged" ? `eventsLagged, ${event.dropped} dropped` : `gap before seq ${event.seq}`}): resync`);
@@ -514,4 +526,3 @@ export class DomainManager {
   }
 }
 
-export { METHOD_NOT_FOUND };

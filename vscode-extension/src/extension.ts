@@ -6,8 +6,6 @@
 import * as vscode from "vscode";
 import * as approvals from "./approvals";
 import { Ctx } from "./context";
-import { profilesFromConfigShow } from "./discovery";
-import { camelAudit } from "./domains";
 import { METHODS, NetworkPolicy } from "./protocol";
 import { ContentProvider, mergeBranch, openBranchDiff, pickDomain, SCHEME, WarningDecorations } from "./review";
 import { quoteArgv, requestDisplay } from "./shell";
@@ -167,12 +165,8 @@ async function startSession(ctx: Ctx, arg?: unknown): Promise<void> {
     void vscode.window.showWarningMessage("Lazaret: open a folder (the top level of a git repository) first.");
     return;
   }
-  let profiles = ctx.manager.info?.profiles ?? [];
-  if (ctx.manager.info?.legacy || !profiles.length) {
-    const shown = await ctx.run(["config", "show", "--json"]);
-    profiles = [...new Set([...profiles, ...profilesFromConfigShow(shown.stdout)])];
-  }
-  if (!profiles.length) profiles = ["default"];
+  // Without a discovery (it failed, and says so in the view) only the built-in profile is offered.
+  const profiles = [...(ctx.manager.info?.profiles ?? ["default"])];
   const defaultProfile = ctx.manager.info?.defaultProfile ?? "default";
   profiles.sort((a, b) => Number(b === defaultProfile) - Number(a === defaultProfile) || a.localeCompare(b));
   const profile =
@@ -228,8 +222,7 @@ async function auditText(ctx: Ctx, uri: vscode.Uri): Promise<string> {
     `Hash chain: ${verify.intact ? "intact" : `BROKEN at ${inert(String(verify.problemAt))}: ${clip(verify.problem, 500)}`} (${verify.records} records)`,
     "",
   ];
-  for (const raw of records as unknown as Record<string, unknown>[]) {
-    const a = camelAudit(raw);
+  for (const a of records) {
     const when = new Date(a.decidedAtMs ?? a.receivedAtMs).toISOString();
     const ran = a.executedArgv && JSON.stringify(a.executedArgv) !== JSON.stringify(a.requestedArgv) ? ` -> ${clipDisplay(quoteArgv(a.executedArgv), 2000)}` : "";
     lines.push(

@@ -12,7 +12,6 @@
 // ./text, and a path with unsafe characters is shown (and named in the
 // document URI) escaped; the real path travels in the URI's query.
 import * as vscode from "vscode";
-import { METHOD_NOT_FOUND, RpcError } from "./client";
 import type { Ctx } from "./context";
 import type { DomainState } from "./domains";
 import { socketOf } from "./nodes";
@@ -77,8 +76,6 @@ export class ContentProvider implements vscode.TextDocumentContentProvider {
       const contents = await pending;
       return versionText(contents[side], side);
     } catch (err) {
-      if (err instanceof RpcError && err.code === METHOD_NOT_FOUND)
-        return `(lazaret: this coordinator does not serve ${METHODS.branchFileContents}; update lazaret to see file contents)\n`;
       return `(lazaret: ${inert((err as Error).message)})\n`;
     }
   }

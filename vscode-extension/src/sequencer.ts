@@ -1,9 +1,10 @@
 // Event sequencing of one subscription. Pure: no editor state.
 // Events carry `seq` 1, 2, 3, ... per subscription; `eventsLagged` or a gap
 // means events were lost and the client must resync (list the queue and the
-// status again). A repeated or older seq is dropped. Events without `seq`
-// (coordinators before protocol v1's additions) are applied as they come; only
-// a JSON number is a seq. tests/vectors/sequencer.json holds the cases both
+// status again). A repeated or older seq is dropped. An event without `seq`
+// (no coordinator of this API version sends one; see the version check in
+// ./domains) is applied as it comes, its handler ignoring what it cannot
+// read; only a JSON number is a seq. tests/vectors/sequencer.json holds the cases both
 // editors' tests run.
 
 export interface Verdict {

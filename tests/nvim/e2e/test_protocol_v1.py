@@ -19,8 +19,9 @@ def test_editor_info_names_the_working_directorys_domain(domain, editor_factory)
     assert info["version"] and info["defaultProfile"] == "default", info
     editor = editor_factory(env, repo)
     assert editor.wait("require('lazaret.domains').current ~= nil", 10)
-    found = editor.lua("local d = require('lazaret.domains'); return { legacy = d.info.legacy or false, current = d.current.controlSocket, version = d.info.version or vim.NIL }")
-    assert found == {"legacy": False, "current": str(socket), "version": info["version"]}, found
+    found = editor.lua("local d = require('lazaret.domains'); return { api = d.info.apiVersion, current = d.current.controlSocket, version = d.info.version or vim.NIL, problems = #d.problems() }")
+    plugin_api = editor.lua("return require('lazaret.protocol').API_VERSION")
+    assert found == {"api": plugin_api, "current": str(socket), "version": info["version"], "problems": 0}, found
 
 
 def test_events_carry_a_gapless_seq(domain, editor_factory):

@@ -57,7 +57,7 @@ T.test('empty params go out as an empty object, not []', function()
   T.eq(vim.json.encode(rpc.params({ patch = false })), '{"patch":false}')
 end)
 
-T.test('connecting subscribes first, then lists the queue and the status', function()
+T.test('connecting checks the API version (domain/status), subscribes, then lists the queue and the status', function()
   pending = { esc('r1', 1) }
   domains.tick()
   T.wait(function()
@@ -66,7 +66,7 @@ T.test('connecting subscribes first, then lists the queue and the status', funct
   local order = vim.tbl_map(function(m)
     return m.method
   end, fake.requests)
-  T.eq({ order[1], order[2] }, { 'events/subscribe', 'escalation/list' })
+  T.eq({ order[1], order[2], order[3] }, { 'domain/status', 'events/subscribe', 'escalation/list' })
   for i, m in ipairs(fake.requests) do
     if m.method == 'escalation/list' or m.method == 'domain/status' then
       T.ok(fake.raw[i]:find('"params":{}', 1, true), 'no-params call sends {}: ' .. fake.raw[i])
@@ -190,7 +190,7 @@ T.test('a coordinator that goes away takes its requests; a new one on the same p
     return domains.queue:count() == 1 and domains.domains[path].state == 'connected'
   end, 3000, 'reconnected and resynced')
   T.eq(ids(), { 'r6' })
-  T.eq(fake.requests[1].method, 'events/subscribe', 'subscribed again')
+  T.eq({ fake.requests[1].method, fake.requests[2].method }, { 'domain/status', 'events/subscribe' }, 'its version checked, subscribed again')
   -- The new subscription numbers its events from 1 again.
   fake:event({ seq = 1, kind = 'escalationResolved', requestId = 'r6', outcome = 'denied' })
   T.wait(function()

@@ -6,9 +6,10 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { after, before, test } from "node:test";
 import { ResponseError } from "vscode-jsonrpc/node";
+import type { RunResult } from "../../src/discovery";
 import { discoveryProblem, DomainManager } from "../../src/domains";
-import { METHODS } from "../../src/protocol";
-import { escalation, FakeCoordinator, tempDir, until } from "./fake";
+import { API_VERSION, METHODS } from "../../src/protocol";
+import { editorInfo, escalation, FakeCoordinator, tempDir, until } from "./fake";
 
 const root = tempDir();
 const socket = path.join(root, "abcdef012345/control.sock");
@@ -22,7 +23,7 @@ before(async () => {
   fake.pending = [escalation("first")];
   await fake.listen();
   manager = new DomainManager({
-    run: async () => ({ code: 0, stdout: JSON.stringify({ apiVersion: 1, socketRoot: root, domains: [], folders: [] }), stderr: "" }),
+    run: async () => ({ code: 0, stdout: editorInfo(root), stderr: "" }),
     folders: () => [],
     log: () => undefined,
     pollMs: 50,
@@ -38,14 +39,14 @@ after(async () => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
-test("connects, subscribes before listing, and queues what is pending", async () => {
+test("connects, checks the API version, subscribes before listing, and queues what is pending", async () => {
   await until("the first request", () => manager.queue.has(S, "first"));
-  assert.deepEqual(fake.calls.slice(0, 3).sort(), [METHODS.domainStatus, METHODS.escalationList, "events/subscribe"].sort());
-  assert.equal(fake.calls[0], "events/subscribe");
+  assert.deepEqual(fake.calls.slice(0, 2), [METHODS.domainStatus, "events/subscribe"]);
+  assert.deepEqual(fake.calls.slice(2, 4).sort(), [METHODS.domainStatus, METHODS.escalationList].sort());
   assert.deepEqual(announced, ["first"]);
   const d = manager.connected()[0];
   await until("details", () => d.audit !== undefined && d.networkError !== undefined);
-  assert.equal(d.audit![0].decidedBy, "rpc:cli", "snake_case audit records of an older coordinator are read");
+  assert.equal(d.audit![0].decidedBy, "rpc:cli");
   assert.match(d.networkError!, /no network/);
 });
 
@@ -189,7 +190,7 @@ test("a coordinator that accepts but never answers is a problem after the timeou
   hung.silent = true;
   await hung.listen();
   const m = new DomainManager({
-    run: async () => ({ code: 0, stdout: JSON.stringify({ apiVersion: 1, socketRoot: hungRoot, domains: [], folders: [] }), stderr: "" }),
+    run: async () => ({ code: 0, stdout: editorInfo(hungRoot), stderr: "" }),
     folders: () => [],
     log: () => undefined,
     pollMs: 50,
@@ -209,22 +210,68 @@ test("a coordinator that accepts but never answers is a problem after the timeou
   }
 });
 
-test("a failed discovery (no lazaret binary) is a problem with the fix, never an empty queue (issue 26, item 8)", async () => {
-  const m = new DomainManager({
-    run: async () => ({ code: 127, stdout: "", stderr: "spawn /nowhere/lazaret ENOENT" }),
-    folders: () => [],
-    log: () => undefined,
-    binary: () => "/nowhere/lazaret",
-  });
+/** What a manager whose discovery got `result` from `binary` knows once started. */
+async function afterDiscovery(result: RunResult, binary: string) {
+  const m = new DomainManager({ run: async () => result, folders: () => [], log: () => undefined, binary: () => binary });
   try {
     await m.start();
-    assert.equal(m.discovered, true);
-    const problems = m.problems();
-    assert.equal(problems.length, 1);
-    assert.match(problems[0].message, /cannot run the lazaret binary `\/nowhere\/lazaret`/);
-    assert.match(problems[0].fix, /lazaret\.path/);
+    return { discovered: m.discovered, info: m.info, problems: m.problems() };
   } finally {
     m.dispose();
   }
+}
+
+test("a failed discovery (no lazaret binary) is a problem with the fix, never an empty queue (issue 26, item 8)", async () => {
+  const { discovered, problems } = await afterDiscovery({ code: 127, stdout: "", stderr: "spawn /nowhere/lazaret ENOENT" }, "/nowhere/lazaret");
+  assert.equal(discovered, true);
+  assert.equal(problems.length, 1);
+  assert.match(problems[0].message, /cannot run the lazaret binary `\/nowhere\/lazaret`/);
+  assert.match(problems[0].fix, /lazaret\.path/);
   assert.match(discoveryProblem("lazaret editor-info failed: exit status 2", "lazaret").fix, /editor-info/);
+});
+
+test("a coordinator of another API version is listed with the problem and what to update, and never asked for its requests (issue 28, item 5)", async () => {
+  const otherRoot = tempDir();
+  const newer = new FakeCoordinator(path.join(otherRoot, "feedface0000/control.sock"), "feedface0000");
+  newer.apiVersion = API_VERSION + 1;
+  newer.pending = [escalation("unsafe", "feedface0000")];
+  await newer.listen();
+  const m = new DomainManager({ run: async () => ({ code: 0, stdout: editorInfo(otherRoot), stderr: "" }), folders: () => [], log: () => undefined, pollMs: 50 });
+  try {
+    await m.start();
+    await until("the problem", () => m.problems().length === 1, 5000);
+    const [p] = m.problems();
+    assert.equal(p.socket, newer.socket);
+    assert.match(p.message, new RegExp(`coordinator speaks API ${API_VERSION + 1}, this extension speaks API ${API_VERSION}`));
+    assert.match(p.fix, /Update the Lazaret extension/);
+    // Listed (the view shows the domain with its problem), asked nothing but its version, again and again.
+    assert.ok(m.domains.has(newer.socket));
+    await new Promise((r) => setTimeout(r, 3500));
+    assert.ok(newer.calls.length >= 2, "retried");
+    assert.deepEqual([...new Set(newer.calls)], [METHODS.domainStatus]);
+    assert.equal(m.queue.size, 0);
+    assert.equal(m.connected().length, 0);
+    // An older one: the fix names the lazaret that started it.
+    newer.apiVersion = API_VERSION - 1;
+    await until("the older problem", () => /speaks API 0/.test(m.problems()[0]?.message ?? ""), 5000);
+    assert.match(m.problems()[0].fix, /older lazaret started this coordinator/);
+    // Updated to ours (a new build on the same socket): asked as usual, the problem goes.
+    newer.apiVersion = API_VERSION;
+    await until("asked", () => m.queue.has(newer.socket, "unsafe"), 5000);
+    assert.equal(m.problems().length, 0);
+  } finally {
+    m.dispose();
+    await newer.close();
+    fs.rmSync(otherRoot, { recursive: true, force: true });
+  }
+});
+
+test("a lazaret binary of another API version is a discovery problem naming both versions and the fix (issue 28, item 5)", async () => {
+  const stdout = JSON.stringify({ ...JSON.parse(editorInfo(root)), apiVersion: API_VERSION + 1 });
+  const { discovered, info, problems } = await afterDiscovery({ code: 0, stdout, stderr: "" }, "/opt/new/lazaret");
+  assert.equal(discovered, true);
+  assert.equal(info, undefined);
+  assert.equal(problems.length, 1);
+  assert.equal(problems[0].message, `the lazaret binary \`/opt/new/lazaret\` speaks API ${API_VERSION + 1}, this extension speaks API ${API_VERSION}`);
+  assert.match(problems[0].fix, /Update the Lazaret extension/);
 });

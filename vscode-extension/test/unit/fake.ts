@@ -5,7 +5,7 @@ import * as net from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { createMessageConnection, MessageConnection, ResponseError, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
-import { DomainStatus, ERROR_CODE, METHODS, PendingEscalation, SUBSCRIPTION } from "../../src/protocol";
+import { API_VERSION, DomainStatus, ERROR_CODE, METHODS, PendingEscalation, SUBSCRIPTION } from "../../src/protocol";
 
 export function tempDir(): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), "lzvs-"));
@@ -25,10 +25,12 @@ export class FakeCoordinator {
   silent = false;
   /** `domain/status`'s `networkError` (the Network Sidecar stopped). */
   networkError?: string;
+  /** `domain/status`'s `apiVersion` (another build's coordinator when not ours). */
+  apiVersion: number = API_VERSION;
   constructor(readonly socket: string, readonly hash = "abcdef012345") {}
 
   status(): DomainStatus {
-    return { apiVersion: 1, domainHash: this.hash, profile: "default", workspace: "/w", image: "img", containerName: "c", containerState: "running", coordinatorPid: 1, startedAtMs: 0, sessions: [], ...(this.networkError ? { networkError: this.networkError } : {}) };
+    return { apiVersion: this.apiVersion, domainHash: this.hash, profile: "default", workspace: "/w", image: "img", containerName: "c", containerState: "running", coordinatorPid: 1, startedAtMs: 0, sessions: [], ...(this.networkError ? { networkError: this.networkError } : {}) };
   }
 
   listen(): Promise<void> {
@@ -45,7 +47,7 @@ export class FakeCoordinator {
       handle(METHODS.domainStatus, () => this.status());
       handle(METHODS.networkShow, () => new ResponseError(ERROR_CODE.NETWORK_FAILED, "no sidecar"));
       handle(METHODS.branchDiff, () => ({ branch: "lazaret/agent-default", base: null, head: null, files: [], patch: "", uncommitted: null, warnings: [] }));
-      handle(METHODS.auditList, () => [{ sequence: 1, previous_hash: "", hash: "h", request_id: "r", session_id: "s", verified: true, outcome: "approved", decided_by: "rpc:cli", requested_argv: ["true"], received_at_ms: 1 }]);
+      handle(METHODS.auditList, () => [{ sequence: 1, previousHash: "", hash: "h", requestId: "r", sessionId: "s", verified: true, outcome: "approved", decidedBy: "rpc:cli", requestedArgv: ["true"], receivedAtMs: 1 }]);
       handle(METHODS.escalationRespond, (p: any) => {
         this.responses.push(p);
         // As the coordinator: an edit to an empty command is refused, and the request stays pending.
@@ -63,7 +65,7 @@ export class FakeCoordinator {
     return new Promise((resolve) => this.server!.listen(this.socket, resolve));
   }
 
-  /** Sends an event to every subscriber; `seq` numbered unless given (null: no seq, as older coordinators). */
+  /** Sends an event to every subscriber; `seq` numbered unless given (null: no seq, which breaks the protocol). */
   event(event: Record<string, unknown>, seq?: number | null): void {
     const numbered = seq === null ? event : { seq: seq ?? ++this.seq, ...event };
     for (const c of this.connections) void c.sendNotification(SUBSCRIPTION.notification, { subscription: "sub1", result: numbered });
@@ -77,6 +79,11 @@ export class FakeCoordinator {
     await new Promise<void>((resolve) => this.server?.close(() => resolve()));
     fs.rmSync(this.socket, { force: true });
   }
+}
+
+/** `lazaret editor-info --json` of this API version: the socket root, nothing running. */
+export function editorInfo(socketRoot: string): string {
+  return JSON.stringify({ apiVersion: API_VERSION, socketRoot, domains: [], folders: [], profiles: ["default"] });
 }
 
 export async function until(what: string, fn: () => boolean, timeoutMs = 3000): Promise<void> {

@@ -18,6 +18,9 @@ M.defaults = {
   --- How long (ms) a coordinator may take to answer `escalation/list`
   --- before it is reported as not answering.
   answer_timeout_ms = 5000,
+  --- How long (ms) `lazaret editor-info` may run before it is killed and
+  --- reported as not answering (discovery is tried again later).
+  discovery_timeout_ms = 10000,
   --- Announce a new pending request with vim.notify.
   notify = true,
   --- Level of that notification.
@@ -44,6 +47,7 @@ M.schema = {
   auto_start = { 'boolean' },
   poll_ms = { 'number' },
   answer_timeout_ms = { 'number' },
+  discovery_timeout_ms = { 'number' },
   notify = { 'boolean' },
   notify_level = { 'number' },
   auto_open = { 'boolean' },

@@ -251,9 +251,7 @@ function M.show(file)
     end
     local left, right
     if err or type(contents) ~= 'table' then
-      local message = err and err.code == rpc.codes.method_not_found
-          and 'this coordinator has no branch/fileContents: update lazaret (protocol v1 additions)'
-        or text.inert(err and rpc.message(err) or 'no answer')
+      local message = text.inert(err and rpc.message(err) or 'no answer')
       vim.notify('Lazaret: cannot show ' .. (text.cut(path, 200)) .. ': ' .. (text.cut(message, 300)), vim.log.levels.ERROR)
       local lines = { 'Cannot show ' .. path .. ':', message }
       left = { buf = scratch('lazaret://' .. hash .. '/error/base/' .. path, lines), title = 'error: ' .. file.path }

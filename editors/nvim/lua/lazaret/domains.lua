@@ -3,8 +3,9 @@
 --- coordinators (and reconnects to restarted ones) by scanning the socket
 --- directory, follows `events/subscribe`, and resyncs after lost events.
 --- What could not be asked (no binary, a coordinator that does not answer,
---- an `escalation/list` error) is kept as a problem and shown as such
---- (`problems()`): a client that could not ask never says nothing is pending.
+--- an `escalation/list` error, a lazaret or a coordinator of another API
+--- version) is kept as a problem and shown as such (`problems()`): a client
+--- that could not ask never says nothing is pending.
 local protocol = require('lazaret.protocol')
 local config = require('lazaret.config')
 local discovery = require('lazaret.discovery')
@@ -141,27 +142,37 @@ local function refresh_policy(d)
   end)
 end
 
---- Lists the queue and the status again (after connecting or lost events).
---- An error, or no answer within `answer_timeout_ms`, becomes the domain's
---- `list_error` (shown instead of an empty queue) until a list succeeds.
-function M.resync(d)
-  if not d.conn then
-    return
-  end
-  M.stats.resyncs = M.stats.resyncs + 1
-  d.list_generation = (d.list_generation or 0) + 1
-  local generation, conn = d.list_generation, d.conn
+--- After `answer_timeout_ms`, a question to `conn` still unanswered
+--- (`waiting()`) becomes the domain's `list_error`: a coordinator that does
+--- not answer is shown as such, never as an empty queue.
+local function watchdog(d, conn, method, waiting)
   local timeout = config.options.answer_timeout_ms
   vim.defer_fn(function()
-    if d.list_generation == generation and d.conn == conn and d.listing then
+    if d.conn == conn and waiting() then
       d.list_error = {
-        what = string.format('the coordinator did not answer escalation/list within %g s', timeout / 1000),
+        what = string.format('the coordinator did not answer %s within %g s', method, timeout / 1000),
         fix = 'is it stopped or overloaded? `lazaret status` tells; the plugin keeps waiting for its answer',
         short = 'coordinator not answering',
       }
       M.changed()
     end
   end, timeout)
+end
+
+--- Lists the queue and the status again (after connecting or lost events).
+--- An error, or no answer within `answer_timeout_ms`, becomes the domain's
+--- `list_error` (shown instead of an empty queue) until a list succeeds.
+function M.resync(d)
+  -- Only a coordinator whose API version was checked (on connect) and is ours is listed.
+  if not d.conn or d.state ~= 'connected' or not d.version_ok then
+    return
+  end
+  M.stats.resyncs = M.stats.resyncs + 1
+  d.list_generation = (d.list_generation or 0) + 1
+  local generation, conn = d.list_generation, d.conn
+  watchdog(d, conn, protocol.methods.escalation_list, function()
+    return d.list_generation == generation and d.listing
+  end)
   d.listing = true
   conn:request(protocol.methods.escalation_list, nil, function(err, list)
     if d.conn ~= conn then
@@ -173,7 +184,7 @@ function M.resync(d)
     if err or type(list) ~= 'table' then
       d.list_error = {
         what = 'escalation/list failed: ' .. text.cut(text.inert(err and rpc.message(err) or 'the answer is not a list'), 300),
-        fix = 'the coordinator may be from another lazaret release (:checkhealth lazaret); `lazaret pending` lists the requests',
+        fix = '`lazaret pending` lists the requests; :checkhealth lazaret',
         short = 'escalation/list failed',
       }
       M.changed()
@@ -192,6 +203,9 @@ function M.resync(d)
 end
 
 local function on_event(d, event)
+  if d.state ~= 'connected' then
+    return
+  end
   M.stats.events = M.stats.events + 1
   local apply, resync = d.seq:accept(event)
   if event.kind == 'eventsLagged' then
@@ -237,6 +251,7 @@ end
 local function on_exit(d)
   d.conn, d.state, d.sub = nil, 'down', nil
   d.list_error, d.listing, d.listed = nil, false, false
+  d.version_error, d.checking, d.version_ok = nil, false, false
   M.queue:drop_domain(d.path)
   M.changed()
 end
@@ -289,9 +304,46 @@ function M.connect(path)
     })
     d.state = 'connected'
     d.connected_at = now_ms()
+    M.check_version(d)
+  end)
+end
+
+--- Asks a new connection's `domain/status` first. A coordinator of another
+--- API version is not subscribed to nor asked for its requests (answering a
+--- protocol this plugin does not speak is unsafe): the connection stays
+--- open, unused, in state 'mismatch', so the problem lasts until that
+--- coordinator ends (a new one on the same path is asked again). One of this
+--- version is subscribed to, then listed.
+function M.check_version(d)
+  local conn = d.conn
+  d.checking = true
+  watchdog(d, conn, protocol.methods.domain_status, function()
+    return d.checking
+  end)
+  conn:request(protocol.methods.domain_status, nil, function(err, status)
+    if d.conn ~= conn then
+      return
+    end
+    d.checking = false
+    if err or type(status) ~= 'table' then
+      d.list_error = {
+        what = 'domain/status failed: ' .. text.cut(text.inert(err and rpc.message(err) or 'the answer is not a status'), 300),
+        fix = '`lazaret status` tells; :checkhealth lazaret',
+        short = 'domain/status failed',
+      }
+      return M.changed()
+    end
+    d.list_error = nil
+    local mismatch = discovery.mismatch('coordinator', "this domain's coordinator", status.apiVersion)
+    if mismatch then
+      d.state, d.version_error = 'mismatch', mismatch
+      return M.changed()
+    end
+    d.version_ok = true
+    d.status, d.hash = status, status.domainHash
     -- Subscribe first, then list: nothing falls between the two.
-    d.conn:request(protocol.subscription.subscribe, nil, function(err, id)
-      if not err then
+    conn:request(protocol.subscription.subscribe, nil, function(e, id)
+      if not e then
         d.sub = id
       end
     end)
@@ -300,13 +352,15 @@ function M.connect(path)
 end
 
 --- Finds the socket root and the working directory's domain.
+--- `discovering` is cleared on every path: an answer, a failure, a time-out
+--- (discovery.info kills a `lazaret` that hangs), or an error here.
 function M.discover(callback)
   if discovering then
     return
   end
   discovering, last_discovery = true, vim.uv.now()
   local workspace = discovery.workspace()
-  discovery.info(workspace and { workspace } or {}, function(info, err)
+  local ok, err = pcall(discovery.info, workspace and { workspace } or {}, function(info, err)
     discovering = false
     if info then
       M.info, M.info_error = info, nil
@@ -320,6 +374,14 @@ function M.discover(callback)
       callback(info, err)
     end
   end)
+  if not ok then
+    discovering = false
+    M.info_error = { what = '`lazaret editor-info` could not be run: ' .. text.cut(text.inert(err), 300), fix = ':checkhealth lazaret', short = 'discovery failed' }
+    M.changed()
+    if callback then
+      callback(nil, M.info_error)
+    end
+  end
 end
 
 --- One poll: connect to every coordinator that listens and is not connected.
@@ -379,12 +441,12 @@ function M.stop()
   M.changed()
 end
 
---- Connected domains, the working directory's first.
+--- Connected domains of this API version, the working directory's first.
 --- @return table[]
 function M.connected()
   local out = {}
   for _, d in pairs(M.domains) do
-    if d.state == 'connected' and d.conn then
+    if d.state == 'connected' and d.conn and d.version_ok then
       out[#out + 1] = d
     end
   end
@@ -408,8 +470,9 @@ function M.name(d)
 end
 
 --- What this client could not ask, each {where, what, fix, short} (inert):
---- a failed discovery (no binary, ...), a coordinator it cannot connect
---- to, one that does not answer or fails `escalation/list`. While any is
+--- a failed discovery (no binary, another API version, ...), a coordinator
+--- it cannot connect to, one that does not answer or fails `escalation/list`,
+--- one of another API version. While any is
 --- there, no view may say that nothing is pending.
 --- @return table[]
 function M.problems()
@@ -424,7 +487,10 @@ function M.problems()
   table.sort(paths)
   for _, path in ipairs(paths) do
     local d = M.domains[path]
-    local problem = (d.state == 'connected' and d.list_error) or (d.state == 'down' and d.connect_error) or nil
+    local problem = (d.state == 'connected' and d.list_error)
+      or (d.state == 'mismatch' and d.version_error)
+      or (d.state == 'down' and d.connect_error)
+      or nil
     if problem then
       out[#out + 1] = vim.tbl_extend('force', { where = M.name(d) }, problem)
     end
