@@ -1,5 +1,4 @@
-"""What needs the protocol v1 additions (docs: notes/protocol-v1-additions.md)
-against a real coordinator: `lazaret editor-info --workspace`, events with
+"""The protocol as docs/rpc.md describes it, against a real coordinator: `lazaret editor-info --workspace`, events with
 `seq`. (branch/fileContents is exercised by test_review's diff test.)"""
 
 import json
@@ -10,7 +9,7 @@ from helpers import escalate, finish
 
 
 def test_editor_info_names_the_working_directorys_domain(domain, editor_factory):
-    """Needs `lazaret editor-info --json --workspace DIR` (protocol v1 additions)."""
+    """Needs `lazaret editor-info --json --workspace DIR`."""
     env, repo, socket = domain
     result = env.lazaret("editor-info", "--json", "--workspace", repo, check=False)
     assert result.returncode == 0, f"editor-info --workspace is not supported by {env.binary}: {result.stderr}"
@@ -25,7 +24,7 @@ def test_editor_info_names_the_working_directorys_domain(domain, editor_factory)
 
 
 def test_events_carry_a_gapless_seq(domain, editor_factory):
-    """Needs `seq` on every event (protocol v1 additions)."""
+    """Needs `seq` on every event."""
     env, repo, socket = domain
     editor = editor_factory(env, repo)
     assert editor.wait("#require('lazaret.domains').connected() == 1", 10)

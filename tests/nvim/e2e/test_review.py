@@ -64,7 +64,7 @@ def test_lazaret_diff_lists_the_agent_files_and_the_warning_first(review):
 
 
 def test_selecting_a_file_shows_base_against_agent_head_in_diff_mode(review):
-    """Needs branch/fileContents (protocol v1 additions)."""
+    """Uses branch/fileContents."""
     env, repo, editor = review
     row = next(i for i, line in enumerate(list_text(editor).split("\n"), 1) if line.startswith("  M  src/lib.rs"))
     editor.lua("vim.api.nvim_win_set_cursor(require('lazaret.diff').view.list_win, { ..., 0 })", row)
