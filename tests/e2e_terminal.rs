@@ -82,20 +82,20 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
     terminal.line(window, "echo ready-$((1+1))");
     assert!(terminal.shows_line(window, "ready-2", Duration::from_secs(30)), "{label}: a typed command runs:\n{}", terminal.screen(window));
     terminal.line(window, "clear; stty -a");
-    assert!(wait_until(Duration::from_secs(5), || terminal.screen(window).contains("iutf8")), "{label}: {}", terminal.screen(window));
+    assert!(wait_until(Duration::from_secs(30), || terminal.screen(window).contains("iutf8")), "{label}: {}", terminal.screen(window));
     assert_sane(&terminal.screen(window).replace(';', " "), &format!("{label}: stty -a inside"));
 
     terminal.line(window, "clear; printf 'col-a\\ncol-b\\n'");
-    assert!(terminal.shows_line(window, "col-b", Duration::from_secs(5)), "{label}");
+    assert!(terminal.shows_line(window, "col-b", Duration::from_secs(30)), "{label}: {}", terminal.screen(window));
     assert!(terminal.screen(window).lines().any(|line| line == "col-a"), "{label}: lines start at column 0:\n{}", terminal.screen(window));
 
     // `sleep 100` runs once `started-2` shows (the typed line shows `$((1+1))`).
     terminal.line(window, "echo started-$((1+1)); sleep 100");
-    assert!(terminal.shows_line(window, "started-2", Duration::from_secs(5)), "{label}: sleep 100 started");
+    assert!(terminal.shows_line(window, "started-2", Duration::from_secs(30)), "{label}: sleep 100 started:\n{}", terminal.screen(window));
     terminal.tmux(&["send-keys", "-t", window, "C-c"]);
     terminal.line(window, "echo after-$((2+3))");
     assert!(
-        terminal.shows_line(window, "after-5", Duration::from_secs(5)),
+        terminal.shows_line(window, "after-5", Duration::from_secs(30)),
         "{label}: Ctrl-C stops sleep 100 and the shell goes on:\n{}",
         terminal.screen(window)
     );
@@ -112,27 +112,27 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
     terminal
         .line(window, "clear; echo before-prompt; lazaret-escalate --justification terminal-test -- touch from-terminal; echo escalate-$?");
     assert!(
-        wait_until(Duration::from_secs(15), || terminal.screen(window).contains("Approve & Run")),
+        wait_until(Duration::from_secs(30), || terminal.screen(window).contains("Approve & Run")),
         "{label}: the prompt:\n{}",
         terminal.screen(window)
     );
     terminal.tmux(&["send-keys", "-t", window, "d"]);
-    assert!(terminal.shows_line(window, "escalate-97", Duration::from_secs(10)), "{label}: denied:\n{}", terminal.screen(window));
+    assert!(terminal.shows_line(window, "escalate-97", Duration::from_secs(30)), "{label}: denied:\n{}", terminal.screen(window));
     assert!(
         terminal.screen(window).lines().any(|line| line == "before-prompt") && !terminal.screen(window).contains("Approve & Run"),
         "{label}: the screen is back:\n{}",
         terminal.screen(window)
     );
-    assert!(!workspace.join("from-terminal").exists());
+    assert!(!workspace.join("from-terminal").exists(), "{label}: a denied command ran");
 
     terminal.line(window, "exit 3");
     assert!(
-        terminal.shows_line(window, "LAZARET-EXIT=3", Duration::from_secs(15)),
+        terminal.shows_line(window, "LAZARET-EXIT=3", Duration::from_secs(30)),
         "{label}: the inner status:\n{}",
         terminal.screen(window)
     );
     assert!(
-        terminal.shows_line(window, "TERMINAL-RESTORED", Duration::from_secs(15)),
+        terminal.shows_line(window, "TERMINAL-RESTORED", Duration::from_secs(30)),
         "{label}: the user's terminal after the session:\n{}",
         terminal.screen(window)
     );
@@ -152,12 +152,12 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
     // next line may still meet the raw terminal, so only that it was put
     // back is checked, not where the lines start.
     assert!(
-        wait_until(Duration::from_secs(10), || terminal.screen(&target).contains("LAZARET-EXIT=137")),
+        wait_until(Duration::from_secs(30), || terminal.screen(&target).contains("LAZARET-EXIT=137")),
         "{label}: {}",
         terminal.screen(&target)
     );
     assert!(
-        wait_until(Duration::from_secs(15), || terminal.screen(&target).contains("TERMINAL-RESTORED")),
+        wait_until(Duration::from_secs(30), || terminal.screen(&target).contains("TERMINAL-RESTORED")),
         "{label}: the user's terminal after SIGKILL of the CLI:\n{}",
         terminal.screen(&target)
     );
@@ -168,12 +168,12 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
     let job_control = "bash";
     terminal.tmux(&["new-window", "-d", "-t", window, "-n", job_control, "env PS1='HOST-PROMPT$ ' bash --norc -i"]);
     let target = format!("{window}:{job_control}");
-    assert!(wait_until(Duration::from_secs(10), || terminal.screen(&target).contains("HOST-PROMPT$")), "{label}");
+    assert!(wait_until(Duration::from_secs(30), || terminal.screen(&target).contains("HOST-PROMPT$")), "{label}: {}", terminal.screen(&target));
     terminal.line(&target, &format!("before=$(stty -g); {} run --workspace {} -- sh", subject.command_line(""), workspace.display()));
     assert!(terminal.shows_line(&target, "#", Duration::from_secs(60)), "{label}: {}", terminal.screen(&target));
     terminal.line(&target, "exit 4");
     assert!(
-        wait_until(Duration::from_secs(15), || {
+        wait_until(Duration::from_secs(30), || {
             let screen = terminal.screen(&target);
             screen.lines().skip_while(|line| !line.starts_with("# exit 4")).any(|line| line.starts_with("HOST-PROMPT$"))
         }),
@@ -182,13 +182,13 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
     );
     terminal.line(&target, "echo back-$? $([ \"$(stty -g)\" = \"$before\" ] && echo restored)");
     assert!(
-        wait_until(Duration::from_secs(15), || terminal.screen(&target).lines().any(|line| line.trim_end() == "back-4 restored")),
+        wait_until(Duration::from_secs(30), || terminal.screen(&target).lines().any(|line| line.trim_end() == "back-4 restored")),
         "{label}: the interactive shell gets the terminal back:\n{}",
         terminal.screen(&target)
     );
     drop(terminal);
     let domain = subject.domain("default", &workspace);
-    assert!(wait_until(Duration::from_secs(20), || subject.torn_down(&domain, Path::new(&workspace))), "{label}: the domain ends");
+    assert!(wait_until(Duration::from_secs(30), || subject.torn_down(&domain, Path::new(&workspace))), "{label}: the domain ends");
 }
 
 #[test]
