@@ -168,7 +168,11 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
     let job_control = "bash";
     terminal.tmux(&["new-window", "-d", "-t", window, "-n", job_control, "env PS1='HOST-PROMPT$ ' bash --norc -i"]);
     let target = format!("{window}:{job_control}");
-    assert!(wait_until(Duration::from_secs(30), || terminal.screen(&target).contains("HOST-PROMPT$")), "{label}: {}", terminal.screen(&target));
+    assert!(
+        wait_until(Duration::from_secs(30), || terminal.screen(&target).contains("HOST-PROMPT$")),
+        "{label}: {}",
+        terminal.screen(&target)
+    );
     terminal.line(&target, &format!("before=$(stty -g); {} run --workspace {} -- sh", subject.command_line(""), workspace.display()));
     assert!(terminal.shows_line(&target, "#", Duration::from_secs(60)), "{label}: {}", terminal.screen(&target));
     terminal.line(&target, "exit 4");
