@@ -87,6 +87,35 @@ pub trait LazaretApi {
         client: Option<String>,
     ) -> RpcResult<bool>;
 
+    /// Everything waiting for a human, oldest first: host commands and
+    /// network destinations (`[network] ask`).
+    #[method(name = "pending/list", param_kind = map)]
+    async fn pending_list(&self) -> RpcResult<Vec<PendingItem>>;
+
+    /// Answers a pending network request for `scope`. The first answer
+    /// wins; later ones fail with code 1010. `client` as for
+    /// `escalation/respond`.
+    #[method(name = "network/respond", param_kind = map)]
+    async fn network_respond(
+        &self,
+        #[argument(rename = "requestId")] request_id: String,
+        decision: NetworkDecision,
+        scope: GrantScope,
+        client: Option<String>,
+    ) -> RpcResult<bool>;
+
+    /// The auto-approve rules in force and the network grants and
+    /// remembered refusals, each with the id `rules/revoke` takes.
+    #[method(name = "rules/list", param_kind = map)]
+    async fn rules_list(&self) -> RpcResult<Rules>;
+
+    /// Revokes a network grant (what it opened closes at once, established
+    /// flows included), a remembered refusal, or an auto-approve rule (for
+    /// this run of the domain: the configuration file is not changed).
+    /// Fails with code 1011 for an unknown id.
+    #[method(name = "rules/revoke", param_kind = map)]
+    async fn rules_revoke(&self, id: String, client: Option<String>) -> RpcResult<bool>;
+
     /// A page of the escalation audit trail, oldest first: the `limit` most
     /// recent records (100 by default, at most 1000), or with `before` the
     /// most recent ones whose `sequence` is below it (to page back, pass

@@ -52,6 +52,10 @@ pub mod error_code {
     pub const NETWORK_FAILED: i32 = 1008;
     /// The sandbox is not running (for methods that read inside it).
     pub const SANDBOX_NOT_RUNNING: i32 = 1009;
+    /// The network request is unknown or was already answered.
+    pub const NETWORK_REQUEST_NOT_PENDING: i32 = 1010;
+    /// The rule or grant is unknown (revoked already, or expired).
+    pub const RULE_NOT_FOUND: i32 = 1011;
 }
 
 /// Where a domain's sockets live under the socket directory, and the

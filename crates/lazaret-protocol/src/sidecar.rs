@@ -4,13 +4,16 @@
 //! per line each way, typed here once for both ends.
 //!
 //! Requests carry `type`: `allow`/`deny` add entries (a CIDR, an address or a
-//! DNS name pattern), `set` replaces the whole policy, `protect` says what
+//! DNS name pattern; `forMs` makes them end on their own), `revoke` removes
+//! entries, `hold` says how long a question for a name on no allow entry
+//! waits for one, `set` replaces the whole policy, `protect` says what
 //! stays out of reach under wide allows, `show` asks for the policy, `watch`
 //! turns the connection into an event stream:
 //!
 //! ```text
 //! --> {"type":"allow","entries":["10.89.0.5/32","*.npmjs.org"]}
-//! <-- {"type":"policy","allow":["10.89.0.5/32","*.npmjs.org"],"deny":[],"learned":[],"upstreams":["10.255.255.53:53"],"rules":17,"privateAnswers":"refuse"}
+//! <-- {"type":"policy","allow":["10.89.0.5/32","*.npmjs.org"],"deny":[],"learned":[],"upstreams":["10.255.255.53:53"],"rules":17,"privateAnswers":"refuse","holdMs":0,"expiring":[]}
+//! --> {"type":"allow","entries":["grant.test"],"forMs":60000}
 //! --> {"type":"watch"}
 //! <-- {"type":"watching"}
 //! <-- {"type":"dnsRefused","name":"example.org","recordType":"A","reason":"notAllowlisted","message":"the name is not on the allowlist"}
@@ -27,6 +30,11 @@ use crate::NetworkPolicy;
 pub const MAX_LINE: usize = 64 * 1024;
 /// Most entries (or addresses, or networks) in one request.
 pub const MAX_ITEMS: usize = 4096;
+/// Longest hold of a DNS question ([`SidecarRequest::Hold`]): shorter than
+/// the usual resolver time-out, so a held question is answered, not retried.
+pub const MAX_HOLD_MS: u64 = 30_000;
+/// Longest life of a timed entry (`forMs`): a day.
+pub const MAX_FOR_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// Whether an allowlisted DNS name's answer may open internal addresses
 /// (private, CGNAT, ULA and other special-purpose ranges, the host's own
@@ -68,9 +76,31 @@ impl std::fmt::Display for PrivateAnswers {
 #[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase", deny_unknown_fields)]
 pub enum SidecarRequest {
     /// Adds entries to the allowlist (CIDRs, addresses, DNS name patterns).
-    Allow { entries: Vec<String> },
-    /// Adds entries to the denylist: holes in wider allows.
-    Deny { entries: Vec<String> },
+    /// With `forMs` they end on their own after that many milliseconds:
+    /// the sidecar removes them then (what they opened closes, established
+    /// flows included, as a revoke does) and reports
+    /// [`SidecarEvent::EntriesExpired`].
+    Allow {
+        entries: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        for_ms: Option<u64>,
+    },
+    /// Adds entries to the denylist: holes in wider allows, and names
+    /// refused at once (never held). `forMs` as for `allow`.
+    Deny {
+        entries: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        for_ms: Option<u64>,
+    },
+    /// Removes allow or deny entries exactly as written (timed or not):
+    /// what an allow opened closes at once, established flows included. An
+    /// entry that is neither is an error naming it, and nothing changes.
+    Revoke { entries: Vec<String> },
+    /// How long a DNS question for a name on no allow entry waits for one
+    /// (an `allow` of the name answers the very question) before it is
+    /// refused; `0`, the default, refuses at once. Each held question is
+    /// reported as [`SidecarEvent::DnsHeld`]. At most [`MAX_HOLD_MS`].
+    Hold { ms: u64 },
     /// Replaces the whole policy (a reload). Denies carve into allows,
     /// whatever their order.
     Set {
@@ -225,15 +255,32 @@ pub enum SidecarEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         suppressed: Option<u64>,
     },
+    /// A question for a name on no allow entry is held for up to `holdMs`
+    /// ([`SidecarRequest::Hold`]): an allow of the name in that time
+    /// answers it; otherwise it is refused (`dnsRefused`, `notAllowlisted`).
+    /// Nothing about it went upstream.
+    DnsHeld {
+        name: String,
+        record_type: String,
+        hold_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        suppressed: Option<u64>,
+    },
+    /// Timed entries (`forMs`) whose time ran out were removed. Never
+    /// dropped by the rate limit.
+    EntriesExpired { allow: Vec<String>, deny: Vec<String> },
 }
 
 impl SidecarEvent {
     /// Records that the rate limit dropped `count` events before this one.
     pub fn set_suppressed(&mut self, count: u64) {
-        let (SidecarEvent::DnsRefused { suppressed, .. }
-        | SidecarEvent::DnsAnswerRefused { suppressed, .. }
-        | SidecarEvent::DnsResolved { suppressed, .. }) = self;
-        *suppressed = Some(count);
+        match self {
+            SidecarEvent::DnsRefused { suppressed, .. }
+            | SidecarEvent::DnsAnswerRefused { suppressed, .. }
+            | SidecarEvent::DnsResolved { suppressed, .. }
+            | SidecarEvent::DnsHeld { suppressed, .. } => *suppressed = Some(count),
+            SidecarEvent::EntriesExpired { .. } => {}
+        }
     }
 }
 
@@ -249,7 +296,16 @@ mod tests {
     fn requests_read_as_documented() {
         assert_eq!(
             request(r#"{"type":"allow","entries":["10.89.0.5/32","*.npmjs.org"]}"#).unwrap(),
-            SidecarRequest::Allow { entries: vec!["10.89.0.5/32".into(), "*.npmjs.org".into()] }
+            SidecarRequest::Allow { entries: vec!["10.89.0.5/32".into(), "*.npmjs.org".into()], for_ms: None }
+        );
+        assert_eq!(
+            request(r#"{"type":"allow","entries":["grant.test"],"forMs":60000}"#).unwrap(),
+            SidecarRequest::Allow { entries: vec!["grant.test".into()], for_ms: Some(60_000) }
+        );
+        assert_eq!(request(r#"{"type":"hold","ms":10000}"#).unwrap(), SidecarRequest::Hold { ms: 10_000 });
+        assert_eq!(
+            request(r#"{"type":"revoke","entries":["grant.test"]}"#).unwrap(),
+            SidecarRequest::Revoke { entries: vec!["grant.test".into()] }
         );
         assert_eq!(
             request(r#"{"type":"set"}"#).unwrap(),
@@ -278,6 +334,10 @@ mod tests {
             r#"{"type":"set","privateAnswers":"yes"}"#,
             r#"{"type":"protect","routes":[]}"#,
             r#"{"type":"show","all":true}"#,
+            r#"{"type":"hold"}"#,
+            r#"{"type":"hold","ms":-1}"#,
+            r#"{"type":"revoke","entries":["a.test"],"forMs":5}"#,
+            r#"{"type":"allow","entries":["a.test"],"forMs":"5"}"#,
         ] {
             assert!(request(bad).is_err(), "{bad} was read");
         }
@@ -302,7 +362,8 @@ mod tests {
     #[test]
     fn every_request_reply_and_event_reads_back_as_written() {
         let requests = [
-            SidecarRequest::Deny { entries: vec!["x.test".into()] },
+            SidecarRequest::Deny { entries: vec!["x.test".into()], for_ms: None },
+            SidecarRequest::Deny { entries: vec!["x.test".into()], for_ms: Some(1) },
             SidecarRequest::Protect { addresses: vec!["10.0.2.0/24".into()], networks: vec!["10.88.0.0/16".into()] },
             SidecarRequest::Set { allow: vec!["0.0.0.0/0".into()], deny: vec![], private_answers: PrivateAnswers::Allow },
         ];
@@ -316,6 +377,8 @@ mod tests {
             upstreams: vec!["10.255.255.53:53".into()],
             rules: 3,
             private_answers: PrivateAnswers::Refuse,
+            hold_ms: 10_000,
+            expiring: vec![crate::ExpiringEntry { entry: "grant.test".into(), verdict: crate::EntryVerdict::Allow, expires_in_ms: 59_000 }],
         };
         for value in [SidecarReply::Policy(policy), SidecarReply::Watching, SidecarReply::Error { message: "no".into() }] {
             let line = serde_json::to_string(&value).unwrap();
@@ -336,5 +399,12 @@ mod tests {
         let line = serde_json::to_string(&event).unwrap();
         assert!(line.ends_with(r#","suppressed":7}"#), "{line}");
         assert_eq!(serde_json::from_str::<SidecarEvent>(&line).unwrap(), event);
+        let expired = SidecarEvent::EntriesExpired { allow: vec!["grant.test".into()], deny: vec![] };
+        let mut copy = expired.clone();
+        copy.set_suppressed(3);
+        assert_eq!(copy, expired, "expiries carry no count: they are never dropped");
+        assert_eq!(serde_json::to_string(&expired).unwrap(), r#"{"type":"entriesExpired","allow":["grant.test"],"deny":[]}"#);
+        let held = SidecarEvent::DnsHeld { name: "grant.test".into(), record_type: "A".into(), hold_ms: 10_000, suppressed: None };
+        assert_eq!(serde_json::to_string(&held).unwrap(), r#"{"type":"dnsHeld","name":"grant.test","recordType":"A","holdMs":10000}"#);
     }
 }

@@ -116,6 +116,21 @@ pub enum Outcome {
     DnsRefused,
     /// The Network Sidecar answered a question but opened none of its addresses.
     DnsAnswerRefused,
+    /// A destination on no allow entry became a network request for a human.
+    NetworkAsked,
+    /// A network request was answered: the destination allowed (the record
+    /// names the scope and who answered).
+    NetworkGranted,
+    /// A network request was answered: the destination refused, and the
+    /// refusal remembered for its scope.
+    NetworkRefused,
+    /// A grant (or remembered refusal) or a network request ran out of time.
+    NetworkExpired,
+    /// A grant (or remembered refusal) was revoked.
+    NetworkRevoked,
+    /// A network request was not queued: the domain has as many pending
+    /// network requests as it takes.
+    NetworkQueueFull,
 }
 
 impl Outcome {
@@ -134,6 +149,12 @@ impl Outcome {
             Outcome::NetworkReloaded => "networkReloaded",
             Outcome::DnsRefused => "dnsRefused",
             Outcome::DnsAnswerRefused => "dnsAnswerRefused",
+            Outcome::NetworkAsked => "networkAsked",
+            Outcome::NetworkGranted => "networkGranted",
+            Outcome::NetworkRefused => "networkRefused",
+            Outcome::NetworkExpired => "networkExpired",
+            Outcome::NetworkRevoked => "networkRevoked",
+            Outcome::NetworkQueueFull => "networkQueueFull",
         }
     }
 
@@ -440,6 +461,33 @@ pub struct NetworkPolicy {
     /// Whether a name's answer may open internal addresses no CIDR entry
     /// allows: `refuse` (the default) or `allow` (`[network] private_answers`).
     pub private_answers: crate::sidecar::PrivateAnswers,
+    /// How long a question for a name on no allow entry is held for a
+    /// grant, in milliseconds (`[network] ask`); 0: refused at once.
+    #[serde(default)]
+    pub hold_ms: u64,
+    /// Entries of `allow` and `deny` that end on their own, with the time
+    /// they have left.
+    #[serde(default)]
+    pub expiring: Vec<ExpiringEntry>,
+}
+
+/// Whether an entry allows or denies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum EntryVerdict {
+    Allow,
+    Deny,
+}
+
+/// An allow or deny entry that ends on its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ExpiringEntry {
+    pub entry: String,
+    pub verdict: EntryVerdict,
+    pub expires_in_ms: u64,
 }
 
 /// An address learned from an answer to an allowed DNS name.
@@ -479,6 +527,138 @@ pub struct PendingEscalation {
     pub received_at_ms: u64,
     /// When the request is denied if nobody answers.
     pub expires_at_ms: u64,
+}
+
+/// A destination the sandbox asked for that no allow entry covers, waiting
+/// for a human (`[network] ask`). Everything in it came from the sandbox
+/// (the name is checked to be a plain DNS name, lower case).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct PendingNetworkRequest {
+    /// Minted by the coordinator, random per request.
+    pub request_id: String,
+    pub domain_hash: String,
+    pub profile: String,
+    /// The DNS name asked for (lower case, letters, digits, hyphens, dots).
+    pub destination: String,
+    /// The record types asked for (`A`, `AAAA`).
+    pub record_types: Vec<String>,
+    /// The sessions live when it was first asked. The sandbox's network is
+    /// shared by all its sessions, so which one asked cannot be told.
+    pub session_ids: Vec<String>,
+    /// Questions for it after the first, while it waits.
+    pub repeats: u64,
+    pub received_at_ms: u64,
+    /// When the request goes away if nobody answers (the destination stays
+    /// refused).
+    pub expires_at_ms: u64,
+}
+
+/// Something waiting for a human: a host command from `lazaret-escalate`,
+/// or a network destination.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum PendingItem {
+    Command(PendingEscalation),
+    Network(PendingNetworkRequest),
+}
+
+impl PendingItem {
+    pub fn request_id(&self) -> &str {
+        match self {
+            PendingItem::Command(escalation) => &escalation.request_id,
+            PendingItem::Network(request) => &request.request_id,
+        }
+    }
+
+    pub fn received_at_ms(&self) -> u64 {
+        match self {
+            PendingItem::Command(escalation) => escalation.received_at_ms,
+            PendingItem::Network(request) => request.received_at_ms,
+        }
+    }
+}
+
+/// How long an answer to a network request holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "type")]
+pub enum GrantScope {
+    /// Until this sandbox stops (every session of the domain has ended).
+    Session,
+    /// For `minutes` minutes (1 to 1440).
+    Minutes { minutes: u32 },
+    /// For the profile, until revoked: kept in the Domain Root (never in
+    /// the configuration file or the workspace), shown by `lazaret config
+    /// show`, in force at every start of this domain.
+    Profile,
+}
+
+impl std::fmt::Display for GrantScope {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GrantScope::Session => formatter.write_str("this session"),
+            GrantScope::Minutes { minutes } => write!(formatter, "{minutes} min"),
+            GrantScope::Profile => formatter.write_str("the profile"),
+        }
+    }
+}
+
+/// An answer to a network request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum NetworkDecision {
+    /// Allow the destination for the scope; a held question is answered.
+    Allow,
+    /// Refuse it, and remember the refusal for the scope: no new request
+    /// for it until then.
+    Deny,
+}
+
+/// A network grant or remembered refusal, made by answering a network
+/// request (`rules/list`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkGrant {
+    /// What `rules/revoke` takes.
+    pub id: String,
+    pub destination: String,
+    pub verdict: EntryVerdict,
+    pub scope: GrantScope,
+    pub decided_by: DecisionSource,
+    pub granted_at_ms: u64,
+    /// When it ends on its own (`minutes` scope).
+    pub expires_at_ms: Option<u64>,
+    /// Questions for the destination since it was made (answered under an
+    /// allow, refused under a deny).
+    pub hits: u64,
+}
+
+/// An auto-approve rule in force (`rules/list`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AutoApproveListing {
+    /// What `rules/revoke` takes.
+    pub id: String,
+    /// The entry as written (`cargo check *`).
+    pub entry: String,
+    /// Where it comes from: `[escalation] auto_approve` or
+    /// `[profiles.NAME] auto_approve`.
+    pub source: String,
+}
+
+/// Every rule and grant of the domain (`rules/list`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Rules {
+    pub auto_approve: Vec<AutoApproveListing>,
+    pub network: Vec<NetworkGrant>,
 }
 
 /// An answer to a pending escalation.
@@ -597,6 +777,22 @@ pub enum Event {
         record_type: String,
         addresses: Vec<String>,
     },
+    /// A network destination needs a human: answer it with
+    /// `network/respond`. Sent again (same `requestId`) when more questions
+    /// for it came in.
+    NetworkRequestPending {
+        request: PendingNetworkRequest,
+    },
+    /// A network request was answered or expired.
+    NetworkRequestResolved {
+        request_id: String,
+        outcome: Outcome,
+        decided_by: DecisionSource,
+        scope: Option<GrantScope>,
+    },
+    /// Rules or grants changed (a grant made, expired or revoked): call
+    /// `rules/list` again.
+    RulesChanged {},
     /// This subscriber fell behind and `dropped` events were lost. Resync:
     /// call `escalation/list` and `domain/status` again.
     EventsLagged {
