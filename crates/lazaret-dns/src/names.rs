@@ -137,6 +137,23 @@ impl NamePolicy {
         self.deny.insert(pattern);
     }
 
+    /// Removes the allow or deny entry of exactly this pattern; whether there was one.
+    pub fn remove(&mut self, pattern: &NamePattern) -> bool {
+        let allowed = self.allow.remove(pattern);
+        let denied = self.deny.remove(pattern);
+        allowed || denied
+    }
+
+    /// Whether exactly this pattern is an allow entry.
+    pub fn has_allow(&self, pattern: &NamePattern) -> bool {
+        self.allow.contains(pattern)
+    }
+
+    /// Whether exactly this pattern is a deny entry.
+    pub fn has_deny(&self, pattern: &NamePattern) -> bool {
+        self.deny.contains(pattern)
+    }
+
     pub fn allowed(&self) -> impl Iterator<Item = &NamePattern> {
         self.allow.iter()
     }
@@ -253,5 +270,21 @@ mod tests {
         assert_eq!(policy.check_name("evil.example.test"), Err(Refusal::Denied("*.example.test".into())));
         policy.allow(pattern("*.example.test"));
         assert_eq!(policy.check_name("evil.example.test"), Ok(()), "allowing exactly the denied pattern lifts it");
+    }
+
+    #[test]
+    fn remove_takes_out_exactly_the_pattern_allowed_or_denied() {
+        let mut policy = policy(&["*.example.test", "a.example.test"]);
+        policy.deny(pattern("evil.example.test"));
+        assert!(policy.has_allow(&pattern("a.example.test")) && policy.has_deny(&pattern("evil.example.test")));
+        assert!(!policy.remove(&pattern("b.example.test")), "not an entry");
+        assert!(!policy.remove(&pattern("example.test")), "not an entry either: the wildcard does not stand for it");
+        assert!(policy.remove(&pattern("evil.example.test")));
+        assert_eq!(policy.check_name("evil.example.test"), Ok(()), "the deny is gone, the wildcard allows it again");
+        assert!(policy.remove(&pattern("*.example.test")));
+        assert_eq!(policy.check_name("evil.example.test"), Err(Refusal::NotAllowlisted));
+        assert_eq!(policy.check_name("a.example.test"), Ok(()), "the other allow stays");
+        assert!(!policy.has_allow(&pattern("*.example.test")) && !policy.has_deny(&pattern("evil.example.test")));
+        assert!(!policy.remove(&pattern("*.example.test")), "removed once");
     }
 }

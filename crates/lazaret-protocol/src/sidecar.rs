@@ -258,7 +258,8 @@ pub enum SidecarEvent {
     /// A question for a name on no allow entry is held for up to `holdMs`
     /// ([`SidecarRequest::Hold`]): an allow of the name in that time
     /// answers it; otherwise it is refused (`dnsRefused`, `notAllowlisted`).
-    /// Nothing about it went upstream.
+    /// Nothing about it went upstream. `holdMs` 0: not held after all (too
+    /// many questions are held already), refused at once.
     DnsHeld {
         name: String,
         record_type: String,

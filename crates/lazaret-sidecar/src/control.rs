@@ -5,13 +5,18 @@
 //! and a failure is a message that names the bad value. Every success is
 //! answered with the policy now in force (see `Enforcer::snapshot`), a
 //! failure with [`SidecarReply::Error`], leaving the policy as it was.
+//! A timed entry's life (`forMs`) is 1 ms to [`MAX_FOR_MS`], a hold at most
+//! [`MAX_HOLD_MS`].
 
 use lazaret_dns::{NamePattern, NamePolicy};
-use lazaret_protocol::sidecar::{PrivateAnswers, SidecarReply, SidecarRequest, MAX_ITEMS};
+use std::time::Duration;
+
+use lazaret_protocol::sidecar::{PrivateAnswers, SidecarReply, SidecarRequest, MAX_FOR_MS, MAX_HOLD_MS, MAX_ITEMS};
 
 use crate::policy::{Cidr, Policy};
 
-/// One allowlist entry.
+/// One allowlist or denylist entry; its `Display` is the normalised text
+/// (lower case, host bits cleared) that keys its timer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
     Cidr(Cidr),
@@ -42,8 +47,14 @@ impl std::fmt::Display for Entry {
 /// A request with its values checked.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
-    Allow(Vec<Entry>),
-    Deny(Vec<Entry>),
+    /// Entries to allow, for this long if timed.
+    Allow(Vec<Entry>, Option<Duration>),
+    /// Entries to deny, for this long if timed.
+    Deny(Vec<Entry>, Option<Duration>),
+    /// Allow or deny entries to remove.
+    Revoke(Vec<Entry>),
+    /// How long a question for a name on no allow entry waits for one.
+    Hold(Duration),
     Set(Policy, NamePolicy, PrivateAnswers),
     /// What stays out of reach (addresses and networks), and the host's networks.
     Protect(Vec<Cidr>, Vec<Cidr>),
@@ -55,8 +66,15 @@ pub enum Command {
 pub fn parse_command(line: &str) -> Result<Command, String> {
     let request: SidecarRequest = serde_json::from_str(line).map_err(|e| format!("not a control request: {e}"))?;
     Ok(match request {
-        SidecarRequest::Allow { entries: items } => Command::Allow(entries(&items, "entries")?),
-        SidecarRequest::Deny { entries: items } => Command::Deny(entries(&items, "entries")?),
+        SidecarRequest::Allow { entries: items, for_ms } => Command::Allow(entries(&items, "entries")?, life(for_ms)?),
+        SidecarRequest::Deny { entries: items, for_ms } => Command::Deny(entries(&items, "entries")?, life(for_ms)?),
+        SidecarRequest::Revoke { entries: items } => Command::Revoke(entries(&items, "entries")?),
+        SidecarRequest::Hold { ms } => {
+            if ms > MAX_HOLD_MS {
+                return Err(format!("a hold of {ms} ms is longer than {MAX_HOLD_MS} ms"));
+            }
+            Command::Hold(Duration::from_millis(ms))
+        }
         SidecarRequest::Show {} => Command::Show,
         SidecarRequest::Watch {} => Command::Watch,
         SidecarRequest::Set { allow, deny, private_answers } => {
@@ -78,6 +96,15 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         }
         SidecarRequest::Protect { addresses, networks } => Command::Protect(cidrs(&addresses, "addresses")?, cidrs(&networks, "networks")?),
     })
+}
+
+/// A timed entry's life: `forMs` from 1 to [`MAX_FOR_MS`].
+fn life(for_ms: Option<u64>) -> Result<Option<Duration>, String> {
+    match for_ms {
+        None => Ok(None),
+        Some(ms) if (1..=MAX_FOR_MS).contains(&ms) => Ok(Some(Duration::from_millis(ms))),
+        Some(ms) => Err(format!("forMs {ms} is out of range (1 to {MAX_FOR_MS})")),
+    }
 }
 
 /// At most [`MAX_ITEMS`] entries (`key` names them in errors).
@@ -119,10 +146,31 @@ mod tests {
 
     #[test]
     fn parses_requests() {
-        assert_eq!(parse_command(r#"{"type":"allow","entries":["10.89.0.5/32"]}"#), Ok(Command::Allow(vec![c("10.89.0.5")])));
+        assert_eq!(parse_command(r#"{"type":"allow","entries":["10.89.0.5/32"]}"#), Ok(Command::Allow(vec![c("10.89.0.5")], None)));
         assert_eq!(
             parse_command(r#"{"type":"deny","entries":["10.89.0.5","fd00::/64","*.npmjs.org"]}"#),
-            Ok(Command::Deny(vec![c("10.89.0.5"), c("fd00::/64"), c("*.npmjs.org")]))
+            Ok(Command::Deny(vec![c("10.89.0.5"), c("fd00::/64"), c("*.npmjs.org")], None))
+        );
+        assert_eq!(
+            parse_command(r#"{"type":"allow","entries":["Grant.test"],"forMs":60000}"#),
+            Ok(Command::Allow(vec![c("grant.test")], Some(Duration::from_secs(60))))
+        );
+        assert_eq!(
+            parse_command(&format!(r#"{{"type":"deny","entries":["10.0.0.0/8"],"forMs":{MAX_FOR_MS}}}"#)),
+            Ok(Command::Deny(vec![c("10.0.0.0/8")], Some(Duration::from_millis(MAX_FOR_MS))))
+        );
+        assert_eq!(
+            parse_command(r#"{"type":"allow","entries":["a.test"],"forMs":1}"#),
+            Ok(Command::Allow(vec![c("a.test")], Some(Duration::from_millis(1))))
+        );
+        assert_eq!(
+            parse_command(r#"{"type":"revoke","entries":["10.0.2.9/24","A.test"]}"#),
+            Ok(Command::Revoke(vec![c("10.0.2.0/24"), c("a.test")]))
+        );
+        assert_eq!(parse_command(r#"{"type":"hold","ms":0}"#), Ok(Command::Hold(Duration::ZERO)));
+        assert_eq!(
+            parse_command(&format!(r#"{{"type":"hold","ms":{MAX_HOLD_MS}}}"#)),
+            Ok(Command::Hold(Duration::from_millis(MAX_HOLD_MS)))
         );
         assert!(matches!(c("GitHub.com"), Entry::Name(_)));
         assert_eq!(c("GitHub.com").to_string(), "github.com");
@@ -181,6 +229,17 @@ mod tests {
         }
         let error = parse_command(r#"{"type":"allow","entries":["bad_name.com"]}"#).unwrap_err();
         assert!(error.contains("bad_name.com"), "{error}");
+        let error = parse_command(r#"{"type":"revoke","entries":["a.test","10.0.0.1/33"]}"#).unwrap_err();
+        assert!(error.contains("10.0.0.1/33"), "{error}");
+        for (request, value) in [
+            (r#"{"type":"allow","entries":["a.test"],"forMs":0}"#.to_owned(), "0".to_owned()),
+            (format!(r#"{{"type":"deny","entries":["a.test"],"forMs":{}}}"#, MAX_FOR_MS + 1), (MAX_FOR_MS + 1).to_string()),
+            (format!(r#"{{"type":"hold","ms":{}}}"#, MAX_HOLD_MS + 1), (MAX_HOLD_MS + 1).to_string()),
+            (r#"{"type":"hold","ms":18446744073709551615}"#.to_owned(), u64::MAX.to_string()),
+        ] {
+            let error = parse_command(&request).unwrap_err();
+            assert!(error.contains(&value), "{request}: {error}");
+        }
         let many = format!(r#"{{"type":"deny","entries":[{}]}}"#, vec![r#""10.0.0.1""#; MAX_ITEMS + 1].join(","));
         assert!(parse_command(&many).unwrap_err().contains("more than"), "more than {MAX_ITEMS} entries");
     }

@@ -4,15 +4,26 @@
 //! upstream rules let through), makes the answered addresses reachable for their TTL
 //! (those a name may open: see `addresses.rs`; the others are left out of the reply
 //! and reported as a `dnsAnswerRefused` event), and refuses everything else without
-//! sending anything upstream. Learned addresses
-//! expire in [`expiry_loop`].
+//! sending anything upstream.
+//!
+//! With a hold (`{"type":"hold","ms":…}`), a question for a name on no allow entry
+//! is not refused at once: it is reported (`dnsHeld`) and waits, without the
+//! enforcer's lock, for a change of the policy ([`Changed`], bumped by every control
+//! change and every expiry of timed entries). On each change the name is checked
+//! again: once allowed, the very question that waited is resolved and answered;
+//! once refused otherwise (a deny), it is refused so; at the end of the hold it is
+//! refused as not allowlisted. Nothing about it goes upstream before it is allowed.
+//! At most [`MAX_HELD`] questions are held at once, so that held questions cannot
+//! take the slots of allowed ones.
+//!
+//! Learned addresses and timed entries expire in [`expiry_loop`].
 
 use std::collections::BTreeSet;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use lazaret_dns::wire::{encode_error, encode_query, encode_reply, parse_query, parse_response, type_name, MAX_MESSAGE};
@@ -27,19 +38,124 @@ use crate::policy::DNS_MARK;
 pub const LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 53);
 /// How long one upstream gets to answer.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
-/// Queries handled at once; more are dropped (the client retries).
-const MAX_IN_FLIGHT: usize = 64;
+/// Questions held at once (see [`wait_for_change`]); past it a question for a
+/// name on no allow entry is refused at once.
+pub const MAX_HELD: usize = 32;
+/// Queries handled at once, held ones included; more are dropped (the client
+/// retries). At most [`MAX_HELD`] of them are held, so 64 stay for the others.
+const MAX_IN_FLIGHT: usize = 64 + MAX_HELD;
+/// How often [`expiry_loop`] looks for learned addresses and timed entries past their time.
+const EXPIRY_TICK: Duration = Duration::from_millis(250);
 
 /// What the DNS server, the expiry loop and the control socket share.
 pub struct Shared {
     pub enforcer: Mutex<Enforcer>,
     pub events: Events,
+    /// Bumped after every change of the policy (control requests, expiries of
+    /// timed entries): wakes held questions.
+    pub changed: Changed,
+    /// Questions held now.
+    held: AtomicUsize,
 }
 
 impl Shared {
+    pub fn new(enforcer: Enforcer) -> Shared {
+        Shared { enforcer: Mutex::new(enforcer), events: Events::new(), changed: Changed::default(), held: AtomicUsize::new(0) }
+    }
+
     pub fn enforcer(&self) -> MutexGuard<'_, Enforcer> {
         self.enforcer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// A count of policy changes, and a wake-up for questions waiting on one.
+#[derive(Debug, Default)]
+pub struct Changed {
+    generation: Mutex<u64>,
+    condvar: Condvar,
+}
+
+impl Changed {
+    /// Records a change (made before this call) and wakes every waiter.
+    pub fn bump(&self) {
+        {
+            let mut generation = lock(&self.generation);
+            *generation = generation.wrapping_add(1);
+        }
+        self.condvar.notify_all();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Waits until `check` (the name policy's verdict on a held question, taken
+/// without holding `changed`'s lock) says anything but "not allowlisted": it is
+/// asked now and after every change until `deadline`. `Ok` (now allowed) or
+/// another refusal (a deny) is returned at once; at the deadline, `NotAllowlisted`.
+pub fn wait_for_change(changed: &Changed, deadline: Instant, mut check: impl FnMut() -> Result<(), Refusal>) -> Result<(), Refusal> {
+    loop {
+        // Read before the check: a change after it bumps past `seen` and is checked again.
+        let seen = *lock(&changed.generation);
+        match check() {
+            Err(Refusal::NotAllowlisted) => {}
+            decided => return decided,
+        }
+        let mut generation = lock(&changed.generation);
+        while *generation == seen {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Refusal::NotAllowlisted);
+            }
+            generation = match changed.condvar.wait_timeout(generation, left) {
+                Ok((generation, _)) => generation,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+}
+
+/// One held question; gives its place back when dropped.
+struct Held<'a>(&'a AtomicUsize);
+
+impl Held<'_> {
+    /// A place among the [`MAX_HELD`], if one is free.
+    fn take(counter: &AtomicUsize) -> Option<Held<'_>> {
+        counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| (held < MAX_HELD).then_some(held + 1)).ok()?;
+        Some(Held(counter))
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Holds a question for a name on no allow entry for up to `hold` (reported as
+/// `dnsHeld`; `holdMs` 0 when [`MAX_HELD`] are held already and it is refused at
+/// once): the name policy's verdict once it is no longer "not allowlisted", or
+/// `NotAllowlisted` at the end.
+fn hold_question(shared: &Shared, question: &Question, name: &str, record_type: &str, hold: Duration) -> Result<(), Refusal> {
+    let Some(_held) = Held::take(&shared.held) else {
+        eprintln!("lazaret-sidecar: dns: not holding {name} {record_type}: {MAX_HELD} questions are held already");
+        shared.events.emit(SidecarEvent::DnsHeld {
+            name: name.to_owned(),
+            record_type: record_type.to_owned(),
+            hold_ms: 0,
+            suppressed: None,
+        });
+        return Err(Refusal::NotAllowlisted);
+    };
+    let hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);
+    eprintln!("lazaret-sidecar: dns: holding {name} {record_type} for up to {hold_ms} ms");
+    shared.events.emit(SidecarEvent::DnsHeld { name: name.to_owned(), record_type: record_type.to_owned(), hold_ms, suppressed: None });
+    let verdict = wait_for_change(&shared.changed, Instant::now() + hold, || shared.enforcer().state().names.check(question));
+    if verdict.is_ok() {
+        eprintln!("lazaret-sidecar: dns: {name} {record_type} was allowed while held");
+    }
+    verdict
 }
 
 /// Serves queries until the process ends; each query on its own thread, so a slow
@@ -107,7 +223,14 @@ fn answer(packet: &[u8], shared: &Shared) -> Option<Vec<u8>> {
     };
     let name = query.question.name();
     let record_type = type_name(query.question.record_type);
-    let checked = shared.enforcer().state().names.check(&query.question);
+    let (checked, hold) = {
+        let enforcer = shared.enforcer();
+        (enforcer.state().names.check(&query.question), enforcer.state().hold)
+    };
+    let checked = match checked {
+        Err(Refusal::NotAllowlisted) if !hold.is_zero() => hold_question(shared, &query.question, &name, &record_type, hold),
+        other => other,
+    };
     if let Err(refusal) = checked {
         eprintln!("lazaret-sidecar: dns: refused {name} {record_type}: {refusal}");
         shared.events.emit(SidecarEvent::DnsRefused {
@@ -273,13 +396,26 @@ fn random_id() -> io::Result<u16> {
     Ok(u16::from_ne_bytes(bytes))
 }
 
-/// Forgets learned addresses whose time ran out and that no TCP connection or connected
-/// UDP socket in this namespace uses any more. Checks once a second.
+/// Removes timed entries whose time ran out (reported as `entriesExpired`, never
+/// rate limited; held questions are woken), and forgets learned addresses whose time
+/// ran out and that no TCP connection or connected UDP socket in this namespace
+/// uses any more. Checks four times a second.
 pub fn expiry_loop(shared: Arc<Shared>) {
     loop {
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(EXPIRY_TICK);
         let now = Instant::now();
         let mut enforcer = shared.enforcer();
+        if enforcer.state().next_entry_expiry().is_some_and(|expiry| expiry <= now) {
+            match enforcer.expire_entries(now) {
+                Ok(expired) if !expired.is_empty() => {
+                    eprintln!("lazaret-sidecar: timed entries expired: allow {}; deny {}", expired.allow.join(" "), expired.deny.join(" "));
+                    shared.changed.bump();
+                    shared.events.emit_always(SidecarEvent::EntriesExpired { allow: expired.allow, deny: expired.deny });
+                }
+                Ok(_) => {}
+                Err(error) => eprintln!("lazaret-sidecar: expiring timed entries: {error}"),
+            }
+        }
         if enforcer.state().next_expiry().is_none_or(|expiry| expiry > now) {
             continue;
         }
@@ -345,6 +481,108 @@ fn parse_proc_address(hex: &str) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lazaret_dns::{NamePattern, NamePolicy};
+
+    /// A name policy that another thread changes after `after`, then bumps `changed`.
+    fn change_later(
+        names: &Arc<Mutex<NamePolicy>>,
+        changed: &Arc<Changed>,
+        after: Duration,
+        edit: impl FnOnce(&mut NamePolicy) + Send + 'static,
+    ) -> std::thread::JoinHandle<()> {
+        let (names, changed) = (Arc::clone(names), Arc::clone(changed));
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            edit(&mut lock(&names));
+            changed.bump();
+        })
+    }
+
+    fn pattern(text: &str) -> NamePattern {
+        NamePattern::parse(text).unwrap()
+    }
+
+    #[test]
+    fn a_held_question_is_answered_once_its_name_is_allowed() {
+        let names = Arc::new(Mutex::new(NamePolicy::new()));
+        let changed = Arc::new(Changed::default());
+        let started = Instant::now();
+        let other = change_later(&names, &changed, Duration::from_millis(30), |names| names.allow(pattern("other.test")));
+        let grant = change_later(&names, &changed, Duration::from_millis(120), |names| names.allow(pattern("grant.test")));
+        let mut checks = 0;
+        let verdict = wait_for_change(&changed, started + Duration::from_secs(20), || {
+            checks += 1;
+            lock(&names).check_name("grant.test")
+        });
+        assert_eq!(verdict, Ok(()));
+        assert!(started.elapsed() >= Duration::from_millis(120) && started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(checks >= 3, "checked at first, after the other allow, after its own: {checks}");
+        other.join().unwrap();
+        grant.join().unwrap();
+    }
+
+    #[test]
+    fn a_held_question_is_refused_at_the_deadline() {
+        let names = Arc::new(Mutex::new(NamePolicy::new()));
+        let changed = Arc::new(Changed::default());
+        let started = Instant::now();
+        let unrelated = change_later(&names, &changed, Duration::from_millis(20), |names| names.allow(pattern("other.test")));
+        let verdict = wait_for_change(&changed, started + Duration::from_millis(150), || lock(&names).check_name("grant.test"));
+        assert_eq!(verdict, Err(Refusal::NotAllowlisted));
+        assert!(started.elapsed() >= Duration::from_millis(150), "{:?}", started.elapsed());
+        unrelated.join().unwrap();
+        let late = change_later(&names, &changed, Duration::ZERO, |names| names.allow(pattern("grant.test")));
+        late.join().unwrap();
+        let past = Instant::now();
+        assert_eq!(
+            wait_for_change(&changed, past, || Err(Refusal::NotAllowlisted)),
+            Err(Refusal::NotAllowlisted),
+            "no wait past the deadline"
+        );
+    }
+
+    #[test]
+    fn a_deny_during_the_hold_refuses_at_once() {
+        let names = Arc::new(Mutex::new(NamePolicy::new()));
+        let changed = Arc::new(Changed::default());
+        let started = Instant::now();
+        let deny = change_later(&names, &changed, Duration::from_millis(50), |names| names.deny(pattern("*.example.test")));
+        let verdict = wait_for_change(&changed, started + Duration::from_secs(20), || lock(&names).check_name("a.example.test"));
+        assert_eq!(verdict, Err(Refusal::Denied("*.example.test".into())));
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        deny.join().unwrap();
+    }
+
+    #[test]
+    fn a_change_between_the_check_and_the_wait_is_not_missed() {
+        let changed = Changed::default();
+        let mut checks = 0;
+        // The first check sees the old policy, then the change lands before the wait.
+        let verdict = wait_for_change(&changed, Instant::now() + Duration::from_secs(20), || {
+            checks += 1;
+            if checks == 1 {
+                changed.bump();
+                Err(Refusal::NotAllowlisted)
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!((verdict, checks), (Ok(()), 2));
+    }
+
+    #[test]
+    fn at_most_max_held_questions_are_held() {
+        let counter = AtomicUsize::new(0);
+        let mut held: Vec<Held<'_>> = (0..MAX_HELD).map(|_| Held::take(&counter).unwrap()).collect();
+        assert!(Held::take(&counter).is_none());
+        held.pop();
+        let again = Held::take(&counter);
+        assert!(again.is_some());
+        assert!(Held::take(&counter).is_none());
+        drop(again);
+        assert_eq!(counter.load(Ordering::Acquire), MAX_HELD - 1);
+        const { assert!(MAX_IN_FLIGHT - MAX_HELD >= 64, "held questions leave 64 slots to the others") };
+    }
 
     #[test]
     fn proc_net_sockets_yield_connected_remotes() {

@@ -5,6 +5,13 @@
 //! host's own addresses and networks, and the upstream resolvers only the
 //! sidecar's marked sockets may reach. Every change is reconciled into the
 //! kernel's policy rules at once, or not at all.
+//!
+//! The state also holds the timers of timed entries (`forMs`: each ends on its
+//! own, removed as a revoke removes it, see [`State::expire_entries`]) and how
+//! long a DNS question for a name on no allow entry is held (`hold`, see
+//! `dns.rs`). Removing an entry (a revoke, an expiry, a deny, a `set`) forgets
+//! the learned addresses its names no longer open, in use or not, so their
+//! rules go and established flows through them stop.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -14,7 +21,7 @@ use std::time::{Duration, Instant};
 use lazaret_dns::NamePolicy;
 use lazaret_protocol::sidecar::AnswerRefusal;
 pub use lazaret_protocol::sidecar::PrivateAnswers;
-use lazaret_protocol::{LearnedAddress, NetworkPolicy};
+use lazaret_protocol::{EntryVerdict, ExpiringEntry, LearnedAddress, NetworkPolicy};
 
 use crate::addresses::{classify, Class};
 use crate::control::Entry;
@@ -88,7 +95,34 @@ pub struct Learning {
     pub refused: Vec<(IpAddr, NotOpened)>,
 }
 
-/// Everything the kernel rules are made from.
+/// A timed entry: at `expires` it is removed, as a revoke removes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timer {
+    pub entry: Entry,
+    pub verdict: EntryVerdict,
+    pub expires: Instant,
+}
+
+/// Timed entries whose time ran out (their normalised text), as the
+/// `entriesExpired` event reports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Expired {
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+}
+
+impl Expired {
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty()
+    }
+}
+
+/// The error of a revoke naming `entry`, which is neither an allow nor a deny entry.
+pub fn not_an_entry(entry: &Entry) -> String {
+    format!("`{entry}` is neither an allow nor a deny entry (nothing was revoked)")
+}
+
+/// Everything the kernel rules are made from, and the timers of timed entries.
 #[derive(Clone, Debug, Default)]
 pub struct State {
     pub cidrs: Policy,
@@ -98,9 +132,141 @@ pub struct State {
     /// The prefixes of the host's interfaces (`--protect-net`, refreshed by the
     /// coordinator): internal, like private networks.
     pub host_networks: Vec<Cidr>,
+    /// How long a question for a name on no allow entry waits for one (zero:
+    /// refused at once). A `set` leaves it as it is.
+    pub hold: Duration,
+    /// Timed entries by their normalised text (`Entry`'s `Display`): one
+    /// entry is an allow or a deny, never both, so one timer per text.
+    pub timers: BTreeMap<String, Timer>,
 }
 
 impl State {
+    /// Allows or denies `entries`; with `life`, each ends at `now + life` (a
+    /// new timer replaces the old), without it each is permanent (its timer
+    /// goes). A deny replaces the allow of the same entry, and its timer with
+    /// it (and the other way round).
+    pub fn add_entries(&mut self, entries: &[Entry], verdict: EntryVerdict, life: Option<Duration>, now: Instant) {
+        for entry in entries {
+            match (entry, verdict) {
+                (Entry::Cidr(c), EntryVerdict::Allow) => self.cidrs.allow(*c),
+                (Entry::Cidr(c), EntryVerdict::Deny) => self.cidrs.deny(*c),
+                (Entry::Name(n), EntryVerdict::Allow) => self.names.allow(n.clone()),
+                (Entry::Name(n), EntryVerdict::Deny) => self.names.deny(n.clone()),
+            }
+            let text = entry.to_string();
+            match life {
+                Some(life) => {
+                    self.timers.insert(text, Timer { entry: entry.clone(), verdict, expires: now + life });
+                }
+                None => {
+                    self.timers.remove(&text);
+                }
+            }
+        }
+    }
+
+    /// Whether `entry` is exactly an entry of this verdict.
+    pub fn holds(&self, entry: &Entry, verdict: EntryVerdict) -> bool {
+        match (entry, verdict) {
+            (Entry::Cidr(c), EntryVerdict::Allow) => self.cidrs.stated(c) == Some(Verdict::Allow),
+            (Entry::Cidr(c), EntryVerdict::Deny) => self.cidrs.stated(c) == Some(Verdict::Deny),
+            (Entry::Name(n), EntryVerdict::Allow) => self.names.has_allow(n),
+            (Entry::Name(n), EntryVerdict::Deny) => self.names.has_deny(n),
+        }
+    }
+
+    /// The first of `entries` that is neither an allow nor a deny entry exactly.
+    pub fn unknown_entry<'a>(&self, entries: &'a [Entry]) -> Option<&'a Entry> {
+        entries.iter().find(|entry| !self.holds(entry, EntryVerdict::Allow) && !self.holds(entry, EntryVerdict::Deny))
+    }
+
+    /// Removes `entries` (allow or deny) and their timers; those that are no
+    /// entry are passed over (see [`State::unknown_entry`] for the check).
+    pub fn remove_entries(&mut self, entries: &[Entry]) {
+        for entry in entries {
+            match entry {
+                Entry::Cidr(c) => {
+                    self.cidrs.remove(*c);
+                }
+                Entry::Name(n) => {
+                    self.names.remove(n);
+                }
+            }
+            self.timers.remove(&entry.to_string());
+        }
+    }
+
+    /// Removes the timed entries whose time ran out by `now` (as a revoke
+    /// removes them) and says which.
+    pub fn expire_entries(&mut self, now: Instant) -> Expired {
+        let due: Vec<String> = self.timers.iter().filter(|(_, timer)| timer.expires <= now).map(|(text, _)| text.clone()).collect();
+        let mut expired = Expired::default();
+        for text in due {
+            let Some(timer) = self.timers.remove(&text) else { continue };
+            if !self.holds(&timer.entry, timer.verdict) {
+                continue;
+            }
+            self.remove_entries(std::slice::from_ref(&timer.entry));
+            match timer.verdict {
+                EntryVerdict::Allow => expired.allow.push(text),
+                EntryVerdict::Deny => expired.deny.push(text),
+            }
+        }
+        expired
+    }
+
+    /// When the next timed entry ends.
+    pub fn next_entry_expiry(&self) -> Option<Instant> {
+        self.timers.values().map(|timer| timer.expires).min()
+    }
+
+    /// What every change ends with: learned addresses no longer open are
+    /// forgotten, and timers of entries that are gone (or changed verdict) dropped.
+    fn settle(&mut self) {
+        self.forget_disallowed();
+        let stale: Vec<String> =
+            self.timers.iter().filter(|(_, timer)| !self.holds(&timer.entry, timer.verdict)).map(|(text, _)| text.clone()).collect();
+        for text in stale {
+            self.timers.remove(&text);
+        }
+    }
+
+    /// The policy in force, as the control protocol reports it.
+    pub fn policy(&self, upstreams: &[SocketAddr], rules: usize, now: Instant) -> NetworkPolicy {
+        let mut allow: Vec<String> = self.cidrs.listed(Verdict::Allow).iter().map(|c| c.to_string()).collect();
+        allow.extend(self.names.allowed().map(|n| n.to_string()));
+        let mut deny: Vec<String> = self.cidrs.listed(Verdict::Deny).iter().map(|c| c.to_string()).collect();
+        deny.extend(self.names.denied().map(|n| n.to_string()));
+        let learned = self
+            .learned
+            .iter()
+            .map(|(address, learned)| LearnedAddress {
+                address: address.to_string(),
+                names: learned.names.iter().cloned().collect(),
+                expires_in_seconds: learned.expires.saturating_duration_since(now).as_secs(),
+            })
+            .collect();
+        let expiring = self
+            .timers
+            .iter()
+            .map(|(text, timer)| ExpiringEntry {
+                entry: text.clone(),
+                verdict: timer.verdict,
+                expires_in_ms: millis(timer.expires.saturating_duration_since(now)),
+            })
+            .collect();
+        NetworkPolicy {
+            allow,
+            deny,
+            learned,
+            upstreams: upstreams.iter().map(|u| u.to_string()).collect(),
+            rules: rules as u64,
+            private_answers: self.private_answers,
+            hold_ms: millis(self.hold),
+            expiring,
+        }
+    }
+
     /// The rules this state needs, upstream rules included (guard rules not).
     /// A `protected` address or network gets a deny rule unless the CIDR
     /// entries allow exactly that address or network.
@@ -220,6 +386,11 @@ impl State {
     }
 }
 
+/// Whole milliseconds, at most `u64::MAX`.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The host's addresses and the upstream resolvers: only the sidecar's marked
 /// sockets may ask those anything, whatever a wide CIDR entry or a name's answer says.
 fn with_upstreams(mut protected: Vec<Cidr>, upstreams: &[SocketAddr]) -> Vec<Cidr> {
@@ -299,7 +470,7 @@ impl Enforcer {
     pub fn change<R>(&mut self, edit: impl FnOnce(&mut State) -> R) -> io::Result<usize> {
         let previous = self.state.clone();
         edit(&mut self.state);
-        self.state.forget_disallowed();
+        self.state.settle();
         match self.install(self.desired()) {
             Ok(rules) => Ok(rules),
             Err(error) => {
@@ -376,44 +547,32 @@ impl Enforcer {
         result
     }
 
-    /// Allows or denies entries (CIDRs and names).
-    pub fn apply_entries(&mut self, entries: &[Entry], allow: bool) -> io::Result<usize> {
-        self.change(|state| {
-            for entry in entries {
-                match (entry, allow) {
-                    (Entry::Cidr(c), true) => state.cidrs.allow(*c),
-                    (Entry::Cidr(c), false) => state.cidrs.deny(*c),
-                    (Entry::Name(n), true) => state.names.allow(n.clone()),
-                    (Entry::Name(n), false) => state.names.deny(n.clone()),
-                }
-            }
-        })
+    /// Allows or denies entries (CIDRs and names), for `life` if timed (see
+    /// [`State::add_entries`]).
+    pub fn apply_entries(&mut self, entries: &[Entry], verdict: EntryVerdict, life: Option<Duration>, now: Instant) -> io::Result<usize> {
+        self.change(|state| state.add_entries(entries, verdict, life, now))
+    }
+
+    /// Removes allow or deny entries exactly as given, with their timers; what
+    /// they opened closes (learned addresses of names no longer allowed go,
+    /// in use or not). If one is neither, the error names it and nothing changes.
+    pub fn revoke(&mut self, entries: &[Entry]) -> io::Result<usize> {
+        if let Some(entry) = self.state.unknown_entry(entries) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, not_an_entry(entry)));
+        }
+        self.change(|state| state.remove_entries(entries))
+    }
+
+    /// Removes the timed entries whose time ran out (see [`State::expire_entries`]).
+    pub fn expire_entries(&mut self, now: Instant) -> io::Result<Expired> {
+        let mut expired = Expired::default();
+        self.change(|state| expired = state.expire_entries(now))?;
+        Ok(expired)
     }
 
     /// The policy in force, as the control protocol reports it.
     pub fn snapshot(&self, rules: usize, now: Instant) -> NetworkPolicy {
-        let state = &self.state;
-        let mut allow: Vec<String> = state.cidrs.listed(Verdict::Allow).iter().map(|c| c.to_string()).collect();
-        allow.extend(state.names.allowed().map(|n| n.to_string()));
-        let mut deny: Vec<String> = state.cidrs.listed(Verdict::Deny).iter().map(|c| c.to_string()).collect();
-        deny.extend(state.names.denied().map(|n| n.to_string()));
-        let learned = state
-            .learned
-            .iter()
-            .map(|(address, learned)| LearnedAddress {
-                address: address.to_string(),
-                names: learned.names.iter().cloned().collect(),
-                expires_in_seconds: learned.expires.saturating_duration_since(now).as_secs(),
-            })
-            .collect();
-        NetworkPolicy {
-            allow,
-            deny,
-            learned,
-            upstreams: self.upstreams.iter().map(|u| u.to_string()).collect(),
-            rules: rules as u64,
-            private_answers: state.private_answers,
-        }
+        self.state.policy(&self.upstreams, rules, now)
     }
 
     /// How many of our rules the kernel holds now.
@@ -628,6 +787,166 @@ mod tests {
         assert!(!is_protected(&[slirp], ip("10.0.3.1")));
         state.cidrs.allow(slirp);
         assert!(!text(&state).iter().any(|r| r.contains("prohibit") && r.contains("10.0.2.0/24")), "{:?}", text(&state));
+    }
+
+    /// What `Enforcer::change` does to the state, without the kernel.
+    fn change(state: &mut State, edit: impl FnOnce(&mut State)) {
+        edit(state);
+        state.settle();
+    }
+
+    fn entries(texts: &[&str]) -> Vec<Entry> {
+        texts.iter().map(|text| Entry::parse(text).unwrap()).collect()
+    }
+
+    fn rule_text(state: &State) -> Vec<String> {
+        state.rules(&[], &[]).iter().map(|r| r.to_string()).collect()
+    }
+
+    fn timers(state: &State) -> Vec<(String, EntryVerdict, Instant)> {
+        state.timers.iter().map(|(text, timer)| (text.clone(), timer.verdict, timer.expires)).collect()
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn timed_entries_end_on_their_own_as_a_revoke_would() {
+        let mut state = State { private_answers: PrivateAnswers::Allow, ..State::default() };
+        let now = Instant::now();
+        change(&mut state, |s| s.add_entries(&entries(&["Grant.test", "10.0.0.0/8"]), EntryVerdict::Allow, Some(60 * SECOND), now));
+        change(&mut state, |s| s.add_entries(&entries(&["evil.test"]), EntryVerdict::Deny, Some(30 * SECOND), now));
+        change(&mut state, |s| s.hold = 10 * SECOND);
+        let told = state.learn("grant.test", &[(ip("93.184.216.34"), 3600)], now).told;
+        assert_eq!(told.len(), 1);
+        let policy = state.policy(&[], 5, now + 10 * SECOND);
+        assert_eq!(policy.hold_ms, 10_000);
+        assert_eq!(policy.allow, ["10.0.0.0/8", "grant.test"]);
+        assert_eq!(policy.deny, ["evil.test"]);
+        let expiring: Vec<(String, EntryVerdict, u64)> =
+            policy.expiring.iter().map(|e| (e.entry.clone(), e.verdict, e.expires_in_ms)).collect();
+        assert_eq!(
+            expiring,
+            [
+                ("10.0.0.0/8".to_owned(), EntryVerdict::Allow, 50_000),
+                ("evil.test".to_owned(), EntryVerdict::Deny, 20_000),
+                ("grant.test".to_owned(), EntryVerdict::Allow, 50_000)
+            ],
+            "sorted by entry, with the time left"
+        );
+        assert_eq!(state.next_entry_expiry(), Some(now + 30 * SECOND));
+        assert_eq!(state.expire_entries(now + 29 * SECOND), Expired::default(), "not yet");
+        let mut expired = Expired::default();
+        change(&mut state, |s| expired = s.expire_entries(now + 30 * SECOND));
+        assert_eq!(expired, Expired { allow: vec![], deny: vec!["evil.test".into()] });
+        assert!(!state.names.has_deny(&lazaret_dns::NamePattern::parse("evil.test").unwrap()));
+        assert!(rule_text(&state).contains(&"10024: to 10.0.0.0/8 lookup main".to_owned()), "{:?}", rule_text(&state));
+        assert!(rule_text(&state).contains(&"10000: to 93.184.216.34/32 lookup main".to_owned()), "{:?}", rule_text(&state));
+        change(&mut state, |s| expired = s.expire_entries(now + 60 * SECOND));
+        assert_eq!(expired, Expired { allow: vec!["10.0.0.0/8".into(), "grant.test".into()], deny: vec![] });
+        assert!(state.learned.is_empty(), "the expired name's address is forgotten, its hour notwithstanding");
+        assert_eq!(rule_text(&state), ["20000: to 0.0.0.0/0 prohibit", "20000: to ::/0 prohibit"]);
+        assert!(state.timers.is_empty() && state.next_entry_expiry().is_none());
+        assert_eq!(state.hold, 10 * SECOND, "the hold stays");
+        assert!(state.policy(&[], 2, now).expiring.is_empty());
+    }
+
+    #[test]
+    fn adding_again_makes_permanent_or_renews_and_a_deny_replaces_an_allow_timer() {
+        let mut state = State::default();
+        let now = Instant::now();
+        let a = entries(&["a.test"]);
+        change(&mut state, |s| s.add_entries(&a, EntryVerdict::Allow, Some(60 * SECOND), now));
+        change(&mut state, |s| s.add_entries(&a, EntryVerdict::Allow, None, now));
+        assert!(state.timers.is_empty(), "permanent now");
+        assert!(state.holds(&a[0], EntryVerdict::Allow));
+        change(&mut state, |s| s.add_entries(&a, EntryVerdict::Allow, Some(10 * SECOND), now));
+        change(&mut state, |s| s.add_entries(&a, EntryVerdict::Allow, Some(20 * SECOND), now));
+        assert_eq!(timers(&state), [("a.test".to_owned(), EntryVerdict::Allow, now + 20 * SECOND)], "the new timer replaces the old");
+        change(&mut state, |s| s.add_entries(&a, EntryVerdict::Deny, None, now));
+        assert!(state.timers.is_empty(), "a permanent deny replaces the timed allow");
+        assert!(state.holds(&a[0], EntryVerdict::Deny) && !state.holds(&a[0], EntryVerdict::Allow));
+        change(&mut state, |s| s.add_entries(&a, EntryVerdict::Allow, Some(5 * SECOND), now));
+        change(&mut state, |s| s.add_entries(&a, EntryVerdict::Deny, Some(7 * SECOND), now));
+        assert_eq!(timers(&state), [("a.test".to_owned(), EntryVerdict::Deny, now + 7 * SECOND)]);
+        let mut expired = Expired::default();
+        change(&mut state, |s| expired = s.expire_entries(now + 7 * SECOND));
+        assert_eq!(expired.deny, ["a.test"]);
+        assert_eq!(state.unknown_entry(&a), Some(&a[0]), "after the timed deny, nothing is left of the entry");
+        // CIDRs alike: a deny of the same network replaces its allow and timer.
+        let net = entries(&["10.1.0.0/16"]);
+        change(&mut state, |s| s.add_entries(&net, EntryVerdict::Allow, Some(5 * SECOND), now));
+        change(&mut state, |s| s.add_entries(&net, EntryVerdict::Deny, Some(9 * SECOND), now));
+        assert_eq!(timers(&state), [("10.1.0.0/16".to_owned(), EntryVerdict::Deny, now + 9 * SECOND)]);
+        change(&mut state, |s| s.cidrs.allow(Cidr::parse("10.1.0.0/16").unwrap()));
+        assert!(state.timers.is_empty(), "a timer whose entry changed verdict another way goes too");
+    }
+
+    #[test]
+    fn a_set_keeps_the_timers_of_the_entries_it_keeps() {
+        let mut state = State::default();
+        let now = Instant::now();
+        change(&mut state, |s| s.add_entries(&entries(&["a.test", "b.test", "10.0.0.0/8"]), EntryVerdict::Allow, Some(60 * SECOND), now));
+        change(&mut state, |s| s.add_entries(&entries(&["c.test", "10.1.0.0/16"]), EntryVerdict::Deny, Some(60 * SECOND), now));
+        change(&mut state, |s| s.hold = 3 * SECOND);
+        // What a `set` does (main.rs): replaces the entries, leaves the hold.
+        let (mut cidrs, mut names) = (Policy::new(), NamePolicy::new());
+        names.allow(lazaret_dns::NamePattern::parse("a.test").unwrap());
+        names.deny(lazaret_dns::NamePattern::parse("b.test").unwrap());
+        names.deny(lazaret_dns::NamePattern::parse("c.test").unwrap());
+        cidrs.allow(Cidr::parse("10.1.0.0/16").unwrap());
+        change(&mut state, |s| {
+            s.cidrs = cidrs;
+            s.names = names;
+        });
+        let kept: Vec<(String, EntryVerdict)> = state.timers.iter().map(|(text, timer)| (text.clone(), timer.verdict)).collect();
+        assert_eq!(kept, [("a.test".to_owned(), EntryVerdict::Allow), ("c.test".to_owned(), EntryVerdict::Deny)]);
+        assert_eq!(state.hold, 3 * SECOND);
+    }
+
+    #[test]
+    fn a_revoke_needs_every_entry_exactly_and_closes_what_they_opened() {
+        let mut state = State::default();
+        let now = Instant::now();
+        change(&mut state, |s| {
+            s.add_entries(&entries(&["*.allowed.test", "other.test", "10.213.0.0/24"]), EntryVerdict::Allow, None, now);
+            s.add_entries(&entries(&["bad.allowed.test", "10.213.0.128/25"]), EntryVerdict::Deny, None, now);
+            s.add_entries(&entries(&["grant.test"]), EntryVerdict::Allow, Some(60 * SECOND), now);
+        });
+        state.learn("a.allowed.test", &[(ip("93.184.216.34"), 60), (ip("10.213.0.13"), 60)], now);
+        state.learn("other.test", &[(ip("93.184.216.35"), 60), (ip("10.213.0.12"), 60)], now);
+        assert_eq!(state.learned.len(), 4);
+        let before = state.policy(&[], 0, now);
+        for (request, unknown) in [
+            (vec!["other.test", "b.allowed.test"], "b.allowed.test"),
+            (vec!["10.213.0.5", "other.test"], "10.213.0.5/32"),
+            (vec!["allowed.test"], "allowed.test"),
+            (vec!["10.213.0.0/16"], "10.213.0.0/16"),
+        ] {
+            let asked = entries(&request);
+            let first = state.unknown_entry(&asked).map(|entry| entry.to_string());
+            assert_eq!(first.as_deref(), Some(unknown), "{request:?}");
+            assert!(not_an_entry(&Entry::parse(unknown).unwrap()).contains(&format!("`{unknown}`")));
+        }
+        assert_eq!(state.policy(&[], 0, now), before, "checking changes nothing");
+        let revoked = entries(&["other.test", "BAD.allowed.test", "10.213.0.0/24", "grant.test"]);
+        assert_eq!(state.unknown_entry(&revoked), None, "names compare after parsing");
+        // Connections still use other.test's addresses and the private address the
+        // revoked CIDR let a.allowed.test open: they go all the same.
+        let in_use = BTreeSet::from([ip("93.184.216.35"), ip("10.213.0.12"), ip("10.213.0.13")]);
+        change(&mut state, |s| s.remove_entries(&revoked));
+        assert!(!state.expire(now, &in_use));
+        assert_eq!(state.learned.keys().copied().collect::<Vec<_>>(), [ip("93.184.216.34")]);
+        let rules = rule_text(&state);
+        assert!(!rules.iter().any(|r| r.contains("93.184.216.35") || r.contains("10.213.0.")), "{rules:?}");
+        assert!(rules.contains(&"10000: to 93.184.216.34/32 lookup main".to_owned()), "{rules:?}");
+        assert!(state.timers.is_empty(), "the revoked timed entry's timer went");
+        let policy = state.policy(&[], 0, now);
+        assert_eq!(policy.allow, ["*.allowed.test"]);
+        assert!(policy.deny.is_empty(), "{:?}", policy.deny);
+        assert_eq!(state.names.check_name("bad.allowed.test"), Ok(()), "the revoked deny no longer carves");
+        assert!(state.cidrs.denies_explicitly(ip("10.213.0.200")), "the deny not revoked stays stated");
+        change(&mut state, |s| s.remove_entries(&entries(&["10.213.0.128/25"])));
+        assert!(!state.cidrs.denies_explicitly(ip("10.213.0.200")), "and goes when revoked");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! line. A sandbox can send refused queries as fast as it likes, so events are
 //! rate limited (a token bucket); what the limit drops is counted and reported in
 //! the next event as `suppressed`. A slow watcher loses events rather than slowing
-//! DNS down.
+//! DNS down. Events the sandbox cannot cause at will (`entriesExpired`: bounded by
+//! the number of timed entries) bypass the limit ([`Events::emit_always`]).
 
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Mutex;
@@ -67,7 +68,17 @@ impl Events {
                 bucket.suppressed = 0;
             }
         }
-        let Ok(line) = serde_json::to_string(&event) else { return };
+        self.send(&event);
+    }
+
+    /// Sends `event` to every watcher whatever the rate: for events the
+    /// sandbox cannot cause at will (`entriesExpired`).
+    pub fn emit_always(&self, event: SidecarEvent) {
+        self.send(&event);
+    }
+
+    fn send(&self, event: &SidecarEvent) {
+        let Ok(line) = serde_json::to_string(event) else { return };
         lock(&self.watchers).retain(|watcher| !matches!(watcher.try_send(line.clone()), Err(TrySendError::Disconnected(_))));
     }
 }
@@ -105,6 +116,24 @@ mod tests {
         let next: SidecarEvent = serde_json::from_str(&receiver.try_recv().unwrap()).unwrap();
         let SidecarEvent::DnsRefused { suppressed: Some(suppressed), .. } = next else { panic!("{next:?}") };
         assert!(suppressed > 100, "{suppressed}");
+    }
+
+    #[test]
+    fn expiries_pass_a_spent_limit() {
+        let events = Events::new();
+        let receiver = events.watch();
+        for n in 0..200 {
+            events.emit(refused(&format!("n{n}.test")));
+        }
+        let flooded = receiver.try_iter().count();
+        assert!(flooded < 60, "{flooded}");
+        let expired = SidecarEvent::EntriesExpired { allow: vec!["grant.test".into()], deny: vec!["10.0.0.0/8".into()] };
+        for _ in 0..20 {
+            events.emit_always(expired.clone());
+        }
+        let delivered: Vec<SidecarEvent> = receiver.try_iter().map(|line| serde_json::from_str(&line).unwrap()).collect();
+        assert_eq!(delivered, vec![expired; 20], "every expiry went through");
+        assert!(lock(&events.bucket).suppressed > 100, "the count of dropped events waits for the next limited one");
     }
 
     #[test]

@@ -6,12 +6,14 @@
 //! `policy.rs`, `enforcer.rs`) backed by a netfilter output filter (`nft.rs`), which the
 //! agent sandbox (runsc, `--network=host`, `--network container:<sidecar>`) then shares.
 //! The policy lives in the kernel: if this process dies, the last policy stays in force.
-//! Changes arrive over a Unix control socket (see `control.rs`) and apply live. The
+//! Changes arrive over a Unix control socket (see `control.rs`) and apply live: entries
+//! added (for good or for a time), revoked, or the whole policy replaced. The
 //! sandbox's only resolver is this process (`dns.rs`): it answers allowlisted names and
 //! opens their addresses for their TTL (internal ones only where a CIDR allow covers
-//! them, or with `--private-answers allow`: `addresses.rs`).
+//! them, or with `--private-answers allow`: `addresses.rs`), and can hold a question
+//! for a name on no allow entry until one comes (`hold`).
 
-use lazaret_sidecar::{control, dns, enforcer, events, nft, policy, rtnl};
+use lazaret_sidecar::{control, dns, enforcer, nft, policy, rtnl};
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -19,14 +21,14 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use control::{error_response, parse_command, reply_line, Command, Entry};
 use dns::Shared;
 use enforcer::{Enforcer, PrivateAnswers, State};
-use events::Events;
 use lazaret_protocol::sidecar::{SidecarReply, MAX_LINE};
+use lazaret_protocol::EntryVerdict;
 use policy::Cidr;
 use rtnl::Rtnl;
 
@@ -45,7 +47,7 @@ Usage:
       serves on 127.0.0.1:53 answers allowlisted names from the upstream
       resolvers (--dns-upstream, else the nameservers of /etc/resolv.conf) and
       opens the answered addresses for their TTL; it refuses every other
-      question. An answer never opens loopback, link-local, multicast,
+      question (after a hold, see `hold` below). An answer never opens loopback, link-local, multicast,
       broadcast, 0.0.0.0/8 or IPv4-compatible IPv6 addresses; nor, unless a
       CIDR allow covers them or --private-answers is `allow`, private, CGNAT,
       ULA or other special-purpose addresses, or the host's networks
@@ -55,6 +57,11 @@ Usage:
       exactly that address or network opens it. With --control, serve
       line-delimited JSON on SOCKET:
         {\"type\":\"allow\",\"entries\":[ENTRY...]}  {\"type\":\"deny\",\"entries\":[ENTRY...]}
+          (with \"forMs\":MS, 1 to 86400000, the entries end on their own then)
+        {\"type\":\"revoke\",\"entries\":[ENTRY...]} (each must be an allow or deny entry
+          exactly; what it opened closes, established flows included)
+        {\"type\":\"hold\",\"ms\":MS} (0 to 30000: a question for a name on no allow
+          entry waits that long for an allow of it before it is refused)
         {\"type\":\"set\",\"allow\":[...],\"deny\":[...],\"privateAnswers\":\"refuse\"|\"allow\"}
         {\"type\":\"protect\",\"addresses\":[...],\"networks\":[...]}
         {\"type\":\"show\"}  {\"type\":\"watch\"} (then one event per line)
@@ -204,8 +211,16 @@ fn handle(shared: &Shared, command: Command) -> Result<String, String> {
     let mut enforcer = shared.enforcer();
     let started = Instant::now();
     let (what, result) = match command {
-        Command::Allow(entries) => (Some(format!("allow {}", join(&entries))), enforcer.apply_entries(&entries, true)),
-        Command::Deny(entries) => (Some(format!("deny {}", join(&entries))), enforcer.apply_entries(&entries, false)),
+        Command::Allow(entries, life) => {
+            let what = format!("allow {}{}", join(&entries), for_text(life));
+            (Some(what), enforcer.apply_entries(&entries, EntryVerdict::Allow, life, started))
+        }
+        Command::Deny(entries, life) => {
+            let what = format!("deny {}{}", join(&entries), for_text(life));
+            (Some(what), enforcer.apply_entries(&entries, EntryVerdict::Deny, life, started))
+        }
+        Command::Revoke(entries) => (Some(format!("revoke {}", join(&entries))), enforcer.revoke(&entries)),
+        Command::Hold(hold) => (Some(format!("hold {} ms", hold.as_millis())), enforcer.change(|state| state.hold = hold)),
         Command::Set(cidrs, names, private_answers) => (
             Some(format!("set (private answers: {})", private_answers.as_str())),
             enforcer.change(|state| {
@@ -223,8 +238,15 @@ fn handle(shared: &Shared, command: Command) -> Result<String, String> {
     let rules = result.map_err(|e| e.to_string())?;
     if let Some(what) = what {
         eprintln!("lazaret-sidecar: {what}: {rules} rules in force ({} us)", started.elapsed().as_micros());
+        // Held questions look at the policy again.
+        shared.changed.bump();
     }
     Ok(reply_line(&SidecarReply::Policy(enforcer.snapshot(rules, Instant::now()))))
+}
+
+/// ` for N ms` of a timed change, else nothing.
+fn for_text(life: Option<std::time::Duration>) -> String {
+    life.map(|life| format!(" for {} ms", life.as_millis())).unwrap_or_default()
 }
 
 fn join(entries: &[Entry]) -> String {
@@ -287,7 +309,7 @@ fn run(options: RunOptions) -> ExitCode {
             "lazaret-sidecar: warning: names are allowlisted but no upstream resolver is known (--dns-upstream); they will not resolve"
         );
     }
-    let shared = Arc::new(Shared { enforcer: Mutex::new(enforcer), events: Events::new() });
+    let shared = Arc::new(Shared::new(enforcer));
     {
         let shared = Arc::clone(&shared);
         std::thread::spawn(move || dns::serve(resolver, shared));
@@ -583,6 +605,15 @@ mod tests {
         assert_eq!(options.protected, vec![Cidr::parse("10.88.0.1").unwrap(), Cidr::parse("fe80::1").unwrap()]);
         assert_eq!(options.protected_networks, vec![Cidr::parse("10.88.0.0/16").unwrap(), Cidr::parse("2001:db8:1::/48").unwrap()]);
         assert_eq!(options.private_answers, PrivateAnswers::Allow);
+    }
+
+    #[test]
+    fn usage_names_every_request_and_the_limits() {
+        use lazaret_protocol::sidecar::{MAX_FOR_MS, MAX_HOLD_MS};
+        for request in ["allow", "deny", "revoke", "hold", "set", "protect", "show", "watch"] {
+            assert!(USAGE.contains(&format!("{{\"type\":\"{request}\"")), "{request}");
+        }
+        assert!(USAGE.contains(&format!("1 to {MAX_FOR_MS}")) && USAGE.contains(&format!("0 to {MAX_HOLD_MS}")));
     }
 
     #[test]

@@ -286,6 +286,28 @@ impl Policy {
         self.prune();
     }
 
+    /// Removes the allow or deny entry of exactly `cidr`; whether it was one. The
+    /// denies inside a removed deny that it made redundant carve again where an
+    /// allow encloses them.
+    pub fn remove(&mut self, cidr: Cidr) -> bool {
+        let was = self.stated.remove(&cidr);
+        self.entries.remove(&cidr);
+        if was == Some(Verdict::Deny) {
+            for (inner, verdict) in &self.stated {
+                if *verdict == Verdict::Deny && inner.len > cidr.len && cidr.contains(inner) {
+                    self.entries.insert(*inner, Verdict::Deny);
+                }
+            }
+        }
+        self.prune();
+        was.is_some()
+    }
+
+    /// The verdict last stated for exactly `cidr`, if it is an entry.
+    pub fn stated(&self, cidr: &Cidr) -> Option<Verdict> {
+        self.stated.get(cidr).copied()
+    }
+
     /// Whether `cidr` itself is an allow entry.
     pub fn allows_exactly(&self, cidr: &Cidr) -> bool {
         self.entries.get(cidr) == Some(&Verdict::Allow)
@@ -498,6 +520,29 @@ mod tests {
         assert_eq!(p.listed(Verdict::Deny), vec![c("10.1.0.0/16")]);
         p.deny(c("10.0.0.0/8")); // now both denies are redundant
         assert_eq!(p.entries().count(), 0);
+    }
+
+    #[test]
+    fn remove_takes_out_exactly_the_entry() {
+        let mut p = Policy::new();
+        p.allow(c("10.0.0.0/8"));
+        p.deny(c("10.1.0.0/16"));
+        p.deny(c("10.1.2.0/24")); // inside a deny: redundant for now
+        assert!(!p.remove(c("10.2.0.0/16")), "not an entry");
+        assert!(!p.remove(c("10.0.0.0/9")), "inside an entry is not the entry");
+        assert_eq!(p.stated(&c("10.1.2.0/24")), Some(Verdict::Deny));
+        assert!(p.remove(c("10.1.0.0/16")));
+        assert_eq!(p.stated(&c("10.1.0.0/16")), None);
+        assert_eq!(p.verdict(ip("10.1.9.9")), Verdict::Allow, "the hole is gone");
+        assert_eq!(p.verdict(ip("10.1.2.3")), Verdict::Deny, "the deny inside it carves again");
+        assert!(p.denies_explicitly(ip("10.1.2.3")));
+        assert!(p.remove(c("10.0.0.0/8")));
+        assert_eq!(p.entries().count(), 0, "the deny without an allow around it is pruned");
+        assert!(!p.allows(ip("10.9.9.9")));
+        assert!(p.denies_explicitly(ip("10.1.2.3")), "and still stated");
+        assert!(p.remove(c("10.1.2.0/24")));
+        assert!(!p.denies_explicitly(ip("10.1.2.3")));
+        assert_eq!(p, Policy::new());
     }
 
     #[test]
