@@ -25,6 +25,10 @@ export const ERROR_CODE = {
   NETWORK_FAILED: 1008,
   /** The sandbox is not running (for methods that read inside it). */
   SANDBOX_NOT_RUNNING: 1009,
+  /** The network request is unknown or was already answered. */
+  NETWORK_REQUEST_NOT_PENDING: 1010,
+  /** The rule or grant is unknown (revoked already, or expired). */
+  RULE_NOT_FOUND: 1011,
 } as const;
 
 /** Why addresses in an allowed name's answer were not opened. */
@@ -68,6 +72,16 @@ export interface AuditVerification {
   /** The first record that breaks the chain, and why (`problem` alone: the head kept beside the store does not match, or is missing). */
   problemAt?: number | null;
   records: number;
+}
+
+/** An auto-approve rule in force (`rules/list`). */
+export interface AutoApproveListing {
+  /** The entry as written (`cargo check *`). */
+  entry: string;
+  /** What `rules/revoke` takes. */
+  id: string;
+  /** Where it comes from: `[escalation] auto_approve` or `[profiles.NAME] auto_approve`. */
+  source: string;
 }
 
 /** The agent branch against its base on the host, plus the agent's uncommitted changes when the sandbox runs. */
@@ -153,6 +167,16 @@ export interface EditorInfo {
   version: string;
 }
 
+/** Whether an entry allows or denies. */
+export type EntryVerdict = "allow" | "deny";
+
+/** An allow or deny entry that ends on its own. */
+export interface ExpiringEntry {
+  entry: string;
+  expiresInMs: number;
+  verdict: EntryVerdict;
+}
+
 /** One changed file. */
 export interface FileChange {
   /** `None` for binary files. */
@@ -200,6 +224,28 @@ export interface FolderDomain {
   workspace: string;
 }
 
+/** How long an answer to a network request holds. */
+export type GrantScope =
+  | GrantScopeSession
+  | GrantScopeMinutes
+  | GrantScopeProfile;
+
+/** Until this sandbox stops (every session of the domain has ended). */
+export interface GrantScopeSession {
+  type: "session";
+}
+
+/** For `minutes` minutes (1 to 1440). */
+export interface GrantScopeMinutes {
+  minutes: number;
+  type: "minutes";
+}
+
+/** For the profile, until revoked: kept in the Domain Root (never in the configuration file or the workspace), shown by `lazaret config show`, in force at every start of this domain. */
+export interface GrantScopeProfile {
+  type: "profile";
+}
+
 /** An address learned from an answer to an allowed DNS name. */
 export interface LearnedAddress {
   address: string;
@@ -217,12 +263,34 @@ export interface LiveSession {
   startedAtMs: number;
 }
 
+/** An answer to a network request. */
+export type NetworkDecision = "allow" | "deny";
+
+/** A network grant or remembered refusal, made by answering a network request (`rules/list`). */
+export interface NetworkGrant {
+  decidedBy: DecisionSource;
+  destination: string;
+  /** When it ends on its own (`minutes` scope). */
+  expiresAtMs?: number | null;
+  grantedAtMs: number;
+  /** Questions for the destination since it was made (answered under an allow, refused under a deny). */
+  hits: number;
+  /** What `rules/revoke` takes. */
+  id: string;
+  scope: GrantScope;
+  verdict: EntryVerdict;
+}
+
 /** The egress policy the Network Sidecar enforces now. */
 export interface NetworkPolicy {
   /** Allowed CIDRs and DNS names (`github.com`, `*.npmjs.org`). */
   allow: string[];
   /** Denied CIDRs and names (holes in wider allows). */
   deny: string[];
+  /** Entries of `allow` and `deny` that end on their own, with the time they have left. */
+  expiring?: ExpiringEntry[];
+  /** How long a question for a name on no allow entry is held for a grant, in milliseconds (`[network] ask`); 0: refused at once. */
+  holdMs?: number;
   /** Addresses reachable now because an allowed name resolved to them. */
   learned: LearnedAddress[];
   /** Whether a name's answer may open internal addresses no CIDR entry allows: `refuse` (the default) or `allow` (`[network] private_answers`). */
@@ -234,7 +302,7 @@ export interface NetworkPolicy {
 }
 
 /** What became of an audited request or change. */
-export type Outcome = "rejected" | "auto" | "approved" | "edited" | "denied" | "aborted" | "timedOut" | "networkAllowed" | "networkDenied" | "networkReloaded" | "dnsRefused" | "dnsAnswerRefused";
+export type Outcome = "rejected" | "auto" | "approved" | "edited" | "denied" | "aborted" | "timedOut" | "networkAllowed" | "networkDenied" | "networkReloaded" | "dnsRefused" | "dnsAnswerRefused" | "networkAsked" | "networkGranted" | "networkRefused" | "networkExpired" | "networkRevoked" | "networkQueueFull";
 
 /** A changed file that makes hosts run code (DECISIONS D4). */
 export interface PathWarning {
@@ -267,6 +335,38 @@ export interface PendingEscalation {
   sessionId: string;
 }
 
+/** Something waiting for a human: a host command from `lazaret-escalate`, or a network destination. */
+export type PendingItem =
+  | PendingItemCommand
+  | PendingItemNetwork;
+
+export interface PendingItemCommand extends PendingEscalation {
+  kind: "command";
+}
+
+export interface PendingItemNetwork extends PendingNetworkRequest {
+  kind: "network";
+}
+
+/** A destination the sandbox asked for that no allow entry covers, waiting for a human (`[network] ask`). Everything in it came from the sandbox (the name is checked to be a plain DNS name, lower case). */
+export interface PendingNetworkRequest {
+  /** The DNS name asked for (lower case, letters, digits, hyphens, dots). */
+  destination: string;
+  domainHash: string;
+  /** When the request goes away if nobody answers (the destination stays refused). */
+  expiresAtMs: number;
+  profile: string;
+  receivedAtMs: number;
+  /** The record types asked for (`A`, `AAAA`). */
+  recordTypes: string[];
+  /** Questions for it after the first, while it waits. */
+  repeats: number;
+  /** Minted by the coordinator, random per request. */
+  requestId: string;
+  /** The sessions live when it was first asked. The sandbox's network is shared by all its sessions, so which one asked cannot be told. */
+  sessionIds: string[];
+}
+
 /** Whether an allowlisted DNS name's answer may open internal addresses (private, CGNAT, ULA and other special-purpose ranges, the host's own networks) that no CIDR entry allows: `[network] private_answers`. Refused by default: an allowed name stands for hosts out on the network, not for whatever its DNS says. */
 export type PrivateAnswers = "refuse" | "allow";
 
@@ -278,6 +378,12 @@ export interface RegisterResult {
   domainHash: string;
   /** Live sessions after this registration. */
   sessionCount: number;
+}
+
+/** Every rule and grant of the domain (`rules/list`). */
+export interface Rules {
+  autoApprove: AutoApproveListing[];
+  network: NetworkGrant[];
 }
 
 /** A running domain as `lazaret editor-info` lists it. */
@@ -325,6 +431,9 @@ export type Event =
   | NetworkFailedEvent
   | NetworkRestoredEvent
   | NetworkDnsResolvedEvent
+  | NetworkRequestPendingEvent
+  | NetworkRequestResolvedEvent
+  | RulesChangedEvent
   | EventsLaggedEvent;
 
 export interface SessionRegisteredEvent {
@@ -439,6 +548,26 @@ export interface NetworkDnsResolvedEvent {
   recordType: string;
 }
 
+/** A network destination needs a human: answer it with `network/respond`. Sent again (same `requestId`) when more questions for it came in. */
+export interface NetworkRequestPendingEvent {
+  kind: "networkRequestPending";
+  request: PendingNetworkRequest;
+}
+
+/** A network request was answered or expired. */
+export interface NetworkRequestResolvedEvent {
+  decidedBy: DecisionSource;
+  kind: "networkRequestResolved";
+  outcome: Outcome;
+  requestId: string;
+  scope?: GrantScope | null;
+}
+
+/** Rules or grants changed (a grant made, expired or revoked): call `rules/list` again. */
+export interface RulesChangedEvent {
+  kind: "rulesChanged";
+}
+
 /** This subscriber fell behind and `dropped` events were lost. Resync: call `escalation/list` and `domain/status` again. */
 export interface EventsLaggedEvent {
   dropped: number;
@@ -532,6 +661,28 @@ export interface EscalationRespondParams {
   requestId: string;
 }
 
+/** Parameters of `pending/list`. */
+export interface PendingListParams {
+}
+
+/** Parameters of `network/respond`. */
+export interface NetworkRespondParams {
+  client?: string;
+  decision: NetworkDecision;
+  requestId: string;
+  scope: GrantScope;
+}
+
+/** Parameters of `rules/list`. */
+export interface RulesListParams {
+}
+
+/** Parameters of `rules/revoke`. */
+export interface RulesRevokeParams {
+  client?: string;
+  id: string;
+}
+
 /** Parameters of `audit/list`. */
 export interface AuditListParams {
   before?: number;
@@ -584,6 +735,14 @@ export interface Methods {
   "escalation/list": { params: EscalationListParams; result: PendingEscalation[] };
   /** Answers a pending request: `edit` runs `argv` instead. The first answer wins; later ones fail with code 1007. `client` names the answering client for the audit trail (`terminal`, `vscode`, `neovim`, ...); it is self-declared, any process of the user may answer. */
   "escalation/respond": { params: EscalationRespondParams; result: boolean };
+  /** Everything waiting for a human, oldest first: host commands and network destinations (`[network] ask`). */
+  "pending/list": { params: PendingListParams; result: PendingItem[] };
+  /** Answers a pending network request for `scope`. The first answer wins; later ones fail with code 1010. `client` as for `escalation/respond`. */
+  "network/respond": { params: NetworkRespondParams; result: boolean };
+  /** The auto-approve rules in force and the network grants and remembered refusals, each with the id `rules/revoke` takes. */
+  "rules/list": { params: RulesListParams; result: Rules };
+  /** Revokes a network grant (what it opened closes at once, established flows included), a remembered refusal, or an auto-approve rule (for this run of the domain: the configuration file is not changed). Fails with code 1011 for an unknown id. */
+  "rules/revoke": { params: RulesRevokeParams; result: boolean };
   /** A page of the escalation audit trail, oldest first: the `limit` most recent records (100 by default, at most 1000), or with `before` the most recent ones whose `sequence` is below it (to page back, pass the first `sequence` of the page you have). */
   "audit/list": { params: AuditListParams; result: AuditRecord[] };
   /** Verifies the audit hash chain. */
@@ -609,6 +768,10 @@ export const METHODS = {
   networkReload: "network/reload",
   escalationList: "escalation/list",
   escalationRespond: "escalation/respond",
+  pendingList: "pending/list",
+  networkRespond: "network/respond",
+  rulesList: "rules/list",
+  rulesRevoke: "rules/revoke",
   auditList: "audit/list",
   auditVerify: "audit/verify",
   branchDiff: "branch/diff",

@@ -24,6 +24,7 @@ pub mod git_sentry;
 pub mod helper_binaries;
 pub mod limits;
 pub mod network;
+pub mod network_requests;
 pub mod podman;
 pub mod private_dirs;
 pub mod runsc;

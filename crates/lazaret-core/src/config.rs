@@ -39,6 +39,10 @@ pub use resolve::{canonical_workspace, ResolvedEnv, ResolvedProfile, ResolvedVol
 
 /// The profile that exists without any configuration file.
 pub const DEFAULT_PROFILE: &str = "default";
+/// `[network] ask_hold_seconds` when not written.
+pub const DEFAULT_ASK_HOLD_SECONDS: u64 = 10;
+/// The longest `[network] ask_hold_seconds`: the sidecar's longest hold.
+pub const MAX_ASK_HOLD_SECONDS: u64 = 30;
 /// The image of the built-in profile; `lazaret image build` makes it offline.
 pub const DEFAULT_IMAGE: &str = "localhost/lazaret-default:1";
 
@@ -87,6 +91,12 @@ pub struct Config {
     /// `[network] private_answers`: whether an allowlisted name's answer may
     /// open internal addresses no CIDR entry allows (default: refuse).
     pub private_answers: crate::egress::PrivateAnswers,
+    /// `[network] ask`: a name on no allow entry becomes a network request
+    /// for a human (default: off; a profile's `ask` overrides it).
+    pub ask: bool,
+    /// `[network] ask_hold_seconds`: how long the sidecar holds such a
+    /// question for an answer.
+    pub ask_hold_seconds: u64,
     pub escalation_enabled: bool,
     pub auto_approve: Vec<Located<String>>,
     /// `auto_approve`, parsed and validated by the policy engine.
@@ -130,6 +140,8 @@ pub struct ProfileConfig {
     pub auto_approve_rules: Vec<crate::policy::AutoApproveRule>,
     /// The profile's own `limits` (keys it leaves out come from `[limits]`).
     pub limits: crate::limits::Limits,
+    /// The profile's `ask` (`None`: `[network] ask`).
+    pub ask: Option<bool>,
     pub location: Option<Location>,
 }
 

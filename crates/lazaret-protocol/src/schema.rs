@@ -26,6 +26,10 @@ pub fn definitions() -> serde_json::Map<String, Value> {
     generator.subschema_for::<NetworkPolicy>();
     generator.subschema_for::<PendingEscalation>();
     generator.subschema_for::<Decision>();
+    generator.subschema_for::<PendingItem>();
+    generator.subschema_for::<NetworkDecision>();
+    generator.subschema_for::<GrantScope>();
+    generator.subschema_for::<Rules>();
     generator.subschema_for::<SequencedEvent>();
     generator.subschema_for::<EditorInfo>();
     generator.subschema_for::<StatusReport>();

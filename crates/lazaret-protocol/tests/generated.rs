@@ -264,9 +264,34 @@ fn camel(text: &str) -> String {
     characters.next().map(|first| first.to_lowercase().chain(characters).collect()).unwrap_or_default()
 }
 
-/// Names the tagged variants of a `oneOf` (the `kind` of an event).
-fn variant_name(variant: &Value) -> Option<String> {
-    variant["properties"]["kind"]["const"].as_str().map(|kind| format!("{}Event", pascal(kind)))
+/// A tagged union (`#[serde(tag = ...)]`): its variants, each named by its
+/// tag's value. Events (`kind`, flattened into `SequencedEvent`) are named
+/// `<Kind>Event` and their union `Event`; every other union `name` has
+/// variants `<name><Value>`.
+struct Tagged<'a> {
+    union: String,
+    variants: Vec<(String, &'a Value)>,
+}
+
+fn tagged<'a>(name: &str, schema: &'a Value) -> Option<Tagged<'a>> {
+    let variants = schema["oneOf"].as_array()?;
+    let tag = ["kind", "type"].into_iter().find(|tag| variants.iter().all(|variant| variant["properties"][tag]["const"].is_string()))?;
+    let flattened = schema["properties"].as_object().is_some_and(|properties| !properties.is_empty());
+    let union = if flattened { "Event".to_owned() } else { name.to_owned() };
+    let variants = variants
+        .iter()
+        .map(|variant| {
+            let value = pascal(variant["properties"][tag]["const"].as_str().unwrap_or_default());
+            let variant_name = if flattened { format!("{value}Event") } else { format!("{name}{value}") };
+            (variant_name, variant)
+        })
+        .collect();
+    Some(Tagged { union, variants })
+}
+
+/// The type a variant extends (`$ref`: a newtype variant's struct).
+fn extended(variant: &Value) -> Option<&str> {
+    variant["$ref"].as_str().map(|reference| reference.trim_start_matches("#/$defs/"))
 }
 
 /// Generates both targets from the same walk over the schema.
@@ -378,20 +403,22 @@ fn typescript(methods: &[Method], definitions: &Map<String, Value>, codes: &[Err
     out.push_str("} as const;\n\n");
     for (name, schema) in definitions {
         ts_comment(&mut out, "", schema["description"].as_str());
-        if let Some(variants) = schema["oneOf"].as_array().filter(|variants| variants.iter().all(|variant| variant_name(variant).is_some()))
-        {
-            // A tagged enum (flattened into `name`): one interface per kind.
-            let names: Vec<String> = variants.iter().filter_map(variant_name).collect();
-            if schema["properties"].as_object().is_some_and(|properties| !properties.is_empty()) {
+        if let Some(Tagged { union, variants }) = tagged(name, schema) {
+            // A tagged enum (for events flattened into `name`): one interface per variant.
+            if union != *name {
                 out.push_str(&format!("export type {name} = {{\n"));
                 ts_fields(&mut out, schema);
-                out.push_str("} & Event;\n\n");
+                out.push_str(&format!("}} & {union};\n\n"));
                 out.push_str("/** Every event kind. */\n");
             }
-            out.push_str(&format!("export type Event =\n  | {};\n\n", names.join("\n  | ")));
-            for (variant, variant_name) in variants.iter().zip(&names) {
+            let names: Vec<&str> = variants.iter().map(|(variant_name, _)| variant_name.as_str()).collect();
+            out.push_str(&format!("export type {union} =\n  | {};\n\n", names.join("\n  | ")));
+            for (variant_name, variant) in &variants {
                 ts_comment(&mut out, "", variant["description"].as_str());
-                out.push_str(&format!("export interface {variant_name} {{\n"));
+                match extended(variant) {
+                    Some(base) => out.push_str(&format!("export interface {variant_name} extends {base} {{\n")),
+                    None => out.push_str(&format!("export interface {variant_name} {{\n")),
+                }
                 ts_fields(&mut out, variant);
                 out.push_str("}\n\n");
             }
@@ -486,22 +513,25 @@ fn lua(methods: &[Method], definitions: &Map<String, Value>, codes: &[ErrorCode]
          --- The control protocol's method names and API version, and LuaLS annotations of its wire types.\n\n",
     );
     for (name, schema) in definitions {
-        if let Some(variants) = schema["oneOf"].as_array().filter(|variants| variants.iter().all(|variant| variant_name(variant).is_some()))
-        {
-            let names: Vec<String> = variants.iter().filter_map(variant_name).collect();
+        if let Some(Tagged { union, variants }) = tagged(name, schema) {
             out.push_str(&format!(
-                "---@alias lazaret.Event {}\n\n",
-                names.iter().map(|name| format!("lazaret.{name}")).collect::<Vec<_>>().join("|")
+                "---@alias lazaret.{union} {}\n\n",
+                variants.iter().map(|(variant_name, _)| format!("lazaret.{variant_name}")).collect::<Vec<_>>().join("|")
             ));
-            for (variant, variant_name) in variants.iter().zip(&names) {
-                out.push_str(&format!("---@class lazaret.{variant_name}\n"));
-                if schema["properties"].as_object().is_some_and(|properties| !properties.is_empty()) {
+            for (variant_name, variant) in &variants {
+                match extended(variant) {
+                    Some(base) => out.push_str(&format!("---@class lazaret.{variant_name} : lazaret.{base}\n")),
+                    None => out.push_str(&format!("---@class lazaret.{variant_name}\n")),
+                }
+                if union != *name {
                     lua_fields(&mut out, schema);
                 }
                 lua_fields(&mut out, variant);
                 out.push('\n');
             }
-            out.push_str(&format!("---@alias lazaret.{name} lazaret.Event\n\n"));
+            if union != *name {
+                out.push_str(&format!("---@alias lazaret.{name} lazaret.{union}\n\n"));
+            }
         } else if schema["type"] == "object" {
             out.push_str(&format!("---@class lazaret.{name}\n"));
             lua_fields(&mut out, schema);

@@ -171,9 +171,10 @@ pub enum Command {
     /// DNS name live (no restart), or reload it from the configuration.
     #[command(subcommand)]
     Net(NetCommand),
-    /// List the escalation requests waiting for a human, in every running domain.
+    /// List what waits for a human in every running domain: host commands
+    /// (`lazaret-escalate`) and network destinations (`[network] ask`).
     ///
-    /// The agent's text (argv, justification) is shown escaped; a long
+    /// The agent's text (argv, justification, names) is shown escaped; a long
     /// command or justification is cut after its start, saying so: --full
     /// prints all of it. A domain that cannot be asked is an error (exit
     /// status 1), never an empty list.
@@ -184,13 +185,24 @@ pub enum Command {
         #[arg(long)]
         full: bool,
     },
-    /// Approve a pending escalation (id or unique prefix, see `lazaret pending`).
-    Approve { request_id: String },
-    /// Deny a pending escalation.
+    /// Approve a pending request (id or unique prefix, see `lazaret pending`).
+    ///
+    /// A network request is allowed for this session (until the sandbox
+    /// stops) unless --for or --profile says otherwise.
+    Approve {
+        request_id: String,
+        #[command(flatten)]
+        scope: ScopeArguments,
+    },
+    /// Deny a pending request. A denied network destination is not asked
+    /// about again for the scope (this session unless --for or --profile).
     Deny {
         request_id: String,
+        /// Told to the sandbox and kept in the audit (host commands).
         #[arg(long)]
         reason: Option<String>,
+        #[command(flatten)]
+        scope: ScopeArguments,
     },
     /// Approve a pending escalation with a different command (what runs instead).
     Edit {
@@ -198,6 +210,14 @@ pub enum Command {
         /// The command to run instead, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         argv: Vec<String>,
+    },
+    /// List the auto-approve rules and the network grants and remembered
+    /// refusals of every running domain, or revoke one by id.
+    Rules {
+        #[command(subcommand)]
+        command: Option<RulesCommand>,
+        #[arg(long)]
+        json: bool,
     },
     /// For editors: how to find the coordinators (control socket pattern,
     /// framing, API version) and the running domains.
@@ -382,4 +402,31 @@ pub enum ImageCommand {
         #[arg(long, value_name = "REFERENCE")]
         tag: Option<String>,
     },
+}
+
+/// How long an answer to a network request holds (host commands take none).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ScopeArguments {
+    /// For this long only: minutes (`30m`, or `30`) or hours (`2h`), at most 24h.
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_scope_duration, conflicts_with = "profile")]
+    pub for_minutes: Option<u32>,
+    /// For the profile, until revoked (`lazaret rules revoke`): kept in the
+    /// domain's data directory, never in the configuration file.
+    #[arg(long)]
+    pub profile: bool,
+}
+
+/// `30m`, `30` (minutes) or `2h`, as minutes from 1 to 1440.
+pub fn parse_scope_duration(text: &str) -> Result<u32, String> {
+    let (number, per) = if let Some(hours) = text.strip_suffix('h') { (hours, 60) } else { (text.strip_suffix('m').unwrap_or(text), 1) };
+    let minutes = number.parse::<u32>().ok().and_then(|n| n.checked_mul(per)).filter(|minutes| (1..=1440).contains(minutes));
+    minutes.ok_or_else(|| format!("`{text}` is not a duration from 1m to 24h (write e.g. 30m or 2h)"))
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RulesCommand {
+    /// Revoke a network grant or remembered refusal (what it opened closes
+    /// at once, established connections included), or an auto-approve rule
+    /// for the rest of this run (the configuration file is not changed).
+    Revoke { id: String },
 }

@@ -14,8 +14,8 @@ use lazaret_core::time::now_ms;
 use lazaret_protocol::sidecar::{SidecarEvent, SidecarRequest};
 use lazaret_protocol::{
     error_code, AuditRecord, AuditVerification, BranchDiff, CompletedSession, ContainerState, Decision, DecisionSource, DomainStatus,
-    Event, FileContents, LazaretApiServer, LiveSession, NetworkPolicy, Outcome, PendingEscalation, RegisterResult, SequencedEvent,
-    StateChange, API_VERSION,
+    Event, FileContents, GrantScope, LazaretApiServer, LiveSession, NetworkDecision, NetworkPolicy, Outcome, PendingEscalation,
+    PendingItem, RegisterResult, Rules, SequencedEvent, StateChange, API_VERSION,
 };
 use lazaret_store::Store;
 use tokio::sync::{broadcast, watch, Notify};
@@ -23,6 +23,8 @@ use tokio::sync::{broadcast, watch, Notify};
 use crate::escalation::Answer;
 use crate::git_sentry::sync::Export;
 use crate::git_sentry::{self, GitLayout};
+
+mod asks;
 
 /// Most audit records in one `audit/list` answer.
 const MAX_AUDIT_PAGE: usize = 1000;
@@ -71,6 +73,10 @@ pub struct Domain {
     egress_reloader: Mutex<Option<EgressReloader>>,
     /// Escalation requests waiting for a human.
     pub broker: crate::escalation::Broker,
+    /// Network requests waiting for a human, and the grants answers made.
+    network_requests: Mutex<crate::network_requests::NetworkRequests>,
+    /// Auto-approve rules revoked in this run (indexes into the profile's).
+    revoked_auto_approve: Mutex<std::collections::BTreeSet<usize>>,
     /// One export of the agent branch at a time.
     export_lock: tokio::sync::Mutex<ExportState>,
 }
@@ -101,6 +107,8 @@ impl Domain {
             network_policy: Mutex::new(None),
             egress_reloader: Mutex::new(None),
             broker: crate::escalation::Broker::default(),
+            network_requests: Mutex::default(),
+            revoked_auto_approve: Mutex::default(),
             export_lock: tokio::sync::Mutex::new(ExportState { last_exported: None, exporter }),
         }
     }
@@ -208,6 +216,9 @@ impl Domain {
         match event {
             SidecarEvent::DnsRefused { name, record_type, reason, message, suppressed } => {
                 tracing::warn!(%name, %record_type, %reason, "DNS question refused");
+                if reason == lazaret_protocol::sidecar::DnsRefusal::Denied {
+                    self.network_hit(&name, lazaret_protocol::EntryVerdict::Deny);
+                }
                 let argv = asked(&name, &record_type, &[], suppressed);
                 let why = format!("{reason}: {message}");
                 self.emit(Event::NetworkDnsRefused { name, record_type, reason, message, suppressed });
@@ -221,8 +232,11 @@ impl Domain {
                 self.audit(network_audit_record(Outcome::DnsAnswerRefused, Some(why), DecisionSource::NetworkSidecar, argv)).await;
             }
             SidecarEvent::DnsResolved { name, record_type, addresses, suppressed: _ } => {
+                self.network_hit(&name, lazaret_protocol::EntryVerdict::Allow);
                 self.emit(Event::NetworkDnsResolved { name, record_type, addresses })
             }
+            SidecarEvent::DnsHeld { name, record_type, hold_ms: _, suppressed: _ } => self.network_question_held(name, record_type).await,
+            SidecarEvent::EntriesExpired { allow, deny } => self.network_entries_expired(allow, deny).await,
         }
     }
 
@@ -278,7 +292,14 @@ impl Domain {
         let policy = self.network_policy.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
         let mut requests = vec![protection];
         if let Some(policy) = policy {
-            requests.push(SidecarRequest::Set { allow: policy.allow, deny: policy.deny, private_answers: policy.private_answers });
+            // Timed entries (grants) come back below, with the time they have left.
+            let timed = |entry: &String| policy.expiring.iter().any(|expiring| &expiring.entry == entry);
+            let allow = policy.allow.iter().filter(|entry| !timed(entry)).cloned().collect();
+            let deny = policy.deny.iter().filter(|entry| !timed(entry)).cloned().collect();
+            requests.push(SidecarRequest::Set { allow, deny, private_answers: policy.private_answers });
+            if policy.hold_ms > 0 {
+                requests.push(SidecarRequest::Hold { ms: policy.hold_ms });
+            }
         }
         for request in requests {
             let socket = socket.clone();
@@ -288,6 +309,7 @@ impl Domain {
                 .map_err(|error| error.chained())?;
         }
         *self.network_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+        self.put_grants_in_force().await?;
         let message = "the Network Sidecar was started again with the domain's policy (learned addresses start afresh)".to_owned();
         tracing::info!("{message}");
         self.emit(Event::NetworkRestored { message });
@@ -404,6 +426,10 @@ impl crate::escalation::EscalationDomain for Domain {
     fn audit(&self, record: AuditRecord) -> impl std::future::Future<Output = ()> + Send {
         Domain::audit(self, record)
     }
+
+    fn revoked_auto_approve_rules(&self) -> Vec<usize> {
+        Domain::revoked_auto_approve_rules(self)
+    }
 }
 
 /// Re-reads the configuration and returns the domain's merged allowlist and
@@ -467,8 +493,8 @@ impl NetworkChange {
 
     fn request(self, entry: String) -> SidecarRequest {
         match self {
-            NetworkChange::Allow => SidecarRequest::Allow { entries: vec![entry] },
-            NetworkChange::Deny => SidecarRequest::Deny { entries: vec![entry] },
+            NetworkChange::Allow => SidecarRequest::Allow { entries: vec![entry], for_ms: None },
+            NetworkChange::Deny => SidecarRequest::Deny { entries: vec![entry], for_ms: None },
         }
     }
 }
@@ -669,7 +695,14 @@ impl LazaretApiServer for Api {
         argv.extend(entries.iter().cloned());
         argv.push(format!("private_answers={private_answers}"));
         self.0.audit(network_audit_record(outcome, reason, DecisionSource::Rpc { client: None }, argv)).await;
-        let answer = answer?;
+        let mut answer = answer?;
+        // The grants of network requests outlive a reload.
+        if let Err(error) = self.0.put_grants_in_force().await {
+            return Err(rpc_error(error_code::NETWORK_FAILED, format!("reloaded, but the network grants did not come back: {error}")));
+        }
+        if let Ok(policy) = self.0.sidecar(SidecarRequest::Show {}).await {
+            answer = policy;
+        }
         tracing::info!(allow = ?entries, %private_answers, "egress policy reloaded from the configuration");
         self.0.emit(Event::NetworkChanged { action: "reload".to_owned(), rule: entries.join(" ") });
         Ok(answer)
@@ -677,6 +710,28 @@ impl LazaretApiServer for Api {
 
     async fn escalation_list(&self) -> RpcResult<Vec<PendingEscalation>> {
         Ok(self.0.broker.pending())
+    }
+
+    async fn pending_list(&self) -> RpcResult<Vec<PendingItem>> {
+        Ok(self.0.pending_items())
+    }
+
+    async fn network_respond(
+        &self,
+        request_id: String,
+        decision: NetworkDecision,
+        scope: GrantScope,
+        client: Option<String>,
+    ) -> RpcResult<bool> {
+        self.0.respond_network(&request_id, decision, scope, client).await
+    }
+
+    async fn rules_list(&self) -> RpcResult<Rules> {
+        Ok(self.0.rules())
+    }
+
+    async fn rules_revoke(&self, id: String, client: Option<String>) -> RpcResult<bool> {
+        self.0.revoke_rule(&id, client).await
     }
 
     async fn escalation_respond(

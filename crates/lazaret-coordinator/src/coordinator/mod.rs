@@ -155,7 +155,7 @@ struct Running {
     connection_events: tokio::sync::mpsc::UnboundedReceiver<ConnectionEvent>,
     state_anchor: Option<Arc<crate::state_anchor::StateAnchor>>,
     /// The sidecar's watch and protection refresh, when there is a sidecar.
-    sidecar_tasks: Option<[tokio::task::JoinHandle<()>; 2]>,
+    sidecar_tasks: Option<[tokio::task::JoinHandle<()>; 3]>,
     start_task: tokio::task::JoinHandle<()>,
     escalation: Option<(Arc<crate::escalation::server::EscalationServer>, tokio::task::JoinHandle<()>)>,
     server_task: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -198,6 +198,10 @@ async fn start_up(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api:
     let sidecar_tasks = match start_sidecar(&domain, &podman).await? {
         Some(started) => {
             domain.set_sidecar_control(Some(started.socket.clone()));
+            if let Err(error) = domain.start_network_requests().await {
+                let _ = sandbox::remove(&podman, &resources.sidecar_name).await;
+                return Err(crate::Error::Message(format!("network requests: {error}")));
+            }
             launch.sidecar_name = Some(resources.sidecar_name.clone());
             // The sandbox's only resolver is the sidecar's.
             launch.arguments.push(crate::network::resolv_conf_argument(&resources.socket_dir.join("sandbox"))?);
@@ -205,7 +209,11 @@ async fn start_up(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api:
             let refresh =
                 tokio::spawn(crate::network::refresh_protection(started.socket.clone(), started.fixed.clone(), started.protection.clone()));
             // Refused DNS questions (and answered ones) from the sidecar's stream.
-            Some([tokio::spawn(watch_sidecar(domain.clone(), started, podman.clone())), refresh])
+            let expiry = {
+                let domain = domain.clone();
+                tokio::spawn(async move { domain.expire_network_requests().await })
+            };
+            Some([tokio::spawn(watch_sidecar(domain.clone(), started, podman.clone())), refresh, expiry])
         }
         None => {
             domain.set_sidecar_control(None);
@@ -298,7 +306,7 @@ async fn mount_state_anchor(domain: &Arc<Domain>, podman: &Podman) -> Result<Opt
 /// allowlist the sandbox simply has no network. A failed start removes
 /// what podman made.
 async fn start_sidecar(domain: &Arc<Domain>, podman: &Podman) -> Result<Option<crate::network::StartedSidecar>> {
-    if domain.resolved.allow_egress.is_empty() {
+    if domain.resolved.allow_egress.is_empty() && !domain.resolved.ask {
         return Ok(None);
     }
     let resolved = domain.resolved.clone();

@@ -34,6 +34,9 @@ pub trait EscalationDomain: Send + Sync + 'static {
     fn emit(&self, event: Event);
     /// Appends an audit record; failures are logged.
     fn audit(&self, record: AuditRecord) -> impl Future<Output = ()> + Send;
+    /// Indexes (into the settings' `auto_approve_rules`) of the rules
+    /// revoked in this run (`rules/revoke`).
+    fn revoked_auto_approve_rules(&self) -> Vec<usize>;
 }
 
 /// The domain's identity and escalation policy, as the server applies it.

@@ -287,7 +287,16 @@ async fn decide_and_run<D: EscalationDomain>(
     record.verified = true;
     record.requested_argv = request.payload.argv.clone();
     record.justification = request.payload.justification.clone();
-    let verdict = match policy::decide(&EscalationRequest { argv: request.payload.argv.clone() }, &server.settings.auto_approve_rules) {
+    let revoked = domain.revoked_auto_approve_rules();
+    let rules: Vec<_> = server
+        .settings
+        .auto_approve_rules
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| !revoked.contains(index))
+        .map(|(_, rule)| rule.clone())
+        .collect();
+    let verdict = match policy::decide(&EscalationRequest { argv: request.payload.argv.clone() }, &rules) {
         Decision::AutoApprove { .. } => {
             Verdict::Run { argv: request.payload.argv.clone(), outcome: Outcome::Auto, decided_by: DecisionSource::Policy }
         }

@@ -110,6 +110,8 @@ impl Config {
             podman_network: network.podman_network,
             dns_upstream: network.dns_upstream,
             private_answers: network.private_answers,
+            ask: network.ask,
+            ask_hold_seconds: network.ask_hold_seconds,
             escalation_enabled: escalation.enabled,
             auto_approve: escalation.auto_approve,
             auto_approve_rules: escalation.auto_approve_rules,
@@ -147,6 +149,7 @@ fn built_in_default_profile() -> ProfileConfig {
         auto_approve: Vec::new(),
         auto_approve_rules: Vec::new(),
         limits: crate::limits::Limits::default(),
+        ask: None,
         location: None,
     }
 }

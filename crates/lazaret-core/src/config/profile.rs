@@ -50,6 +50,7 @@ impl Checker<'_> {
             auto_approve: raw.auto_approve.iter().map(|entry| self.located(entry)).collect(),
             auto_approve_rules,
             limits,
+            ask: raw.ask,
             location: name_location,
         })
     }

@@ -47,6 +47,9 @@ pub(super) struct RawNetwork {
     #[serde(default)]
     pub(super) dns_upstream: Vec<Spanned<String>>,
     pub(super) private_answers: Option<Spanned<String>>,
+    /// Default: off.
+    pub(super) ask: Option<bool>,
+    pub(super) ask_hold_seconds: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,6 +81,8 @@ pub(super) struct RawProfile {
     #[serde(default)]
     pub(super) auto_approve: Vec<Spanned<String>>,
     pub(super) limits: Option<RawLimits>,
+    /// Default: `[network] ask`.
+    pub(super) ask: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -43,6 +43,11 @@ pub struct ResolvedProfile {
     pub dns_upstream: Vec<std::net::SocketAddr>,
     /// `[network] private_answers`.
     pub private_answers: crate::egress::PrivateAnswers,
+    /// The profile's `ask`, else `[network] ask`: names on no allow entry
+    /// become network requests for a human.
+    pub ask: bool,
+    /// `[network] ask_hold_seconds`.
+    pub ask_hold_seconds: u64,
     pub env: BTreeMap<String, ResolvedEnv>,
     pub volumes: Vec<ResolvedVolume>,
     /// The profile's default command (empty: the image's `CMD`).
@@ -51,6 +56,10 @@ pub struct ResolvedProfile {
     #[serde(skip)]
     /// `[escalation] auto_approve` followed by the profile's own.
     pub auto_approve_rules: Vec<crate::policy::AutoApproveRule>,
+    #[serde(skip)]
+    /// The entries of `auto_approve_rules` as written, each with where it
+    /// was written (`file:line:column`, or the table when unknown).
+    pub auto_approve_entries: Vec<(String, String)>,
     pub escalation_timeouts: EscalationTimeouts,
     /// `[runtime] runsc`, if configured.
     pub runsc: Option<PathBuf>,
@@ -136,11 +145,16 @@ impl Config {
             podman_network: self.podman_network.clone(),
             dns_upstream: self.dns_upstream.clone(),
             private_answers: self.private_answers,
+            ask: profile.ask.unwrap_or(self.ask),
+            ask_hold_seconds: self.ask_hold_seconds,
             env,
             volumes,
             command: profile.command.clone(),
             escalation_enabled: self.escalation_enabled,
             auto_approve_rules: self.auto_approve_rules.iter().chain(&profile.auto_approve_rules).cloned().collect(),
+            auto_approve_entries: written_where(&self.auto_approve, "[escalation] auto_approve")
+                .chain(written_where(&profile.auto_approve, &format!("[profiles.{}] auto_approve", profile.name)))
+                .collect(),
             escalation_timeouts: self.escalation_timeouts,
             runsc: self.runsc.clone(),
             limits: profile.limits.or(self.limits),
@@ -330,4 +344,13 @@ fn container_path(field: &str, expanded: &str, written: &Located<String>) -> Res
         }
     }
     Ok(path)
+}
+
+/// Each entry with where it was written: its location, else `table`.
+fn written_where<'a>(entries: &'a [super::Located<String>], table: &str) -> impl Iterator<Item = (String, String)> + 'a {
+    let table = table.to_owned();
+    entries.iter().map(move |entry| {
+        let place = entry.location.as_ref().map(|location| location.to_string()).unwrap_or_else(|| table.clone());
+        (entry.value.clone(), place)
+    })
 }

@@ -35,6 +35,8 @@ pub(super) struct Network {
     pub(super) podman_network: String,
     pub(super) dns_upstream: Vec<std::net::SocketAddr>,
     pub(super) private_answers: PrivateAnswers,
+    pub(super) ask: bool,
+    pub(super) ask_hold_seconds: u64,
 }
 
 /// `$XDG_RUNTIME_DIR/lazaret`, else `/tmp/lazaret-<uid>`.
@@ -143,7 +145,22 @@ impl Checker<'_> {
                 PrivateAnswers::default()
             }),
         };
-        Network { allow_egress, podman_network, dns_upstream, private_answers }
+        let ask = raw.and_then(|network| network.ask).unwrap_or(false);
+        let ask_hold_seconds = match raw.and_then(|network| network.ask_hold_seconds.as_ref()) {
+            None => super::DEFAULT_ASK_HOLD_SECONDS,
+            Some(value) => {
+                let most = super::MAX_ASK_HOLD_SECONDS;
+                if *value.get_ref() > most {
+                    self.error(
+                        "network.ask_hold_seconds",
+                        format!("`{}` is out of range (0 to {most} seconds: shorter than a resolver's time-out)", value.get_ref()),
+                        Some(self.locate(value.span())),
+                    );
+                }
+                *value.get_ref()
+            }
+        };
+        Network { allow_egress, podman_network, dns_upstream, private_answers, ask, ask_hold_seconds }
     }
 
     fn podman_network(&mut self, name: &Spanned<String>) -> String {

@@ -1,6 +1,7 @@
 //! Plain-terminal clients of the approval API across every running domain
 //! of this user: `lazaret editor-info`, `lazaret pending`, `lazaret
-//! approve|deny|edit`. Domains are found by their control sockets under the
+//! approve|deny|edit` (host commands and network requests), `lazaret
+//! rules [revoke ID]`. Domains are found by their control sockets under the
 //! socket directory (`<socket_dir>/<hash>/control.sock`).
 
 use std::path::{Path, PathBuf};
@@ -9,7 +10,12 @@ use anyhow::{bail, Result};
 use lazaret_core::bounds;
 use lazaret_core::config::DEFAULT_PROFILE;
 use lazaret_core::domain::{DomainAnchor, DomainResources};
-use lazaret_protocol::{Decision, EditorInfo, FolderDomain, LazaretApiClient, PendingEscalation, RunningDomain, API_VERSION};
+use lazaret_protocol::{
+    Decision, EditorInfo, EntryVerdict, FolderDomain, GrantScope, LazaretApiClient, NetworkDecision, PendingItem, Rules, RunningDomain,
+    API_VERSION,
+};
+
+use crate::cli::ScopeArguments;
 
 use crate::hold_to_bind::socket_is_live;
 use crate::workspace::{load_config, workspace_path};
@@ -128,17 +134,16 @@ pub fn editor_info(config_path: Option<&Path>, json: bool, workspaces: &[PathBuf
     Ok(0)
 }
 
-/// Every pending escalation of every running domain, with its socket.
-/// The pending requests of every running domain, and a message for each
-/// domain that could not be asked (never silently dropped: an empty list
-/// must mean nothing waits, attack review finding 15).
-async fn all_pending(socket_root: &Path) -> (Vec<(PathBuf, PendingEscalation)>, Vec<String>) {
+/// What waits for a human in every running domain, with its socket, and a
+/// message for each domain that could not be asked (never silently
+/// dropped: an empty list must mean nothing waits, attack review finding 15).
+async fn all_pending(socket_root: &Path) -> (Vec<(PathBuf, PendingItem)>, Vec<String>) {
     let mut pending = Vec::new();
     let mut failures = Vec::new();
     let sockets = live_sockets(socket_root).await;
-    for (socket, listed) in ask_every_domain(sockets, "escalation_list", |client| async move { client.escalation_list().await }).await {
+    for (socket, listed) in ask_every_domain(sockets, "pending_list", |client| async move { client.pending_list().await }).await {
         match listed {
-            Ok(list) => pending.extend(list.into_iter().map(|escalation| (socket.clone(), escalation))),
+            Ok(list) => pending.extend(list.into_iter().map(|item| (socket.clone(), item))),
             Err(error) => failures.push(format!("cannot list the pending requests of {}: {error:#}", socket.display())),
         }
     }
@@ -157,11 +162,11 @@ pub fn pending(config_path: Option<&Path>, json: bool, full: bool) -> Result<u8>
     let config = load_config(config_path)?;
     let (pending, failures) = runtime()?.block_on(all_pending(&config.socket_root));
     if json {
-        super::print_json(&pending.iter().map(|(_, escalation)| escalation).collect::<Vec<_>>())?;
+        super::print_json(&pending.iter().map(|(_, item)| item).collect::<Vec<_>>())?;
         return Ok(report_failures(&failures));
     }
     if pending.is_empty() && failures.is_empty() {
-        println!("no pending escalations");
+        println!("nothing is pending");
     }
     // The agent's text, escaped and (without --full) cut after its start;
     // `cut` remembers whether anything was.
@@ -172,18 +177,31 @@ pub fn pending(config_path: Option<&Path>, json: bool, full: bool) -> Result<u8>
         cut |= start.len() != safe.len();
         start.into_owned()
     };
-    for (_, escalation) in &pending {
-        let name = lazaret_core::terminal_text::name;
-        // The command first: its start is what a reader must see.
-        let command = shown(&escalation.display);
-        let justification = escalation.justification.as_deref().map(&mut shown);
-        println!("{}  {} ({})  {}", name(&escalation.request_id), escalation.profile, escalation.domain_hash, command);
-        println!("    in {}", name(&escalation.cwd));
-        if let Some(justification) = justification {
-            println!("    justification: {justification}");
-        }
-        for note in &escalation.risk_notes {
-            println!("    RISK: {}", name(note));
+    let name = lazaret_core::terminal_text::name;
+    for (_, item) in &pending {
+        match item {
+            PendingItem::Command(escalation) => {
+                // The command first: its start is what a reader must see.
+                let command = shown(&escalation.display);
+                let justification = escalation.justification.as_deref().map(&mut shown);
+                println!("{}  {} ({})  {}", name(&escalation.request_id), escalation.profile, escalation.domain_hash, command);
+                println!("    in {}", name(&escalation.cwd));
+                if let Some(justification) = justification {
+                    println!("    justification: {justification}");
+                }
+                for note in &escalation.risk_notes {
+                    println!("    RISK: {}", name(note));
+                }
+            }
+            PendingItem::Network(request) => {
+                let destination = shown(&request.destination);
+                let types = request.record_types.iter().map(|kind| name(kind)).collect::<Vec<_>>().join(", ");
+                println!("{}  {} ({})  network: {destination} ({types})", name(&request.request_id), request.profile, request.domain_hash);
+                if request.repeats > 0 {
+                    println!("    asked {} more times", request.repeats);
+                }
+                println!("    approve: lazaret approve {0} [--for 30m | --profile]; deny: lazaret deny {0}", name(&request.request_id));
+            }
         }
     }
     if cut {
@@ -192,38 +210,173 @@ pub fn pending(config_path: Option<&Path>, json: bool, full: bool) -> Result<u8>
     Ok(report_failures(&failures))
 }
 
+/// The one pending item `request_id` (a unique prefix is enough) names,
+/// with its domain's socket.
+async fn find_pending(socket_root: &Path, request_id: &str) -> Result<(PathBuf, PendingItem)> {
+    let (pending, failures) = all_pending(socket_root).await;
+    let mut matching: Vec<(PathBuf, PendingItem)> =
+        pending.into_iter().filter(|(_, item)| item.request_id().starts_with(request_id)).collect();
+    match matching.len() {
+        1 => Ok(matching.remove(0)),
+        0 if !failures.is_empty() => {
+            bail!("no pending request `{request_id}` found, but some domains could not be asked: {}", failures.join("; "))
+        }
+        0 => bail!("no pending request `{request_id}` (lazaret pending lists them)"),
+        count => bail!("`{request_id}` matches {count} pending requests; give more of the id"),
+    }
+}
+
+/// The scope the flags ask for (this session without them).
+fn scope_of(scope: &ScopeArguments) -> GrantScope {
+    match (scope.for_minutes, scope.profile) {
+        (Some(minutes), _) => GrantScope::Minutes { minutes },
+        (None, true) => GrantScope::Profile,
+        (None, false) => GrantScope::Session,
+    }
+}
+
 /// Answers request `request_id` (a unique prefix is enough) in whichever
-/// domain has it.
+/// domain has it: a host command with `decision`, a network destination
+/// with allow (approve) or deny for `scope`.
 pub fn respond(
     config_path: Option<&Path>,
     request_id: &str,
     decision: Decision,
     argv: Option<Vec<String>>,
     reason: Option<String>,
+    scope: &ScopeArguments,
 ) -> Result<u8> {
     let config = load_config(config_path)?;
     runtime()?.block_on(async {
-        let (pending, failures) = all_pending(&config.socket_root).await;
-        let matching: Vec<&(PathBuf, PendingEscalation)> = pending.iter().filter(|(_, e)| e.request_id.starts_with(request_id)).collect();
-        let (socket, escalation) = match matching.as_slice() {
-            [one] => *one,
-            [] if !failures.is_empty() => {
-                bail!("no pending escalation `{request_id}` found, but some domains could not be asked: {}", failures.join("; "))
-            }
-            [] => bail!("no pending escalation `{request_id}` (lazaret pending lists them)"),
-            _ => bail!("`{request_id}` matches {} pending escalations; give more of the id", matching.len()),
-        };
-        let client = lazaret_rpc::client::connect(socket, bounds::ORDINARY_CALL).await?;
-        let respond = client.escalation_respond(escalation.request_id.clone(), decision, argv, reason, Some("cli".to_owned()));
-        lazaret_rpc::client::within("escalation_respond", bounds::ORDINARY_CALL, respond).await?;
+        let (socket, item) = find_pending(&config.socket_root, request_id).await?;
+        let client = lazaret_rpc::client::connect(&socket, bounds::ORDINARY_CALL).await?;
         let name = lazaret_core::terminal_text::name;
-        let done = match decision {
-            Decision::Approve => "approved",
-            Decision::Deny => "denied",
-            Decision::Edit => "edited",
-            Decision::Abort => "aborted",
+        match item {
+            PendingItem::Command(escalation) => {
+                if scope.for_minutes.is_some() || scope.profile {
+                    bail!("{} is a host command: --for and --profile only apply to network requests", name(&escalation.request_id));
+                }
+                let respond = client.escalation_respond(escalation.request_id.clone(), decision, argv, reason, Some("cli".to_owned()));
+                lazaret_rpc::client::within("escalation_respond", bounds::ORDINARY_CALL, respond).await?;
+                let done = match decision {
+                    Decision::Approve => "approved",
+                    Decision::Deny => "denied",
+                    Decision::Edit => "edited",
+                    Decision::Abort => "aborted",
+                };
+                println!("{done}: {} ({})", name(&escalation.request_id), name(&escalation.display));
+            }
+            PendingItem::Network(request) => {
+                let network_decision = match decision {
+                    Decision::Approve => NetworkDecision::Allow,
+                    Decision::Deny => NetworkDecision::Deny,
+                    Decision::Edit | Decision::Abort => {
+                        bail!("{} is a network request: approve or deny it", name(&request.request_id))
+                    }
+                };
+                let scope = scope_of(scope);
+                let respond = client.network_respond(request.request_id.clone(), network_decision, scope, Some("cli".to_owned()));
+                lazaret_rpc::client::within("network_respond", bounds::ORDINARY_CALL, respond).await?;
+                let done = match network_decision {
+                    NetworkDecision::Allow => "allowed",
+                    NetworkDecision::Deny => "denied",
+                };
+                println!("{done} for {scope}: {} ({})", name(&request.destination), name(&request.request_id));
+            }
+        }
+        Ok(0)
+    })
+}
+
+/// `lazaret rules`: every running domain's rules and grants.
+pub fn rules(config_path: Option<&Path>, json: bool) -> Result<u8> {
+    let config = load_config(config_path)?;
+    runtime()?.block_on(async {
+        let sockets = live_sockets(&config.socket_root).await;
+        let answers = ask_every_domain(sockets, "rules_list", |client| async move { client.rules_list().await }).await;
+        let mut failures = Vec::new();
+        let mut listed = Vec::new();
+        for (socket, answer) in answers {
+            let domain = socket.parent().and_then(Path::file_name).map(|hash| hash.to_string_lossy().into_owned()).unwrap_or_default();
+            match answer {
+                Ok(rules) => listed.push((domain, rules)),
+                Err(error) => failures.push(format!("cannot list the rules of {}: {error:#}", socket.display())),
+            }
+        }
+        if json {
+            let by_domain: std::collections::BTreeMap<&str, &Rules> =
+                listed.iter().map(|(domain, rules)| (domain.as_str(), rules)).collect();
+            super::print_json(&by_domain)?;
+            return Ok(report_failures(&failures));
+        }
+        let name = lazaret_core::terminal_text::name;
+        if listed.is_empty() && failures.is_empty() {
+            println!("no running domain");
+        }
+        for (domain, rules) in &listed {
+            println!("domain {domain}");
+            if rules.auto_approve.is_empty() && rules.network.is_empty() {
+                println!("  (no rules or grants)");
+            }
+            for rule in &rules.auto_approve {
+                println!("  {}  auto-approve `{}`  from {}", rule.id, name(&rule.entry), name(&rule.source));
+            }
+            let now = lazaret_core::time::now_ms();
+            for grant in &rules.network {
+                let verdict = match grant.verdict {
+                    EntryVerdict::Allow => "allow",
+                    EntryVerdict::Deny => "deny",
+                };
+                let left = match grant.expires_at_ms {
+                    Some(end) => format!(", {} s left", end.saturating_sub(now) / 1000),
+                    None => String::new(),
+                };
+                println!(
+                    "  {}  {verdict} {}  for {}{left}  by {}, {} hits",
+                    name(&grant.id),
+                    name(&grant.destination),
+                    grant.scope,
+                    name(&grant.decided_by.to_string()),
+                    grant.hits
+                );
+            }
+        }
+        Ok(report_failures(&failures))
+    })
+}
+
+/// `lazaret rules revoke ID`: in whichever running domain has it.
+pub fn revoke(config_path: Option<&Path>, id: &str) -> Result<u8> {
+    let config = load_config(config_path)?;
+    runtime()?.block_on(async {
+        let sockets = live_sockets(&config.socket_root).await;
+        let answers = ask_every_domain(sockets, "rules_list", |client| async move { client.rules_list().await }).await;
+        let mut holders = Vec::new();
+        let mut failures = Vec::new();
+        for (socket, answer) in answers {
+            match answer {
+                Ok(rules) => {
+                    let has = rules.auto_approve.iter().any(|rule| rule.id == id) || rules.network.iter().any(|grant| grant.id == id);
+                    if has {
+                        holders.push(socket);
+                    }
+                }
+                Err(error) => failures.push(format!("{}: {error:#}", socket.display())),
+            }
+        }
+        let socket = match holders.as_slice() {
+            [one] => one.clone(),
+            [] if !failures.is_empty() => bail!("no rule `{id}` found, but some domains could not be asked: {}", failures.join("; ")),
+            [] => bail!("no rule or grant `{id}` in any running domain (lazaret rules lists them)"),
+            _ => bail!(
+                "`{id}` names a rule in {} domains; auto-approve ids repeat across domains: stop the others or revoke from an editor",
+                holders.len()
+            ),
         };
-        println!("{done}: {} ({})", name(&escalation.request_id), name(&escalation.display));
+        let client = lazaret_rpc::client::connect(&socket, bounds::ORDINARY_CALL).await?;
+        lazaret_rpc::client::within("rules_revoke", bounds::ORDINARY_CALL, client.rules_revoke(id.to_owned(), Some("cli".to_owned())))
+            .await?;
+        println!("revoked: {}", lazaret_core::terminal_text::name(id));
         Ok(0)
     })
 }

@@ -47,9 +47,13 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Net(NetCommand::Deny { rule, target }) => net::call(config_path, &target, net::Change::Deny(rule), false),
         Command::Net(NetCommand::Reload { target }) => net::call(config_path, &target, net::Change::Reload, false),
         Command::Pending { json, full } => approvals::pending(config_path, json, full),
-        Command::Approve { request_id } => approvals::respond(config_path, &request_id, Decision::Approve, None, None),
-        Command::Deny { request_id, reason } => approvals::respond(config_path, &request_id, Decision::Deny, None, reason),
-        Command::Edit { request_id, argv } => approvals::respond(config_path, &request_id, Decision::Edit, Some(argv), None),
+        Command::Approve { request_id, scope } => approvals::respond(config_path, &request_id, Decision::Approve, None, None, &scope),
+        Command::Deny { request_id, reason, scope } => approvals::respond(config_path, &request_id, Decision::Deny, None, reason, &scope),
+        Command::Edit { request_id, argv } => {
+            approvals::respond(config_path, &request_id, Decision::Edit, Some(argv), None, &Default::default())
+        }
+        Command::Rules { command: None, json } => approvals::rules(config_path, json),
+        Command::Rules { command: Some(crate::cli::RulesCommand::Revoke { id }), json: _ } => approvals::revoke(config_path, &id),
         Command::EditorInfo { json, workspaces } => approvals::editor_info(config_path, json, &workspaces),
         Command::Completions { shell } => generate::completions(shell),
         Command::Man { dir } => generate::man_pages(&dir),

@@ -30,6 +30,11 @@
 ---@field problemAt? integer The first record that breaks the chain, and why (`problem` alone: the head kept beside the store does not match, or is missing).
 ---@field records integer
 
+---@class lazaret.AutoApproveListing
+---@field entry string The entry as written (`cargo check *`).
+---@field id string What `rules/revoke` takes.
+---@field source string Where it comes from: `[escalation] auto_approve` or `[profiles.NAME] auto_approve`.
+
 ---@class lazaret.BranchDiff
 ---@field base? string The host commit the agent branch started from (merge base with the host's `HEAD`); `None` while the branch does not exist on the host.
 ---@field branch string `lazaret/agent-<profile>`.
@@ -83,6 +88,13 @@
 ---@field socketRoot string The user's socket directory.
 ---@field version string The `lazaret` version, e.g. `0.1.0`.
 
+---@alias lazaret.EntryVerdict 'allow' | 'deny'
+
+---@class lazaret.ExpiringEntry
+---@field entry string
+---@field expiresInMs integer
+---@field verdict lazaret.EntryVerdict
+
 ---@class lazaret.FileChange
 ---@field additions? integer `None` for binary files.
 ---@field deletions? integer
@@ -111,6 +123,18 @@
 ---@field running boolean Whether a coordinator answers on `controlSocket` now.
 ---@field workspace string The folder as given, made absolute.
 
+---@alias lazaret.GrantScope lazaret.GrantScopeSession|lazaret.GrantScopeMinutes|lazaret.GrantScopeProfile
+
+---@class lazaret.GrantScopeSession
+---@field type 'session'
+
+---@class lazaret.GrantScopeMinutes
+---@field minutes integer
+---@field type 'minutes'
+
+---@class lazaret.GrantScopeProfile
+---@field type 'profile'
+
 ---@class lazaret.LearnedAddress
 ---@field address string
 ---@field expiresInSeconds integer
@@ -123,15 +147,29 @@
 ---@field sessionId string
 ---@field startedAtMs integer
 
+---@alias lazaret.NetworkDecision 'allow' | 'deny'
+
+---@class lazaret.NetworkGrant
+---@field decidedBy lazaret.DecisionSource
+---@field destination string
+---@field expiresAtMs? integer When it ends on its own (`minutes` scope).
+---@field grantedAtMs integer
+---@field hits integer Questions for the destination since it was made (answered under an allow, refused under a deny).
+---@field id string What `rules/revoke` takes.
+---@field scope lazaret.GrantScope
+---@field verdict lazaret.EntryVerdict
+
 ---@class lazaret.NetworkPolicy
 ---@field allow string[] Allowed CIDRs and DNS names (`github.com`, `*.npmjs.org`).
 ---@field deny string[] Denied CIDRs and names (holes in wider allows).
+---@field expiring? lazaret.ExpiringEntry[] Entries of `allow` and `deny` that end on their own, with the time they have left.
+---@field holdMs? integer How long a question for a name on no allow entry is held for a grant, in milliseconds (`[network] ask`); 0: refused at once.
 ---@field learned lazaret.LearnedAddress[] Addresses reachable now because an allowed name resolved to them.
 ---@field privateAnswers lazaret.PrivateAnswers Whether a name's answer may open internal addresses no CIDR entry allows: `refuse` (the default) or `allow` (`[network] private_answers`).
 ---@field rules integer How many kernel rules enforce it.
 ---@field upstreams string[] The resolvers the sidecar forwards allowed questions to.
 
----@alias lazaret.Outcome 'rejected' | 'auto' | 'approved' | 'edited' | 'denied' | 'aborted' | 'timedOut' | 'networkAllowed' | 'networkDenied' | 'networkReloaded' | 'dnsRefused' | 'dnsAnswerRefused'
+---@alias lazaret.Outcome 'rejected' | 'auto' | 'approved' | 'edited' | 'denied' | 'aborted' | 'timedOut' | 'networkAllowed' | 'networkDenied' | 'networkReloaded' | 'dnsRefused' | 'dnsAnswerRefused' | 'networkAsked' | 'networkGranted' | 'networkRefused' | 'networkExpired' | 'networkRevoked' | 'networkQueueFull'
 
 ---@class lazaret.PathWarning
 ---@field path string
@@ -151,6 +189,25 @@
 ---@field riskNotes string[] Warnings: commands that run project code or take command-running options.
 ---@field sessionId string The verified session the request came from.
 
+---@alias lazaret.PendingItem lazaret.PendingItemCommand|lazaret.PendingItemNetwork
+
+---@class lazaret.PendingItemCommand : lazaret.PendingEscalation
+---@field kind 'command'
+
+---@class lazaret.PendingItemNetwork : lazaret.PendingNetworkRequest
+---@field kind 'network'
+
+---@class lazaret.PendingNetworkRequest
+---@field destination string The DNS name asked for (lower case, letters, digits, hyphens, dots).
+---@field domainHash string
+---@field expiresAtMs integer When the request goes away if nobody answers (the destination stays refused).
+---@field profile string
+---@field receivedAtMs integer
+---@field recordTypes string[] The record types asked for (`A`, `AAAA`).
+---@field repeats integer Questions for it after the first, while it waits.
+---@field requestId string Minted by the coordinator, random per request.
+---@field sessionIds string[] The sessions live when it was first asked. The sandbox's network is shared by all its sessions, so which one asked cannot be told.
+
 ---@alias lazaret.PrivateAnswers 'refuse' | 'allow'
 
 ---@class lazaret.RegisterResult
@@ -158,6 +215,10 @@
 ---@field defaultCommand string[] The sandbox's default command (the image's CMD), for sessions that name none.
 ---@field domainHash string
 ---@field sessionCount integer Live sessions after this registration.
+
+---@class lazaret.Rules
+---@field autoApprove lazaret.AutoApproveListing[]
+---@field network lazaret.NetworkGrant[]
 
 ---@class lazaret.RunningDomain
 ---@field agentBranch? string `lazaret/agent-<profile>`, `None` for a directly mounted workspace.
@@ -176,7 +237,7 @@
 ---@field startedAtMs integer
 ---@field workspace string
 
----@alias lazaret.Event lazaret.SessionRegisteredEvent|lazaret.SessionEndedEvent|lazaret.ContainerStateEvent|lazaret.ShuttingDownEvent|lazaret.BranchUpdatedEvent|lazaret.BranchRejectedEvent|lazaret.EscalationPendingEvent|lazaret.EscalationResolvedEvent|lazaret.EscalationFinishedEvent|lazaret.NetworkChangedEvent|lazaret.NetworkDnsRefusedEvent|lazaret.NetworkDnsAnswerRefusedEvent|lazaret.NetworkFailedEvent|lazaret.NetworkRestoredEvent|lazaret.NetworkDnsResolvedEvent|lazaret.EventsLaggedEvent
+---@alias lazaret.Event lazaret.SessionRegisteredEvent|lazaret.SessionEndedEvent|lazaret.ContainerStateEvent|lazaret.ShuttingDownEvent|lazaret.BranchUpdatedEvent|lazaret.BranchRejectedEvent|lazaret.EscalationPendingEvent|lazaret.EscalationResolvedEvent|lazaret.EscalationFinishedEvent|lazaret.NetworkChangedEvent|lazaret.NetworkDnsRefusedEvent|lazaret.NetworkDnsAnswerRefusedEvent|lazaret.NetworkFailedEvent|lazaret.NetworkRestoredEvent|lazaret.NetworkDnsResolvedEvent|lazaret.NetworkRequestPendingEvent|lazaret.NetworkRequestResolvedEvent|lazaret.RulesChangedEvent|lazaret.EventsLaggedEvent
 
 ---@class lazaret.SessionRegisteredEvent
 ---@field seq integer
@@ -279,6 +340,23 @@
 ---@field name string
 ---@field recordType string
 
+---@class lazaret.NetworkRequestPendingEvent
+---@field seq integer
+---@field kind 'networkRequestPending'
+---@field request lazaret.PendingNetworkRequest
+
+---@class lazaret.NetworkRequestResolvedEvent
+---@field seq integer
+---@field decidedBy lazaret.DecisionSource
+---@field kind 'networkRequestResolved'
+---@field outcome lazaret.Outcome
+---@field requestId string
+---@field scope? lazaret.GrantScope
+
+---@class lazaret.RulesChangedEvent
+---@field seq integer
+---@field kind 'rulesChanged'
+
 ---@class lazaret.EventsLaggedEvent
 ---@field seq integer
 ---@field dropped integer
@@ -320,6 +398,10 @@ M.methods = {
   network_reload = 'network/reload',
   escalation_list = 'escalation/list',
   escalation_respond = 'escalation/respond',
+  pending_list = 'pending/list',
+  network_respond = 'network/respond',
+  rules_list = 'rules/list',
+  rules_revoke = 'rules/revoke',
   audit_list = 'audit/list',
   audit_verify = 'audit/verify',
   branch_diff = 'branch/diff',
@@ -347,6 +429,10 @@ M.error_code = {
   NETWORK_FAILED = 1008,
   --- The sandbox is not running (for methods that read inside it).
   SANDBOX_NOT_RUNNING = 1009,
+  --- The network request is unknown or was already answered.
+  NETWORK_REQUEST_NOT_PENDING = 1010,
+  --- The rule or grant is unknown (revoked already, or expired).
+  RULE_NOT_FOUND = 1011,
 }
 
 --- The event subscription.

@@ -1,0 +1,319 @@
+//! Network requests and rules, coordinator side (`[network] ask`): what
+//! the Network Sidecar reports of held questions and expired entries
+//! becomes requests in the one approval queue, audit records and events;
+//! answers and revocations from any client become sidecar entries. The
+//! state itself is [`crate::network_requests`] (pure); this module only
+//! carries its decisions out.
+
+use lazaret_core::time::now_ms;
+use lazaret_protocol::sidecar::SidecarRequest;
+use lazaret_protocol::{
+    error_code, AutoApproveListing, DecisionSource, EntryVerdict, Event, GrantScope, NetworkDecision, NetworkGrant, Outcome, PendingItem,
+    PendingNetworkRequest, Rules,
+};
+
+use super::{network_audit_record, rpc_error, Domain, RpcResult};
+use crate::network_requests::{self, profile_file, Asked, NetworkRequests};
+
+/// The prefix of the ids `rules/list` gives auto-approve rules.
+const AUTO_APPROVE_ID: &str = "auto-";
+
+impl Domain {
+    fn network_requests(&self) -> std::sync::MutexGuard<'_, NetworkRequests> {
+        self.network_requests.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn revoked_auto_approve(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<usize>> {
+        self.revoked_auto_approve.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Indexes of the auto-approve rules revoked in this run.
+    pub fn revoked_auto_approve_rules(&self) -> Vec<usize> {
+        self.revoked_auto_approve().iter().copied().collect()
+    }
+
+    fn grants_file(&self) -> std::path::PathBuf {
+        profile_file::path(&self.resolved.domain.domain_dir)
+    }
+
+    /// At start, once the sidecar runs: the grants kept for the profile
+    /// (Domain Root) and, with `ask`, the hold of questions for a grant.
+    pub async fn start_network_requests(&self) -> Result<(), String> {
+        let path = self.grants_file();
+        let kept =
+            tokio::task::spawn_blocking(move || profile_file::read(&path)).await.map_err(|error| error.to_string())?.map_err(|error| {
+                format!("cannot read the network grants kept for the profile: {error} (remove the file to start without them)")
+            })?;
+        *self.network_requests() = NetworkRequests::with_profile_grants(kept);
+        if self.resolved.ask {
+            self.sidecar(SidecarRequest::Hold { ms: self.resolved.ask_hold_seconds * 1000 })
+                .await
+                .map_err(|error| error.message().to_owned())?;
+        }
+        self.put_grants_in_force().await
+    }
+
+    /// Puts every grant in force on the sidecar (at start, after a reload of
+    /// the configuration or a restart of the sidecar).
+    pub async fn put_grants_in_force(&self) -> Result<(), String> {
+        let requests = self.network_requests().sidecar_requests(now_ms());
+        for request in requests {
+            self.sidecar(request).await.map_err(|error| error.message().to_owned())?;
+        }
+        Ok(())
+    }
+
+    /// The sidecar holds (or, its hold full, refused) a question for a name
+    /// on no allow entry.
+    pub(super) async fn network_question_held(&self, name: String, record_type: String) {
+        let sessions: Vec<String> = self.sessions().by_id.keys().cloned().collect();
+        let request_id = match lazaret_core::ids::random_hex(8) {
+            Ok(hex) => format!("net-{hex}"),
+            Err(error) => return tracing::error!(%error, "cannot mint a network request id"),
+        };
+        let asked = self.network_requests().asked(&name, &record_type, request_id, sessions, now_ms());
+        match asked {
+            Asked::New(mut request) => {
+                request.domain_hash = self.resolved.domain.domain_hash.clone();
+                request.profile = self.resolved.profile.clone();
+                tracing::info!(%name, %record_type, request = %request.request_id, "network request pending");
+                let mut record = network_audit_record(
+                    Outcome::NetworkAsked,
+                    Some("no allow entry covers it; waiting for a human".to_owned()),
+                    DecisionSource::NetworkSidecar,
+                    vec!["network".to_owned(), name, record_type],
+                );
+                record.request_id = request.request_id.clone();
+                self.emit(Event::NetworkRequestPending { request });
+                self.audit(record).await;
+            }
+            Asked::Repeat(mut request) => {
+                request.domain_hash = self.resolved.domain.domain_hash.clone();
+                request.profile = self.resolved.profile.clone();
+                self.emit(Event::NetworkRequestPending { request });
+            }
+            Asked::Answered => {}
+            Asked::QueueFull { first } => {
+                if first {
+                    let reason = format!(
+                        "{} network requests are pending, as many as a domain takes: {name} was refused without asking \
+                         (later ones are counted in the next record)",
+                        network_requests::MAX_PENDING
+                    );
+                    tracing::warn!(%reason);
+                    let argv = vec!["network".to_owned(), name, record_type];
+                    self.audit(network_audit_record(Outcome::NetworkQueueFull, Some(reason), DecisionSource::Policy, argv)).await;
+                }
+            }
+        }
+    }
+
+    /// A request left the queue: if it had overflowed, the audit trail says
+    /// how many questions were refused without asking meanwhile.
+    async fn report_overflow(&self) {
+        let overflow = self.network_requests().take_overflow();
+        if overflow > 1 {
+            let reason = format!("{} more destinations were refused without asking while the queue was full", overflow - 1);
+            let argv = vec!["network".to_owned(), "queue".to_owned()];
+            self.audit(network_audit_record(Outcome::NetworkQueueFull, Some(reason), DecisionSource::Policy, argv)).await;
+        }
+    }
+
+    /// The sidecar removed timed entries whose time ran out.
+    pub(super) async fn network_entries_expired(&self, allow: Vec<String>, deny: Vec<String>) {
+        let ended: Vec<(String, EntryVerdict)> = allow
+            .into_iter()
+            .map(|entry| (entry, EntryVerdict::Allow))
+            .chain(deny.into_iter().map(|entry| (entry, EntryVerdict::Deny)))
+            .collect();
+        for (entry, verdict) in ended {
+            let grant = self.network_requests().entry_expired(&entry, verdict);
+            let Some(grant) = grant else { continue };
+            tracing::info!(destination = %grant.destination, grant = %grant.id, "network grant expired");
+            let reason = format!("{} for {} ended", verdict_word(grant.verdict), grant.scope);
+            self.audit(network_audit_record(Outcome::NetworkExpired, Some(reason), DecisionSource::Timeout, grant_argv(&grant))).await;
+            self.emit(Event::RulesChanged {});
+        }
+    }
+
+    /// Counts a question answered or refused under a grant.
+    pub(super) fn network_hit(&self, name: &str, verdict: EntryVerdict) {
+        self.network_requests().hit(name, verdict);
+    }
+
+    /// Ends network requests nobody answered in time; runs until teardown.
+    pub async fn expire_network_requests(&self) {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            let expired = self.network_requests().expire_requests(now_ms());
+            for request in expired {
+                let reason = format!("nobody answered within {} minutes", network_requests::REQUEST_LIFETIME_MS / 60_000);
+                let mut record =
+                    network_audit_record(Outcome::NetworkExpired, Some(reason), DecisionSource::Timeout, request_argv(&request));
+                record.request_id = request.request_id.clone();
+                self.emit(Event::NetworkRequestResolved {
+                    request_id: request.request_id,
+                    outcome: Outcome::NetworkExpired,
+                    decided_by: DecisionSource::Timeout,
+                    scope: None,
+                });
+                self.audit(record).await;
+                self.report_overflow().await;
+            }
+        }
+    }
+
+    /// Everything waiting for a human, oldest first.
+    pub(super) fn pending_items(&self) -> Vec<PendingItem> {
+        let mut items: Vec<PendingItem> = self.broker.pending().into_iter().map(PendingItem::Command).collect();
+        items.extend(self.network_requests().pending().into_iter().map(|mut request| {
+            request.domain_hash = self.resolved.domain.domain_hash.clone();
+            request.profile = self.resolved.profile.clone();
+            PendingItem::Network(request)
+        }));
+        items.sort_by_key(PendingItem::received_at_ms);
+        items
+    }
+
+    /// Answers network request `request_id`: the grant goes in force on the
+    /// sidecar (a held question is answered), is kept for the profile if
+    /// asked, audited and announced. A failure puts the request back.
+    pub(super) async fn respond_network(
+        &self,
+        request_id: &str,
+        decision: NetworkDecision,
+        scope: GrantScope,
+        client: Option<String>,
+    ) -> RpcResult<bool> {
+        let scope = network_requests::check_scope(scope).map_err(|message| rpc_error(error_code::INVALID_VALUE, message))?;
+        let decided_by = DecisionSource::Rpc { client };
+        let grant_id = lazaret_core::ids::random_hex(6)
+            .map(|hex| format!("grant-{hex}"))
+            .map_err(|error| rpc_error(error_code::INVALID_VALUE, format!("cannot mint a grant id: {error}")))?;
+        let now = now_ms();
+        let answered = self.network_requests().answer(request_id, decision, scope, decided_by.clone(), grant_id, now);
+        let Some((request, grant)) = answered else {
+            return Err(rpc_error(
+                error_code::NETWORK_REQUEST_NOT_PENDING,
+                format!("network request {request_id} is not pending (unknown, answered or expired)"),
+            ));
+        };
+        let put = match network_requests::sidecar_request(&grant, now) {
+            Some(sidecar_request) => self.sidecar(sidecar_request).await.map(|_| ()),
+            None => Ok(()),
+        };
+        let kept = match (&put, scope) {
+            (Ok(()), GrantScope::Profile) => self.keep_profile_grants().await,
+            _ => Ok(()),
+        };
+        if let Err(error) = put.as_ref().map_err(|error| error.message().to_owned()).and(kept) {
+            self.network_requests().undo(request, &grant);
+            if grant.scope == GrantScope::Profile {
+                let _ = self.sidecar(SidecarRequest::Revoke { entries: vec![grant.destination.clone()] }).await;
+            }
+            return Err(rpc_error(error_code::NETWORK_FAILED, format!("the answer did not take, the request still waits: {error}")));
+        }
+        let outcome = match decision {
+            NetworkDecision::Allow => Outcome::NetworkGranted,
+            NetworkDecision::Deny => Outcome::NetworkRefused,
+        };
+        tracing::info!(destination = %grant.destination, %outcome, %decided_by, scope = %scope, "network request answered");
+        let mut record = network_audit_record(
+            outcome,
+            Some(format!("{} for {scope}", verdict_word(grant.verdict))),
+            decided_by.clone(),
+            grant_argv(&grant),
+        );
+        record.request_id = request.request_id.clone();
+        self.audit(record).await;
+        self.emit(Event::NetworkRequestResolved { request_id: request.request_id, outcome, decided_by, scope: Some(scope) });
+        self.emit(Event::RulesChanged {});
+        self.report_overflow().await;
+        Ok(true)
+    }
+
+    /// Writes the grants kept for the profile to the Domain Root.
+    async fn keep_profile_grants(&self) -> Result<(), String> {
+        let grants = self.network_requests().profile_grants();
+        let path = self.grants_file();
+        tokio::task::spawn_blocking(move || profile_file::write(&path, &grants)).await.map_err(|error| error.to_string())?
+    }
+
+    /// Every rule and grant, with the ids `rules/revoke` takes.
+    pub(super) fn rules(&self) -> Rules {
+        let revoked = self.revoked_auto_approve();
+        let auto_approve = self
+            .resolved
+            .auto_approve_entries
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| !revoked.contains(index))
+            .map(|(index, (entry, source))| AutoApproveListing {
+                id: format!("{AUTO_APPROVE_ID}{}", index + 1),
+                entry: entry.clone(),
+                source: source.clone(),
+            })
+            .collect();
+        Rules { auto_approve, network: self.network_requests().grants() }
+    }
+
+    /// Revokes rule or grant `id` at once, audited.
+    pub(super) async fn revoke_rule(&self, id: &str, client: Option<String>) -> RpcResult<bool> {
+        let decided_by = DecisionSource::Rpc { client };
+        if let Some(index) = id.strip_prefix(AUTO_APPROVE_ID).and_then(|number| number.parse::<usize>().ok()).and_then(|n| n.checked_sub(1))
+        {
+            let entry = self.resolved.auto_approve_entries.get(index).map(|(entry, _)| entry.clone());
+            let Some(entry) = entry.filter(|_| self.revoked_auto_approve().insert(index)) else {
+                return Err(unknown_rule(id));
+            };
+            tracing::info!(%entry, "auto-approve rule revoked for this run");
+            let argv = vec!["auto_approve".to_owned(), entry];
+            let reason = Some("revoked for this run of the domain (the configuration file is unchanged)".to_owned());
+            self.audit(network_audit_record(Outcome::NetworkRevoked, reason, decided_by, argv)).await;
+            self.emit(Event::RulesChanged {});
+            return Ok(true);
+        }
+        let grant = self.network_requests().revoke(id).ok_or_else(|| unknown_rule(id))?;
+        let revoked = self.sidecar(SidecarRequest::Revoke { entries: vec![grant.destination.clone()] }).await;
+        let kept = match (&revoked, grant.scope) {
+            (Ok(_), GrantScope::Profile) => self.keep_profile_grants().await,
+            _ => Ok(()),
+        };
+        if let Err(error) = revoked.as_ref().map(|_| ()).map_err(|error| error.message().to_owned()).and(kept) {
+            self.network_requests().restore(grant);
+            return Err(rpc_error(error_code::NETWORK_FAILED, format!("the revocation did not take: {error}")));
+        }
+        tracing::info!(destination = %grant.destination, grant = %grant.id, "network grant revoked");
+        let reason = format!("{} for {} revoked", verdict_word(grant.verdict), grant.scope);
+        self.audit(network_audit_record(Outcome::NetworkRevoked, Some(reason), decided_by, grant_argv(&grant))).await;
+        self.emit(Event::RulesChanged {});
+        Ok(true)
+    }
+}
+
+fn unknown_rule(id: &str) -> jsonrpsee::types::ErrorObjectOwned {
+    rpc_error(error_code::RULE_NOT_FOUND, format!("no rule or grant `{id}` (revoked or expired already? `lazaret rules` lists them)"))
+}
+
+fn verdict_word(verdict: EntryVerdict) -> &'static str {
+    match verdict {
+        EntryVerdict::Allow => "allowed",
+        EntryVerdict::Deny => "refused",
+    }
+}
+
+/// An audit record's argv for a request.
+fn request_argv(request: &PendingNetworkRequest) -> Vec<String> {
+    let mut argv = vec!["network".to_owned(), request.destination.clone()];
+    argv.extend(request.record_types.iter().cloned());
+    argv
+}
+
+/// An audit record's argv for a grant.
+fn grant_argv(grant: &NetworkGrant) -> Vec<String> {
+    let verdict = match grant.verdict {
+        EntryVerdict::Allow => "allow",
+        EntryVerdict::Deny => "deny",
+    };
+    vec!["network".to_owned(), grant.destination.clone(), verdict.to_owned(), grant.scope.to_string()]
+}
