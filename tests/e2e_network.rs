@@ -1094,3 +1094,263 @@ fn an_allowlist_of_thousands_of_entries_is_enforced_whole() {
     assert!(text.contains("allowed=0"), "the last of 3,001 entries is reachable: {text}");
     assert!(text.contains("other=1"), "what no entry covers stays unreachable: {text}");
 }
+
+/// A session on a plain directory (`--mount-workspace`) holding the test host
+/// binary, for probes from inside while the domain stays up.
+fn live_probe_session(env: &TestEnv, directory: &Path) -> LiveSession {
+    let session = env
+        .lazaret()
+        .args(["run", "--mount-workspace", "--workspace"])
+        .arg(directory)
+        .args(["--", "sleep", "600"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let domain = domain_json(env, "default", directory);
+    let container = domain["container_name"].as_str().expect("name").to_owned();
+    let live = LiveSession { session, domain, container };
+    assert!(wait_until(Duration::from_secs(30), || live.inside("echo up") == "up\n"), "the sandbox runs");
+    live
+}
+
+impl LiveSession {
+    /// Starts `script` inside, in the background; its output is the child's.
+    fn spawn_inside(&self, script: &str) -> std::process::Child {
+        Command::new("podman")
+            .args(["exec", &self.container, "sh", "-c", script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("podman exec")
+    }
+
+    fn rpc(&self) -> Rpc {
+        Rpc::connect(Path::new(self.domain["control_socket"].as_str().expect("socket")))
+    }
+}
+
+/// The pending network requests of the domain at `workspace`, as `lazaret
+/// pending --json` lists them.
+fn pending_network(env: &TestEnv) -> Vec<serde_json::Value> {
+    let pending = run(env.lazaret().args(["pending", "--json"]));
+    assert!(pending.status.success(), "{}", stderr(&pending));
+    let items: Vec<serde_json::Value> = serde_json::from_slice(&pending.stdout).expect("pending json");
+    items.into_iter().filter(|item| item["kind"] == "network").collect()
+}
+
+/// A network with the echo host (.13, port 8081) and a DNS authority naming
+/// it `grant.test` (and `deny.test`, `other.test`), configured with `ask`.
+fn ask_network(env: &TestEnv, extra: &str) -> TestNetwork {
+    let network = TestNetwork::create();
+    let volume = format!("--volume={}:/testhost:ro", testhost_binary().display());
+    network.start_host(13, &[volume], &["/testhost", "echo", "8081"]);
+    let records =
+        [format!("grant.test={}", network.host(13)), format!("deny.test={}", network.host(13)), format!("other.test={}", network.host(13))];
+    let network = network.with_dns(&records);
+    configure_with(env, &network, &[], &format!("private_answers = \"allow\"\nask = true\n{extra}"));
+    network
+}
+
+/// The next `networkRequestPending` event for `destination` whose request
+/// is not `other` (repeats of a request are announced with its id).
+fn next_request(events: &mut Events, destination: &str, other: &str) -> serde_json::Value {
+    // Refusals and repeats may come first, many of them: read on (each read bounded).
+    for _ in 0..1000 {
+        let message = read_frame(&mut events.0);
+        let event = &message["params"]["result"];
+        if event["kind"] == "networkRequestPending"
+            && event["request"]["destination"] == destination
+            && event["request"]["requestId"] != other
+        {
+            return event.clone();
+        }
+    }
+    panic!("no new request for {destination} among the next 1000 events");
+}
+
+/// Issue 29: with `ask`, a name on no allow entry is held and becomes a
+/// request in the approval queue; approved for a minute, the very question
+/// that waited is answered and the connection made; when the minute ends a
+/// new connection is refused and the established one is cut; the audit
+/// trail holds the request, the answer (with its client) and the expiry.
+#[test]
+fn a_held_name_approved_for_a_minute_opens_until_the_minute_ends() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let network = ask_network(&env, "");
+    let workspace = probe_workspace(&env);
+    let live = live_probe_session(&env, &workspace);
+    let mut events = live.subscribe();
+    let asked = Instant::now();
+    let connect = live.spawn_inside("nc -z -w 5 grant.test 8081; echo connect=$?");
+    let pending = events.next_of_kind("networkRequestPending");
+    let to_event = asked.elapsed();
+    assert_eq!(pending["request"]["destination"], "grant.test", "{pending}");
+    let request_id = pending["request"]["requestId"].as_str().expect("id").to_owned();
+    let listed = pending_network(&env);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["requestId"], request_id.as_str());
+    let shown = run(env.lazaret().args(["pending"]));
+    assert!(stdout(&shown).contains("network: grant.test"), "{}", stdout(&shown));
+    eprintln!("question -> networkRequestPending event: {} ms", to_event.as_millis());
+
+    let approve = run(env.lazaret().args(["approve", &request_id, "--for", "1m"]));
+    assert!(approve.status.success(), "{}", stderr(&approve));
+    assert!(stdout(&approve).contains("allowed for 1 min: grant.test"), "{}", stdout(&approve));
+    let output = connect.wait_with_output().expect("wait");
+    assert_eq!(stdout(&output).trim(), "connect=0", "the held question was answered and the connection made");
+    assert!(network.dns_log().contains("question grant.test A"), "asked upstream once allowed: {}", network.dns_log());
+    assert!(pending_network(&env).is_empty(), "answered requests leave the queue");
+
+    let rules = live.rpc().result("rules/list", serde_json::json!({}));
+    let grant = &rules["network"][0];
+    assert_eq!(grant["destination"], "grant.test", "{rules}");
+    assert_eq!(grant["scope"], serde_json::json!({"type": "minutes", "minutes": 1}), "{rules}");
+    assert_eq!(grant["decidedBy"], "rpc:cli", "{rules}");
+
+    // An established connection, and the minute running out under it.
+    let established = live.spawn_inside("/workspace/lazaret-testhost echo-probe grant.test 8081 120");
+    let address = network.host(13);
+    let direct = format!("nc -z -w 2 {address} 8081; echo direct=$?");
+    assert_eq!(live.inside(&direct).trim(), "direct=0", "the grant opened the name's address");
+    let expired =
+        wait_until(Duration::from_secs(90), || audit_records(&env, &workspace).iter().any(|record| record["outcome"] == "networkExpired"));
+    assert!(expired, "the grant expired and was audited");
+    let cut = established.wait_with_output().expect("wait");
+    let text = stdout(&cut);
+    assert!(text.starts_with("connected\n") && text.contains("cut after_ms="), "the established connection is cut: {text}");
+    assert_eq!(live.inside(&direct).trim(), "direct=1", "a new connection is refused after the minute");
+    assert!(live.rpc().result("rules/list", serde_json::json!({}))["network"].as_array().expect("grants").is_empty());
+
+    live.end(&workspace);
+    let records = audit_records(&env, &workspace);
+    let find = |outcome: &str| records.iter().find(|record| record["outcome"] == outcome).cloned();
+    let asked = find("networkAsked").expect("the request is audited");
+    assert_eq!(asked["requestedArgv"], serde_json::json!(["network", "grant.test", "A"]));
+    let granted = find("networkGranted").expect("the answer is audited");
+    assert_eq!(granted["decidedBy"], "rpc:cli");
+    assert_eq!(granted["requestId"], request_id.as_str());
+    assert_eq!(granted["requestedArgv"], serde_json::json!(["network", "grant.test", "allow", "1 min"]));
+    assert!(find("networkExpired").is_some());
+    let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&workspace));
+    assert!(verify.status.success(), "the audit chain holds: {}", stdout(&verify));
+}
+
+/// Issue 29: a refusal is remembered for its scope (100 more identical
+/// questions make no request and are not held); revoking it asks again; a
+/// grant for the profile is kept in the Domain Root, in force at the next
+/// start, and revoking it cuts an established connection at once.
+#[test]
+fn a_refusal_is_remembered_and_grants_are_listed_kept_and_revoked() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let network = ask_network(&env, "ask_hold_seconds = 2\n");
+    let workspace = probe_workspace(&env);
+    let live = live_probe_session(&env, &workspace);
+    let mut events = live.subscribe();
+    let _question = live.spawn_inside("busybox nslookup deny.test >/dev/null 2>&1");
+    let pending = events.next_of_kind("networkRequestPending");
+    let request_id = pending["request"]["requestId"].as_str().expect("id").to_owned();
+    let deny = run(env.lazaret().args(["deny", &request_id]));
+    assert!(deny.status.success(), "{}", stderr(&deny));
+    let started = Instant::now();
+    let repeated = live.inside(
+        "i=0; n=0; while [ $i -lt 100 ]; do busybox nslookup deny.test >/dev/null 2>&1 || n=$((n+1)); i=$((i+1)); done; echo refused=$n",
+    );
+    assert_eq!(repeated.trim(), "refused=100", "{repeated}");
+    assert!(started.elapsed() < Duration::from_secs(60), "refused at once, not held: {:?}", started.elapsed());
+    assert!(pending_network(&env).is_empty(), "no new request");
+    let asked = audit_records(&env, &workspace).iter().filter(|record| record["outcome"] == "networkAsked").count();
+    assert_eq!(asked, 1, "one request for 101 questions");
+    assert!(!network.dns_log().contains("deny.test"), "nothing went upstream: {}", network.dns_log());
+    let rules = run(env.lazaret().args(["rules", "--json"]));
+    assert!(rules.status.success(), "{}", stderr(&rules));
+    let rules: serde_json::Value = serde_json::from_slice(&rules.stdout).expect("rules json");
+    let domain_rules = rules.as_object().and_then(|domains| domains.values().next()).cloned().expect("one domain");
+    let refusal = &domain_rules["network"][0];
+    assert_eq!(refusal["verdict"], "deny", "{rules}");
+    // Counted from the sidecar's events, which are rate limited (20/s, bursts of 50).
+    let hits = refusal["hits"].as_u64().unwrap_or(0);
+    assert!((50..=101).contains(&hits), "refused questions are counted: {rules}");
+    let revoke = run(env.lazaret().args(["rules", "revoke", refusal["id"].as_str().expect("id")]));
+    assert!(revoke.status.success(), "{}", stderr(&revoke));
+    let _again = live.spawn_inside("busybox nslookup deny.test >/dev/null 2>&1");
+    // (Repeats of the first request may still be in the stream: same id.)
+    let again = next_request(&mut events, "deny.test", &request_id);
+    assert_ne!(again["request"]["requestId"], request_id.as_str(), "asked again once the refusal is revoked: {again}");
+
+    // For the profile: kept, in force after a restart, revoked with a cut.
+    let _question = live.spawn_inside("busybox nslookup grant.test >/dev/null 2>&1");
+    let pending = next_request(&mut events, "grant.test", "");
+    let approve = run(env.lazaret().args(["approve", pending["request"]["requestId"].as_str().expect("id"), "--profile"]));
+    assert!(approve.status.success(), "{}", stderr(&approve));
+    let kept = std::fs::read_to_string(Path::new(live.domain["domain_dir"].as_str().expect("dir")).join("network-grants.json"))
+        .expect("the profile's grants are kept in the Domain Root");
+    assert!(kept.contains("grant.test"), "{kept}");
+    drop(events);
+    live.end(&workspace);
+
+    let live = live_probe_session(&env, &workspace);
+    assert_eq!(live.inside("nc -z -w 3 grant.test 8081; echo connect=$?").trim(), "connect=0", "the profile's grant is in force");
+    let established = live.spawn_inside("/workspace/lazaret-testhost echo-probe grant.test 8081 60");
+    let rules = live.rpc().result("rules/list", serde_json::json!({}));
+    let grant = rules["network"].as_array().expect("grants").iter().find(|grant| grant["destination"] == "grant.test").cloned();
+    let grant = grant.unwrap_or_else(|| panic!("the kept grant is listed: {rules}"));
+    assert_eq!(grant["scope"], serde_json::json!({"type": "profile"}));
+    std::thread::sleep(Duration::from_secs(1));
+    let revoked = live.rpc().result("rules/revoke", serde_json::json!({"id": grant["id"], "client": "test"}));
+    assert_eq!(revoked, true);
+    let cut = established.wait_with_output().expect("wait");
+    let text = stdout(&cut);
+    assert!(text.starts_with("connected\n") && text.contains("cut after_ms="), "revoking cuts the established connection: {text}");
+    let kept = std::fs::read_to_string(Path::new(live.domain["domain_dir"].as_str().expect("dir")).join("network-grants.json"))
+        .expect("grants file");
+    assert!(!kept.contains("grant.test"), "revoked from the Domain Root too: {kept}");
+    let unknown = live.rpc().call("rules/revoke", serde_json::json!({"id": grant["id"], "client": "test"}));
+    assert_eq!(unknown["error"]["code"], 1011, "{unknown}");
+    live.end(&workspace);
+    let outcomes: Vec<String> =
+        audit_records(&env, &workspace).iter().filter_map(|record| record["outcome"].as_str().map(str::to_owned)).collect();
+    for expected in ["networkAsked", "networkRefused", "networkRevoked", "networkGranted"] {
+        assert!(outcomes.iter().any(|outcome| outcome == expected), "{expected} audited: {outcomes:?}");
+    }
+}
+
+/// Issue 29: 1,000 distinct refused names in a burst make at most the cap
+/// of pending requests (the rest is one audit record saying so), nothing
+/// reaches the upstream resolver, and the coordinator keeps answering.
+#[test]
+fn a_burst_of_a_thousand_names_fills_the_queue_to_its_cap_and_nothing_goes_upstream() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let network = ask_network(&env, "ask_hold_seconds = 3\n");
+    let workspace = probe_workspace(&env);
+    let live = live_probe_session(&env, &workspace);
+    let burst = live.spawn_inside("/workspace/lazaret-testhost dns-burst burst 1000");
+    let mut rpc = live.rpc();
+    let mut times = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let started = Instant::now();
+        let status = rpc.result("domain/status", serde_json::json!({}));
+        times.push(started.elapsed());
+        assert!(status["domainHash"].is_string(), "{status}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    times.sort();
+    let p99 = times[times.len() * 99 / 100];
+    eprintln!("domain/status during the burst: {} calls, p50 {:?}, p99 {p99:?}", times.len(), times[times.len() / 2]);
+    assert!(p99 < Duration::from_secs(2), "the coordinator stays responsive: p99 {p99:?}");
+    let output = burst.wait_with_output().expect("wait");
+    assert!(stdout(&output).starts_with("sent 1000 "), "{}", stdout(&output));
+    let pending = pending_network(&env);
+    assert!(!pending.is_empty() && pending.len() <= 32, "at most the cap: {}", pending.len());
+    let records = audit_records(&env, &workspace);
+    assert!(records.iter().any(|record| record["outcome"] == "networkQueueFull"), "the overflow is audited");
+    assert!(records.iter().filter(|record| record["outcome"] == "networkAsked").count() <= 32);
+    assert!(!network.dns_log().contains("burst"), "nothing reached the upstream resolver: {}", network.dns_log());
+    live.end(&workspace);
+}

@@ -118,6 +118,9 @@ fn every_command_of_the_readmes_usage_runs_as_written() {
     walk.run("lazaret pending", &["edit", &id, "--", "touch", "edited-instead"]);
     assert!(wait_until(Duration::from_secs(10), || workspace.join("edited-instead").exists()));
     assert!(workspace.join("approved-by-the-walk").exists() && !workspace.join("denied-by-the-walk").exists());
+    walk.run("lazaret rules", &["rules"]);
+    let rules: serde_json::Value = serde_json::from_slice(&walk.run("lazaret rules", &["rules", "--json"]).stdout).expect("rules json");
+    assert!(rules.as_object().is_some_and(|domains| !domains.is_empty()), "the running domain's rules: {rules}");
     walk.run("lazaret audit", &["audit", "--profile", "demo"]);
     walk.run("lazaret audit", &["audit", "--profile", "demo", "--json"]);
     walk.run("lazaret audit", &["audit", "verify", "--profile", "demo"]);

@@ -273,7 +273,7 @@ export interface NetworkGrant {
   /** When it ends on its own (`minutes` scope). */
   expiresAtMs?: number | null;
   grantedAtMs: number;
-  /** Questions for the destination since it was made (answered under an allow, refused under a deny). */
+  /** Questions for the destination since it was made (answered under an allow, refused under a deny), as the sidecar's events report them: past its rate limit (20/s, bursts of 50) some go uncounted. */
   hits: number;
   /** What `rules/revoke` takes. */
   id: string;

@@ -634,7 +634,8 @@ pub struct NetworkGrant {
     /// When it ends on its own (`minutes` scope).
     pub expires_at_ms: Option<u64>,
     /// Questions for the destination since it was made (answered under an
-    /// allow, refused under a deny).
+    /// allow, refused under a deny), as the sidecar's events report them:
+    /// past its rate limit (20/s, bursts of 50) some go uncounted.
     pub hits: u64,
 }
 

@@ -11,6 +11,17 @@
 //!   `NAME=ADDRESS,ADDRESS...` (a rebinding name, TTL 1: its n-th question of a type
 //!   gets the n-th address of that type, the last one from then on). Names it does
 //!   not know get NXDOMAIN; other types an empty answer.
+//! - `echo PORT`: a TCP echo server (every byte of a connection comes back).
+//! - `echo-probe HOST PORT SECONDS`: from inside a sandbox, connects to HOST:PORT
+//!   (a name is resolved as the sandbox resolves it), prints `connected`, then sends a
+//!   byte every 200 ms and waits up to 1 s for it to come back; the first time it does
+//!   not, prints `cut after_ms=N error=...` and ends; after SECONDS prints `held`.
+//! - `dns-burst PREFIX COUNT`: from inside a sandbox, sends COUNT A questions for the
+//!   distinct names `PREFIX<n>.test` to the sandbox's resolver (127.0.0.1:53) as fast as
+//!   it can, then collects replies for 15 s; prints `sent N replies M`.
+//! - `dns-time NAME COUNT`: from inside a sandbox, asks the sandbox's resolver
+//!   (127.0.0.1:53) COUNT `A` questions for NAME one after another; prints
+//!   `query_us_p50=... query_us_p99=... answered=N`.
 //! - `sink PORT`: a TCP server for the benchmark: reads each connection to its end, then
 //!   answers one byte.
 //! - `bench ADDRESS PORT CONNECTIONS BYTES`: from inside a sandbox, times CONNECTIONS
@@ -40,7 +51,9 @@ use std::os::fd::AsRawFd;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use lazaret_dns::wire::{encode_error, encode_reply, parse_query, type_name, CLASS_IN, TYPE_A, TYPE_AAAA, TYPE_CNAME};
+use lazaret_dns::wire::{
+    encode_error, encode_query, encode_reply, parse_query, type_name, Question, CLASS_IN, TYPE_A, TYPE_AAAA, TYPE_CNAME,
+};
 use lazaret_dns::Rcode;
 
 fn main() -> ExitCode {
@@ -48,6 +61,10 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("dns") => dns(&args[1..]),
         Some("sink") => sink(&args[1..]),
+        Some("echo") => echo(&args[1..]),
+        Some("dns-burst") => dns_burst(&args[1..]),
+        Some("dns-time") => dns_time(&args[1..]),
+        Some("echo-probe") => echo_probe(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("mark-connect") => mark_connect(&args[1..]),
         Some("udp-listen") => udp_listen(&args[1..]),
@@ -189,6 +206,98 @@ fn reply_with(query: &lazaret_dns::wire::Query, answers: &[Answer]) -> Vec<u8> {
     }
     out[6..8].copy_from_slice(&(answers.len() as u16).to_be_bytes());
     out
+}
+
+fn dns_burst(args: &[String]) -> Result<(), String> {
+    let prefix: String = arg(args, 0, "PREFIX")?;
+    let count: u16 = arg(args, 1, "COUNT")?;
+    let socket = UdpSocket::bind(("127.0.0.1", 0)).map_err(|e| format!("bind: {e}"))?;
+    socket.connect(("127.0.0.1", 53)).map_err(|e| format!("connect: {e}"))?;
+    let mut sent = 0;
+    for n in 0..count {
+        let query = encode_query(n, &Question::new(&format!("{prefix}{n}.test"), TYPE_A));
+        if socket.send(&query).is_ok() {
+            sent += 1;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut replies = 0;
+    let mut buffer = [0u8; 512];
+    while let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|left| !left.is_zero()) {
+        socket.set_read_timeout(Some(left)).map_err(|e| format!("timeout: {e}"))?;
+        match socket.recv(&mut buffer) {
+            Ok(_) => replies += 1,
+            Err(_) => break,
+        }
+    }
+    println!("sent {sent} replies {replies}");
+    Ok(())
+}
+
+fn dns_time(args: &[String]) -> Result<(), String> {
+    let name: String = arg(args, 0, "NAME")?;
+    let count: u16 = arg(args, 1, "COUNT")?;
+    let socket = UdpSocket::bind(("127.0.0.1", 0)).map_err(|e| format!("bind: {e}"))?;
+    socket.connect(("127.0.0.1", 53)).map_err(|e| format!("connect: {e}"))?;
+    socket.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| format!("timeout: {e}"))?;
+    let mut times = Vec::with_capacity(usize::from(count));
+    let mut buffer = [0u8; 512];
+    for id in 0..count {
+        let started = Instant::now();
+        socket.send(&encode_query(id, &Question::new(&name, TYPE_A))).map_err(|e| format!("send: {e}"))?;
+        // The reply to this question (same id); others are late replies.
+        while let Ok(length) = socket.recv(&mut buffer) {
+            if length >= 2 && u16::from_be_bytes([buffer[0], buffer[1]]) == id {
+                times.push(started.elapsed().as_micros() as u64);
+                break;
+            }
+        }
+    }
+    times.sort_unstable();
+    let percentile = |p: usize| times.get((times.len() * p / 100).min(times.len().saturating_sub(1))).copied().unwrap_or(0);
+    println!("query_us_p50={} query_us_p99={} answered={}", percentile(50), percentile(99), times.len());
+    Ok(())
+}
+
+fn echo(args: &[String]) -> Result<(), String> {
+    let port: u16 = arg(args, 0, "PORT")?;
+    let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| format!("bind: {e}"))?;
+    println!("listening");
+    for stream in listener.incoming().flatten() {
+        std::thread::spawn(move || {
+            let mut stream = stream;
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = stream.read(&mut buffer) {
+                if n == 0 || stream.write_all(&buffer[..n]).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+fn echo_probe(args: &[String]) -> Result<(), String> {
+    use std::net::ToSocketAddrs;
+    let host: String = arg(args, 0, "HOST")?;
+    let port: u16 = arg(args, 1, "PORT")?;
+    let seconds: u64 = arg(args, 2, "SECONDS")?;
+    let target = (host.as_str(), port).to_socket_addrs().map_err(|e| format!("resolve {host}: {e}"))?.next().ok_or("no address")?;
+    let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(5)).map_err(|e| format!("connect: {e}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).map_err(|e| format!("timeout: {e}"))?;
+    println!("connected");
+    let started = Instant::now();
+    let mut byte = [0u8; 1];
+    while started.elapsed() < Duration::from_secs(seconds) {
+        let round = stream.write_all(b"p").and_then(|()| stream.read_exact(&mut byte));
+        if let Err(error) = round {
+            println!("cut after_ms={} error={}", started.elapsed().as_millis(), error.to_string().replace(' ', "_"));
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!("held");
+    Ok(())
 }
 
 fn sink(args: &[String]) -> Result<(), String> {

@@ -373,6 +373,8 @@ fn the_readmes_configuration_example_parses_and_every_documented_default_holds()
         match key {
             "data_root" => assert_eq!(config.data_root, Path::new("/home/u/.local/share/lazaret")),
             "private_answers" => assert_eq!(config.private_answers, PrivateAnswers::Refuse),
+            "ask" => assert!(!config.ask, "names on no allow entry are refused without asking"),
+            "ask_hold_seconds" => assert_eq!(config.ask_hold_seconds, crate::config::DEFAULT_ASK_HOLD_SECONDS),
             "enabled" => assert!(config.escalation_enabled),
             "socket_dir" => assert_eq!(config.socket_root, Path::new("/run/user/1000/lazaret")),
             "runsc" => assert_eq!(config.runsc, None, "the newest runsc found is chosen at start"),
@@ -383,4 +385,26 @@ fn the_readmes_configuration_example_parses_and_every_documented_default_holds()
     // docs/agents.md's example of a profile's key.
     let agents = format!("[profiles.claude]\nimage = \"localhost/claude-agent:1\"\n{}", toml_example("docs/agents.md"));
     parse_with(&agents).unwrap_or_else(|error| panic!("docs/agents.md's example: {error}"));
+}
+
+/// Issue 29: `[network] ask` and a profile's `ask` (the profile's wins),
+/// `ask_hold_seconds` bounded by the sidecar's longest hold.
+#[test]
+fn ask_comes_from_the_network_table_and_a_profile_overrides_it() {
+    let with = |network: &str, profile: &str| {
+        let text = GOOD
+            .replace("[network]\n", &format!("[network]\n{network}"))
+            .replace("[profiles.claude]\n", &format!("[profiles.claude]\n{profile}"));
+        resolve(&text, "claude")
+    };
+    let resolved = with("", "").expect("resolves");
+    assert!(!resolved.ask);
+    assert_eq!(resolved.ask_hold_seconds, 10);
+    let resolved = with("ask = true\nask_hold_seconds = 3\n", "").expect("resolves");
+    assert!(resolved.ask);
+    assert_eq!(resolved.ask_hold_seconds, 3);
+    assert!(!with("ask = true\n", "ask = false\n").expect("resolves").ask, "the profile's own `ask` wins");
+    assert!(with("", "ask = true\n").expect("resolves").ask);
+    let error = with("ask_hold_seconds = 31\n", "").expect_err("out of range").to_string();
+    assert!(error.contains("network.ask_hold_seconds") && error.contains("`31`"), "{error}");
 }

@@ -154,7 +154,7 @@
 ---@field destination string
 ---@field expiresAtMs? integer When it ends on its own (`minutes` scope).
 ---@field grantedAtMs integer
----@field hits integer Questions for the destination since it was made (answered under an allow, refused under a deny).
+---@field hits integer Questions for the destination since it was made (answered under an allow, refused under a deny), as the sidecar's events report them: past its rate limit (20/s, bursts of 50) some go uncounted.
 ---@field id string What `rules/revoke` takes.
 ---@field scope lazaret.GrantScope
 ---@field verdict lazaret.EntryVerdict
