@@ -93,7 +93,8 @@ impl TerminalUi {
         self.refresh();
     }
 
-    /// Events were lost: the queue becomes what the coordinator lists.
+    /// At the start, or when events were lost: the queue becomes what the
+    /// coordinator lists.
     pub fn resync(&mut self, pending: &[lazaret_protocol::PendingItem]) {
         let was_active = self.prompt.is_active();
         self.prompt.resync(pending);
