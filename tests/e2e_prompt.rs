@@ -1,7 +1,8 @@
 //! End-to-end tests of the terminal approval prompt, in a real terminal
 //! (tmux): a full-screen program (less) runs in the sandbox, an escalation
 //! arrives, the prompt shows every field, each of A, D, E and Q does what it
-//! says on the host and in the sandbox, and the screen comes back.
+//! says on the host and in the sandbox, and the screen comes back. A network
+//! request (`[network] ask`) is answered at the same prompt.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -173,6 +174,95 @@ fn an_answer_from_json_rpc_removes_the_terminal_prompt() {
     let records: Vec<serde_json::Value> = serde_json::from_slice(&audit.stdout).expect("audit");
     assert_eq!(records.len(), 1, "the command ran once: {records:?}");
     assert_eq!(records[0]["decidedBy"], "rpc:vscode");
+}
+
+/// A name on no allow entry (`[network] ask`) becomes a network request on
+/// the prompt of every interactive session of the domain (its network is
+/// shared); `m` in one allows it for 15 minutes, decided by
+/// `rpc:terminal`, and both screens come back. Nothing is sent off the
+/// machine: the name is allowed only after its held question was refused
+/// (the 1 s hold passed), and nothing asks for it afterwards (the next
+/// question would go to the upstream resolver).
+#[test]
+fn a_network_request_is_allowed_for_15_minutes_at_the_prompt() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    env.write_config("[network]\nask = true\nask_hold_seconds = 1\n");
+    let repository = git_repository(&env, "project");
+    let command = format!(
+        "env XDG_CONFIG_HOME={config} XDG_DATA_HOME={data} XDG_RUNTIME_DIR={run} {lazaret} run --workspace {workspace} -- sh; echo LAZARET-EXIT=$?; sleep 60",
+        config = env.path().join("config").display(),
+        data = env.path().join("data").display(),
+        run = env.path().join("run").display(),
+        lazaret = lazaret_bin().display(),
+        workspace = repository.display(),
+    );
+    let line = |screen: &Screen, text: &str| {
+        screen.keys(&["-l", text]);
+        screen.keys(&["Enter"]);
+    };
+    // Two sessions of the domain, each in its own terminal.
+    let screens = [Screen { socket: env.path().join("tmux.sock") }, Screen { socket: env.path().join("tmux-other.sock") }];
+    for screen in &screens {
+        screen.tmux(&["new-session", "-d", "-s", "lzt", "-x", "100", "-y", "30", &command]);
+        line(screen, "echo ready-$((1+1))");
+        assert!(wait_until(Duration::from_secs(60), || screen.text().contains("ready-2")), "the shell runs: {}", screen.text());
+    }
+    let [screen, other] = &screens;
+    // The answer file tells the test the question was refused while the
+    // prompt covers the screen.
+    line(screen, "busybox nslookup grant.test >/dev/null 2>&1; echo asked; echo asked > /workspace/asked");
+    let prompt_shows = |screen: &Screen| {
+        let text = screen.text();
+        text.contains("network request") && text.contains("Destination    grant.test")
+    };
+    for screen in &screens {
+        assert!(wait_until(Duration::from_secs(20), || prompt_shows(screen)), "the prompt shows the network request: {}", screen.text());
+        let text = screen.text();
+        for field in
+            ["Record types", "Asked", "[a] this session", "[m] 15 min", "[h] 1 hour", "[p] profile", "[d] this session", "[D] profile"]
+        {
+            assert!(text.contains(field), "the prompt shows `{field}`: {text}");
+        }
+    }
+    let checkout = PathBuf::from(domain_json(&env, "default", &repository)["domain_dir"].as_str().expect("dir")).join("checkout");
+    assert!(
+        wait_until(Duration::from_secs(20), || checkout.join("asked").exists()),
+        "the held question is refused after the hold: {}",
+        screen.text()
+    );
+    assert!(prompt_shows(screen) && prompt_shows(other), "the request still waits after the refusal: {}", screen.text());
+    screen.keys(&["m"]);
+    let restored = || {
+        let text = screen.text();
+        !text.contains("network request") && text.lines().any(|line| line.trim() == "asked") && text.contains("ready-2")
+    };
+    assert!(wait_until(Duration::from_secs(10), restored), "the prompt goes and the screen comes back: {}", screen.text());
+    let other_restored = || {
+        let text = other.text();
+        !text.contains("network request") && text.contains("ready-2")
+    };
+    assert!(wait_until(Duration::from_secs(10), other_restored), "answered in one session, gone in the other: {}", other.text());
+    let rules = run(env.lazaret().args(["rules", "--json"]));
+    let rules: serde_json::Value = serde_json::from_slice(&rules.stdout).expect("rules");
+    let grants: Vec<serde_json::Value> = rules
+        .as_object()
+        .expect("by domain")
+        .values()
+        .flat_map(|domain| domain["network"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(grants.len(), 1, "one grant: {rules}");
+    assert_eq!(grants[0]["destination"], "grant.test", "{rules}");
+    assert_eq!(grants[0]["verdict"], "allow", "{rules}");
+    assert_eq!(grants[0]["scope"], serde_json::json!({"type": "minutes", "minutes": 15}), "{rules}");
+    assert_eq!(grants[0]["decidedBy"], "rpc:terminal", "{rules}");
+    let lasts = grants[0]["expiresAtMs"].as_u64().expect("expires").abs_diff(grants[0]["grantedAtMs"].as_u64().expect("granted"));
+    assert!(lasts.abs_diff(15 * 60 * 1000) < 5_000, "it lasts 15 minutes: {rules}");
+    for screen in &screens {
+        line(screen, "exit");
+        assert!(wait_until(Duration::from_secs(20), || screen.text().contains("LAZARET-EXIT=0")), "{}", screen.text());
+    }
 }
 
 /// One framed JSON-RPC call on a fresh connection.

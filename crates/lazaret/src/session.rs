@@ -77,9 +77,10 @@ impl TerminalUi {
         let _ = stdout.flush();
     }
 
-    /// A request of this session arrived: show (or queue) it.
-    pub fn show_pending(&mut self, escalation: lazaret_protocol::PendingEscalation) {
-        self.prompt.push(escalation);
+    /// A request of this session (or a network request of its domain)
+    /// arrived, or was asked again: show (or queue, or update) it.
+    pub fn show_pending(&mut self, item: lazaret_protocol::PendingItem) {
+        self.prompt.push(item);
         self.draw_prompt();
     }
 
@@ -92,8 +93,9 @@ impl TerminalUi {
         self.refresh();
     }
 
-    /// Events were lost: the queue becomes what the coordinator lists.
-    pub fn resync(&mut self, pending: &[lazaret_protocol::PendingEscalation]) {
+    /// At the start, or when events were lost: the queue becomes what the
+    /// coordinator lists.
+    pub fn resync(&mut self, pending: &[lazaret_protocol::PendingItem]) {
         let was_active = self.prompt.is_active();
         self.prompt.resync(pending);
         if was_active || self.prompt.is_active() {

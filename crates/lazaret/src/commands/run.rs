@@ -10,7 +10,7 @@ use lazaret_coordinator::git_sentry::{agent_branch, HostRepository};
 use lazaret_coordinator::podman::Podman;
 use lazaret_core::bounds;
 use lazaret_core::config::DEFAULT_IMAGE;
-use lazaret_protocol::{Decision, Event, LazaretApiClient, PendingEscalation, SequencedEvent};
+use lazaret_protocol::{Decision, Event, LazaretApiClient, PendingItem, SequencedEvent};
 use lazaret_rpc::client::{Client, Subscription};
 
 use crate::cli::DomainTarget;
@@ -68,7 +68,8 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
         let ui: session::SharedUi = std::sync::Arc::new(std::sync::Mutex::new(session::TerminalUi::new()));
         let (actions, action_receiver) = tokio::sync::mpsc::unbounded_channel();
         if session::is_interactive() {
-            // Escalations of this session are prompted for here.
+            // Escalations of this session, and the domain's network
+            // requests, are prompted for here.
             let events = lazaret_rpc::client::within("events_subscribe", bounds::ORDINARY_CALL, client.events_subscribe()).await?;
             tokio::spawn(show_escalations(events, client.clone(), ui.clone(), session_id.clone()));
             tokio::spawn(answer_escalations(action_receiver, client.clone()));
@@ -93,29 +94,48 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
     })
 }
 
-/// Puts this session's pending escalations on the prompt, and takes them
-/// off when they are answered (here, in an editor, or by timeout). When
-/// events were lost, the queue is rebuilt from `escalation/list`.
+/// Puts this session's pending escalations and the domain's network
+/// requests on the prompt, and takes them off when they are answered (here,
+/// in another session's prompt, in an editor, or by timeout). A network
+/// request belongs to no one session (the sandbox's network is shared), so
+/// every interactive session shows it and the first answer wins. What was
+/// pending before this session subscribed, and everything after events were
+/// lost, comes from `pending/list`.
 async fn show_escalations(mut events: Subscription<SequencedEvent>, client: Arc<Client>, ui: session::SharedUi, session_id: String) {
+    resync(&client, &ui, &session_id).await;
     while let Some(Ok(sequenced)) = events.next().await {
         match sequenced.event {
             Event::EscalationPending { escalation } if escalation.session_id == session_id => {
-                session::lock_ui(&ui).show_pending(escalation);
+                session::lock_ui(&ui).show_pending(PendingItem::Command(escalation));
             }
-            Event::EscalationResolved { request_id, .. } => session::lock_ui(&ui).resolved(&request_id),
+            Event::NetworkRequestPending { request } => session::lock_ui(&ui).show_pending(PendingItem::Network(request)),
+            Event::EscalationResolved { request_id, .. } | Event::NetworkRequestResolved { request_id, .. } => {
+                session::lock_ui(&ui).resolved(&request_id)
+            }
             Event::EventsLagged { dropped } => {
-                tracing::warn!(dropped, "events were lost; listing the pending escalations again");
-                match lazaret_rpc::client::within("escalation_list", bounds::ORDINARY_CALL, client.escalation_list()).await {
-                    Ok(pending) => {
-                        let mine: Vec<PendingEscalation> =
-                            pending.into_iter().filter(|escalation| escalation.session_id == session_id).collect();
-                        session::lock_ui(&ui).resync(&mine);
-                    }
-                    Err(error) => tracing::warn!(%error, "could not list the pending escalations"),
-                }
+                tracing::warn!(dropped, "events were lost; listing the pending requests again");
+                resync(&client, &ui, &session_id).await;
             }
             _ => {}
         }
+    }
+}
+
+/// The prompt's queue becomes what the coordinator lists as pending: the
+/// domain's network requests and this session's commands.
+async fn resync(client: &Client, ui: &session::SharedUi, session_id: &str) {
+    match lazaret_rpc::client::within("pending_list", bounds::ORDINARY_CALL, client.pending_list()).await {
+        Ok(pending) => {
+            let shown: Vec<PendingItem> = pending
+                .into_iter()
+                .filter(|item| match item {
+                    PendingItem::Command(escalation) => escalation.session_id == session_id,
+                    PendingItem::Network(_) => true,
+                })
+                .collect();
+            session::lock_ui(ui).resync(&shown);
+        }
+        Err(error) => tracing::warn!(%error, "could not list the pending requests"),
     }
 }
 
@@ -123,12 +143,21 @@ async fn show_escalations(mut events: Subscription<SequencedEvent>, client: Arc<
 async fn answer_escalations(mut actions: tokio::sync::mpsc::UnboundedReceiver<crate::prompt::PromptAction>, client: Arc<Client>) {
     use crate::prompt::PromptAction;
     while let Some(action) = actions.recv().await {
-        let (request_id, decision, argv) = match &action {
+        let command = match &action {
             PromptAction::Approve { request_id } => (request_id, Decision::Approve, None),
             PromptAction::Deny { request_id } => (request_id, Decision::Deny, None),
             PromptAction::Edit { request_id, argv } => (request_id, Decision::Edit, Some(argv.clone())),
             PromptAction::Abort { request_id } => (request_id, Decision::Abort, None),
+            PromptAction::Network { request_id, decision, scope } => {
+                let respond = client.network_respond(request_id.clone(), *decision, *scope, Some("terminal".to_owned()));
+                // Another session's prompt or an editor may have answered first.
+                if let Err(error) = lazaret_rpc::client::within("network_respond", bounds::ORDINARY_CALL, respond).await {
+                    tracing::warn!(%error, "could not answer the network request");
+                }
+                continue;
+            }
         };
+        let (request_id, decision, argv) = command;
         let respond = client.escalation_respond(request_id.clone(), decision, argv, None, Some("terminal".to_owned()));
         let answered = lazaret_rpc::client::within("escalation_respond", bounds::ORDINARY_CALL, respond).await;
         if let Err(error) = answered {

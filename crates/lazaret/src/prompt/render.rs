@@ -7,8 +7,9 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use lazaret_core::terminal_text;
+use lazaret_protocol::{GrantScope, NetworkDecision, PendingEscalation, PendingItem, PendingNetworkRequest};
 
-use super::state::{Mode, PromptState};
+use super::state::{Mode, PromptState, NETWORK_KEYS};
 
 /// Characters of the command shown before it is cut.
 const SHOWN_COMMAND: usize = 240;
@@ -26,11 +27,22 @@ fn fit(text: &str, max_chars: usize, cut: &mut bool) -> String {
     start.into_owned()
 }
 
+fn key_span(k: String) -> Span<'static> {
+    Span::styled(k, Style::default().fg(Color::Black).bg(Color::Yellow).add_modifier(Modifier::BOLD))
+}
+
 /// Draws the prompt over the whole frame.
 pub fn render(frame: &mut Frame<'_>, state: &PromptState) {
     let area = frame.area();
     frame.render_widget(Clear, area);
-    let Some(escalation) = state.current() else { return };
+    match state.current() {
+        Some(PendingItem::Command(escalation)) => render_command(frame, area, state, escalation),
+        Some(PendingItem::Network(request)) => render_network(frame, area, state.queue.len(), request),
+        None => {}
+    }
+}
+
+fn render_command(frame: &mut Frame<'_>, area: Rect, state: &PromptState, escalation: &PendingEscalation) {
     let title = format!(" Lazaret: the sandbox asks to run a command on the host ({} of {}) ", 1, state.queue.len());
     let block = Block::default().borders(Borders::ALL).title(title).border_style(Style::default().fg(Color::Yellow));
     let inner = block.inner(area);
@@ -78,8 +90,60 @@ pub fn render(frame: &mut Frame<'_>, state: &PromptState) {
     render_footer(frame, footer, &state.mode);
 }
 
+/// A network request: the destination first (escaped and cut like all
+/// agent text, though the sidecar lets only letters, digits, hyphens and
+/// dots through), then how often it was asked and the six answers.
+fn render_network(frame: &mut Frame<'_>, area: Rect, queued: usize, request: &PendingNetworkRequest) {
+    let title = format!(" Lazaret: network request: the sandbox asks to reach a name (1 of {queued}) ");
+    let block = Block::default().borders(Borders::ALL).title(title).border_style(Style::default().fg(Color::Yellow));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let mut cut = false;
+    let asked = request.repeats.saturating_add(1);
+    let record_types = request.record_types.iter().map(|kind| terminal_text::name(kind).into_owned()).collect::<Vec<_>>().join(", ");
+    let mut lines = vec![
+        Line::from(vec![
+            label("Destination"),
+            Span::styled(
+                fit(&terminal_text::name(&request.destination), SHOWN_COMMAND, &mut cut),
+                Style::default().fg(Color::Cyan).add_modifier(Modifier::BOLD),
+            ),
+        ]),
+        Line::from(vec![label("Record types"), Span::raw(fit(&record_types, SHOWN_TEXT, &mut cut))]),
+        Line::from(vec![label("Asked"), Span::raw(if asked == 1 { "once".to_owned() } else { format!("{asked} times") })]),
+        Line::from(vec![label("Request"), Span::raw(terminal_text::name(&request.request_id).into_owned())]),
+        Line::from(vec![label("Profile"), Span::raw(format!("{} (domain {})", request.profile, request.domain_hash))]),
+        Line::raw("The sandbox's network is shared by all its sessions: which one asked cannot be told."),
+        Line::raw("Until you answer, the name is refused (a question waits a moment first); once allowed, its next question is answered."),
+    ];
+    if cut {
+        lines.push(Line::styled(
+            format!("Long text was cut: `lazaret pending --full` prints request {} whole.", terminal_text::name(&request.request_id)),
+            Style::default().add_modifier(Modifier::ITALIC),
+        ));
+    }
+    let [body, footer] = Layout::vertical([Constraint::Min(1), Constraint::Length(3)]).areas(inner);
+    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), body);
+    let mut allow = vec![Span::raw("Allow ")];
+    let mut deny = vec![Span::raw("Deny  ")];
+    for (k, decision, scope) in NETWORK_KEYS {
+        let what = match scope {
+            GrantScope::Session => "this session".to_owned(),
+            GrantScope::Minutes { minutes: 60 } => "1 hour".to_owned(),
+            GrantScope::Minutes { minutes } => format!("{minutes} min"),
+            GrantScope::Profile => "profile (until revoked)".to_owned(),
+        };
+        let line = match decision {
+            NetworkDecision::Allow => &mut allow,
+            NetworkDecision::Deny => &mut deny,
+        };
+        line.extend([Span::raw(" "), key_span(format!("[{k}]")), Span::raw(format!(" {what} "))]);
+    }
+    frame.render_widget(Paragraph::new(vec![Line::from(allow), Line::from(deny)]).wrap(Wrap { trim: false }), footer);
+}
+
 fn render_footer(frame: &mut Frame<'_>, area: Rect, mode: &Mode) {
-    let key = |k: &'static str| Span::styled(k, Style::default().fg(Color::Black).bg(Color::Yellow).add_modifier(Modifier::BOLD));
+    let key = |k: &'static str| key_span(k.to_owned());
     match mode {
         Mode::Viewing => {
             let actions = Line::from(vec![
@@ -119,7 +183,7 @@ mod tests {
     use ratatui::Terminal;
 
     use super::super::keys::Key;
-    use super::super::state::tests::escalation;
+    use super::super::state::tests::{command, escalation, network};
     use super::*;
 
     /// Renders `state` at `width`x`height` and compares the text of the
@@ -146,7 +210,7 @@ mod tests {
     #[test]
     fn prompt_snapshot_standard() {
         let mut state = PromptState::new();
-        state.push(escalation("7f3a9c", &["cargo", "test", "--workspace"]));
+        state.push(command("7f3a9c", &["cargo", "test", "--workspace"]));
         assert_snapshot("standard", &state, 100, 16);
     }
 
@@ -167,8 +231,8 @@ mod tests {
         );
         long.justification = Some("The user asked me to produce a production build so that the bundle size can be compared with the previous release; this needs the host's node_modules cache.".to_owned());
         long.risk_notes.push("`--config` may name a file that runs code".to_owned());
-        state.push(long);
-        state.push(escalation("second", &["ls"]));
+        state.push(PendingItem::Command(long));
+        state.push(command("second", &["ls"]));
         assert_snapshot("long", &state, 80, 24);
     }
 
@@ -182,7 +246,7 @@ mod tests {
         let mut hostile = escalation("7f3a9c", &["printf", "\u{1b}]0;pwned\u{7}", "evil\u{202e}txt", &"A".repeat(60 << 10)]);
         hostile.display = lazaret_core::policy::display_command(&hostile.argv);
         hostile.justification = Some("line one\nline two\r\u{1b}[2J\u{9b}H\u{2066}x\u{2069}\u{200b}".repeat(128));
-        state.push(hostile);
+        state.push(PendingItem::Command(hostile));
         let mut terminal = Terminal::new(TestBackend::new(80, 24)).expect("terminal");
         terminal.draw(|frame| render(frame, &state)).expect("draw");
         let buffer = terminal.backend().buffer().clone();
@@ -195,18 +259,42 @@ mod tests {
     #[test]
     fn prompt_snapshot_narrow_terminal() {
         let mut state = PromptState::new();
-        state.push(escalation("7f3a9c", &["cargo", "test"]));
+        state.push(command("7f3a9c", &["cargo", "test"]));
         assert_snapshot("narrow", &state, 40, 30);
     }
 
     #[test]
     fn prompt_snapshot_editing() {
         let mut state = PromptState::new();
-        state.push(escalation("7f3a9c", &["cargo", "test"]));
+        state.push(command("7f3a9c", &["cargo", "test"]));
         state.handle_key(Key::Char('e'));
         for c in " -q".chars() {
             state.handle_key(Key::Char(c));
         }
         assert_snapshot("editing", &state, 80, 18);
+    }
+
+    #[test]
+    fn prompt_snapshot_network_request() {
+        let mut state = PromptState::new();
+        state.push(network("4e7b21", "grant.test", 2));
+        state.push(command("7f3a9c", &["cargo", "test"]));
+        assert_snapshot("network", &state, 100, 16);
+    }
+
+    /// A destination is agent text: whatever it holds, nothing reaches the
+    /// terminal raw (the sidecar already lets only plain names through).
+    #[test]
+    fn a_hostile_destination_is_shown_inert() {
+        let mut state = PromptState::new();
+        state.push(network("4e7b21", &format!("evil\u{1b}]0;pwned\u{7}\u{202e}{}", "a".repeat(400)), 0));
+        let mut terminal = Terminal::new(TestBackend::new(80, 24)).expect("terminal");
+        terminal.draw(|frame| render(frame, &state)).expect("draw");
+        let buffer = terminal.backend().buffer().clone();
+        for cell in buffer.content() {
+            assert!(!cell.symbol().chars().any(lazaret_core::terminal_text::is_unsafe), "a raw {:?} on the screen", cell.symbol());
+        }
+        let text: String = buffer.content().iter().map(|cell| cell.symbol()).collect();
+        assert!(text.contains("[D]") && text.contains("Long text was cut"), "{text}");
     }
 }
