@@ -1250,11 +1250,12 @@ fn a_refusal_is_remembered_and_grants_are_listed_kept_and_revoked() {
     let workspace = probe_workspace(&env);
     let live = live_probe_session(&env, &workspace);
     let mut events = live.subscribe();
-    let _question = live.spawn_inside("busybox nslookup deny.test >/dev/null 2>&1");
+    let mut question = live.spawn_inside("busybox nslookup deny.test >/dev/null 2>&1");
     let pending = events.next_of_kind("networkRequestPending");
     let request_id = pending["request"]["requestId"].as_str().expect("id").to_owned();
     let deny = run(env.lazaret().args(["deny", &request_id]));
     assert!(deny.status.success(), "{}", stderr(&deny));
+    let _ = question.wait();
     let started = Instant::now();
     let repeated = live.inside(
         "i=0; n=0; while [ $i -lt 100 ]; do busybox nslookup deny.test >/dev/null 2>&1 || n=$((n+1)); i=$((i+1)); done; echo refused=$n",
@@ -1276,16 +1277,18 @@ fn a_refusal_is_remembered_and_grants_are_listed_kept_and_revoked() {
     assert!((50..=101).contains(&hits), "refused questions are counted: {rules}");
     let revoke = run(env.lazaret().args(["rules", "revoke", refusal["id"].as_str().expect("id")]));
     assert!(revoke.status.success(), "{}", stderr(&revoke));
-    let _again = live.spawn_inside("busybox nslookup deny.test >/dev/null 2>&1");
+    let mut question = live.spawn_inside("busybox nslookup deny.test >/dev/null 2>&1");
     // (Repeats of the first request may still be in the stream: same id.)
     let again = next_request(&mut events, "deny.test", &request_id);
+    let _ = question.wait();
     assert_ne!(again["request"]["requestId"], request_id.as_str(), "asked again once the refusal is revoked: {again}");
 
     // For the profile: kept, in force after a restart, revoked with a cut.
-    let _question = live.spawn_inside("busybox nslookup grant.test >/dev/null 2>&1");
+    let mut question = live.spawn_inside("busybox nslookup grant.test >/dev/null 2>&1");
     let pending = next_request(&mut events, "grant.test", "");
     let approve = run(env.lazaret().args(["approve", pending["request"]["requestId"].as_str().expect("id"), "--profile"]));
     assert!(approve.status.success(), "{}", stderr(&approve));
+    let _ = question.wait();
     let kept = std::fs::read_to_string(Path::new(live.domain["domain_dir"].as_str().expect("dir")).join("network-grants.json"))
         .expect("the profile's grants are kept in the Domain Root");
     assert!(kept.contains("grant.test"), "{kept}");
