@@ -1292,6 +1292,8 @@ fn a_refusal_is_remembered_and_grants_are_listed_kept_and_revoked() {
     let kept = std::fs::read_to_string(Path::new(live.domain["domain_dir"].as_str().expect("dir")).join("network-grants.json"))
         .expect("the profile's grants are kept in the Domain Root");
     assert!(kept.contains("grant.test"), "{kept}");
+    let show = run(env.lazaret().args(["config", "show", "--workspace"]).arg(&workspace));
+    assert!(stdout(&show).contains("network_grant    allow grant.test for the profile, by rpc:cli"), "{}", stdout(&show));
     drop(events);
     live.end(&workspace);
 

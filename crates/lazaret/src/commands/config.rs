@@ -62,6 +62,7 @@ pub fn show(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> Re
                         .collect(),
                 ),
             );
+            object.insert("network_grants".into(), serde_json::to_value(kept_grants(&resolved)?)?);
         }
         super::print_json(&value)?;
         return Ok(0);
@@ -86,13 +87,29 @@ pub fn show(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> Re
     for dir in &resolved.persistent_dirs {
         println!("persistent_dir   {}", dir.display());
     }
-    if resolved.allow_egress.is_empty() {
+    if resolved.allow_egress.is_empty() && !resolved.ask {
         println!("allow_egress     (none: no network egress)");
     }
     for rule in &resolved.allow_egress {
         println!("allow_egress     {rule}");
     }
-    if !resolved.allow_egress.is_empty() {
+    if resolved.ask {
+        println!("ask              on: a name on no allow entry is held {} s and asked about", resolved.ask_hold_seconds);
+    }
+    for grant in kept_grants(&resolved)? {
+        let verdict = match grant.verdict {
+            lazaret_protocol::EntryVerdict::Allow => "allow",
+            lazaret_protocol::EntryVerdict::Deny => "deny",
+        };
+        let name = lazaret_core::terminal_text::name;
+        println!(
+            "network_grant    {verdict} {} for the profile, by {} ({})",
+            name(&grant.destination),
+            name(&grant.decided_by.to_string()),
+            grant.id
+        );
+    }
+    if !resolved.allow_egress.is_empty() || resolved.ask {
         let upstreams: Vec<String> = resolved.dns_upstream.iter().map(ToString::to_string).collect();
         let upstreams = if upstreams.is_empty() { "(podman's nameservers for the sidecar)".to_owned() } else { upstreams.join(" ") };
         println!("dns_upstream     {upstreams}");
@@ -122,4 +139,11 @@ fn redact_host_values(resolved: &mut ResolvedProfile) {
             value.value = format!("<redacted: from host ${variable}>");
         }
     }
+}
+
+/// The network grants kept for the profile in the domain's Domain Root
+/// (answers to network requests "for the profile"); none before the first.
+fn kept_grants(resolved: &lazaret_core::config::ResolvedProfile) -> Result<Vec<lazaret_protocol::NetworkGrant>> {
+    let path = lazaret_coordinator::network_requests::profile_file::path(&resolved.domain.domain_dir);
+    lazaret_coordinator::network_requests::profile_file::read(&path).map_err(anyhow::Error::msg)
 }
