@@ -177,7 +177,7 @@ T.test('a leftover socket of an exited coordinator is no problem', function()
   domains.tick()
   vim.wait(300)
   T.eq(domains.problems(), {})
-  T.eq(window_text():match('^[^\n]*'), 'Lazaret: no pending escalations')
+  T.eq(window_text():match('^[^\n]*'), 'Lazaret: no pending escalations or network requests')
 end)
 
 T.test('a sidecar that stopped (networkFailed) shows the sandbox without network, until networkRestored', function()
