@@ -15,7 +15,7 @@ M.defaults = {
   auto_start = true,
   --- How often (ms) the socket directory is scanned for new or restarted coordinators.
   poll_ms = 1000,
-  --- How long (ms) a coordinator may take to answer `escalation/list`
+  --- How long (ms) a coordinator may take to answer `pending/list`
   --- before it is reported as not answering.
   answer_timeout_ms = 5000,
   --- How long (ms) `lazaret editor-info` may run before it is killed and
