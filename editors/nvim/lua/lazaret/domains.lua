@@ -208,15 +208,6 @@ function M.resync(d)
       if d.conn ~= conn then
         return
       end
-      if
-        err
-        and err.code == rpc.codes.method_not_found
-        and method == protocol.methods.pending_list
-        and d.list_generation == generation
-      then
-        d.no_pending_list = true
-        return list_with(protocol.methods.escalation_list)
-      end
       if d.list_generation == generation then
         d.listing = false
       end
@@ -238,7 +229,7 @@ function M.resync(d)
       end
     end)
   end
-  list_with(d.no_pending_list and protocol.methods.escalation_list or protocol.methods.pending_list)
+  list_with(protocol.methods.pending_list)
   refresh_status(d)
   refresh_policy(d)
   rules_changed(d)
@@ -307,7 +298,6 @@ local function on_exit(d)
   d.conn, d.state, d.sub = nil, 'down', nil
   d.list_error, d.listing, d.listed = nil, false, false
   d.version_error, d.checking, d.version_ok = nil, false, false
-  d.no_pending_list = nil
   M.queue:drop_domain(d.path)
   M.changed()
 end
