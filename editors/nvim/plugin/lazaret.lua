@@ -18,7 +18,11 @@ end, { desc = 'Lazaret: domains, sessions, agent branch and network policy' })
 
 command('LazaretPending', function()
   require('lazaret').open_pending()
-end, { desc = 'Lazaret: answer the pending host escalations' })
+end, { desc = 'Lazaret: answer the pending host escalations and network requests' })
+
+command('LazaretRules', function()
+  require('lazaret').open_rules()
+end, { desc = 'Lazaret: auto-approve rules and network grants; revoke them' })
 
 command('LazaretDiff', function(opts)
   require('lazaret').diff(opts.fargs[1])

@@ -37,7 +37,7 @@ for i, text in ipairs(hostile) do
   learned[i] = { address = '10.0.0.' .. i, names = { text, 'x.' .. text }, expiresInSeconds = 30 }
 end
 _G.fake = Fake.new(socket, {
-  ['escalation/list'] = function() return pending end,
+  ['pending/list'] = function() return pending end,
   ['domain/status'] = function()
     return { apiVersion = 1, domainHash = '""" + FAKE_HASH + """', profile = 'fake', workspace = '/fake/workspace',
       containerName = 'fake', containerState = 'failed', containerError = table.concat(hostile, ' | '),

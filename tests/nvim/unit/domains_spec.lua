@@ -23,8 +23,10 @@ local function esc(id, at)
 end
 local status = { apiVersion = 1, domainHash = 'abc123', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
 local methods = {
-  ['escalation/list'] = function()
-    return pending
+  ['pending/list'] = function()
+    return vim.tbl_map(function(e)
+      return vim.tbl_extend('force', { kind = 'command' }, e)
+    end, pending)
   end,
   ['domain/status'] = function()
     return status
@@ -66,9 +68,9 @@ T.test('connecting checks the API version (domain/status), subscribes, then list
   local order = vim.tbl_map(function(m)
     return m.method
   end, fake.requests)
-  T.eq({ order[1], order[2], order[3] }, { 'domain/status', 'events/subscribe', 'escalation/list' })
+  T.eq({ order[1], order[2], order[3] }, { 'domain/status', 'events/subscribe', 'pending/list' })
   for i, m in ipairs(fake.requests) do
-    if m.method == 'escalation/list' or m.method == 'domain/status' then
+    if m.method == 'pending/list' or m.method == 'domain/status' then
       T.ok(fake.raw[i]:find('"params":{}', 1, true), 'no-params call sends {}: ' .. fake.raw[i])
     end
   end
@@ -92,24 +94,24 @@ T.test('escalationPending and escalationResolved events keep the queue current',
 end)
 
 T.test('eventsLagged makes the plugin list again (resync)', function()
-  local lists = #fake:calls('escalation/list')
+  local lists = #fake:calls('pending/list')
   local statuses = #fake:calls('domain/status')
   pending = { esc('r2', 2), esc('r3', 3) } -- r3's event was among those dropped
   fake:event({ seq = 3, kind = 'eventsLagged', dropped = 42 })
   T.wait(function()
     return domains.queue:count() == 2
   end, 2000, 'resynced')
-  T.eq(#fake:calls('escalation/list'), lists + 1)
+  T.eq(#fake:calls('pending/list'), lists + 1)
   T.ok(#fake:calls('domain/status') > statuses, 'status listed again too')
   T.eq(ids(), { 'r2', 'r3' })
 end)
 
 T.test('a gap in seq also resyncs; a repeated seq is ignored', function()
-  local lists = #fake:calls('escalation/list')
+  local lists = #fake:calls('pending/list')
   pending = { esc('r3', 3) }
   fake:event({ seq = 7, kind = 'sessionRegistered', sessionId = 'x', pid = 1, sessionCount = 2 })
   T.wait(function()
-    return #fake:calls('escalation/list') == lists + 1 and domains.queue:count() == 1
+    return #fake:calls('pending/list') == lists + 1 and domains.queue:count() == 1
   end, 2000, 'resync after the gap')
   fake:event({ seq = 7, kind = 'escalationPending', escalation = esc('dup', 9) })
   fake:event({ seq = 8, kind = 'containerState', state = 'running' })

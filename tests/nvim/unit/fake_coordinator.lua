@@ -92,6 +92,41 @@ function Fake:calls(method)
   end, self.requests)
 end
 
+--- A PendingNetworkRequest as a coordinator sends it (`kind = 'network'`
+--- in `pending/list`; the event carries it without `kind`), fields over
+--- the defaults from `fields`.
+function Fake.network_request(id, destination, fields)
+  return vim.tbl_extend('force', {
+    requestId = id,
+    destination = destination,
+    recordTypes = { 'A', 'AAAA' },
+    sessionIds = { 'session-1' },
+    repeats = 0,
+    profile = 'default',
+    domainHash = 'abc123',
+    receivedAtMs = 1000,
+    expiresAtMs = 4102444800000,
+  }, fields or {})
+end
+
+--- The same tagged as a PendingItem of `pending/list`.
+function Fake.network_item(id, destination, fields)
+  return vim.tbl_extend('force', Fake.network_request(id, destination, fields), { kind = 'network' })
+end
+
+--- A NetworkGrant of `rules/list`.
+function Fake.grant(id, destination, fields)
+  return vim.tbl_extend('force', {
+    id = id,
+    destination = destination,
+    verdict = 'allow',
+    scope = { type = 'session' },
+    decidedBy = 'rpc:neovim',
+    grantedAtMs = 1000,
+    hits = 0,
+  }, fields or {})
+end
+
 --- Goes away like a coordinator that exits: connections closed, socket unlinked.
 function Fake:close()
   for _, client in ipairs(self.clients) do

@@ -16,7 +16,7 @@ end
 T.test('sourcing the plugin file defines every command and requires no module', function()
   vim.cmd.runtime('plugin/lazaret.lua')
   local commands = vim.api.nvim_get_commands({})
-  for _, name in ipairs({ 'Lazaret', 'LazaretPending', 'LazaretDiff', 'LazaretMerge', 'LazaretNet' }) do
+  for _, name in ipairs({ 'Lazaret', 'LazaretPending', 'LazaretDiff', 'LazaretMerge', 'LazaretNet', 'LazaretRules' }) do
     T.ok(commands[name], name .. ' is defined')
   end
   T.eq(loaded(), {})

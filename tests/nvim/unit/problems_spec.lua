@@ -1,6 +1,6 @@
 -- Unit tests of "a client that could not ask never says nothing pending"
 -- and of requests keyed by (domain, id), against fake coordinators: a
--- missing binary, an escalation/list error, a coordinator that does not
+-- missing binary, a pending/list error, a coordinator that does not
 -- answer, and the same request id from two coordinators.
 local dir = vim.fn.fnamemodify(arg[0], ':p:h')
 local T = dofile(dir .. '/helper.lua')
@@ -71,7 +71,7 @@ end
 local a_pending = { escalation('same-id', { 'touch', 'from-a' }, 1) }
 local b_pending = { escalation('same-id', { 'touch', 'from-b' }, 2) }
 local a = Fake.new(a_path, {
-  ['escalation/list'] = function()
+  ['pending/list'] = function()
     return a_pending
   end,
   ['domain/status'] = status_of('aaaa01', '/wa'),
@@ -79,7 +79,7 @@ local a = Fake.new(a_path, {
   ['escalation/respond'] = responder('a'),
 })
 local b = Fake.new(b_path, {
-  ['escalation/list'] = function()
+  ['pending/list'] = function()
     return b_pending
   end,
   ['domain/status'] = status_of('bbbb02', '/wb'),
@@ -119,8 +119,8 @@ T.test('the same request id from two domains: two requests, each under its own d
   T.ok(keys[5], 'a request line has its key')
 end)
 
-T.test('an escalation/list error is shown as that error, with the fix', function()
-  b.methods['escalation/list'] = function()
+T.test('a pending/list error is shown as that error, with the fix', function()
+  b.methods['pending/list'] = function()
     return nil, { code = -32603, message = 'database is locked' }
   end
   domains.resync(domains.domains[b_path])
@@ -129,12 +129,12 @@ T.test('an escalation/list error is shown as that error, with the fix', function
   end, 2000, 'the problem is known')
   local problem = domains.problems()[1]
   T.ok(problem.where:find('(bbbb02)', 1, true), problem.where)
-  T.ok(problem.what:find('escalation/list failed: database is locked (code -32603)', 1, true), problem.what)
+  T.ok(problem.what:find('pending/list failed: database is locked (code -32603)', 1, true), problem.what)
   local text = window_text()
   T.ok(text:find('1 pending escalation listed, but a coordinator could not be asked', 1, true), text)
   T.ok(text:find('fix: ', 1, true), text)
   T.eq(status.statusline(), '⛨ 1 pending, cannot ask 1')
-  b.methods['escalation/list'] = function()
+  b.methods['pending/list'] = function()
     return {}
   end
   domains.resync(domains.domains[b_path])
@@ -143,8 +143,8 @@ T.test('an escalation/list error is shown as that error, with the fix', function
   end, 2000, 'a good list clears it')
 end)
 
-T.test('a coordinator that does not answer escalation/list is reported after answer_timeout_ms', function()
-  a.methods['escalation/list'] = function()
+T.test('a coordinator that does not answer pending/list is reported after answer_timeout_ms', function()
+  a.methods['pending/list'] = function()
     return Fake.SILENT
   end
   a_pending = {}
@@ -155,7 +155,7 @@ T.test('a coordinator that does not answer escalation/list is reported after ans
   T.wait(function()
     return #domains.problems() == 1
   end, 2000, 'reported')
-  T.ok(domains.problems()[1].what:find('did not answer escalation/list within 0.4 s', 1, true), domains.problems()[1].what)
+  T.ok(domains.problems()[1].what:find('did not answer pending/list within 0.4 s', 1, true), domains.problems()[1].what)
   local text = window_text()
   T.ok(text:find('cannot tell what is pending', 1, true), text)
   T.ok(not text:find('no pending escalations', 1, true), text)
@@ -163,7 +163,7 @@ T.test('a coordinator that does not answer escalation/list is reported after ans
 end)
 
 T.test('a leftover socket of an exited coordinator is no problem', function()
-  a.methods['escalation/list'] = function()
+  a.methods['pending/list'] = function()
     return {}
   end
   domains.resync(domains.domains[a_path])
@@ -177,7 +177,7 @@ T.test('a leftover socket of an exited coordinator is no problem', function()
   domains.tick()
   vim.wait(300)
   T.eq(domains.problems(), {})
-  T.eq(window_text():match('^[^\n]*'), 'Lazaret: no pending escalations')
+  T.eq(window_text():match('^[^\n]*'), 'Lazaret: no pending escalations or network requests')
 end)
 
 T.test('a sidecar that stopped (networkFailed) shows the sandbox without network, until networkRestored', function()

@@ -60,7 +60,7 @@ end)
 
 T.test('an empty queue says so', function()
   local lines = approvals.render_lines({})
-  T.eq(lines[1], 'Lazaret: no pending escalations')
+  T.eq(lines[1], 'Lazaret: no pending escalations or network requests')
 end)
 
 T.test('the review list puts the warnings first, highlighted, and marks warned files', function()

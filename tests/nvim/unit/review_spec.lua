@@ -22,7 +22,7 @@ local contents = {
   [evil] = { path = evil, base = version(nil), head = version('x\n'), working = version('x\n') },
 }
 local fake = Fake.new(path, {
-  ['escalation/list'] = function()
+  ['pending/list'] = function()
     return {}
   end,
   ['domain/status'] = function()

@@ -143,7 +143,7 @@ local methods = {
   ['domain/status'] = function()
     return { apiVersion = coordinator_api, domainHash = 'c0ffee000001', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
   end,
-  ['escalation/list'] = function()
+  ['pending/list'] = function()
     return { escalation('unsafe') }
   end,
   ['network/show'] = function()
@@ -165,7 +165,7 @@ T.test('a coordinator of another API version is listed with the problem and neve
   -- Events it sends anyway are not applied either.
   fake:event({ seq = 1, kind = 'escalationPending', escalation = escalation('pushed') })
   vim.wait(300)
-  T.eq(#fake:calls('escalation/list'), 0, 'not listed')
+  T.eq(#fake:calls('pending/list'), 0, 'not listed')
   T.eq(#fake:calls('events/subscribe'), 0, 'not subscribed')
   T.eq(domains.queue:count(), 0)
   T.eq(domains.connected(), {}, 'no command acts on it')
@@ -181,7 +181,7 @@ T.test('a coordinator of another API version is listed with the problem and neve
   local errors = health_errors(health_report())
   T.eq(#errors, 1, vim.inspect(errors))
   T.ok(errors[1][2]:find(string.format('its coordinator speaks API %d, this plugin speaks API %d', API + 1, API), 1, true), errors[1][2])
-  T.eq(#fake:calls('escalation/list'), 0, 'health asked no requests either')
+  T.eq(#fake:calls('pending/list'), 0, 'health asked no requests either')
   -- An older coordinator restarts on the same path: the fix names the lazaret that started it.
   fake:close()
   T.wait(function()
@@ -195,7 +195,7 @@ T.test('a coordinator of another API version is listed with the problem and neve
   end, 3000, 'the older one')
   T.ok(domains.problems()[1].what:find('speaks API ' .. (API - 1) .. ', this plugin speaks API ' .. API .. ': its requests are not asked for', 1, true), domains.problems()[1].what)
   T.ok(domains.problems()[1].fix:find('an older lazaret started this coordinator', 1, true), domains.problems()[1].fix)
-  T.eq(#fake:calls('escalation/list'), 0)
+  T.eq(#fake:calls('pending/list'), 0)
   -- One of this version: asked as usual.
   fake:close()
   T.wait(function()
@@ -226,7 +226,7 @@ T.test('a coordinator whose domain/status fails is a problem, and is not listed 
   T.ok(domains.problems()[1].what:find('domain/status failed: the store is locked', 1, true), domains.problems()[1].what)
   domains.resync(domains.domains[path]) -- what `r` in :Lazaret does for a connected domain
   vim.wait(200)
-  T.eq(#fake:calls('escalation/list'), 0, 'not listed')
+  T.eq(#fake:calls('pending/list'), 0, 'not listed')
   T.eq(#fake:calls('events/subscribe'), 0, 'not subscribed')
   T.eq(domains.connected(), {})
   T.eq(domains.queue:count(), 0)

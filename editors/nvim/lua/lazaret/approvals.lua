@@ -1,7 +1,10 @@
---- The pending-escalation window (`:LazaretPending`): a float listing every
---- request with its argv, cwd, justification, reasons and risk notes, and
---- keys to approve, deny (with an optional reason) or edit it. It follows
---- the queue live: a request answered anywhere else disappears.
+--- The pending window (`:LazaretPending`): a float listing every request
+--- with its argv, cwd, justification, reasons and risk notes, and keys to
+--- approve, deny (with an optional reason) or edit it; and every network
+--- request (a DNS name the sandbox asked for that no allow entry covers)
+--- with its destination, record types and repeat count, and keys to allow
+--- or deny it for a scope (this session, a number of minutes, the profile).
+--- It follows the queue live: a request answered anywhere else disappears.
 ---
 --- Everything in a request is agent text and shown inert (lazaret.text):
 --- a newline in a justification once made nvim_buf_set_lines throw and froze
@@ -11,6 +14,7 @@
 --- on any other line they answer nothing.
 local config = require('lazaret.config')
 local domains = require('lazaret.domains')
+local Queue = require('lazaret.queue')
 local shell = require('lazaret.shell')
 local rpc = require('lazaret.rpc')
 local text = require('lazaret.text')
@@ -41,6 +45,8 @@ local function highlights()
   set('LazaretProblem', 'DiagnosticError')
 end
 
+M.highlights = highlights
+
 local function is_open()
   return M.win ~= nil and vim.api.nvim_win_is_valid(M.win)
 end
@@ -56,6 +62,60 @@ end
 --- The room of a value after its label (`    reasons  ` is 13 cells): a
 --- longer value is cut with its note inside that room, so the note shows.
 local LABEL = 13
+
+--- The most minutes a timed network answer may last (the coordinator's bound).
+M.MAX_MINUTES = 1440
+
+--- The typed number of minutes of a timed answer: a whole number from 1 to
+--- 1440 (spaces around it allowed), else nil and why.
+--- @param s string?
+--- @return integer? minutes
+--- @return string? err
+function M.parse_minutes(s)
+  s = vim.trim(type(s) == 'string' and s or '')
+  local n = s:match('^%d+$') and tonumber(s) or nil
+  if not n or n < 1 or n > M.MAX_MINUTES then
+    return nil, string.format('not a whole number of minutes from 1 to %d', M.MAX_MINUTES)
+  end
+  return math.floor(n), nil
+end
+
+--- The answer of a network-request key (pure: for tests too).
+--- @param action 'allow_session'|'allow_minutes'|'allow_profile'|'deny_session'|'deny_profile'
+--- @param minutes integer? for 'allow_minutes'
+--- @return string? decision 'allow' or 'deny'
+--- @return table? scope the GrantScope
+function M.network_answer(action, minutes)
+  if action == 'allow_session' then
+    return 'allow', { type = 'session' }
+  elseif action == 'allow_minutes' then
+    if type(minutes) ~= 'number' or minutes ~= math.floor(minutes) or minutes < 1 or minutes > M.MAX_MINUTES then
+      return nil, nil
+    end
+    return 'allow', { type = 'minutes', minutes = minutes }
+  elseif action == 'allow_profile' then
+    return 'allow', { type = 'profile' }
+  elseif action == 'deny_session' then
+    return 'deny', { type = 'session' }
+  elseif action == 'deny_profile' then
+    return 'deny', { type = 'profile' }
+  end
+  return nil, nil
+end
+
+--- `1 pending escalation`, `2 pending network requests`, `1 pending
+--- escalation and 1 network request`.
+local function summary(commands, networks)
+  local function count(n, what)
+    return string.format('%d %s%s', n, what, n == 1 and '' or 's')
+  end
+  if networks == 0 then
+    return count(commands, 'pending escalation')
+  elseif commands == 0 then
+    return count(networks, 'pending network request')
+  end
+  return count(commands, 'pending escalation') .. ' and ' .. count(networks, 'network request')
+end
 
 --- The window's lines and their highlights (pure: for tests too).
 --- @param items table[] queue items, oldest first
@@ -80,11 +140,17 @@ function M.render_lines(items, opts)
   end
   local room = math.max(30, width - LABEL)
   local n = #items
-  local plural = n == 1 and '' or 's'
+  local networks = 0
+  for _, item in ipairs(items) do
+    if item.kind == 'network' then
+      networks = networks + 1
+    end
+  end
+  local counted = summary(n - networks, networks)
   if #problems > 0 then
     add(
       n == 0 and 'Lazaret: cannot tell what is pending: a coordinator could not be asked'
-        or string.format('Lazaret: %d pending escalation%s listed, but a coordinator could not be asked', n, plural),
+        or string.format('Lazaret: %s listed, but a coordinator could not be asked', counted),
       'LazaretProblem'
     )
     -- The plugin's own words (agent text in them is inert): wrapped, not cut.
@@ -99,9 +165,9 @@ function M.render_lines(items, opts)
   elseif n == 0 and opts.settling then
     add('Lazaret: asking the coordinators…', 'LazaretTitle')
   elseif n == 0 then
-    add('Lazaret: no pending escalations', 'LazaretTitle')
+    add('Lazaret: no pending escalations or network requests', 'LazaretTitle')
   else
-    add(string.format('Lazaret: %d pending escalation%s', n, plural), 'LazaretTitle')
+    add('Lazaret: ' .. counted, 'LazaretTitle')
   end
   add(
     text.inert(
@@ -116,9 +182,24 @@ function M.render_lines(items, opts)
     ),
     'LazaretHint'
   )
+  if networks > 0 then
+    add(
+      text.inert(
+        string.format(
+          'network: %s allow (this session)  %s allow for minutes  %s allow (profile)  %s deny (this session)  %s deny (profile)',
+          keys.approve,
+          keys.allow_minutes,
+          keys.allow_profile,
+          keys.deny,
+          keys.deny_profile
+        )
+      ),
+      'LazaretHint'
+    )
+  end
   add('Closing this window answers nothing: the requests stay pending until answered or timed out.', 'LazaretHint')
   local now = domains.now_ms()
-  for i, item in ipairs(items) do
+  local function command_lines(i, item)
     local e, key = item.escalation, item.key
     local d = domains.domains[item.domain]
     local was_cut = false
@@ -160,7 +241,58 @@ function M.render_lines(items, opts)
       add('    (cut)    ' .. text.inert(keys.full) .. ' opens the whole request, read-only', 'LazaretHint', key)
     end
   end
+  for i, item in ipairs(items) do
+    if item.kind == 'network' then
+      M.network_lines(i, item, add, { room = room, width = width, now = now })
+    else
+      command_lines(i, item)
+    end
+  end
   return lines, marks, line_to_key
+end
+
+--- The lines of one network request (through `add(line, group, key)`):
+--- the destination (agent text: inert, cut), the domain, the record types,
+--- how often it was asked again, the sessions live then, when it expires.
+--- @param i integer its number in the window
+--- @param item table a queue item of kind 'network'
+--- @param add fun(line: string, group: string?, key: string?)
+--- @param opts {room: integer, width: integer, now: integer}
+function M.network_lines(i, item, add, opts)
+  local r, key = item.request, item.key
+  local keys = config.options.keys
+  local d = domains.domains[item.domain]
+  local was_cut = false
+  add('', nil, nil)
+  local number = string.format('[%d] network  ', i)
+  local destination, cut = text.cut(text.inert(r.destination or '?'), math.max(30, opts.width - vim.fn.strdisplaywidth(number)))
+  was_cut = was_cut or cut > 0
+  add(number .. destination, 'LazaretCommand', key)
+  local status = d and d.status or {}
+  local where = text.inert(r.profile or status.profile or '?') .. ' @ ' .. text.inert(status.workspace or '?') .. ' ('
+    .. text.inert(r.domainHash or status.domainHash or '?') .. ')'
+  add('    domain   ' .. (text.cut(where, opts.room)), 'LazaretLabel', key)
+  local types = list(r.recordTypes)
+  local words = #types > 0 and table.concat(vim.tbl_map(text.inert, types), ' ') or '?'
+  add('    records  ' .. (text.cut(words, opts.room)), nil, key)
+  local repeats = tonumber(r.repeats) or 0
+  add(
+    string.format('    asked    %d time%s (%d repeat%s while waiting)', repeats + 1, repeats == 0 and '' or 's', repeats, repeats == 1 and '' or 's'),
+    nil,
+    key
+  )
+  add(string.format('    sessions %d live when first asked', #list(r.sessionIds)), 'LazaretLabel', key)
+  if tonumber(r.expiresAtMs) then
+    add(
+      string.format('    expires  in %d s (then it stays refused)', math.max(0, math.floor((r.expiresAtMs - opts.now) / 1000))),
+      'LazaretLabel',
+      key
+    )
+  end
+  add('    id       ' .. (text.cut(text.inert(r.requestId), opts.room)), 'LazaretLabel', key)
+  if was_cut then
+    add('    (cut)    ' .. text.inert(keys.full) .. ' opens the whole request, read-only', 'LazaretHint', key)
+  end
 end
 
 --- The whole request as lines (pure: for tests too): every argv word on its
@@ -168,8 +300,24 @@ end
 --- @param item table a queue item
 --- @return string[]
 function M.full_lines(item)
-  local e = item.escalation
   local d = domains.domains[item.domain]
+  if item.kind == 'network' then
+    local r = item.request
+    local out = {
+      'Lazaret: the whole network request (read-only; ' .. text.inert(config.options.keys.close) .. ' closes; answer it in the pending window)',
+      '',
+      'domain       ' .. (d and domains.name(d) or text.inert(item.domain)),
+      'id           ' .. text.inert(r.requestId),
+      'destination  ' .. text.inert(r.destination),
+      'records      ' .. table.concat(vim.tbl_map(text.inert, list(r.recordTypes)), ' '),
+      'repeats      ' .. text.inert(r.repeats),
+    }
+    for s, session in ipairs(list(r.sessionIds)) do
+      out[#out + 1] = (s == 1 and 'sessions     ' or '             ') .. text.inert(session)
+    end
+    return out
+  end
+  local e = item.escalation
   local argv = list(e.argv)
   local out = {
     'Lazaret: the whole request (read-only; ' .. text.inert(config.options.keys.close) .. ' closes; answer it in the pending window)',
@@ -304,20 +452,105 @@ local function after_answer(what)
   end
 end
 
---- Approves the request under the cursor (or the one of `key`).
+--- Answers the network request of `key` for `action` (see network_answer).
+--- A failed answer keeps the request listed and says why.
+--- @param key string
+--- @param action string
+--- @param minutes integer?
+function M.answer_network(key, action, minutes)
+  local decision, scope = M.network_answer(action, minutes)
+  if not decision then
+    return vim.notify('Lazaret: no such answer to a network request', vim.log.levels.ERROR)
+  end
+  domains.respond_network(key, decision, scope, function(err)
+    if err and err.code == rpc.codes.network_not_pending then
+      vim.notify('Lazaret: that network request was already answered elsewhere (or expired)', vim.log.levels.INFO)
+    elseif err then
+      vim.notify('Lazaret: ' .. decision .. ' failed (the request stays pending): ' .. text.inert(rpc.message(err)), vim.log.levels.ERROR)
+    end
+    M.render()
+  end)
+end
+
+--- The network request under the cursor (or of `key`), or nil after saying
+--- why (none there, or an escalation: these keys answer network requests).
+local function network_key(key)
+  key = key or M.current_key()
+  local item = key and domains.queue:get(key)
+  if not item then
+    no_request()
+    return nil
+  end
+  if item.kind ~= 'network' then
+    vim.notify('Lazaret: that key answers network requests; this is a host command (' .. text.inert(config.options.keys.approve)
+      .. ' approves, ' .. text.inert(config.options.keys.deny) .. ' denies)', vim.log.levels.INFO)
+    return nil
+  end
+  return key
+end
+
+--- Allows the network request under the cursor for a number of minutes,
+--- asked with vim.ui.input (1 to 1440).
+function M.allow_minutes(key)
+  key = network_key(key)
+  if not key then
+    return
+  end
+  vim.ui.input({ prompt = string.format('Allow for how many minutes (1-%d, Esc cancels): ', M.MAX_MINUTES) }, function(answer)
+    if answer == nil then
+      return
+    end
+    local minutes, err = M.parse_minutes(answer)
+    if not minutes then
+      return vim.notify('Lazaret: nothing answered: ' .. text.inert(vim.trim(answer)) .. ' is ' .. err, vim.log.levels.ERROR)
+    end
+    M.answer_network(key, 'allow_minutes', minutes)
+  end)
+end
+
+--- Allows the network request under the cursor for the profile (kept
+--- until revoked: :LazaretRules).
+function M.allow_profile(key)
+  key = network_key(key)
+  if key then
+    M.answer_network(key, 'allow_profile')
+  end
+end
+
+--- Denies the network request under the cursor for the profile (a
+--- remembered refusal, until revoked: :LazaretRules).
+function M.deny_profile(key)
+  key = network_key(key)
+  if key then
+    M.answer_network(key, 'deny_profile')
+  end
+end
+
+--- Approves the request under the cursor (or the one of `key`); a network
+--- request is allowed for this session.
 --- @param key string? a queue key
 function M.approve(key)
   key = key or M.current_key()
   if not key then
     return no_request()
   end
+  local item = domains.queue:get(key)
+  if item and item.kind == 'network' then
+    return M.answer_network(key, 'allow_session')
+  end
   domains.respond(key, 'approve', nil, after_answer('approve'))
 end
 
+--- Denies the request under the cursor (asking for an optional reason); a
+--- network request is denied for this session (no reason asked).
 function M.deny(key)
   key = key or M.current_key()
   if not key then
     return no_request()
+  end
+  local item = domains.queue:get(key)
+  if item and item.kind == 'network' then
+    return M.answer_network(key, 'deny_session')
   end
   vim.ui.input({ prompt = 'Deny; reason (optional, Esc cancels): ' }, function(reason)
     if reason == nil then
@@ -340,6 +573,9 @@ function M.edit(key)
   local item = key and domains.queue:get(key)
   if not item then
     return no_request()
+  end
+  if item.kind == 'network' then
+    return vim.notify('Lazaret: a network request has no command to edit', vim.log.levels.INFO)
   end
   local default = shell.quote(list(item.escalation.argv))
   vim.ui.input({ prompt = 'Run on the host instead: ', default = default }, function(line)
@@ -391,7 +627,7 @@ function M.full(key)
   M.close_full()
   local lines = M.full_lines(item)
   local buf = vim.api.nvim_create_buf(false, true)
-  local name = 'lazaret://request/' .. text.inert(item.escalation.requestId)
+  local name = 'lazaret://request/' .. text.inert(Queue.payload(item).requestId)
   forget_buffer(name)
   vim.api.nvim_buf_set_name(buf, name)
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
@@ -485,6 +721,9 @@ function M.open()
   map(keys.deny, M.deny, 'Lazaret: deny it (asks for an optional reason)')
   map(keys.edit, M.edit, 'Lazaret: edit the command, then run the edited one')
   map(keys.full, M.full, 'Lazaret: show the whole request, read-only')
+  map(keys.allow_minutes, M.allow_minutes, 'Lazaret: allow the network request for a number of minutes')
+  map(keys.allow_profile, M.allow_profile, 'Lazaret: allow the network request for the profile (until revoked)')
+  map(keys.deny_profile, M.deny_profile, 'Lazaret: deny the network request for the profile (until revoked)')
   map(keys.close, M.close, 'Lazaret: close (the requests stay pending)')
   map(keys.next, function()
     move(1)

@@ -15,7 +15,7 @@ M.defaults = {
   auto_start = true,
   --- How often (ms) the socket directory is scanned for new or restarted coordinators.
   poll_ms = 1000,
-  --- How long (ms) a coordinator may take to answer `escalation/list`
+  --- How long (ms) a coordinator may take to answer `pending/list`
   --- before it is reported as not answering.
   answer_timeout_ms = 5000,
   --- How long (ms) `lazaret editor-info` may run before it is killed and
@@ -34,8 +34,23 @@ M.defaults = {
   statusline_icon = '⛨',
   --- Border of the floating windows (see nvim_open_win()).
   border = 'rounded',
-  --- Keys of the pending window.
-  keys = { approve = 'a', deny = 'd', edit = 'e', full = '<CR>', close = 'q', next = '<Tab>', prev = '<S-Tab>' },
+  --- Keys of the pending window (`approve` and `deny` answer a network
+  --- request for this session; the `*_minutes`/`*_profile` keys answer only
+  --- network requests) and of the rules window (`revoke`, `refresh`, `close`).
+  keys = {
+    approve = 'a',
+    deny = 'd',
+    edit = 'e',
+    full = '<CR>',
+    close = 'q',
+    next = '<Tab>',
+    prev = '<S-Tab>',
+    allow_minutes = 't',
+    allow_profile = 'p',
+    deny_profile = 'D',
+    revoke = 'x',
+    refresh = 'R',
+  },
   --- Keys of the review tab's file list.
   diff_keys = { open = '<CR>', close = 'q', refresh = 'R' },
 }
@@ -62,6 +77,11 @@ M.schema = {
     close = { 'string' },
     next = { 'string' },
     prev = { 'string' },
+    allow_minutes = { 'string' },
+    allow_profile = { 'string' },
+    deny_profile = { 'string' },
+    revoke = { 'string' },
+    refresh = { 'string' },
   },
   diff_keys = { open = { 'string' }, close = { 'string' }, refresh = { 'string' } },
 }

@@ -1,9 +1,10 @@
 --- The connections to every running coordinator and what they report: the
---- pending queue, each domain's status and network policy. Connects to new
+--- pending queue (host command escalations and network requests), each
+--- domain's status and network policy. Connects to new
 --- coordinators (and reconnects to restarted ones) by scanning the socket
 --- directory, follows `events/subscribe`, and resyncs after lost events.
 --- What could not be asked (no binary, a coordinator that does not answer,
---- an `escalation/list` error, a lazaret or a coordinator of another API
+--- a `pending/list` error, a lazaret or a coordinator of another API
 --- version) is kept as a problem and shown as such (`problems()`): a client
 --- that could not ask never says nothing is pending.
 local protocol = require('lazaret.protocol')
@@ -35,6 +36,7 @@ local timer = nil
 local discovering = false
 local last_discovery = 0
 local listeners = {}
+local rules_listeners = {}
 local deferred_open = false
 
 local function now_ms()
@@ -56,6 +58,19 @@ end
 --- @param fn fun()
 function M.on_change(fn)
   table.insert(listeners, fn)
+end
+
+--- `fn(d)` runs when domain `d` says its rules changed (`rulesChanged`),
+--- and after a resync (events may have been lost): `rules/list` again.
+--- @param fn fun(d: table)
+function M.on_rules_changed(fn)
+  table.insert(rules_listeners, fn)
+end
+
+local function rules_changed(d)
+  for _, fn in ipairs(rules_listeners) do
+    pcall(fn, d)
+  end
 end
 
 --- How long a notification's command may be (display cells).
@@ -93,6 +108,8 @@ local function open_pending_when_idle()
 end
 
 --- A new request in the queue: a notification pointing to :LazaretPending.
+--- A network request's notification names no destination (the name is the
+--- sandbox's choice: it is shown in the pending window only).
 --- @param key string the request's queue key
 local function announce(key)
   local item = M.queue:get(key)
@@ -101,7 +118,15 @@ local function announce(key)
   end
   M.seen_at[key] = M.seen_at[key] or now_ms()
   local o = config.options
-  if o.notify then
+  if o.notify and item.kind == 'network' then
+    local d = M.domains[item.domain]
+    local profile = text.inert(item.request.profile or (d and d.status and d.status.profile) or '?')
+    vim.notify(
+      'Lazaret [' .. profile .. '] the sandbox asks for a network destination no rule allows  (:LazaretPending to answer)',
+      o.notify_level,
+      { title = 'Lazaret' }
+    )
+  elseif o.notify then
     local profile, display = label(item)
     vim.notify(
       'Lazaret [' .. profile .. '] asks to run on the host: ' .. display .. '  (:LazaretPending to answer)',
@@ -159,47 +184,55 @@ local function watchdog(d, conn, method, waiting)
   end, timeout)
 end
 
---- Lists the queue and the status again (after connecting or lost events).
---- An error, or no answer within `answer_timeout_ms`, becomes the domain's
---- `list_error` (shown instead of an empty queue) until a list succeeds.
+--- Lists the queue and the status again (after connecting or lost events):
+--- `pending/list` (escalations and network requests); a coordinator that
+--- does not know that method (an earlier build of API 1) is asked
+--- `escalation/list` from then on. An error, or no answer within
+--- `answer_timeout_ms`, becomes the domain's `list_error` (shown instead of
+--- an empty queue) until a list succeeds.
 function M.resync(d)
   -- Only a coordinator whose API version was checked (on connect) and is ours is listed.
   if not d.conn or d.state ~= 'connected' or not d.version_ok then
     return
   end
   M.stats.resyncs = M.stats.resyncs + 1
-  d.list_generation = (d.list_generation or 0) + 1
-  local generation, conn = d.list_generation, d.conn
-  watchdog(d, conn, protocol.methods.escalation_list, function()
-    return d.list_generation == generation and d.listing
-  end)
-  d.listing = true
-  conn:request(protocol.methods.escalation_list, nil, function(err, list)
-    if d.conn ~= conn then
-      return
-    end
-    if d.list_generation == generation then
-      d.listing = false
-    end
-    if err or type(list) ~= 'table' then
-      d.list_error = {
-        what = 'escalation/list failed: ' .. text.cut(text.inert(err and rpc.message(err) or 'the answer is not a list'), 300),
-        fix = '`lazaret pending` lists the requests; :checkhealth lazaret',
-        short = 'escalation/list failed',
-      }
+  local conn = d.conn
+  local function list_with(method)
+    d.list_generation = (d.list_generation or 0) + 1
+    local generation = d.list_generation
+    watchdog(d, conn, method, function()
+      return d.list_generation == generation and d.listing
+    end)
+    d.listing = true
+    conn:request(method, nil, function(err, list)
+      if d.conn ~= conn then
+        return
+      end
+      if d.list_generation == generation then
+        d.listing = false
+      end
+      if err or type(list) ~= 'table' then
+        d.list_error = {
+          what = method .. ' failed: ' .. text.cut(text.inert(err and rpc.message(err) or 'the answer is not a list'), 300),
+          fix = '`lazaret pending` lists the requests; :checkhealth lazaret',
+          short = method .. ' failed',
+        }
+        M.changed()
+        return
+      end
+      d.list_error = nil
+      d.listed = true
+      local added = M.queue:replace(d.path, list)
       M.changed()
-      return
-    end
-    d.list_error = nil
-    d.listed = true
-    local added = M.queue:replace(d.path, list)
-    M.changed()
-    for _, key in ipairs(added) do
-      announce(key)
-    end
-  end)
+      for _, key in ipairs(added) do
+        announce(key)
+      end
+    end)
+  end
+  list_with(protocol.methods.pending_list)
   refresh_status(d)
   refresh_policy(d)
+  rules_changed(d)
 end
 
 local function on_event(d, event)
@@ -228,6 +261,19 @@ local function on_event(d, event)
     if M.queue:resolve(d.path, event.requestId) then
       M.changed()
     end
+  elseif kind == 'networkRequestPending' and type(event.request) == 'table' then
+    -- Sent again with the same id when its `repeats` grows: an upsert.
+    local key = M.queue:add(d.path, event.request, 'network')
+    M.changed()
+    if key then
+      announce(key)
+    end
+  elseif kind == 'networkRequestResolved' then
+    if M.queue:resolve(d.path, event.requestId, 'network') then
+      M.changed()
+    end
+  elseif kind == 'rulesChanged' then
+    rules_changed(d)
   elseif kind == 'shuttingDown' then
     d.shutting_down = true
     M.changed()
@@ -471,7 +517,7 @@ end
 
 --- What this client could not ask, each {where, what, fix, short} (inert):
 --- a failed discovery (no binary, another API version, ...), a coordinator
---- it cannot connect to, one that does not answer or fails `escalation/list`,
+--- it cannot connect to, one that does not answer or fails `pending/list`,
 --- one of another API version. While any is
 --- there, no view may say that nothing is pending.
 --- @return table[]
@@ -587,11 +633,42 @@ function M.respond(key, decision, extra, callback)
   if not d or not d.conn then
     return callback({ code = rpc.codes.not_connected, message = 'not connected to its coordinator' })
   end
+  if item.kind == 'network' then
+    return callback({ code = rpc.codes.not_pending, message = 'a network request is answered with network/respond' })
+  end
   local id = item.escalation.requestId
   local params = vim.tbl_extend('force', { requestId = id, decision = decision, client = config.options.client }, extra or {})
   d.conn:request(protocol.methods.escalation_respond, params, function(err)
     if not err or err.code == rpc.codes.not_pending then
       M.queue:resolve(item.domain, id)
+      M.changed()
+    end
+    callback(err)
+  end)
+end
+
+--- Answers a pending network request, in its own domain, with
+--- `network/respond`. As with respond(): the request leaves the queue only
+--- when the coordinator took the answer (or says it is no longer pending).
+--- @param key string the request's queue key
+--- @param decision 'allow'|'deny'
+--- @param scope table a GrantScope: {type='session'}, {type='minutes', minutes=N}, {type='profile'}
+--- @param callback fun(err: table?)?
+function M.respond_network(key, decision, scope, callback)
+  callback = callback or function() end
+  local item = M.queue:get(key)
+  if not item or item.kind ~= 'network' then
+    return callback({ code = rpc.codes.network_not_pending, message = 'the network request is no longer pending' })
+  end
+  local d = M.domains[item.domain]
+  if not d or not d.conn then
+    return callback({ code = rpc.codes.not_connected, message = 'not connected to its coordinator' })
+  end
+  local id = item.request.requestId
+  local params = { requestId = id, decision = decision, scope = scope, client = config.options.client }
+  d.conn:request(protocol.methods.network_respond, params, function(err)
+    if not err or err.code == rpc.codes.network_not_pending then
+      M.queue:resolve(item.domain, id, 'network')
       M.changed()
     end
     callback(err)

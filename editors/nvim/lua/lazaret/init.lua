@@ -25,7 +25,8 @@ function M.stop()
   end
 end
 
---- A statusline component: `⛨ 2 pending`, '' when nothing is pending, and
+--- A statusline component: `⛨ 2 pending` (escalations and network
+--- requests), '' when nothing is pending, and
 --- `⛨ cannot ask: ...` when the plugin could not ask (see
 --- :help lazaret-cannot-ask). No agent text; `%` doubled. Cheap: loads
 --- nothing before the plugin has started.
@@ -45,13 +46,38 @@ function M.pending()
   if not package.loaded['lazaret.domains'] then
     return {}
   end
-  return vim.tbl_map(function(item)
-    return item.escalation
-  end, require('lazaret.domains').queue:list())
+  local out = {}
+  for _, item in ipairs(require('lazaret.domains').queue:list()) do
+    if item.kind ~= 'network' then
+      out[#out + 1] = item.escalation
+    end
+  end
+  return out
 end
 
 function M.open_pending()
   require('lazaret.approvals').open()
+end
+
+function M.open_rules()
+  require('lazaret.rules').open()
+end
+
+--- The pending network requests, oldest first (PendingNetworkRequest
+--- tables as the coordinators sent them: `destination` is the sandbox's
+--- text, not escaped).
+--- @return table[]
+function M.network_requests()
+  if not package.loaded['lazaret.domains'] then
+    return {}
+  end
+  local out = {}
+  for _, item in ipairs(require('lazaret.domains').queue:list()) do
+    if item.kind == 'network' then
+      out[#out + 1] = item.request
+    end
+  end
+  return out
 end
 
 function M.open_status()

@@ -16,6 +16,8 @@ M.codes = {
   not_connected = -1,
   shutting_down = error_code.SHUTTING_DOWN,
   not_pending = error_code.ESCALATION_NOT_PENDING,
+  network_not_pending = error_code.NETWORK_REQUEST_NOT_PENDING,
+  rule_not_found = error_code.RULE_NOT_FOUND,
   no_sidecar = error_code.NETWORK_FAILED,
 }
 

@@ -52,7 +52,7 @@ function M.lines()
   local connected = domains.connected()
   local pending = domains.queue:count()
   out[#out + 1] = string.format(
-    'Lazaret: %d running domain%s, %d pending escalation%s   (r refresh, q close)',
+    'Lazaret: %d running domain%s, %d pending request%s   (r refresh, q close)',
     #connected,
     #connected == 1 and '' or 's',
     pending,

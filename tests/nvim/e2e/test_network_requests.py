@@ -1,0 +1,123 @@
+"""Network requests (issue 29, items 3 and 4) in a real Neovim against a real
+coordinator and gVisor sandbox: a DNS name the sandbox asks for that no
+allow entry covers becomes a request in :LazaretPending; `t` allows it for
+15 minutes; it disappears; :LazaretRules shows the grant; `x` revokes it
+after the confirmation; it disappears.
+
+Nothing is ever sent to an outside address: the domain's only resolver is
+a loopback one (`dns_upstream = ["127.0.0.1:9"]`, in the sidecar's own
+namespace, where nothing listens), the one question is asked once, held
+1 s (`ask_hold_seconds = 1`) and refused before the answer is given, and
+nothing in the sandbox asks the name again afterwards (the session only
+sleeps): an allowed name's next question would be forwarded upstream."""
+
+import queue
+import threading
+import time
+
+import pytest
+
+from helpers import assert_inert
+from lzenv import LazaretEnv, wait_until
+
+NAME = "grant.test"
+
+
+def read_line(process, timeout):
+    """The next stdout line of PROCESS, or '' after TIMEOUT seconds."""
+    lines = queue.Queue()
+    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
+    try:
+        return lines.get(timeout=timeout)
+    except queue.Empty:
+        return ""
+
+
+@pytest.fixture(scope="module")
+def ask_domain():
+    """A domain with `[network] ask = true` whose keeping session asks
+    NAME once (busybox nslookup), says when the answer (a refusal) came,
+    then only sleeps."""
+    env = LazaretEnv(approval_timeout=120)
+    try:
+        with env.config_file.open("a") as config:
+            config.write('\n[network]\nask = true\nask_hold_seconds = 1\ndns_upstream = ["127.0.0.1:9"]\n')
+        repo = env.repository()
+        keeper, _ = env.start_domain(repo, f"busybox nslookup {NAME} >/dev/null 2>&1; echo looked-up=$?; exec sleep 600")
+        yield env, repo, keeper
+    finally:
+        env.close()
+    assert not env.leftovers, f"containers left behind: {env.leftovers}"
+
+
+def window_lines(editor, module):
+    return editor.lua(f"local w = require('lazaret.{module}'); return w.win and vim.api.nvim_win_is_valid(w.win) "
+                      "and vim.api.nvim_buf_get_lines(w.buf, 0, -1, false) or {}")
+
+
+def wait_lines(editor, module, condition, what, timeout=20.0):
+    lines = wait_until(timeout, lambda: (lambda lines: condition(lines) and lines)(window_lines(editor, module)), 0.1)
+    assert lines, f"{what}; window:\n" + "\n".join(window_lines(editor, module))
+    return lines
+
+
+def cursor_to(editor, module, needle):
+    lines = window_lines(editor, module)
+    row = next(i for i, line in enumerate(lines, 1) if needle in line)
+    editor.lua(f"vim.api.nvim_set_current_win(require('lazaret.{module}').win); "
+               f"vim.api.nvim_win_set_cursor(require('lazaret.{module}').win, {{ ..., 0 }})", row)
+
+
+def shown(lines, needle):
+    return any(needle in line for line in lines)
+
+
+def test_a_network_request_is_allowed_for_15_minutes_by_key_then_revoked(ask_domain, editor_factory):
+    env, repo, keeper = ask_domain
+    # The held question was answered (refused) before anything is allowed.
+    line = read_line(keeper, 60)
+    assert line.startswith("looked-up="), f"nslookup did not finish: {line!r}"
+    time.sleep(1.5)  # more than the 1 s hold
+    editor = editor_factory(env, repo)
+    assert editor.wait("#require('lazaret.domains').connected() == 1", 15), "the plugin connected to the domain"
+    editor.nvim.command("LazaretPending")
+    lines = wait_lines(editor, "approvals", lambda ls: shown(ls, f"network  {NAME}"), "the network request is listed")
+    assert_inert("the pending window", lines)
+    text = "\n".join(lines)
+    at = next(i for i, l in enumerate(lines) if l.endswith(f"network  {NAME}"))
+    request = lines[at:at + 7]
+    assert any(l.startswith("    records  A") for l in request), request
+    assert any(l.startswith("    asked    ") for l in request), request
+    assert "network request" in lines[0], lines[0]
+    assert "t allow for minutes" in text, text
+    count = editor.lua("return require('lazaret').statusline()")
+    networks = editor.lua("return #require('lazaret').network_requests()")
+    assert networks >= 1 and count == f"⛨ {networks} pending", (count, networks)
+    assert not any(NAME in n["msg"] for n in editor.notes()), "the destination never goes to vim.notify"
+    # `t` and 15: allowed for 15 minutes.
+    cursor_to(editor, "approvals", f"network  {NAME}")
+    asked = len(editor.prompts())
+    editor.nvim.input("t")
+    prompt = editor.wait_prompt("input", asked)
+    assert "1-1440" in prompt["prompt"], prompt
+    assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5), "the minutes prompt is open"
+    editor.nvim.input("15<CR>")
+    wait_lines(editor, "approvals", lambda ls: ls and not shown(ls, f"network  {NAME}"), "the answered request disappears")
+    rules_cli = env.lazaret("rules", "--json").stdout
+    assert NAME in rules_cli, rules_cli
+    # :LazaretRules shows the grant; `x`, then "Revoke it", revokes it.
+    editor.nvim.command("LazaretRules")
+    lines = wait_lines(editor, "rules", lambda ls: shown(ls, f"allow  {NAME}"), "the grant is listed")
+    assert_inert("the rules window", lines)
+    at = next(i for i, l in enumerate(lines) if l.endswith(f"allow  {NAME}"))
+    detail = lines[at + 1]
+    assert "for 15 min, " in detail and " left;" in detail and "by rpc:neovim" in detail, detail
+    cursor_to(editor, "rules", f"allow  {NAME}")
+    asked = len(editor.prompts())
+    editor.nvim.input("x")
+    prompt = editor.wait_prompt("select", asked)
+    assert f"Revoke the network grant of {NAME}" in prompt["prompt"], prompt
+    editor.nvim.input("1<CR>")  # Revoke it
+    wait_lines(editor, "rules", lambda ls: shown(ls, "network (") and not shown(ls, NAME), "the revoked grant disappears")
+    assert wait_until(10, lambda: NAME not in env.lazaret("rules", "--json").stdout), env.lazaret("rules", "--json").stdout
+    assert keeper.poll() is None, "the session still only sleeps"
