@@ -977,7 +977,7 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     for (let i = 0; i < 20 && !network; i++) {
       const name = `lzv-ask-${process.pid}-${i}`;
       const subnet = `10.213.${220 + ((process.pid + i) % 20)}.0/24`;
-      const r = spawnSync("podman", ["network", "create", "--internal", "--subnet", subnet, name], { encoding: "utf8" });
+      const r = spawnSync("podman", ["network", "create", "--internal", "--disable-dns", "--subnet", subnet, name], { encoding: "utf8" });
       if (r.status === 0) network = name;
       else if (!/already used|exists/.test(r.stderr)) throw new Error(`podman network create: ${r.stderr}`);
     }
@@ -1048,7 +1048,11 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
         await Promise.race([session.done, sleep(30_000)]);
       }
       fs.writeFileSync(config, original);
-      if (network) spawnSync("podman", ["network", "rm", "-f", network], { encoding: "utf8" });
+      if (network) {
+        // The domain tears down after its last session: then the network is free.
+        await waitUntil(30_000, () => !spawnSync("podman", ["ps", "-aq", "--filter", `network=${network}`], { encoding: "utf8" }).stdout.trim(), 500);
+        spawnSync("podman", ["network", "rm", "-f", network], { encoding: "utf8" });
+      }
     }
     assert.deepEqual(problems, []);
   });
