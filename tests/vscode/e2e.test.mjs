@@ -6,6 +6,7 @@
 // anything rendered from agent text as a link, markup or a codicon.
 // Environment: LAZARET_BIN, LAZARET_VSIX, LAZARET_VSCODE_ARTIFACTS, LAZARET_VSCODE_BENCH=1.
 import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { after, afterEach, before, describe, test } from "node:test";
@@ -193,7 +194,7 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     assert.match(text, /Recent audit records/, text);
   });
 
-  test("issue 26 item 8: a coordinator that does not answer, or whose escalation/list fails, is shown as that failure, never as '0 pending'", async () => {
+  test("issue 26 item 8: a coordinator that does not answer, or whose pending/list fails, is shown as that failure, never as '0 pending'", async () => {
     const problems = [];
     await wb.waitText(STATUS, "Lazaret: 0 pending", 10_000);
     const hung = new FakeCoordinator(env.socketDir, "deadbeef0001", { mode: "silent" });
@@ -211,9 +212,9 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
       await wb.waitText(STATUS, "Lazaret: 0 pending", 15_000).catch(async () => problems.push(`after the hung one left: ${await wb.statusText()}`));
       await failing.listen();
       const saidList = await wb.waitText(STATUS, "Lazaret: cannot ask", 10_000).catch(() => false);
-      if (!saidList) problems.push(`escalation/list failing: the status bar says ${await wb.statusText()}`);
+      if (!saidList) problems.push(`pending/list failing: the status bar says ${await wb.statusText()}`);
       const tip = await wb.hoverText(wb.page.locator(STATUS, { hasText: "Lazaret" }).first()).catch((e) => `(no tooltip: ${e.message})`);
-      if (!/escalation\/list failed/.test(tip)) problems.push(`escalation/list failing: the tooltip says ${tip}`);
+      if (!/pending\/list failed/.test(tip)) problems.push(`pending/list failing: the tooltip says ${tip}`);
     } finally {
       await hung.close().catch(() => undefined);
       await failing.close().catch(() => undefined);
@@ -959,6 +960,101 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     const { session } = await requestAndSee(["touch", "after-restart"]);
     await rowAction("touch after-restart", "Approve Escalation");
     assert.match((await session.done).stdout, /status=0/);
+  });
+
+  // Last: it adds a profile to the configuration (Start Agent Session would ask which one) and starts a second domain.
+  test("issue 29 items 3-4: a DNS name on no allow entry is a network request in the tree and the status bar; Allow for 15 minutes makes a grant in Rules and grants; Revoke removes it", async () => {
+    // Nothing leaves this machine: the sandbox's network is a podman network
+    // of its own created --internal, inside the suite's loopback-only
+    // namespace (tests/vscode/run); its one question is refused when its hold
+    // (1 s) ends, and the grant comes after that, with nothing in the
+    // sandbox asking again (an allowed name's next question would go upstream).
+    const problems = [];
+    const config = path.join(env.root, "config/lazaret/config.toml");
+    const original = fs.readFileSync(config, "utf8");
+    const dest = `grant-${process.pid}.test`;
+    let network;
+    for (let i = 0; i < 20 && !network; i++) {
+      const name = `lzv-ask-${process.pid}-${i}`;
+      const subnet = `10.213.${220 + ((process.pid + i) % 20)}.0/24`;
+      const r = spawnSync("podman", ["network", "create", "--internal", "--disable-dns", "--subnet", subnet, name], { encoding: "utf8" });
+      if (r.status === 0) network = name;
+      else if (!/already used|exists/.test(r.stderr)) throw new Error(`podman network create: ${r.stderr}`);
+    }
+    assert.ok(network, "a podman network of the test's own");
+    let session;
+    try {
+      fs.writeFileSync(config, `${original}\n[network]\npodman_network = "${network}"\nask_hold_seconds = 1\n\n[profiles.ask]\nimage = "localhost/lazaret-default:1"\nask = true\n`);
+      // One question (A only) for a name nobody allows, then nothing but sleep.
+      const child = spawn(env.binary, ["run", "--profile", "ask", "--workspace", repo, "--", "sh", "-c", `echo lazaret-ready; busybox nslookup -type=A ${dest} >/dev/null 2>&1; echo asked=$?; sleep 900`], { env: env.environ(), cwd: env.root, stdio: ["ignore", "pipe", "pipe"], detached: true });
+      let stderr = "";
+      child.stderr.on("data", (d) => (stderr += d));
+      let stdout = "";
+      child.stdout.on("data", (d) => (stdout += d));
+      session = { child, done: new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr }))) };
+      env.sessions.push(session);
+      const asked = await waitUntil(180_000, () => /asked=\d+/.test(stdout) || child.exitCode !== null, 200);
+      assert.ok(asked && /asked=\d+/.test(stdout), `the sandbox's question: ${stdout} ${stderr}`);
+      // The question was refused at the end of its hold (nslookup is done); the request waits for a human.
+      await wb.waitText(STATUS, "Lazaret: 1 pending", 20_000).catch(async () => problems.push(`status bar: ${await wb.statusText()}`));
+      const def = wb.row("project (default)");
+      if ((await def.getAttribute("aria-expanded").catch(() => "")) === "true") await def.locator(".monaco-tl-twistie").click();
+      await waitUntil(10_000, async () => (await wb.treeText()).includes(dest));
+      const tree = await wb.treeText();
+      for (const expected of ["Pending network requests (1)", dest, "network · A", "Rules and grants"]) if (!tree.includes(expected)) problems.push(`${expected} not in the tree:\n${tree}`);
+      const badge = await wb.page.locator(".activitybar .badge-content").allTextContents();
+      if (!badge.includes("1")) problems.push(`badge on the view container: ${badge}`);
+      await checkInert("tree and status bar with a network request", problems);
+      await wb.screenshot("tree-network-request.png");
+      await sleep(1500);
+      if (!/asked=\d+\n$/.test(stdout)) problems.push(`the sandbox printed more than its one question: ${stdout}`);
+      // Allow, for 15 minutes.
+      await rowAction(dest, "Allow Network Request");
+      const input = wb.page.locator(".quick-input-widget input");
+      await input.waitFor({ state: "visible" });
+      await wb.screenshot("network-scope-pick.png");
+      await input.fill("For 15 minutes");
+      await sleep(300);
+      await input.press("Enter");
+      await wb.waitText(STATUS, "Lazaret: 0 pending", 10_000).catch(async () => problems.push(`status bar after Allow: ${await wb.statusText()}`));
+      const granted = `allow ${dest}`;
+      const rules = wb.row("Rules and grants");
+      await waitUntil(5_000, async () => (await wb.treeText()).includes("1 network"));
+      if ((await rules.getAttribute("aria-expanded")) === "false") await rules.locator(".monaco-tl-twistie").click();
+      await waitUntil(10_000, async () => (await wb.treeText()).includes(granted));
+      const after = await wb.treeText();
+      if (after.includes("Pending network requests")) problems.push(`the request is still listed:\n${after}`);
+      if (!after.includes(granted)) problems.push(`no grant in Rules and grants:\n${after}`);
+      else if (!/1[45]m \d+s left · 0 hits · by rpc:vscode/.test(after)) problems.push(`the grant's row: ${after.split("\n").find((l) => l.includes(granted))}`);
+      const listed = env.lazaret(["rules", "--json"]).stdout;
+      if (!listed.includes(dest)) problems.push(`lazaret rules does not list the grant: ${listed}`);
+      await wb.screenshot("tree-rules.png");
+      // Revoke it from the tree: a modal names it first.
+      await rowAction(granted, "Revoke Rule or Grant");
+      await wb.dialog().waitFor({ timeout: 5_000 });
+      const dialog = await wb.dialog().textContent();
+      if (!dialog.includes(`"allow ${dest}"`) || !/15 minutes/.test(dialog)) problems.push(`the confirmation does not name the grant: ${dialog}`);
+      await wb.screenshot("revoke-confirm.png");
+      await wb.dialog().locator(".monaco-button", { hasText: "Revoke" }).click();
+      await waitUntil(10_000, async () => !(await wb.treeText()).includes(granted));
+      if ((await wb.treeText()).includes(granted)) problems.push(`the grant is still shown after Revoke:\n${await wb.treeText()}`);
+      if (env.lazaret(["rules", "--json"]).stdout.includes(dest)) problems.push("lazaret rules still lists the grant");
+      if (!/asked=\d+\n$/.test(stdout)) problems.push(`the sandbox printed more than its one question: ${stdout}`);
+    } finally {
+      if (session && session.child.exitCode === null) {
+        try {
+          process.kill(-session.child.pid, "SIGTERM");
+        } catch {}
+        await Promise.race([session.done, sleep(30_000)]);
+      }
+      fs.writeFileSync(config, original);
+      if (network) {
+        // The domain tears down after its last session: then the network is free.
+        await waitUntil(30_000, () => !spawnSync("podman", ["ps", "-aq", "--filter", `network=${network}`], { encoding: "utf8" }).stdout.trim(), 500);
+        spawnSync("podman", ["network", "rm", "-f", network], { encoding: "utf8" });
+      }
+    }
+    assert.deepEqual(problems, []);
   });
 
   if (BENCH) {

@@ -1,6 +1,6 @@
 // A stand-in coordinator on a Unix socket under the real socket root, for the
 // cases a real coordinator cannot be made to produce on purpose: one that
-// accepts and never answers (a hung coordinator), one whose escalation/list
+// accepts and never answers (a hung coordinator), one whose pending/list
 // fails, and one that hands out a request id another domain also uses (ids
 // are minted by each coordinator, so two domains can collide), and one of
 // another API version (another build's coordinator). Speaks the
@@ -16,7 +16,7 @@ const rpc = require("vscode-jsonrpc/node");
 
 export class FakeCoordinator {
   /**
-   * mode: "silent" (accepts, never answers), "list-error" (escalation/list
+   * mode: "silent" (accepts, never answers), "list-error" (pending/list
    * fails), "ok" (answers like a coordinator with `pending` waiting).
    */
   constructor(socketRoot, hash, { mode = "ok", pending = [], workspace = "/nonexistent/fake-workspace", profile = "fake", apiVersion = 1 } = {}) {
@@ -47,6 +47,9 @@ export class FakeCoordinator {
       const handle = (method, fn) => c.onRequest(method, (p) => (this.calls.push(method), fn(p)));
       handle("events/subscribe", () => "fake-sub");
       handle("escalation/list", () => (this.mode === "list-error" ? new rpc.ResponseError(-32603, "escalation/list failed in the fake coordinator (test)") : this.pending));
+      // What the extension lists with: escalations and network requests, tagged by kind.
+      handle("pending/list", () => (this.mode === "list-error" ? new rpc.ResponseError(-32603, "pending/list failed in the fake coordinator (test)") : this.pending.map((e) => ({ kind: "command", ...e }))));
+      handle("rules/list", () => ({ autoApprove: [], network: [] }));
       handle("domain/status", () => this.status());
       handle("network/show", () => new rpc.ResponseError(1008, "no sidecar"));
       handle("branch/diff", () => ({ branch: `lazaret/agent-${this.profile}`, base: null, head: null, files: [], patch: "", uncommitted: null, warnings: [] }));

@@ -138,8 +138,11 @@ export async function edit(ctx: Ctx, arg: unknown, fromSelection = false): Promi
 export async function showPending(ctx: Ctx): Promise<void> {
   await vscode.commands.executeCommand("lazaret.tree.focus");
   const first = ctx.manager.queue.list()[0];
+  const ask = ctx.manager.netQueue.list()[0];
   if (first && ctx.treeView && ctx.tree) {
     await ctx.treeView.reveal(ctx.tree.escalationNode(first.domain, first.escalation.requestId), { select: true, focus: true, expand: true });
+  } else if (ask && ctx.treeView && ctx.tree) {
+    await ctx.treeView.reveal(ctx.tree.networkRequestNode(ask.domain, ask.request.requestId), { select: true, focus: true, expand: true });
   }
 }
 

@@ -12,11 +12,16 @@ import {
   DomainStatus,
   ERROR_CODE,
   FolderDomain,
+  GrantScope,
   METHODS,
+  NetworkDecision,
   NetworkPolicy,
   PendingEscalation,
+  PendingNetworkRequest,
+  Rules,
   SequencedEvent,
 } from "./protocol";
+import { NetworkItem, NetworkQueue } from "./netqueue";
 import { PendingQueue, QueueItem } from "./queue";
 import { Sequencer } from "./sequencer";
 
@@ -45,6 +50,10 @@ export interface DomainState {
   /** The commits of the last review opened in this window: a merge takes that head, or nothing. */
   reviewed?: { branch: string; base: string | null; head: string };
   audit?: AuditRecord[];
+  /** Auto-approve rules, network grants and remembered refusals (`rules/list`). */
+  rules?: Rules;
+  /** Why `rules/list` failed (the last rules read stay). */
+  rulesError?: string;
   dnsRefusals: DnsRefusal[];
   seq: Sequencer;
   resyncs: number;
@@ -99,6 +108,8 @@ export interface ManagerOptions {
 
 export class DomainManager {
   readonly queue = new PendingQueue();
+  /** Pending network requests (`[network] ask`): as critical as the escalations, counted with them. */
+  readonly netQueue = new NetworkQueue();
   readonly domains = new Map<string, DomainState>();
   info?: Discovery;
   discoveryError?: string;
@@ -108,6 +119,7 @@ export class DomainManager {
   discovered = false;
   private listeners: Array<(change: Change, detail?: unknown) => void> = [];
   private newRequestListeners: Array<(item: QueueItem) => void> = [];
+  private newNetworkListeners: Array<(item: NetworkItem) => void> = [];
   private timer?: NodeJS.Timeout;
   private watcher?: fs.FSWatcher;
   private disposed = false;
@@ -127,12 +139,26 @@ export class DomainManager {
     this.newRequestListeners.push(listener);
   }
 
+  /** A network request this window has not seen before (from an event or a list). */
+  onNewNetworkRequest(listener: (item: NetworkItem) => void): void {
+    this.newNetworkListeners.push(listener);
+  }
+
+  /** Everything pending across domains: escalations and network requests. */
+  pendingCount(domain?: string): number {
+    return this.queue.list(domain).length + this.netQueue.list(domain).length;
+  }
+
   private emit(change: Change): void {
     for (const l of this.listeners) l(change);
   }
 
   private announce(items: QueueItem[]): void {
     for (const item of items) for (const l of this.newRequestListeners) l(item);
+  }
+
+  private announceNetwork(items: NetworkItem[]): void {
+    for (const item of items) for (const l of this.newNetworkListeners) l(item);
   }
 
   /**
@@ -315,6 +341,8 @@ export class DomainManager {
     state.network = undefined;
     state.branch = undefined;
     this.queue.dropDomain(state.socket);
+    this.netQueue.dropDomain(state.socket);
+    state.rules = undefined;
     // A domain that failed stays, to show the failure (until its socket goes away).
     if (!state.folder && !state.problem) this.domains.delete(state.socket);
     this.emit("pending");
@@ -332,19 +360,27 @@ export class DomainManager {
     state.resyncs++;
     state.resyncing = true;
     try {
+      // Everything waiting for a human: host commands and network destinations.
       const [list, status] = await Promise.all([
-        client.request(METHODS.escalationList, {}, this.askTimeout),
+        client.request(METHODS.pendingList, {}, this.askTimeout),
         client.request(METHODS.domainStatus, {}, this.askTimeout),
       ]);
-      if (!Array.isArray(list)) throw new Error(`${METHODS.escalationList} answered with no list`);
+      if (!Array.isArray(list)) throw new Error(`${METHODS.pendingList} answered with no list`);
+      const commands: PendingEscalation[] = [];
+      const network: PendingNetworkRequest[] = [];
+      for (const item of list) {
+        if (item?.kind === "command") commands.push(item);
+        else if (item?.kind === "network") network.push(item);
+      }
       state.status = status;
       state.problem = undefined;
       state.problemFix = undefined;
       state.retryAt = undefined;
-      this.announce(this.queue.replace(state.socket, list));
+      this.announce(this.queue.replace(state.socket, commands));
+      this.announceNetwork(this.netQueue.replace(state.socket, network));
     } catch (err) {
       const e = err as RpcError;
-      const problem = e.code === TIMED_OUT ? `the coordinator does not answer (${e.message})` : `${e.method ?? METHODS.escalationList} failed: ${e.message}`;
+      const problem = e.code === TIMED_OUT ? `the coordinator does not answer (${e.message})` : `${e.method ?? METHODS.pendingList} failed: ${e.message}`;
       this.fail(state, problem);
       throw new AskFailed(problem);
     } finally {
@@ -355,7 +391,7 @@ export class DomainManager {
   }
 
   /** Network policy, agent branch and recent audit records (not on the approval path). */
-  async refreshDetails(state: DomainState, which: Array<"network" | "branch" | "audit"> = ["network", "branch", "audit"]): Promise<void> {
+  async refreshDetails(state: DomainState, which: Array<"network" | "branch" | "audit" | "rules"> = ["network", "branch", "audit", "rules"]): Promise<void> {
     const client = state.client;
     if (!client) return;
     const jobs: Promise<void>[] = [];
@@ -406,6 +442,19 @@ export class DomainManager {
           },
         ),
       );
+    if (which.includes("rules"))
+      jobs.push(
+        client.request(METHODS.rulesList, {}).then(
+          (rules) => {
+            state.rules = rules;
+            state.rulesError = undefined;
+          },
+          (e: RpcError) => {
+            state.rulesError = e.message;
+            this.opts.log("warn", `${state.socket}: ${METHODS.rulesList} failed: ${e.message}`);
+          },
+        ),
+      );
     await Promise.all(jobs);
     this.emit("details");
   }
@@ -427,6 +476,21 @@ export class DomainManager {
       case "escalationResolved":
         this.queue.resolve(state.socket, event.requestId);
         this.emit("pending");
+        break;
+      case "networkRequestPending": {
+        // Sent again (same id) when more questions came in: an upsert.
+        const item = this.netQueue.upsert(state.socket, event.request);
+        if (item) this.announceNetwork([item]);
+        this.emit("pending");
+        break;
+      }
+      case "networkRequestResolved":
+        this.netQueue.resolve(state.socket, event.requestId);
+        this.emit("pending");
+        void this.refreshDetails(state, ["audit"]);
+        break;
+      case "rulesChanged":
+        void this.refreshDetails(state, ["rules", "network"]);
         break;
       case "escalationFinished":
         void this.refreshDetails(state, ["audit"]);
@@ -505,6 +569,50 @@ export class DomainManager {
     this.queue.resolve(domain, requestId);
     this.emit("pending");
     return "answered";
+  }
+
+  /**
+   * Answers the network request `requestId` of `domain` for `scope` as client
+   * `vscode`. As `respond`: "already-answered" when it was answered elsewhere
+   * or expired (1010); any other failure rejects and leaves it pending.
+   */
+  async respondNetwork(domain: string, requestId: string, decision: NetworkDecision, scope: GrantScope): Promise<"answered" | "already-answered"> {
+    if (!this.netQueue.has(domain, requestId)) return "already-answered";
+    const client = this.domains.get(domain)?.client;
+    if (!client) throw new Error("the domain's coordinator is not connected; the request was not answered");
+    try {
+      await client.request(METHODS.networkRespond, { requestId, decision, scope, client: "vscode" });
+    } catch (err) {
+      if (err instanceof RpcError && err.code === ERROR_CODE.NETWORK_REQUEST_NOT_PENDING) {
+        this.netQueue.resolve(domain, requestId);
+        this.emit("pending");
+        return "already-answered";
+      }
+      throw err;
+    }
+    this.netQueue.resolve(domain, requestId);
+    this.emit("pending");
+    return "answered";
+  }
+
+  /**
+   * Revokes the rule or grant `id` of `domain` as client `vscode`: "revoked",
+   * or "gone" when it was revoked already or expired (1011). The rules are
+   * read again either way; any other failure rejects.
+   */
+  async revokeRule(domain: string, id: string): Promise<"revoked" | "gone"> {
+    const state = this.domains.get(domain);
+    const client = state?.client;
+    if (!state || !client) throw new Error("the domain's coordinator is not connected; nothing was revoked");
+    let outcome: "revoked" | "gone" = "revoked";
+    try {
+      await client.request(METHODS.rulesRevoke, { id, client: "vscode" });
+    } catch (err) {
+      if (!(err instanceof RpcError && err.code === ERROR_CODE.RULE_NOT_FOUND)) throw err;
+      outcome = "gone";
+    }
+    await this.refreshDetails(state, ["rules", "network"]);
+    return outcome;
   }
 
   /** Connected domains (with a status). */

@@ -6,6 +6,7 @@
 import * as vscode from "vscode";
 import * as approvals from "./approvals";
 import { Ctx } from "./context";
+import * as netapprovals from "./netapprovals";
 import { METHODS, NetworkPolicy } from "./protocol";
 import { ContentProvider, mergeBranch, openBranchDiff, pickDomain, SCHEME, WarningDecorations } from "./review";
 import { quoteArgv, requestDisplay } from "./shell";
@@ -35,11 +36,18 @@ export async function activate(extension: vscode.ExtensionContext): Promise<void
 
   // The status bar renders `$(icon)` in its text: only our own text goes there.
   // A window that could not ask says so (with the fix), never "0 pending".
+  // Escalations and network requests count alike: each is a prompt that waits for a human.
   const renderPending = () => {
     const items = ctx.manager.queue.list();
-    const n = items.length;
+    const asks = ctx.manager.netQueue.list();
+    const n = items.length + asks.length;
     const problems = ctx.manager.problems();
-    const waiting = n ? `Host escalations waiting for you (answer them in the Lazaret view):\n${items.map((i) => `• ${clipDisplay(requestDisplay(i.escalation), 120)}`).join("\n")}` : "";
+    const waiting = n
+      ? [
+          ...(items.length ? [`Host escalations waiting for you (answer them in the Lazaret view):`, ...items.map((i) => `• ${clipDisplay(requestDisplay(i.escalation), 120)}`)] : []),
+          ...(asks.length ? [`Network requests waiting for you (answer them in the Lazaret view):`, ...asks.map((i) => `• ${clip(i.request.destination, 120)} (${(i.request.recordTypes ?? []).map((t) => inert(t)).join(" ")})`)] : []),
+        ].join("\n")
+      : "";
     if (problems.length) {
       status.text = `$(error) Lazaret: cannot ask${n ? ` · ${n} pending` : ""}`;
       status.tooltip = [
@@ -54,11 +62,11 @@ export async function activate(extension: vscode.ExtensionContext): Promise<void
       status.backgroundColor = undefined;
     } else {
       status.text = `$(shield) Lazaret: ${n} pending`;
-      status.tooltip = n ? waiting : "No host escalation is waiting";
+      status.tooltip = n ? waiting : "No host escalation or network request is waiting";
       status.backgroundColor = n ? new vscode.ThemeColor("statusBarItem.warningBackground") : undefined;
     }
     status.show();
-    view.badge = n ? { value: n, tooltip: `${n} pending escalation(s)` } : problems.length ? { value: 1, tooltip: "Lazaret cannot ask: see the view" } : undefined;
+    view.badge = n ? { value: n, tooltip: `${n} pending request(s)` } : problems.length ? { value: 1, tooltip: "Lazaret cannot ask: see the view" } : undefined;
     void vscode.commands.executeCommand("setContext", "lazaret.pending", n);
   };
   renderPending();
@@ -93,6 +101,20 @@ export async function activate(extension: vscode.ExtensionContext): Promise<void
     });
   });
 
+  // As for escalations: no agent text (the destination stays in the view).
+  ctx.manager.onNewNetworkRequest((item) => {
+    const show = "Show Pending";
+    const d = ctx.manager.domains.get(item.domain);
+    void vscode.window.showWarningMessage(`Lazaret: the sandbox of ${notice(d ? domainLabel(d) : "a domain", 80)} asks for a network destination no allow entry covers. Answer it in the Lazaret view.`, show).then((a) => {
+      if (a === show) void approvals.showPending(ctx);
+    });
+  });
+  // Grants for minutes show the time they have left: redrawn while any exists.
+  const ticker = setInterval(() => {
+    if (ctx.manager.connected().some((d) => d.rules?.network.some((g) => g.expiresAtMs != null))) refreshTree();
+  }, 15_000);
+  ctx.disposables.push({ dispose: () => clearInterval(ticker) });
+
   const provider = new ContentProvider(ctx);
   const decorations = new WarningDecorations();
   const requests = new Map<string, string>();
@@ -120,6 +142,9 @@ export async function activate(extension: vscode.ExtensionContext): Promise<void
   command("lazaret.networkAllow", (arg?: unknown) => network(ctx, "allow", arg));
   command("lazaret.networkDeny", (arg?: unknown) => network(ctx, "deny", arg));
   command("lazaret.showAudit", (arg?: unknown) => showAudit(ctx, arg));
+  command("lazaret.allowNetworkRequest", (arg?: unknown) => netapprovals.answerNetwork(ctx, "allow", arg));
+  command("lazaret.denyNetworkRequest", (arg?: unknown) => netapprovals.answerNetwork(ctx, "deny", arg));
+  command("lazaret.revokeRule", (arg?: unknown) => netapprovals.revokeRule(ctx, arg));
   command("lazaret.refresh", async () => {
     await ctx.manager.rediscover();
     await Promise.all(ctx.manager.connected().map((d) => ctx.manager.resync(d).then(() => ctx.manager.refreshDetails(d), () => undefined)));

@@ -18,6 +18,10 @@ export type Node =
   | { type: "sandbox"; socket: string }
   | { type: "pendingGroup"; socket: string }
   | { type: "escalation"; socket: string; requestId: string }
+  | { type: "netRequestGroup"; socket: string }
+  | { type: "netRequest"; socket: string; requestId: string }
+  | { type: "rulesGroup"; socket: string }
+  | { type: "rule"; socket: string; ruleId: string }
   | { type: "branch"; socket: string }
   | { type: "network"; socket: string }
   | { type: "dnsGroup"; socket: string }
@@ -69,6 +73,10 @@ export function nodeKey(node: Node): string {
       return `leaf:${node.id}`;
     case "escalation":
       return `escalation:${node.socket}\0${node.requestId}`;
+    case "netRequest":
+      return `netRequest:${node.socket}\0${node.requestId}`;
+    case "rule":
+      return `rule:${node.socket}\0${node.ruleId}`;
     default:
       return `${node.type}:${node.socket}`;
   }
@@ -80,6 +88,16 @@ export function requestOf(node: Node | undefined): { socket: string; requestId: 
   if (node.type === "escalation") return { socket: node.socket, requestId: node.requestId };
   if (node.type === "leaf" && node.socket && node.requestId) return { socket: node.socket, requestId: node.requestId };
   return undefined;
+}
+
+/** The pending network request a node stands for (never an escalation's row). */
+export function networkRequestOf(node: Node | undefined): { socket: string; requestId: string } | undefined {
+  return node?.type === "netRequest" ? { socket: node.socket, requestId: node.requestId } : undefined;
+}
+
+/** The rule or grant a node stands for. */
+export function ruleOf(node: Node | undefined): { socket: string; ruleId: string } | undefined {
+  return node?.type === "rule" ? { socket: node.socket, ruleId: node.ruleId } : undefined;
 }
 
 /** The domain a node belongs to. */

@@ -10,6 +10,7 @@
 import * as path from "node:path";
 import * as vscode from "vscode";
 import type { DomainManager, DomainState } from "./domains";
+import { grantRow, requestRow, ruleRows } from "./grants";
 import { Node, NodeRegistry, nodeKey } from "./nodes";
 import type { PendingEscalation } from "./protocol";
 import { quoteArgv, requestDisplay } from "./shell";
@@ -87,12 +88,21 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
     return this.intern({ type: "escalation", socket, requestId });
   }
 
+  /** The tree node of a pending network request (for reveal). */
+  networkRequestNode(socket: string, requestId: string): Node {
+    return this.intern({ type: "netRequest", socket, requestId });
+  }
+
   getParent(node: Node): Node | undefined {
     switch (node.type) {
       case "domain":
         return undefined;
       case "escalation":
         return this.intern({ type: "pendingGroup", socket: node.socket });
+      case "netRequest":
+        return this.intern({ type: "netRequestGroup", socket: node.socket });
+      case "rule":
+        return this.intern({ type: "rulesGroup", socket: node.socket });
       case "leaf":
         return undefined;
       default:
@@ -139,7 +149,10 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
           if (!d.problem) rows.push(leaf({ id: `${s}/start`, label: "Not running", description: "start an agent session", icon: new vscode.ThemeIcon("debug-start"), command: { command: "lazaret.startSession", title: "Start Agent Session" }, folder: d.folder?.workspace }));
           return rows.map((r) => this.intern(r));
         }
-        rows.push({ type: "pendingGroup", socket: s }, { type: "sandbox", socket: s }, { type: "branch", socket: s }, { type: "network", socket: s }, { type: "audit", socket: s });
+        rows.push({ type: "pendingGroup", socket: s });
+        // Network requests (`[network] ask`) right under the escalations, whenever any waits.
+        if (m.netQueue.list(s).length) rows.push({ type: "netRequestGroup", socket: s });
+        rows.push({ type: "sandbox", socket: s }, { type: "branch", socket: s }, { type: "network", socket: s }, { type: "rulesGroup", socket: s }, { type: "audit", socket: s });
         return rows.map((r) => this.intern(r));
       }
       case "pendingGroup": {
@@ -166,6 +179,16 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
           rows.push(leaf({ id: `${id}/full`, label: `Show Full Request (cut here: ${cut.toLocaleString("en-US")} more characters)`, description: "the command or justification is longer than shown", icon: new vscode.ThemeIcon("go-to-file"), command: { command: "lazaret.showFullRequest", title: "Show Full Request" }, ...detail }));
         return rows.map((r) => this.intern(r));
       }
+      case "netRequestGroup":
+        return m.netQueue.list(s).map((i) => this.intern({ type: "netRequest", socket: s, requestId: i.request.requestId }));
+      case "rulesGroup": {
+        const rows = d.rulesError ? [leaf({ id: `${s}/ruleserr`, label: `Cannot read the rules: ${clip(d.rulesError, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("error") })] : [];
+        const listed = ruleRows(d.rules, Date.now());
+        if (!listed.length && !d.rulesError) rows.push(leaf({ id: `${s}/norules`, label: d.rules ? "No auto-approve rule and no network grant" : "Not read yet", icon: new vscode.ThemeIcon("info") }));
+        return [...rows.map((r) => this.intern(r)), ...listed.map((r) => this.intern({ type: "rule", socket: s, ruleId: r.id }))];
+      }
+      case "netRequest":
+      case "rule":
       case "problem":
         return [];
       case "sandbox":
@@ -238,7 +261,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
     item.id = this.registry.itemId(node);
     switch (node.type) {
       case "domain": {
-        const n = m.queue.list(node.socket).length;
+        const n = m.pendingCount(node.socket);
         item.label = d ? domainLabel(d) : "domain";
         item.description = d?.problem ? `cannot ask${n ? ` · ${n} pending (last known)` : ""}` : d?.status ? `${inert(d.status.containerState)}${n ? ` · ${n} pending` : ""}` : "not running";
         item.tooltip = `${inert(d?.status?.workspace ?? d?.folder?.workspace ?? "")}\n${inert(node.socket)}`;
@@ -273,6 +296,46 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
         item.iconPath = new vscode.ThemeIcon("question", new vscode.ThemeColor("list.warningForeground"));
         item.collapsibleState = m.queue.list(node.socket).length > EXPANDED_UP_TO ? C.Collapsed : C.Expanded;
         item.contextValue = "escalation";
+        break;
+      }
+      case "netRequestGroup": {
+        const n = m.netQueue.list(node.socket).length;
+        item.label = `Pending network requests (${n})`;
+        item.iconPath = new vscode.ThemeIcon("bell", n ? new vscode.ThemeColor("list.warningForeground") : undefined);
+        item.collapsibleState = C.Expanded;
+        item.contextValue = "netRequestGroup";
+        break;
+      }
+      case "netRequest": {
+        const r = m.netQueue.get(node.socket, node.requestId)?.request;
+        const row = r ? requestRow(r, Date.now()) : undefined;
+        item.label = row?.label ?? inert(node.requestId);
+        item.description = row?.description ?? "";
+        item.tooltip = row?.tooltip;
+        item.iconPath = new vscode.ThemeIcon("globe", new vscode.ThemeColor("list.warningForeground"));
+        item.collapsibleState = C.None;
+        item.contextValue = "networkRequest";
+        break;
+      }
+      case "rulesGroup": {
+        const rules = d?.rules;
+        item.label = "Rules and grants";
+        item.description = rules ? `${rules.network.length} network · ${rules.autoApprove.length} auto-approve` : d?.rulesError ? "cannot read" : "";
+        item.iconPath = new vscode.ThemeIcon("law");
+        item.collapsibleState = rules?.network.length ? C.Expanded : C.Collapsed;
+        item.contextValue = "rulesGroup";
+        break;
+      }
+      case "rule": {
+        const rules = d?.rules;
+        const grant = rules?.network.find((g) => g.id === node.ruleId);
+        const row = grant ? grantRow(grant, Date.now()) : ruleRows(rules, Date.now()).find((r) => r.id === node.ruleId);
+        item.label = row?.label ?? inert(node.ruleId);
+        item.description = row?.description ?? "";
+        item.tooltip = row?.tooltip;
+        item.iconPath = new vscode.ThemeIcon(row?.kind === "autoApprove" ? "check-all" : grant?.verdict === "deny" ? "circle-slash" : "pass");
+        item.collapsibleState = C.None;
+        item.contextValue = row?.kind === "autoApprove" ? "ruleAutoApprove" : "ruleNetwork";
         break;
       }
       case "sandbox": {

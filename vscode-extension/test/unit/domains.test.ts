@@ -42,7 +42,7 @@ after(async () => {
 test("connects, checks the API version, subscribes before listing, and queues what is pending", async () => {
   await until("the first request", () => manager.queue.has(S, "first"));
   assert.deepEqual(fake.calls.slice(0, 2), [METHODS.domainStatus, "events/subscribe"]);
-  assert.deepEqual(fake.calls.slice(2, 4).sort(), [METHODS.domainStatus, METHODS.escalationList].sort());
+  assert.deepEqual(fake.calls.slice(2, 4).sort(), [METHODS.domainStatus, METHODS.pendingList].sort());
   assert.deepEqual(announced, ["first"]);
   const d = manager.connected()[0];
   await until("details", () => d.audit !== undefined && d.networkError !== undefined);
@@ -171,11 +171,11 @@ test("the same request id from two coordinators is two requests, each listed and
   }
 });
 
-test("an escalation/list error is a problem, never an empty queue; the next list that works clears it (issue 26, item 8)", async () => {
+test("a pending/list error is a problem, never an empty queue; the next list that works clears it (issue 26, item 8)", async () => {
   const d = manager.connected()[0];
   fake.listError = new ResponseError(-32603, "the store is locked");
   await assert.rejects(manager.resync(d));
-  assert.match(d.problem ?? "", /escalation\/list failed: the store is locked/);
+  assert.match(d.problem ?? "", /pending\/list failed: the store is locked/);
   assert.equal(manager.problems().length, 1);
   assert.match(manager.problems()[0].fix, /Refresh/);
   fake.listError = undefined;

@@ -5,7 +5,7 @@ import * as net from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { createMessageConnection, MessageConnection, ResponseError, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
-import { API_VERSION, DomainStatus, ERROR_CODE, METHODS, PendingEscalation, SUBSCRIPTION } from "../../src/protocol";
+import { API_VERSION, DomainStatus, ERROR_CODE, METHODS, PendingEscalation, PendingItem, PendingNetworkRequest, Rules, SUBSCRIPTION } from "../../src/protocol";
 
 export function tempDir(): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), "lzvs-"));
@@ -16,7 +16,15 @@ export class FakeCoordinator {
   connections: MessageConnection[] = [];
   sockets: net.Socket[] = [];
   pending: PendingEscalation[] = [];
+  /** Pending network requests (`pending/list` lists them after the commands). */
+  network: PendingNetworkRequest[] = [];
+  rules: Rules = { autoApprove: [], network: [] };
   responses: unknown[] = [];
+  /** `network/respond` and `rules/revoke` params, in order. */
+  netResponses: any[] = [];
+  revokes: any[] = [];
+  /** `network/respond` fails with this error (a coordinator that refuses the answer). */
+  netRespondError?: ResponseError<unknown>;
   calls: string[] = [];
   seq = 0;
   /** `escalation/list` fails with this error (a coordinator that cannot list). */
@@ -44,6 +52,22 @@ export class FakeCoordinator {
         });
       handle(SUBSCRIPTION.subscribe, () => "sub1");
       handle(METHODS.escalationList, () => this.listError ?? this.pending);
+      handle(METHODS.pendingList, (): PendingItem[] | ResponseError<unknown> => this.listError ?? [...this.pending.map((e) => ({ kind: "command" as const, ...e })), ...this.network.map((r) => ({ kind: "network" as const, ...r }))]);
+      handle(METHODS.networkRespond, (p: any) => {
+        this.netResponses.push(p);
+        if (this.netRespondError) return this.netRespondError;
+        const i = this.network.findIndex((r) => r.requestId === p.requestId);
+        if (i < 0) return new ResponseError(ERROR_CODE.NETWORK_REQUEST_NOT_PENDING, "not pending");
+        this.network.splice(i, 1);
+        return true;
+      });
+      handle(METHODS.rulesList, () => this.rules);
+      handle(METHODS.rulesRevoke, (p: any) => {
+        this.revokes.push(p);
+        const before = this.rules.network.length + this.rules.autoApprove.length;
+        this.rules = { network: this.rules.network.filter((g) => g.id !== p.id), autoApprove: this.rules.autoApprove.filter((a) => a.id !== p.id) };
+        return before === this.rules.network.length + this.rules.autoApprove.length ? new ResponseError(ERROR_CODE.RULE_NOT_FOUND, "no such rule") : true;
+      });
       handle(METHODS.domainStatus, () => this.status());
       handle(METHODS.networkShow, () => new ResponseError(ERROR_CODE.NETWORK_FAILED, "no sidecar"));
       handle(METHODS.branchDiff, () => ({ branch: "lazaret/agent-default", base: null, head: null, files: [], patch: "", uncommitted: null, warnings: [] }));
@@ -96,4 +120,8 @@ export async function until(what: string, fn: () => boolean, timeoutMs = 3000): 
 
 export function escalation(id: string, hash = "abcdef012345"): PendingEscalation {
   return { requestId: id, argv: ["touch", id], display: `touch ${id}`, cwd: "/w", domainHash: hash, profile: "default", sessionId: "s", reasons: ["`touch` is not in auto_approve"], riskNotes: [], receivedAtMs: Date.now(), expiresAtMs: Date.now() + 300_000 };
+}
+
+export function networkRequest(id: string, destination = "grant.test", repeats = 0, hash = "abcdef012345"): PendingNetworkRequest {
+  return { requestId: id, destination, recordTypes: ["A"], repeats, sessionIds: ["s"], domainHash: hash, profile: "default", receivedAtMs: Date.now(), expiresAtMs: Date.now() + 300_000 };
 }
