@@ -60,7 +60,7 @@ export interface DomainState {
   lastError?: string;
   /**
    * Why this domain's pending requests are not known: its coordinator did not
-   * answer, or `escalation/list` failed. Shown as that failure, never as an
+   * answer, or `pending/list` failed. Shown as that failure, never as an
    * empty queue; cleared by the next list that succeeds.
    */
   problem?: string;

@@ -568,7 +568,7 @@ export interface RulesChangedEvent {
   kind: "rulesChanged";
 }
 
-/** This subscriber fell behind and `dropped` events were lost. Resync: call `escalation/list` and `domain/status` again. */
+/** This subscriber fell behind and `dropped` events were lost. Resync: call `pending/list`, `rules/list` and `domain/status` again. */
 export interface EventsLaggedEvent {
   dropped: number;
   kind: "eventsLagged";

@@ -2,7 +2,7 @@
 // A request is keyed by (domain, request id), never by the id alone: ids are
 // unique only within a coordinator (DECISIONS D16), and an id seen in two
 // domains is two requests, each listed under its own domain.
-// Entries come from `escalation/list` and `escalationPending` events and leave
+// Entries come from `pending/list` (its `command` items) and `escalationPending` events and leave
 // on `escalationResolved`, on a successful answer, on a fresh list without
 // them, or when their domain goes away. A request once resolved is never
 // added back, so a list answer that raced with the resolution cannot

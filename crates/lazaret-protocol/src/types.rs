@@ -795,7 +795,7 @@ pub enum Event {
     /// `rules/list` again.
     RulesChanged {},
     /// This subscriber fell behind and `dropped` events were lost. Resync:
-    /// call `escalation/list` and `domain/status` again.
+    /// call `pending/list`, `rules/list` and `domain/status` again.
     EventsLagged {
         dropped: u64,
     },
