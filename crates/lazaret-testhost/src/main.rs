@@ -208,11 +208,17 @@ fn reply_with(query: &lazaret_dns::wire::Query, answers: &[Answer]) -> Vec<u8> {
     out
 }
 
+/// A UDP socket connected to the sandbox's resolver (the sidecar's, 127.0.0.1:53).
+fn resolver_socket() -> Result<UdpSocket, String> {
+    let socket = UdpSocket::bind(("127.0.0.1", 0)).map_err(|e| format!("bind: {e}"))?;
+    socket.connect(("127.0.0.1", 53)).map_err(|e| format!("connect: {e}"))?;
+    Ok(socket)
+}
+
 fn dns_burst(args: &[String]) -> Result<(), String> {
     let prefix: String = arg(args, 0, "PREFIX")?;
     let count: u16 = arg(args, 1, "COUNT")?;
-    let socket = UdpSocket::bind(("127.0.0.1", 0)).map_err(|e| format!("bind: {e}"))?;
-    socket.connect(("127.0.0.1", 53)).map_err(|e| format!("connect: {e}"))?;
+    let socket = resolver_socket()?;
     let mut sent = 0;
     for n in 0..count {
         let query = encode_query(n, &Question::new(&format!("{prefix}{n}.test"), TYPE_A));
@@ -237,8 +243,7 @@ fn dns_burst(args: &[String]) -> Result<(), String> {
 fn dns_time(args: &[String]) -> Result<(), String> {
     let name: String = arg(args, 0, "NAME")?;
     let count: u16 = arg(args, 1, "COUNT")?;
-    let socket = UdpSocket::bind(("127.0.0.1", 0)).map_err(|e| format!("bind: {e}"))?;
-    socket.connect(("127.0.0.1", 53)).map_err(|e| format!("connect: {e}"))?;
+    let socket = resolver_socket()?;
     socket.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| format!("timeout: {e}"))?;
     let mut times = Vec::with_capacity(usize::from(count));
     let mut buffer = [0u8; 512];

@@ -288,94 +288,93 @@ pub fn respond(
     })
 }
 
+/// The rules and grants of every running domain, with its socket, and a
+/// message for each domain that could not be asked.
+async fn all_rules(socket_root: &Path) -> (Vec<(PathBuf, Rules)>, Vec<String>) {
+    let mut listed = Vec::new();
+    let mut failures = Vec::new();
+    let sockets = live_sockets(socket_root).await;
+    for (socket, answer) in ask_every_domain(sockets, "rules_list", |client| async move { client.rules_list().await }).await {
+        match answer {
+            Ok(rules) => listed.push((socket, rules)),
+            Err(error) => failures.push(format!("cannot list the rules of {}: {error:#}", socket.display())),
+        }
+    }
+    (listed, failures)
+}
+
+/// The domain hash a control socket belongs to (its directory's name).
+fn domain_of(socket: &Path) -> String {
+    socket.parent().and_then(Path::file_name).map(|hash| hash.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
 /// `lazaret rules`: every running domain's rules and grants.
 pub fn rules(config_path: Option<&Path>, json: bool) -> Result<u8> {
     let config = load_config(config_path)?;
-    runtime()?.block_on(async {
-        let sockets = live_sockets(&config.socket_root).await;
-        let answers = ask_every_domain(sockets, "rules_list", |client| async move { client.rules_list().await }).await;
-        let mut failures = Vec::new();
-        let mut listed = Vec::new();
-        for (socket, answer) in answers {
-            let domain = socket.parent().and_then(Path::file_name).map(|hash| hash.to_string_lossy().into_owned()).unwrap_or_default();
-            match answer {
-                Ok(rules) => listed.push((domain, rules)),
-                Err(error) => failures.push(format!("cannot list the rules of {}: {error:#}", socket.display())),
-            }
+    let (listed, failures) = runtime()?.block_on(all_rules(&config.socket_root));
+    if json {
+        let by_domain: std::collections::BTreeMap<String, &Rules> =
+            listed.iter().map(|(socket, rules)| (domain_of(socket), rules)).collect();
+        super::print_json(&by_domain)?;
+        return Ok(report_failures(&failures));
+    }
+    let name = lazaret_core::terminal_text::name;
+    if listed.is_empty() && failures.is_empty() {
+        println!("no running domain");
+    }
+    let now = lazaret_core::time::now_ms();
+    for (socket, rules) in &listed {
+        println!("domain {}", domain_of(socket));
+        if rules.auto_approve.is_empty() && rules.network.is_empty() {
+            println!("  (no rules or grants)");
         }
-        if json {
-            let by_domain: std::collections::BTreeMap<&str, &Rules> =
-                listed.iter().map(|(domain, rules)| (domain.as_str(), rules)).collect();
-            super::print_json(&by_domain)?;
-            return Ok(report_failures(&failures));
+        for rule in &rules.auto_approve {
+            println!("  {}  auto-approve `{}`  from {}", rule.id, name(&rule.entry), name(&rule.source));
         }
-        let name = lazaret_core::terminal_text::name;
-        if listed.is_empty() && failures.is_empty() {
-            println!("no running domain");
+        for grant in &rules.network {
+            let verdict = match grant.verdict {
+                EntryVerdict::Allow => "allow",
+                EntryVerdict::Deny => "deny",
+            };
+            let left = match grant.expires_at_ms {
+                Some(end) => format!(", {} s left", end.saturating_sub(now) / 1000),
+                None => String::new(),
+            };
+            println!(
+                "  {}  {verdict} {}  for {}{left}  by {}, {} hits",
+                name(&grant.id),
+                name(&grant.destination),
+                grant.scope,
+                name(&grant.decided_by.to_string()),
+                grant.hits
+            );
         }
-        for (domain, rules) in &listed {
-            println!("domain {domain}");
-            if rules.auto_approve.is_empty() && rules.network.is_empty() {
-                println!("  (no rules or grants)");
-            }
-            for rule in &rules.auto_approve {
-                println!("  {}  auto-approve `{}`  from {}", rule.id, name(&rule.entry), name(&rule.source));
-            }
-            let now = lazaret_core::time::now_ms();
-            for grant in &rules.network {
-                let verdict = match grant.verdict {
-                    EntryVerdict::Allow => "allow",
-                    EntryVerdict::Deny => "deny",
-                };
-                let left = match grant.expires_at_ms {
-                    Some(end) => format!(", {} s left", end.saturating_sub(now) / 1000),
-                    None => String::new(),
-                };
-                println!(
-                    "  {}  {verdict} {}  for {}{left}  by {}, {} hits",
-                    name(&grant.id),
-                    name(&grant.destination),
-                    grant.scope,
-                    name(&grant.decided_by.to_string()),
-                    grant.hits
-                );
-            }
-        }
-        Ok(report_failures(&failures))
-    })
+    }
+    Ok(report_failures(&failures))
 }
 
 /// `lazaret rules revoke ID`: in whichever running domain has it.
 pub fn revoke(config_path: Option<&Path>, id: &str) -> Result<u8> {
     let config = load_config(config_path)?;
     runtime()?.block_on(async {
-        let sockets = live_sockets(&config.socket_root).await;
-        let answers = ask_every_domain(sockets, "rules_list", |client| async move { client.rules_list().await }).await;
-        let mut holders = Vec::new();
-        let mut failures = Vec::new();
-        for (socket, answer) in answers {
-            match answer {
-                Ok(rules) => {
-                    let has = rules.auto_approve.iter().any(|rule| rule.id == id) || rules.network.iter().any(|grant| grant.id == id);
-                    if has {
-                        holders.push(socket);
-                    }
-                }
-                Err(error) => failures.push(format!("{}: {error:#}", socket.display())),
-            }
-        }
+        let (listed, failures) = all_rules(&config.socket_root).await;
+        let holders: Vec<&PathBuf> = listed
+            .iter()
+            .filter(|(_, rules)| rules.auto_approve.iter().any(|rule| rule.id == id) || rules.network.iter().any(|grant| grant.id == id))
+            .map(|(socket, _)| socket)
+            .collect();
         let socket = match holders.as_slice() {
-            [one] => one.clone(),
+            [one] => *one,
             [] if !failures.is_empty() => bail!("no rule `{id}` found, but some domains could not be asked: {}", failures.join("; ")),
             [] => bail!("no rule or grant `{id}` in any running domain (lazaret rules lists them)"),
             _ => bail!(
-                "`{id}` names a rule in {} domains; auto-approve ids repeat across domains: stop the others or revoke from an editor",
+                "`{id}` names a rule in {} domains (auto-approve ids repeat across domains): revoke it from an editor, or stop the other domains",
                 holders.len()
             ),
         };
-        let client = lazaret_rpc::client::connect(&socket, bounds::ORDINARY_CALL).await?;
-        lazaret_rpc::client::within("rules_revoke", bounds::ORDINARY_CALL, client.rules_revoke(id.to_owned(), Some("cli".to_owned())))
-            .await?;
+        let client = lazaret_rpc::client::connect(socket, bounds::ORDINARY_CALL).await?;
+        let revoke = client.rules_revoke(id.to_owned(), Some("cli".to_owned()));
+        lazaret_rpc::client::within("rules_revoke", bounds::ORDINARY_CALL, revoke).await?;
         println!("revoked: {}", lazaret_core::terminal_text::name(id));
         Ok(0)
     })
