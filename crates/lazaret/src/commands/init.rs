@@ -158,6 +158,10 @@ pub fn profile_text(preset: &Preset, name: &str) -> String {
     line("# resolver answers these and refuses every other name. Add a host here, or");
     line("# for the running sandbox only: `lazaret net allow HOST`.");
     line(&array("allow_egress", preset.allow_egress, preset.optional_egress));
+    line("# Any other name the agent asks for waits (a few seconds) for you instead of");
+    line("# failing: `lazaret pending`, the session's prompt or your editor shows it; allow");
+    line("# it for the session, for a while or for this profile, or deny it.");
+    line("ask = true");
     line("# Host commands the agent may run through `lazaret-escalate` without asking");
     line("# you, e.g. \"cargo check *\" or \"npm test\" (added to [escalation] auto_approve).");
     line("# Left empty: every request waits for your approval.");
@@ -211,6 +215,7 @@ mod tests {
             assert_eq!(profile.allow_egress.len(), preset.allow_egress.len());
             assert_eq!(profile.env[preset.api_key.value].value, format!("env:{}", preset.api_key.value));
             assert!(profile.auto_approve.is_empty());
+            assert_eq!(profile.ask, Some(true), "a preset asks about names it does not allow");
         }
     }
 
