@@ -12,7 +12,7 @@
 import * as vscode from "vscode";
 import type { Ctx } from "./context";
 import { requestOf } from "./nodes";
-import type { QueueItem } from "./queue";
+import type { EscalationItem } from "./queue";
 import { quoteArgv, requestDisplay, splitArgv } from "./shell";
 import { clip, clipDisplay, escapeUnsafe, inert, noIcons, notice } from "./text";
 import { domainLabel, LABEL_MAX } from "./tree";
@@ -20,7 +20,7 @@ import { validateCommandLine } from "./validate";
 
 export const REQUEST_SCHEME = "lazaret-request";
 
-async function pick(ctx: Ctx, action: string): Promise<QueueItem | undefined> {
+async function pick(ctx: Ctx, action: string): Promise<EscalationItem | undefined> {
   const items = ctx.manager.queue.list();
   if (!items.length) {
     const problems = ctx.manager.problems();
@@ -31,7 +31,7 @@ async function pick(ctx: Ctx, action: string): Promise<QueueItem | undefined> {
   // Quick pick labels, descriptions and details render `$(icon)`: noIcons.
   const picked = await vscode.window.showQuickPick(
     items.map((item) => {
-      const e = item.escalation;
+      const e = item.value;
       const d = ctx.manager.domains.get(item.domain);
       return {
         label: noIcons(clipDisplay(requestDisplay(e), LABEL_MAX)),
@@ -53,7 +53,7 @@ async function pick(ctx: Ctx, action: string): Promise<QueueItem | undefined> {
 }
 
 /** The request a command acts on: the row it was invoked on (a node of this tree), the selection, else one the user picks. */
-async function target(ctx: Ctx, arg: unknown, action: string, fromSelection: boolean): Promise<QueueItem | undefined> {
+async function target(ctx: Ctx, arg: unknown, action: string, fromSelection: boolean): Promise<EscalationItem | undefined> {
   let node = ctx.registry.known(arg);
   if (arg !== undefined && !node) ctx.log.warn(`${action}: ignored an argument that is not a row of the Lazaret view (a command link or keybinding?): asking instead`);
   if (!node && fromSelection) {
@@ -82,14 +82,14 @@ async function report(ctx: Ctx, outcome: Promise<"answered" | "already-answered"
 }
 
 /** The command of a request for titles and messages: program first, cut. */
-function shortCommand(item: QueueItem, max = 120): string {
-  return clipDisplay(requestDisplay(item.escalation), max);
+function shortCommand(item: EscalationItem, max = 120): string {
+  return clipDisplay(requestDisplay(item.value), max);
 }
 
 export async function approve(ctx: Ctx, arg: unknown, fromSelection = false): Promise<void> {
   const item = await target(ctx, arg, "Approve", fromSelection);
   if (!item) return;
-  await report(ctx, ctx.manager.respond(item.domain, item.escalation.requestId, "approve"), `approve ${shortCommand(item)}`);
+  await report(ctx, ctx.manager.respond(item.domain, item.value.requestId, "approve"), `approve ${shortCommand(item)}`);
 }
 
 export async function deny(ctx: Ctx, arg: unknown, fromSelection = false): Promise<void> {
@@ -102,13 +102,13 @@ export async function deny(ctx: Ctx, arg: unknown, fromSelection = false): Promi
     ignoreFocusOut: true,
   });
   if (reason === undefined) return;
-  await report(ctx, ctx.manager.respond(item.domain, item.escalation.requestId, "deny", reason.trim() ? { reason: reason.trim() } : {}), `deny ${shortCommand(item)}`);
+  await report(ctx, ctx.manager.respond(item.domain, item.value.requestId, "deny", reason.trim() ? { reason: reason.trim() } : {}), `deny ${shortCommand(item)}`);
 }
 
 export async function edit(ctx: Ctx, arg: unknown, fromSelection = false): Promise<void> {
   const item = await target(ctx, arg, "Edit", fromSelection);
   if (!item) return;
-  const e = item.escalation;
+  const e = item.value;
   // The whole argv, as shell syntax with no raw unsafe character ($'...' for those words): splitArgv reads it back.
   const line = await vscode.window.showInputBox({
     title: `Lazaret: edit the command (runs on the host in ${clip(e.cwd, 120)})`,
@@ -140,9 +140,9 @@ export async function showPending(ctx: Ctx): Promise<void> {
   const first = ctx.manager.queue.list()[0];
   const ask = ctx.manager.netQueue.list()[0];
   if (first && ctx.treeView && ctx.tree) {
-    await ctx.treeView.reveal(ctx.tree.escalationNode(first.domain, first.escalation.requestId), { select: true, focus: true, expand: true });
+    await ctx.treeView.reveal(ctx.tree.escalationNode(first.domain, first.value.requestId), { select: true, focus: true, expand: true });
   } else if (ask && ctx.treeView && ctx.tree) {
-    await ctx.treeView.reveal(ctx.tree.networkRequestNode(ask.domain, ask.request.requestId), { select: true, focus: true, expand: true });
+    await ctx.treeView.reveal(ctx.tree.networkRequestNode(ask.domain, ask.value.requestId), { select: true, focus: true, expand: true });
   }
 }
 
@@ -163,8 +163,8 @@ function wrapped(text: string, width: number, escape: (ch: string) => string, in
 }
 
 /** The whole request as inert text (for a read-only document). */
-export function fullRequestText(item: QueueItem, domain: string): string {
-  const e = item.escalation;
+export function fullRequestText(item: EscalationItem, domain: string): string {
+  const e = item.value;
   const WIDTH = 160;
   const block = (text: string) => wrapped(text, WIDTH, (c) => inert(c), "    ");
   return [
@@ -194,7 +194,7 @@ export async function showFullRequest(ctx: Ctx, documents: Map<string, string>, 
   const item = await target(ctx, arg, "Show Full Request", fromSelection);
   if (!item) return;
   const d = ctx.manager.domains.get(item.domain);
-  const uri = vscode.Uri.from({ scheme: REQUEST_SCHEME, path: `/request-${item.escalation.requestId.slice(0, 12).replace(/[^0-9A-Za-z]/g, "_")}.txt`, query: `t=${Date.now()}` });
+  const uri = vscode.Uri.from({ scheme: REQUEST_SCHEME, path: `/request-${item.value.requestId.slice(0, 12).replace(/[^0-9A-Za-z]/g, "_")}.txt`, query: `t=${Date.now()}` });
   documents.set(uri.toString(), fullRequestText(item, d ? domainLabel(d) : "its domain"));
   const doc = await vscode.workspace.openTextDocument(uri);
   await vscode.window.showTextDocument(doc, { preview: false });

@@ -21,8 +21,7 @@ import {
   Rules,
   SequencedEvent,
 } from "./protocol";
-import { NetworkItem, NetworkQueue } from "./netqueue";
-import { PendingQueue, QueueItem } from "./queue";
+import { EscalationItem, NetworkItem, NetworkQueue, PendingQueue } from "./queue";
 import { Sequencer } from "./sequencer";
 
 export interface DnsRefusal {
@@ -118,7 +117,7 @@ export class DomainManager {
   /** Whether a discovery has finished (before it, nothing was asked yet). */
   discovered = false;
   private listeners: Array<(change: Change, detail?: unknown) => void> = [];
-  private newRequestListeners: Array<(item: QueueItem) => void> = [];
+  private newRequestListeners: Array<(item: EscalationItem) => void> = [];
   private newNetworkListeners: Array<(item: NetworkItem) => void> = [];
   private timer?: NodeJS.Timeout;
   private watcher?: fs.FSWatcher;
@@ -135,7 +134,7 @@ export class DomainManager {
   }
 
   /** A request this window has not seen before (from an event or a list). */
-  onNewRequest(listener: (item: QueueItem) => void): void {
+  onNewRequest(listener: (item: EscalationItem) => void): void {
     this.newRequestListeners.push(listener);
   }
 
@@ -153,7 +152,7 @@ export class DomainManager {
     for (const l of this.listeners) l(change);
   }
 
-  private announce(items: QueueItem[]): void {
+  private announce(items: EscalationItem[]): void {
     for (const item of items) for (const l of this.newRequestListeners) l(item);
   }
 
@@ -479,7 +478,7 @@ export class DomainManager {
         break;
       case "networkRequestPending": {
         // Sent again (same id) when more questions came in: an upsert.
-        const item = this.netQueue.upsert(state.socket, event.request);
+        const item = this.netQueue.add(state.socket, event.request);
         if (item) this.announceNetwork([item]);
         this.emit("pending");
         break;

@@ -44,8 +44,8 @@ export async function activate(extension: vscode.ExtensionContext): Promise<void
     const problems = ctx.manager.problems();
     const waiting = n
       ? [
-          ...(items.length ? [`Host escalations waiting for you (answer them in the Lazaret view):`, ...items.map((i) => `• ${clipDisplay(requestDisplay(i.escalation), 120)}`)] : []),
-          ...(asks.length ? [`Network requests waiting for you (answer them in the Lazaret view):`, ...asks.map((i) => `• ${clip(i.request.destination, 120)} (${(i.request.recordTypes ?? []).map((t) => inert(t)).join(" ")})`)] : []),
+          ...(items.length ? [`Host escalations waiting for you (answer them in the Lazaret view):`, ...items.map((i) => `• ${clipDisplay(requestDisplay(i.value), 120)}`)] : []),
+          ...(asks.length ? [`Network requests waiting for you (answer them in the Lazaret view):`, ...asks.map((i) => `• ${clip(i.value.destination, 120)} (${(i.value.recordTypes ?? []).map((t) => inert(t)).join(" ")})`)] : []),
         ].join("\n")
       : "";
     if (problems.length) {

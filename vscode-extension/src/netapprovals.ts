@@ -8,7 +8,7 @@ import * as vscode from "vscode";
 import type { Ctx } from "./context";
 import type { DomainState } from "./domains";
 import { ruleRows, SCOPE_CHOICES, scopeFor, scopeText, validateMinutes, type RuleRow } from "./grants";
-import type { NetworkItem } from "./netqueue";
+import type { NetworkItem } from "./queue";
 import { networkRequestOf, ruleOf } from "./nodes";
 import type { GrantScope, NetworkDecision } from "./protocol";
 import { clip, noIcons, notice } from "./text";
@@ -31,9 +31,9 @@ async function pickRequest(ctx: Ctx, action: string): Promise<NetworkItem | unde
     items.map((item) => {
       const d = ctx.manager.domains.get(item.domain);
       return {
-        label: noIcons(clip(item.request.destination, 160)),
+        label: noIcons(clip(item.value.destination, 160)),
         description: noIcons(d ? domainLabel(d) : ""),
-        detail: noIcons(`${(item.request.recordTypes ?? []).map((t) => clip(t, 10)).join(" ")} · asked ${Number(item.request.repeats) + 1} time(s)`),
+        detail: noIcons(`${(item.value.recordTypes ?? []).map((t) => clip(t, 10)).join(" ")} · asked ${Number(item.value.repeats) + 1} time(s)`),
         item,
       };
     }),
@@ -77,11 +77,11 @@ export async function answerNetwork(ctx: Ctx, decision: NetworkDecision, arg: un
   const item = await targetRequest(ctx, arg, `${verb} Network Request`);
   if (!item) return;
   // Quick pick titles render no links, but `$(`: the destination is a plain DNS name, cut and escaped all the same.
-  const scope = await askScope(noIcons(`Lazaret: ${decision} ${clip(item.request.destination, 120)}`));
+  const scope = await askScope(noIcons(`Lazaret: ${decision} ${clip(item.value.destination, 120)}`));
   if (!scope) return;
   const what = `${decision} the network request (${scopeText(scope)})`;
   try {
-    const result = await ctx.manager.respondNetwork(item.domain, item.request.requestId, decision, scope);
+    const result = await ctx.manager.respondNetwork(item.domain, item.value.requestId, decision, scope);
     if (result === "already-answered") void vscode.window.showWarningMessage(`Lazaret: ${what}: it was already answered elsewhere, or it expired.`);
     else ctx.log.info(`${what}: done`);
   } catch (err) {

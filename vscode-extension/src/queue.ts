@@ -1,18 +1,38 @@
-// The pending-escalation queue across domains. Pure: no editor state.
-// A request is keyed by (domain, request id), never by the id alone: ids are
-// unique only within a coordinator (DECISIONS D16), and an id seen in two
-// domains is two requests, each listed under its own domain.
-// Entries come from `pending/list` (its `command` items) and `escalationPending` events and leave
-// on `escalationResolved`, on a successful answer, on a fresh list without
-// them, or when their domain goes away. A request once resolved is never
-// added back, so a list answer that raced with the resolution cannot
-// resurrect it. tests/vectors/queue.json holds the cases both editors' tests run.
-import type { PendingEscalation } from "./protocol";
+// The pending queues across domains: host command escalations and network
+// requests (`[network] ask`: a DNS name the sandbox asked for that no allow
+// entry covers). Pure: no editor state. One implementation, KeyedQueue,
+// serves both; what it guarantees:
+//
+// - A request is keyed by (domain, request id), never by the id alone: ids
+//   are unique only within a coordinator (DECISIONS D16), and an id seen in
+//   two domains is two requests, each listed under its own domain.
+// - Entries come from `pending/list` (`replace`: the list becomes the
+//   domain's requests) and from the pending events (`add`). Adding an id
+//   already queued replaces its value in place (an upsert: a network request
+//   is sent again, same id, when `repeats` grows) and is not announced again.
+// - They leave on the resolved events and on a successful answer (`resolve`),
+//   on a fresh list without them, or when their domain goes away
+//   (`dropDomain`). A request once resolved is never added back (the last
+//   TOMBSTONES resolved keys are remembered), so a list answer that raced
+//   with the resolution cannot resurrect it.
+// - `list` is oldest first: receivedAtMs (one that is not a finite number
+//   counts as 0), then order of arrival in this queue.
+//
+// tests/vectors/queue.json holds the cases both editors' tests run.
+import type { PendingEscalation, PendingNetworkRequest } from "./protocol";
 
-export interface QueueItem {
+/** What a queued value must carry: its id and when the coordinator received it. */
+export interface Pending {
+  requestId: string;
+  receivedAtMs: number;
+}
+
+export interface QueueItem<T> {
   /** Key of the domain (its control socket). */
   domain: string;
-  escalation: PendingEscalation;
+  /** The request as the coordinator last sent it. */
+  value: T;
+  /** Order of arrival in this queue (ties of receivedAtMs). */
   arrival: number;
 }
 
@@ -22,33 +42,36 @@ function key(domain: string, id: string): string {
   return `${domain}\0${id}`;
 }
 
-function receivedAt(item: QueueItem): number {
-  const at: unknown = item.escalation.receivedAtMs;
+function receivedAt(item: QueueItem<Pending>): number {
+  const at: unknown = item.value.receivedAtMs;
   return typeof at === "number" && Number.isFinite(at) ? at : 0;
 }
 
-export class PendingQueue {
-  private items = new Map<string, QueueItem>();
+export class KeyedQueue<T extends Pending> {
+  private items = new Map<string, QueueItem<T>>();
   private resolved = new Set<string>();
   private arrival = 0;
 
-  /** Adds (or refreshes) a request of `domain`; the item when it is new to the queue. */
-  add(domain: string, escalation: PendingEscalation): QueueItem | undefined {
-    const id = escalation?.requestId;
-    if (typeof id !== "string") return undefined;
+  /** `accepts`: what else a value needs to be queued, beyond a string requestId. */
+  constructor(private readonly accepts: (value: T) => boolean = () => true) {}
+
+  /** Adds a request of `domain`, or replaces the value of the one with its id; the item when it is new to the queue. */
+  add(domain: string, value: T): QueueItem<T> | undefined {
+    const id = value?.requestId;
+    if (typeof id !== "string" || !this.accepts(value)) return undefined;
     const k = key(domain, id);
     if (this.resolved.has(k)) return undefined;
     const existing = this.items.get(k);
     if (existing) {
-      existing.escalation = escalation;
+      existing.value = value;
       return undefined;
     }
-    const item = { domain, escalation, arrival: ++this.arrival };
+    const item = { domain, value, arrival: ++this.arrival };
     this.items.set(k, item);
     return item;
   }
 
-  /** Removes a request for good (answered here or anywhere else); true when it was queued. */
+  /** Removes a request for good (answered here or anywhere else, or expired); true when it was queued. */
   resolve(domain: string, id: string): boolean {
     if (typeof id !== "string") return false;
     const k = key(domain, id);
@@ -62,14 +85,17 @@ export class PendingQueue {
     return this.items.delete(k);
   }
 
-  /** Makes `list` the pending requests of `domain`; returns the items that are new. */
-  replace(domain: string, list: readonly PendingEscalation[]): QueueItem[] {
+  /**
+   * Makes `list` the pending requests of `domain`; returns the items that are new.
+   * An entry with a string requestId keeps its queued request even when `accepts` refuses the new value.
+   */
+  replace(domain: string, list: readonly T[]): QueueItem<T>[] {
     const keep = new Set<string>();
-    const added: QueueItem[] = [];
-    for (const e of Array.isArray(list) ? list : []) {
-      if (!e || typeof e.requestId !== "string") continue;
-      keep.add(key(domain, e.requestId));
-      const item = this.add(domain, e);
+    const added: QueueItem<T>[] = [];
+    for (const v of Array.isArray(list) ? list : []) {
+      if (!v || typeof v.requestId !== "string") continue;
+      keep.add(key(domain, v.requestId));
+      const item = this.add(domain, v);
       if (item) added.push(item);
     }
     for (const [k, item] of this.items) {
@@ -83,7 +109,7 @@ export class PendingQueue {
     for (const [k, item] of this.items) if (item.domain === domain) this.items.delete(k);
   }
 
-  get(domain: string, id: string): QueueItem | undefined {
+  get(domain: string, id: string): QueueItem<T> | undefined {
     return this.items.get(key(domain, id));
   }
 
@@ -92,7 +118,7 @@ export class PendingQueue {
   }
 
   /** Oldest first (receivedAtMs, then arrival; a receivedAtMs that is not a number counts as 0). */
-  list(domain?: string): QueueItem[] {
+  list(domain?: string): QueueItem<T>[] {
     return [...this.items.values()]
       .filter((i) => domain === undefined || i.domain === domain)
       .sort((a, b) => receivedAt(a) - receivedAt(b) || a.arrival - b.arrival);
@@ -102,3 +128,15 @@ export class PendingQueue {
     return this.items.size;
   }
 }
+
+/** The host command escalations (`command` items of `pending/list`, `escalationPending`). */
+export class PendingQueue extends KeyedQueue<PendingEscalation> {}
+export type EscalationItem = QueueItem<PendingEscalation>;
+
+/** The network requests (`network` items of `pending/list`, `networkRequestPending`); one without a destination is refused. */
+export class NetworkQueue extends KeyedQueue<PendingNetworkRequest> {
+  constructor() {
+    super((r) => typeof r.destination === "string");
+  }
+}
+export type NetworkItem = QueueItem<PendingNetworkRequest>;

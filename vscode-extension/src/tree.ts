@@ -161,10 +161,10 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
           // Only a domain that was asked and answered has "no pending escalations".
           return [this.intern(d.problem ? leaf({ id: `${s}/unknown`, label: "Pending escalations unknown: this coordinator could not be asked", icon: new vscode.ThemeIcon("error") }) : leaf({ id: `${s}/nopending`, label: "No pending escalations", icon: new vscode.ThemeIcon("pass") }))];
         }
-        return items.map((i) => this.intern({ type: "escalation", socket: s, requestId: i.escalation.requestId }));
+        return items.map((i) => this.intern({ type: "escalation", socket: s, requestId: i.value.requestId }));
       }
       case "escalation": {
-        const e = m.queue.get(s, node.requestId)?.escalation;
+        const e = m.queue.get(s, node.requestId)?.value;
         if (!e) return [];
         const id = `${s}/${e.requestId}`;
         const detail = { requestId: e.requestId, contextValue: "escalationDetail" };
@@ -180,7 +180,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
         return rows.map((r) => this.intern(r));
       }
       case "netRequestGroup":
-        return m.netQueue.list(s).map((i) => this.intern({ type: "netRequest", socket: s, requestId: i.request.requestId }));
+        return m.netQueue.list(s).map((i) => this.intern({ type: "netRequest", socket: s, requestId: i.value.requestId }));
       case "rulesGroup": {
         const rows = d.rulesError ? [leaf({ id: `${s}/ruleserr`, label: `Cannot read the rules: ${clip(d.rulesError, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("error") })] : [];
         const listed = ruleRows(d.rules, Date.now());
@@ -289,7 +289,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
         break;
       }
       case "escalation": {
-        const e = m.queue.get(node.socket, node.requestId)?.escalation;
+        const e = m.queue.get(node.socket, node.requestId)?.value;
         item.label = e ? clipDisplay(requestDisplay(e), LABEL_MAX) : inert(node.requestId);
         item.description = e?.justification ? clip(e.justification, DESCRIPTION_MAX) : "";
         item.tooltip = e ? escalationTooltip(e) : undefined;
@@ -307,7 +307,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
         break;
       }
       case "netRequest": {
-        const r = m.netQueue.get(node.socket, node.requestId)?.request;
+        const r = m.netQueue.get(node.socket, node.requestId)?.value;
         const row = r ? requestRow(r, Date.now()) : undefined;
         item.label = row?.label ?? inert(node.requestId);
         item.description = row?.description ?? "";

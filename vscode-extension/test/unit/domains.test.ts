@@ -28,7 +28,7 @@ before(async () => {
     log: () => undefined,
     pollMs: 50,
   });
-  manager.onNewRequest((item) => announced.push(item.escalation.requestId));
+  manager.onNewRequest((item) => announced.push(item.value.requestId));
   await manager.start();
   await until("connected", () => manager.connected().length === 1);
 });
@@ -149,10 +149,10 @@ test("the same request id from two coordinators is two requests, each listed and
   await other.listen();
   try {
     await until("both domains' requests", () => manager.queue.has(S2, "shared-id"), 5000);
-    assert.equal(manager.queue.list().filter((i) => i.escalation.requestId === "shared-id").length, 2);
-    assert.deepEqual(manager.queue.get(S, "shared-id")?.escalation.argv, ["touch", "shared-id"]);
+    assert.equal(manager.queue.list().filter((i) => i.value.requestId === "shared-id").length, 2);
+    assert.deepEqual(manager.queue.get(S, "shared-id")?.value.argv, ["touch", "shared-id"]);
     assert.equal(manager.queue.get(S, "shared-id")?.domain, S);
-    assert.deepEqual(manager.queue.list(S2).map((i) => i.escalation.argv), [["touch", "from-other"]]);
+    assert.deepEqual(manager.queue.list(S2).map((i) => i.value.argv), [["touch", "from-other"]]);
     // An answer goes to the coordinator of the request's own domain, and only that one leaves.
     assert.equal(await manager.respond(S2, "shared-id", "deny"), "answered");
     assert.equal(other.responses.length, 1);

@@ -10,37 +10,37 @@ import { after, before, test } from "node:test";
 import { ResponseError } from "vscode-jsonrpc/node";
 import { DomainManager } from "../../src/domains";
 import { grantRow, requestRow, ruleRows, SCOPE_CHOICES, scopeFor, scopeText, timeLeft, validateMinutes } from "../../src/grants";
-import { NetworkQueue } from "../../src/netqueue";
+import { NetworkQueue } from "../../src/queue";
 import { networkRequestOf, NodeRegistry, requestOf, ruleOf } from "../../src/nodes";
 import { ERROR_CODE, METHODS, NetworkGrant } from "../../src/protocol";
 import { editorInfo, escalation, FakeCoordinator, networkRequest, tempDir, until } from "./fake";
 
 test("the queue: a new request is announced once; the same id again is an upsert (repeats grow), not a second entry", () => {
   const q = new NetworkQueue();
-  assert.ok(q.upsert("/a", networkRequest("r1", "one.test")));
-  assert.equal(q.upsert("/a", networkRequest("r1", "one.test", 3)), undefined, "an upsert is not new");
+  assert.ok(q.add("/a", networkRequest("r1", "one.test")));
+  assert.equal(q.add("/a", networkRequest("r1", "one.test", 3)), undefined, "an upsert is not new");
   assert.equal(q.size, 1);
-  assert.equal(q.get("/a", "r1")?.request.repeats, 3);
+  assert.equal(q.get("/a", "r1")?.value.repeats, 3);
   // Keyed by (domain, id): the same id in another domain is another request.
-  assert.ok(q.upsert("/b", networkRequest("r1", "other.test")));
+  assert.ok(q.add("/b", networkRequest("r1", "other.test")));
   assert.equal(q.list().length, 2);
-  assert.deepEqual(q.list("/b").map((i) => i.request.destination), ["other.test"]);
+  assert.deepEqual(q.list("/b").map((i) => i.value.destination), ["other.test"]);
   // Resolved: gone, and never added back by a late event or list.
   assert.equal(q.resolve("/a", "r1"), true);
-  assert.equal(q.upsert("/a", networkRequest("r1", "one.test", 4)), undefined);
+  assert.equal(q.add("/a", networkRequest("r1", "one.test", 4)), undefined);
   assert.deepEqual(q.replace("/a", [networkRequest("r1", "one.test")]), []);
   assert.equal(q.has("/a", "r1"), false);
   assert.equal(q.has("/b", "r1"), true);
   // A list replaces the domain's requests: new ones returned, missing ones dropped, other domains kept.
-  assert.deepEqual(q.replace("/a", [networkRequest("r2"), networkRequest("r3")]).map((i) => i.request.requestId), ["r2", "r3"]);
+  assert.deepEqual(q.replace("/a", [networkRequest("r2"), networkRequest("r3")]).map((i) => i.value.requestId), ["r2", "r3"]);
   assert.deepEqual(q.replace("/a", [networkRequest("r3")]), []);
-  assert.deepEqual(q.list("/a").map((i) => i.request.requestId), ["r3"]);
+  assert.deepEqual(q.list("/a").map((i) => i.value.requestId), ["r3"]);
   q.dropDomain("/a");
   assert.deepEqual(q.list().map((i) => i.domain), ["/b"]);
   // Oldest first.
   const old = { ...networkRequest("r0"), receivedAtMs: 1 };
-  q.upsert("/b", old);
-  assert.deepEqual(q.list("/b").map((i) => i.request.requestId), ["r0", "r1"]);
+  q.add("/b", old);
+  assert.deepEqual(q.list("/b").map((i) => i.value.requestId), ["r0", "r1"]);
 });
 
 test("the scope quick pick: each choice maps to its GrantScope; typed minutes are 1..1440 whole numbers", () => {
@@ -130,7 +130,7 @@ before(async () => {
   fake.rules = { autoApprove: [{ id: "a1", entry: "cargo check *", source: "[escalation] auto_approve" }], network: [] };
   await fake.listen();
   manager = new DomainManager({ run: async () => ({ code: 0, stdout: editorInfo(root), stderr: "" }), folders: () => [], log: () => undefined, pollMs: 50 });
-  manager.onNewNetworkRequest((item) => announced.push(item.request.requestId));
+  manager.onNewNetworkRequest((item) => announced.push(item.value.requestId));
   await manager.start();
   await until("connected", () => manager.connected().length === 1);
 });
@@ -158,8 +158,8 @@ test("networkRequestPending upserts (sent again when repeats grow, announced onc
   fake.event({ kind: "networkRequestPending", request: networkRequest("n-live", "live.test") });
   await until("queued", () => manager.netQueue.has(S, "n-live"));
   fake.event({ kind: "networkRequestPending", request: networkRequest("n-live", "live.test", 4) });
-  await until("repeats", () => manager.netQueue.get(S, "n-live")?.request.repeats === 4);
-  assert.equal(manager.netQueue.list(S).filter((i) => i.request.requestId === "n-live").length, 1);
+  await until("repeats", () => manager.netQueue.get(S, "n-live")?.value.repeats === 4);
+  assert.equal(manager.netQueue.list(S).filter((i) => i.value.requestId === "n-live").length, 1);
   assert.deepEqual(announced, ["n-listed", "n-live"]);
   fake.event({ kind: "networkRequestResolved", requestId: "n-live", outcome: "networkRefused", decidedBy: "timeout", scope: null });
   await until("gone", () => !manager.netQueue.has(S, "n-live"));

@@ -40,15 +40,15 @@ test("queue vectors", () => {
       else if (op.op === "resolveMany") for (let i = op.from; i <= op.to; i++) q.resolve(op.domain, `${op.prefix}${i}`);
       else if (op.op === "replace")
         assert.deepEqual(
-          q.replace(op.domain, op.list).map((i) => i.escalation.requestId),
+          q.replace(op.domain, op.list).map((i) => i.value.requestId),
           op.added,
           where,
         );
       else if (op.op === "dropDomain") q.dropDomain(op.domain);
-      else if (op.op === "list") assert.deepEqual(q.list(op.domain).map((i) => i.escalation.requestId), op.ids, where);
+      else if (op.op === "list") assert.deepEqual(q.list(op.domain).map((i) => i.value.requestId), op.ids, where);
       else if (op.op === "size") assert.equal(q.size, op.n, where);
       else if (op.op === "get") {
-        assert.deepEqual(q.get(op.domain, op.id)?.escalation ?? null, op.escalation, where);
+        assert.deepEqual(q.get(op.domain, op.id)?.value ?? null, op.escalation, where);
         assert.equal(q.has(op.domain, op.id), op.escalation !== null, where);
       } else assert.fail(`${where}: unknown op`);
     });
