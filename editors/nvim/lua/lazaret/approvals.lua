@@ -18,6 +18,7 @@ local Queue = require('lazaret.queue')
 local shell = require('lazaret.shell')
 local rpc = require('lazaret.rpc')
 local text = require('lazaret.text')
+local window = require('lazaret.window')
 
 local M = {}
 
@@ -32,20 +33,6 @@ local line_keys = {}
 local shown_order = {}
 --- Set by open(): the next render puts the cursor on the first request.
 local fresh = false
-
-local function highlights()
-  local set = function(name, link)
-    vim.api.nvim_set_hl(0, name, { link = link, default = true })
-  end
-  set('LazaretTitle', 'Title')
-  set('LazaretCommand', 'Statement')
-  set('LazaretLabel', 'Comment')
-  set('LazaretRisk', 'DiagnosticWarn')
-  set('LazaretHint', 'Comment')
-  set('LazaretProblem', 'DiagnosticError')
-end
-
-M.highlights = highlights
 
 local function is_open()
   return M.win ~= nil and vim.api.nvim_win_is_valid(M.win)
@@ -366,24 +353,6 @@ local function first_row(key)
   return nil
 end
 
-function M.geometry(width, height)
-  local columns, rows = vim.o.columns, vim.o.lines - vim.o.cmdheight - 2
-  width = math.min(width, math.max(20, columns - 4))
-  height = math.min(math.max(height, 3), math.max(3, rows - 2))
-  return {
-    relative = 'editor',
-    width = width,
-    height = height,
-    row = math.max(0, math.floor((rows - height) / 2)),
-    col = math.max(0, math.floor((columns - width) / 2)),
-  }
-end
-
---- The text width the window can show.
-local function text_width()
-  return math.max(20, vim.o.columns - 4) - 2
-end
-
 --- Redraws the window from the queue. The cursor stays on its request; when
 --- that request is gone it goes to the blank line before the one now in its
 --- place (so a repeated key answers nothing it did not show); a cursor on no
@@ -402,14 +371,8 @@ function M.render()
   end
   local items = domains.queue:list()
   local problems = domains.problems()
-  local lines, marks, keys = M.render_lines(items, { width = text_width(), problems = problems, settling = domains.settling() })
-  vim.bo[M.buf].modifiable = true
-  vim.api.nvim_buf_set_lines(M.buf, 0, -1, false, lines)
-  vim.bo[M.buf].modifiable = false
-  vim.api.nvim_buf_clear_namespace(M.buf, ns, 0, -1)
-  for _, mark in ipairs(marks) do
-    vim.api.nvim_buf_set_extmark(M.buf, ns, mark[1], 0, { end_row = mark[1] + 1, hl_group = mark[2], hl_eol = false })
-  end
+  local lines, marks, keys = M.render_lines(items, { width = window.text_width(), problems = problems, settling = domains.settling() })
+  window.show(M.win, M.buf, lines, ns, marks)
   line_keys = keys
   shown_order = vim.tbl_map(function(item)
     return item.key
@@ -429,11 +392,6 @@ function M.render()
     end
   end
   fresh = false
-  local width = 40
-  for _, line in ipairs(lines) do
-    width = math.max(width, vim.fn.strdisplaywidth(line) + 2)
-  end
-  vim.api.nvim_win_set_config(M.win, M.geometry(width, #lines))
   vim.api.nvim_win_set_cursor(M.win, { target or 1, 0 })
 end
 
@@ -595,21 +553,9 @@ function M.edit(key)
   end)
 end
 
---- Frees the name `name` (a buffer name must be unique) from a buffer of
---- ours that still has it: it is renamed, and wiped when hidden.
-local function forget_buffer(name)
-  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
-    if vim.api.nvim_buf_is_valid(buf) and vim.api.nvim_buf_get_name(buf) == name then
-      pcall(vim.api.nvim_buf_set_name, buf, name .. ' (replaced ' .. buf .. ')')
-    end
-  end
-end
-
 --- Closes the full-request view.
 function M.close_full()
-  if M.full_win and vim.api.nvim_win_is_valid(M.full_win) then
-    vim.api.nvim_win_close(M.full_win, true)
-  end
+  window.close(M.full_win)
   M.full_win, M.full_buf = nil, nil
   if is_open() then
     vim.api.nvim_set_current_win(M.win)
@@ -628,7 +574,7 @@ function M.full(key)
   local lines = M.full_lines(item)
   local buf = vim.api.nvim_create_buf(false, true)
   local name = 'lazaret://request/' .. text.inert(Queue.payload(item).requestId)
-  forget_buffer(name)
+  window.forget_buffer(name)
   vim.api.nvim_buf_set_name(buf, name)
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
   vim.bo[buf].modeline = false
@@ -649,7 +595,7 @@ function M.full(key)
   }
   M.full_win, M.full_buf = vim.api.nvim_open_win(buf, true, cfg), buf
   vim.wo[M.full_win].wrap = true
-  vim.keymap.set('n', config.options.keys.close, M.close_full, { buffer = buf, nowait = true, silent = true, desc = 'Lazaret: close the request view' })
+  window.map(buf, config.options.keys.close, M.close_full, 'Lazaret: close the request view')
 end
 
 local function move(step)
@@ -687,35 +633,28 @@ end
 --- Closes the window this module opened (answers nothing).
 function M.close()
   M.close_full()
-  if is_open() then
-    vim.api.nvim_win_close(M.win, true)
-  end
+  window.close(M.win)
   M.win = nil
 end
 
 --- Opens (or focuses) the pending window.
 function M.open()
   domains.start()
-  highlights()
+  window.highlights()
   if is_open() then
     vim.api.nvim_set_current_win(M.win)
     return M.render()
   end
-  M.buf = vim.api.nvim_create_buf(false, true)
-  vim.bo[M.buf].bufhidden = 'wipe'
-  vim.bo[M.buf].filetype = 'lazaret'
-  forget_buffer('lazaret://pending')
-  vim.api.nvim_buf_set_name(M.buf, 'lazaret://pending')
-  local cfg = M.geometry(60, 5)
-  cfg.style, cfg.border, cfg.title, cfg.title_pos = 'minimal', config.options.border, ' Lazaret ', 'center'
-  M.win = vim.api.nvim_open_win(M.buf, true, cfg)
-  vim.wo[M.win].cursorline = true
-  vim.wo[M.win].wrap = false
+  M.win, M.buf = window.open('lazaret://pending', ' Lazaret ', {
+    cursorline = true,
+    on_wipe = function()
+      M.win, M.buf = nil, nil
+      line_keys, shown_order = {}, {}
+    end,
+  })
   local keys, buf = config.options.keys, M.buf
   local function map(lhs, fn, desc)
-    vim.keymap.set('n', lhs, function()
-      fn()
-    end, { buffer = buf, nowait = true, silent = true, desc = desc })
+    window.map(buf, lhs, fn, desc)
   end
   map(keys.approve, M.approve, 'Lazaret: approve the request under the cursor')
   map(keys.deny, M.deny, 'Lazaret: deny it (asks for an optional reason)')
@@ -731,14 +670,6 @@ function M.open()
   map(keys.prev, function()
     move(-1)
   end, 'Lazaret: previous request')
-  vim.api.nvim_create_autocmd('BufWipeout', {
-    buffer = buf,
-    once = true,
-    callback = function()
-      M.win, M.buf = nil, nil
-      line_keys, shown_order = {}, {}
-    end,
-  })
   fresh = true
   line_keys, shown_order = {}, {}
   M.render()

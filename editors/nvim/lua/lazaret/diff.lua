@@ -16,6 +16,7 @@ local config = require('lazaret.config')
 local domains = require('lazaret.domains')
 local rpc = require('lazaret.rpc')
 local text = require('lazaret.text')
+local window = require('lazaret.window')
 
 local M = {}
 
@@ -166,12 +167,7 @@ end
 local function scratch(name, lines, path)
   -- A buffer already named so (the same file shown again) is still in its
   -- window: it gives up the name and is wiped when replaced ('bufhidden').
-  -- An exact comparison: bufnr() would read the agent's path as a pattern.
-  for _, existing in ipairs(vim.api.nvim_list_bufs()) do
-    if vim.api.nvim_buf_is_valid(existing) and vim.api.nvim_buf_get_name(existing) == name then
-      pcall(vim.api.nvim_buf_set_name, existing, name .. ' (replaced ' .. existing .. ')')
-    end
-  end
+  window.forget_buffer(name)
   local buf = vim.api.nvim_create_buf(false, true)
   vim.api.nvim_buf_set_name(buf, name)
   vim.bo[buf].modeline = false

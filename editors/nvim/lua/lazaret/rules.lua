@@ -10,6 +10,7 @@ local domains = require('lazaret.domains')
 local protocol = require('lazaret.protocol')
 local rpc = require('lazaret.rpc')
 local text = require('lazaret.text')
+local window = require('lazaret.window')
 
 local M = {}
 
@@ -159,10 +160,6 @@ function M.current()
   return line_rules[vim.api.nvim_win_get_cursor(M.win)[1]]
 end
 
-local function text_width()
-  return math.max(20, vim.o.columns - 4) - 2
-end
-
 --- Redraws the window; the cursor stays on its rule (by id) when it is still listed.
 function M.render()
   if not is_open() or not vim.api.nvim_buf_is_valid(M.buf) then
@@ -170,14 +167,8 @@ function M.render()
   end
   local keep = M.current()
   local old_row = vim.api.nvim_win_get_cursor(M.win)[1]
-  local lines, marks, rows = M.render_lines(M.sections(), { width = text_width() })
-  vim.bo[M.buf].modifiable = true
-  vim.api.nvim_buf_set_lines(M.buf, 0, -1, false, lines)
-  vim.bo[M.buf].modifiable = false
-  vim.api.nvim_buf_clear_namespace(M.buf, ns, 0, -1)
-  for _, mark in ipairs(marks) do
-    vim.api.nvim_buf_set_extmark(M.buf, ns, mark[1], 0, { end_row = mark[1] + 1, hl_group = mark[2], hl_eol = false })
-  end
+  local lines, marks, rows = M.render_lines(M.sections(), { width = window.text_width() })
+  window.show(M.win, M.buf, lines, ns, marks)
   line_rules = rows
   local target = math.min(old_row, #lines)
   if keep then
@@ -189,11 +180,6 @@ function M.render()
       end
     end
   end
-  local width = 40
-  for _, line in ipairs(lines) do
-    width = math.max(width, vim.fn.strdisplaywidth(line) + 2)
-  end
-  vim.api.nvim_win_set_config(M.win, require('lazaret.approvals').geometry(width, #lines))
   vim.api.nvim_win_set_cursor(M.win, { math.max(1, target), 0 })
 end
 
@@ -261,9 +247,7 @@ function M.revoke(row)
 end
 
 function M.close()
-  if is_open() then
-    vim.api.nvim_win_close(M.win, true)
-  end
+  window.close(M.win)
   M.win = nil
 end
 
@@ -278,44 +262,24 @@ end
 --- Opens (or focuses) the rules window.
 function M.open()
   domains.start()
-  require('lazaret.approvals').highlights()
+  window.highlights()
   if is_open() then
     vim.api.nvim_set_current_win(M.win)
     M.refresh()
     return M.render()
   end
-  M.buf = vim.api.nvim_create_buf(false, true)
-  vim.bo[M.buf].bufhidden = 'wipe'
-  vim.bo[M.buf].filetype = 'lazaret'
-  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
-    if buf ~= M.buf and vim.api.nvim_buf_is_valid(buf) and vim.api.nvim_buf_get_name(buf) == 'lazaret://rules' then
-      pcall(vim.api.nvim_buf_set_name, buf, 'lazaret://rules (replaced ' .. buf .. ')')
-    end
-  end
-  vim.api.nvim_buf_set_name(M.buf, 'lazaret://rules')
-  local cfg = require('lazaret.approvals').geometry(60, 5)
-  cfg.style, cfg.border, cfg.title, cfg.title_pos = 'minimal', config.options.border, ' Lazaret rules ', 'center'
-  M.win = vim.api.nvim_open_win(M.buf, true, cfg)
-  vim.wo[M.win].cursorline = true
-  vim.wo[M.win].wrap = false
-  local keys, buf = config.options.keys, M.buf
-  local function map(lhs, fn, desc)
-    vim.keymap.set('n', lhs, function()
-      fn()
-    end, { buffer = buf, nowait = true, silent = true, desc = desc })
-  end
-  map(keys.revoke, M.revoke, 'Lazaret: revoke the rule under the cursor (asks first)')
-  map(keys.refresh, M.refresh, 'Lazaret: list the rules again')
-  map(keys.close, M.close, 'Lazaret: close')
-  vim.api.nvim_create_autocmd('BufWipeout', {
-    buffer = buf,
-    once = true,
-    callback = function()
+  M.win, M.buf = window.open('lazaret://rules', ' Lazaret rules ', {
+    cursorline = true,
+    on_wipe = function()
       M.win, M.buf = nil, nil
       line_rules = {}
       stop_timer()
     end,
   })
+  local keys = config.options.keys
+  window.map(M.buf, keys.revoke, M.revoke, 'Lazaret: revoke the rule under the cursor (asks first)')
+  window.map(M.buf, keys.refresh, M.refresh, 'Lazaret: list the rules again')
+  window.map(M.buf, keys.close, M.close, 'Lazaret: close')
   -- Time left counts down while the window is open.
   stop_timer()
   timer = assert(vim.uv.new_timer())

@@ -7,6 +7,7 @@ local config = require('lazaret.config')
 local domains = require('lazaret.domains')
 local shell = require('lazaret.shell')
 local text = require('lazaret.text')
+local window = require('lazaret.window')
 
 local M = {}
 
@@ -128,21 +129,11 @@ function M.render()
   if not is_open() or not vim.api.nvim_buf_is_valid(M.buf) then
     return
   end
-  local lines = M.lines()
-  vim.bo[M.buf].modifiable = true
-  vim.api.nvim_buf_set_lines(M.buf, 0, -1, false, lines)
-  vim.bo[M.buf].modifiable = false
-  local width = 40
-  for _, line in ipairs(lines) do
-    width = math.max(width, vim.fn.strdisplaywidth(line) + 2)
-  end
-  vim.api.nvim_win_set_config(M.win, require('lazaret.approvals').geometry(width, #lines))
+  window.show(M.win, M.buf, M.lines())
 end
 
 function M.close()
-  if is_open() then
-    vim.api.nvim_win_close(M.win, true)
-  end
+  window.close(M.win)
   M.win = nil
 end
 
@@ -153,29 +144,18 @@ function M.open()
     vim.api.nvim_set_current_win(M.win)
     return M.render()
   end
-  M.buf = vim.api.nvim_create_buf(false, true)
-  vim.bo[M.buf].bufhidden = 'wipe'
-  vim.bo[M.buf].filetype = 'lazaret'
-  vim.api.nvim_buf_set_name(M.buf, 'lazaret://status')
-  local cfg = require('lazaret.approvals').geometry(60, 5)
-  cfg.style, cfg.border, cfg.title, cfg.title_pos = 'minimal', config.options.border, ' Lazaret ', 'center'
-  M.win = vim.api.nvim_open_win(M.buf, true, cfg)
-  vim.wo[M.win].wrap = false
-  local buf = M.buf
-  vim.keymap.set('n', 'q', M.close, { buffer = buf, nowait = true, desc = 'Lazaret: close' })
-  vim.keymap.set('n', 'r', function()
+  M.win, M.buf = window.open('lazaret://status', ' Lazaret ', {
+    on_wipe = function()
+      M.win, M.buf = nil, nil
+    end,
+  })
+  window.map(M.buf, 'q', M.close, 'Lazaret: close')
+  window.map(M.buf, 'r', function()
     domains.discover()
     for _, d in ipairs(domains.connected()) do
       domains.resync(d)
     end
-  end, { buffer = buf, nowait = true, desc = 'Lazaret: refresh' })
-  vim.api.nvim_create_autocmd('BufWipeout', {
-    buffer = buf,
-    once = true,
-    callback = function()
-      M.win, M.buf = nil, nil
-    end,
-  })
+  end, 'Lazaret: refresh')
   M.render()
 end
 
