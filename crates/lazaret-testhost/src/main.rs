@@ -265,19 +265,24 @@ fn dns_time(args: &[String]) -> Result<(), String> {
 }
 
 fn echo(args: &[String]) -> Result<(), String> {
+    serve_tcp(args, |mut stream| {
+        let mut buffer = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut buffer) {
+            if n == 0 || stream.write_all(&buffer[..n]).is_err() {
+                break;
+            }
+        }
+    })
+}
+
+/// A TCP server on the port `args` name: prints `listening`, then serves
+/// each connection on its own thread with `serve`.
+fn serve_tcp(args: &[String], serve: fn(TcpStream)) -> Result<(), String> {
     let port: u16 = arg(args, 0, "PORT")?;
     let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| format!("bind: {e}"))?;
     println!("listening");
     for stream in listener.incoming().flatten() {
-        std::thread::spawn(move || {
-            let mut stream = stream;
-            let mut buffer = [0u8; 4096];
-            while let Ok(n) = stream.read(&mut buffer) {
-                if n == 0 || stream.write_all(&buffer[..n]).is_err() {
-                    break;
-                }
-            }
-        });
+        std::thread::spawn(move || serve(stream));
     }
     Ok(())
 }
@@ -306,22 +311,15 @@ fn echo_probe(args: &[String]) -> Result<(), String> {
 }
 
 fn sink(args: &[String]) -> Result<(), String> {
-    let port: u16 = arg(args, 0, "PORT")?;
-    let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| format!("bind: {e}"))?;
-    println!("listening");
-    for stream in listener.incoming().flatten() {
-        std::thread::spawn(move || {
-            let mut stream = stream;
-            let mut buffer = vec![0u8; 256 * 1024];
-            while let Ok(n) = stream.read(&mut buffer) {
-                if n == 0 {
-                    break;
-                }
+    serve_tcp(args, |mut stream| {
+        let mut buffer = vec![0u8; 256 * 1024];
+        while let Ok(n) = stream.read(&mut buffer) {
+            if n == 0 {
+                break;
             }
-            let _ = stream.write_all(b"k");
-        });
-    }
-    Ok(())
+        }
+        let _ = stream.write_all(b"k");
+    })
 }
 
 fn bench(args: &[String]) -> Result<(), String> {
