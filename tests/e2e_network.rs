@@ -1359,3 +1359,60 @@ fn a_burst_of_a_thousand_names_fills_the_queue_to_its_cap_and_nothing_goes_upstr
     assert!(!network.dns_log().contains("burst"), "nothing reached the upstream resolver: {}", network.dns_log());
     live.end(&workspace);
 }
+
+/// Issue 29, rootless: a held name becomes a request the user answers with
+/// `lazaret approve --for 1m`, and the question that waited is answered.
+#[test]
+fn a_held_name_is_asked_about_and_answered_rootless() {
+    let Some(user) = RootlessUser::required() else { return };
+    let _guard = sandbox_guard();
+    let lazaret = user.lazaret();
+    let testhost = user.helper("lazaret-testhost");
+    let build = user.run(&format!("{lazaret} image build"));
+    assert!(build.status.success(), "{}", stderr(&build));
+    let name = format!("lzt-ask-{}", std::process::id());
+    let stale = "for n in $(podman network ls --format '{{.Name}}' | grep '^lzt-ask-'); do podman network rm -f $n; done; true";
+    user.run(stale);
+    let hosts = format!(
+        "set -e; podman network create --internal --subnet 10.213.234.0/24 {name} >/dev/null; \
+         podman run -d --name {name}-h11 {limits} --network {name} --ip 10.213.234.11 {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null; \
+         podman run -d --name {name}-dns {limits} --network {name} --ip 10.213.234.53 --volume={testhost}:/testhost:ro {DEFAULT_IMAGE} \
+           /testhost dns 53 grant.test=10.213.234.11 >/dev/null",
+        limits = PODMAN_LIMITS.join(" ")
+    );
+    let cleanup = format!(
+        "podman rm -f -t 0 {name}-h11 {name}-dns >/dev/null 2>&1; \
+         for i in 1 2 3 4 5 6 7 8 9 10; do podman network rm -f {name} >/dev/null 2>&1 && break; sleep 1; done; true"
+    );
+    let created = user.run(&hosts);
+    if !created.status.success() {
+        user.run(&cleanup);
+        panic!("rootless test network: {}", stderr(&created));
+    }
+    let config = format!("{}/lzt-ask-config/lazaret/config.toml", user.home);
+    let workspace = format!("{}/lzt-ask-workspace", user.home);
+    let setup = format!(
+        "rm -rf {home}/lzt-ask-config {workspace} && mkdir -p {home}/lzt-ask-config/lazaret {workspace} && \
+         printf '[network]\\npodman_network = \"{name}\"\\ndns_upstream = [\"10.213.234.53\"]\\nprivate_answers = \"allow\"\\nask = true\\n' > {config} && \
+         cd {workspace} && git init -q && git -c user.name=u -c user.email=u@x commit -q --allow-empty -m init",
+        home = user.home
+    );
+    assert!(user.run(&setup).status.success());
+    // The session asks once and waits; the user finds the request and answers it.
+    let script = format!(
+        "{lazaret} --config {config} run --workspace {workspace} -- sh -c 'nc -z -w 8 grant.test 8080; echo connect=$?' \
+           > {workspace}.out 2>&1 & session=$!; \
+         id=; for i in $(seq 150); do \
+           id=$({lazaret} --config {config} pending --json | sed -n 's/.*\"requestId\": *\"\\(net-[0-9a-f]*\\)\".*/\\1/p' | head -n 1); \
+           [ -n \"$id\" ] && break; sleep 0.1; done; \
+         echo id=$id; {lazaret} --config {config} approve \"$id\" --for 1m; wait $session; cat {workspace}.out"
+    );
+    let output = user.run(&script);
+    let questions = stdout(&user.run(&format!("podman logs {name}-dns")));
+    user.run(&cleanup);
+    let text = stdout(&output);
+    assert!(text.contains("id=net-"), "the request was listed: {text}{}", stderr(&output));
+    assert!(text.contains("allowed for 1 min: grant.test"), "{text}{}", stderr(&output));
+    assert!(text.lines().any(|line| line == "connect=0"), "the held question was answered: {text}{}", stderr(&output));
+    assert!(questions.contains("question grant.test A"), "{questions}");
+}
