@@ -181,7 +181,10 @@ fn aider_preset_runs_its_version_in_gvisor_and_keeps_the_key_off_disk() {
 
 /// The profile's default command is the agent, in a real terminal (tmux):
 /// aider's first-run question is asked and answered through Lazaret's PTY,
-/// and the answer lands in the agent's checkout.
+/// and the answer lands in the agent's checkout. The preset has `ask =
+/// true`: the names aider looks up at start beyond its allowlist (e.g. its
+/// model list on raw.githubusercontent.com) come up as network requests on
+/// the prompt, and are denied there, as a user who does not want them would.
 #[test]
 fn the_agent_is_the_default_command_and_its_first_run_prompt_works_in_a_terminal() {
     ensure_default_image();
@@ -221,7 +224,26 @@ fn the_agent_is_the_default_command_and_its_first_run_prompt_works_in_a_terminal
     assert!(asked, "aider's first-run question appears: {}", screen());
     tmux(&["send-keys", "-t", "lzt", "y", "Enter"]);
     assert!(wait_until(Duration::from_secs(60), || screen().contains("Added .aider* to .gitignore")), "answered: {}", screen());
-    assert!(wait_until(Duration::from_secs(60), || screen().contains("Aider v")), "aider starts: {}", screen());
+    let mut denied = Vec::new();
+    let started = wait_until(Duration::from_secs(120), || {
+        let shown = screen();
+        if shown.contains("Lazaret: network request") {
+            let name = shown
+                .lines()
+                .find_map(|line| line.trim_start_matches('│').strip_prefix("Destination"))
+                .map(|rest| rest.trim().trim_end_matches('│').trim().to_owned());
+            denied.push(name.unwrap_or_default());
+            tmux(&["send-keys", "-t", "lzt", "d"]);
+            std::thread::sleep(Duration::from_millis(500));
+            return false;
+        }
+        shown.contains("Aider v")
+    });
+    assert!(started, "aider starts (network requests denied on the way: {denied:?}): {}", screen());
+    assert!(
+        denied.iter().all(|name| !name.is_empty() && !name.contains("anthropic")),
+        "only names off the allowlist were asked: {denied:?}"
+    );
     // Leave aider (^D at its prompt, after any further question).
     for _ in 0..5 {
         if screen().contains("LAZARET-EXIT=") {
