@@ -226,13 +226,17 @@ fn dns_burst(args: &[String]) -> Result<(), String> {
             sent += 1;
         }
     }
+    // Polled without blocking: the older runsc does not honour a UDP
+    // socket's receive time-out (SO_RCVTIMEO), and a blocking recv would
+    // wait for ever once the last reply is in.
+    socket.set_nonblocking(true).map_err(|e| format!("nonblocking: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut replies = 0;
     let mut buffer = [0u8; 512];
-    while let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|left| !left.is_zero()) {
-        socket.set_read_timeout(Some(left)).map_err(|e| format!("timeout: {e}"))?;
+    while Instant::now() < deadline {
         match socket.recv(&mut buffer) {
             Ok(_) => replies += 1,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(10)),
             Err(_) => break,
         }
     }
@@ -294,12 +298,30 @@ fn echo_probe(args: &[String]) -> Result<(), String> {
     let seconds: u64 = arg(args, 2, "SECONDS")?;
     let target = (host.as_str(), port).to_socket_addrs().map_err(|e| format!("resolve {host}: {e}"))?.next().ok_or("no address")?;
     let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(5)).map_err(|e| format!("connect: {e}"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(1))).map_err(|e| format!("timeout: {e}"))?;
+    // Polled without blocking: the older runsc does not honour a socket's
+    // receive time-out (SO_RCVTIMEO), and a blocking read would wait for ever
+    // once the connection is cut.
+    stream.set_nonblocking(true).map_err(|e| format!("nonblocking: {e}"))?;
     println!("connected");
     let started = Instant::now();
     let mut byte = [0u8; 1];
     while started.elapsed() < Duration::from_secs(seconds) {
-        let round = stream.write_all(b"p").and_then(|()| stream.read_exact(&mut byte));
+        let round = stream.write_all(b"p").and_then(|()| {
+            let sent = Instant::now();
+            loop {
+                match stream.read(&mut byte) {
+                    Ok(0) => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "closed")),
+                    Ok(_) => return Ok(()),
+                    Err(error) if error.kind() == std::io::ErrorKind::WouldBlock && sent.elapsed() < Duration::from_secs(1) => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                        return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no echo within 1 s"))
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+        });
         if let Err(error) = round {
             println!("cut after_ms={} error={}", started.elapsed().as_millis(), error.to_string().replace(' ', "_"));
             return Ok(());
