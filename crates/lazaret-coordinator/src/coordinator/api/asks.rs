@@ -262,10 +262,13 @@ impl Domain {
         let decided_by = DecisionSource::Rpc { client };
         if let Some(index) = id.strip_prefix(AUTO_APPROVE_ID).and_then(|number| number.parse::<usize>().ok()).and_then(|n| n.checked_sub(1))
         {
-            let entry = self.resolved.auto_approve_entries.get(index).map(|(entry, _)| entry.clone());
-            let Some(entry) = entry.filter(|_| self.revoked_auto_approve().insert(index)) else {
+            let Some((entry, _)) = self.resolved.auto_approve_entries.get(index).cloned() else {
                 return Err(unknown_rule(id));
             };
+            // Revoked already: as unknown as a rule that never was.
+            if !self.revoked_auto_approve().insert(index) {
+                return Err(unknown_rule(id));
+            }
             tracing::info!(%entry, "auto-approve rule revoked for this run");
             let argv = vec!["auto_approve".to_owned(), entry];
             let reason = Some("revoked for this run of the domain (the configuration file is unchanged)".to_owned());
