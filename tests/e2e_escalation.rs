@@ -390,6 +390,65 @@ fn auto_approve_rules_are_exact_and_extra_paths_out_of_the_project_go_to_a_human
     assert_eq!(outcomes, ["auto", "timedOut", "timedOut", "auto", "timedOut", "timedOut", "timedOut"], "{records:?}");
 }
 
+/// Issue 29: an auto-approve rule revoked with `lazaret rules revoke` stops
+/// approving at once (the next request of the same session waits for a
+/// human), leaves the listing, is audited, and cannot be revoked twice.
+#[test]
+fn a_revoked_auto_approve_rule_stops_approving_at_once() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    escalation_config(&env, &["touch *"], 60);
+    let repository = git_repository(&env, "project");
+    // Auto-approved requests, one after another, until one is not.
+    let child = agent(&env, &repository).spawn(
+        "n=0; while :; do lazaret-escalate -- touch loop-marker; rc=$?; [ $rc -ne 0 ] && break; n=$((n+1)); sleep 0.2; done; \
+         echo stopped=$rc after=$n",
+    );
+    assert!(wait_until(Duration::from_secs(60), || repository.join("loop-marker").exists()), "the rule approves at first");
+    let rules = || {
+        let listed = run(env.lazaret().args(["rules", "--json"]));
+        assert!(listed.status.success(), "{}", stderr(&listed));
+        let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("rules json");
+        listed.as_object().and_then(|domains| domains.values().next()).cloned().expect("one domain")
+    };
+    let listed = rules();
+    assert_eq!(listed["autoApprove"][0]["entry"], "touch *", "{listed}");
+    assert_eq!(listed["autoApprove"][0]["id"], "auto-1", "{listed}");
+    let config = env.path().join("config/lazaret/config.toml");
+    let source = listed["autoApprove"][0]["source"].as_str().unwrap_or("");
+    assert!(source.starts_with(&format!("{}:4:", config.display())), "the file and line it is written on: {listed}");
+
+    let revoke = run(env.lazaret().args(["rules", "revoke", "auto-1"]));
+    assert!(revoke.status.success(), "{}", stderr(&revoke));
+    // The next request waits for a human.
+    let pending = || -> Vec<serde_json::Value> {
+        let pending = run(env.lazaret().args(["pending", "--json"]));
+        let items: Vec<serde_json::Value> = serde_json::from_slice(&pending.stdout).unwrap_or_default();
+        items.into_iter().filter(|item| item["kind"] == "command").collect()
+    };
+    assert!(wait_until(Duration::from_secs(30), || !pending().is_empty()), "the next request goes to a human");
+    let waiting = pending();
+    assert_eq!(waiting[0]["argv"], serde_json::json!(["touch", "loop-marker"]), "{waiting:?}");
+    assert_eq!(rules()["autoApprove"], serde_json::json!([]), "gone from the listing");
+    let again = run(env.lazaret().args(["rules", "revoke", "auto-1"]));
+    assert!(!again.status.success(), "revoked once only");
+    assert!(stderr(&again).contains("auto-1"), "the error names the id: {}", stderr(&again));
+    let deny = run(env.lazaret().args(["deny", waiting[0]["requestId"].as_str().expect("id")]));
+    assert!(deny.status.success(), "{}", stderr(&deny));
+    let output = child.wait_with_output().expect("wait");
+    let text = stdout(&output);
+    assert!(text.contains("stopped=97"), "the request after the revoke was denied by the human: {text}{}", stderr(&output));
+
+    let records = audit(&env, &repository);
+    let outcomes: Vec<&str> = records.iter().filter_map(|record| record["outcome"].as_str()).collect();
+    let revoked = outcomes.iter().position(|outcome| *outcome == "networkRevoked").expect("the revoke is audited");
+    assert!(revoked > 0 && outcomes[..revoked].iter().all(|outcome| *outcome == "auto"), "{outcomes:?}");
+    assert_eq!(outcomes[revoked + 1..], ["denied"], "{outcomes:?}");
+    assert_eq!(records[revoked]["requestedArgv"], serde_json::json!(["auto_approve", "touch *"]), "{:?}", records[revoked]);
+    assert_eq!(records[revoked]["decidedBy"], "rpc:cli", "{:?}", records[revoked]);
+}
+
 #[test]
 fn a_request_that_needs_a_human_waits_and_is_approved_denied_or_edited_over_json_rpc() {
     let _guard = sandbox_guard();
