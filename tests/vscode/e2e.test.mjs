@@ -789,7 +789,9 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
           const input = wb.page.locator(".quick-input-widget input");
           await input.waitFor({ state: "visible" });
           await checkInert(`edit box of ${l}`, problems);
-          if (!(await input.inputValue()).startsWith(l)) problems.push(`edit box of ${l} does not start with the command: ${(await input.inputValue()).slice(0, 80)}`);
+          // The box is shown before its value is set: wait (bounded) for the value, then judge what is there.
+          const value = (await waitUntil(5_000, async () => ((await input.inputValue()).startsWith(l) ? await input.inputValue() : undefined))) ?? (await input.inputValue());
+          if (!value.startsWith(l)) problems.push(`edit box of ${l} does not start with the command: ${JSON.stringify(value.slice(0, 80))}`);
           await input.press("Enter");
           const modal = await wb.dialog().waitFor({ timeout: 5_000 }).then(() => true, () => false);
           if (!modal) problems.push(`edit of ${l}: no confirmation modal (the edit box did not read its own text back)`);
