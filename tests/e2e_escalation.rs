@@ -424,7 +424,8 @@ fn a_revoked_auto_approve_rule_stops_approving_at_once() {
     // The next request waits for a human.
     let pending = || -> Vec<serde_json::Value> {
         let pending = run(env.lazaret().args(["pending", "--json"]));
-        let items: Vec<serde_json::Value> = serde_json::from_slice(&pending.stdout).unwrap_or_default();
+        assert!(pending.status.success(), "{}", stderr(&pending));
+        let items: Vec<serde_json::Value> = serde_json::from_slice(&pending.stdout).expect("pending json");
         items.into_iter().filter(|item| item["kind"] == "command").collect()
     };
     assert!(wait_until(Duration::from_secs(30), || !pending().is_empty()), "the next request goes to a human");

@@ -788,9 +788,13 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
           await rowAction(l.trim(), "Edit and Run Escalation");
           const input = wb.page.locator(".quick-input-widget input");
           await input.waitFor({ state: "visible" });
-          await checkInert(`edit box of ${l}`, problems);
           // The box is shown before its value is set: wait (bounded) for the value, then judge what is there.
-          const value = (await waitUntil(5_000, async () => ((await input.inputValue()).startsWith(l) ? await input.inputValue() : undefined))) ?? (await input.inputValue());
+          const filled = async () => {
+            const value = await input.inputValue();
+            return value.startsWith(l) ? value : undefined;
+          };
+          const value = (await waitUntil(5_000, filled)) ?? (await input.inputValue());
+          await checkInert(`edit box of ${l}`, problems);
           if (!value.startsWith(l)) problems.push(`edit box of ${l} does not start with the command: ${JSON.stringify(value.slice(0, 80))}`);
           await input.press("Enter");
           const modal = await wb.dialog().waitFor({ timeout: 5_000 }).then(() => true, () => false);
