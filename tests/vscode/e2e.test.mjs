@@ -78,6 +78,8 @@ async function stage(problems, name, fn) {
     await fn();
   } catch (e) {
     problems.push(`${name}: ${String(e?.message ?? e).split("\n")[0]}`);
+    const shot = `stage-failed-${name.replace(/[^A-Za-z0-9-]+/g, "-").slice(0, 60)}.png`;
+    await wb.screenshot(shot).then((f) => console.log(`stage ${JSON.stringify(name)} failed; screenshot ${f}`), () => undefined);
     await wb.page.keyboard.press("Escape").catch(() => undefined);
     await sleep(200);
   }
@@ -107,9 +109,16 @@ function visibleReview() {
 async function rowAction(text, action) {
   const row = wb.row(text);
   await row.waitFor({ timeout: 10_000 });
-  await wb.page.mouse.move(700, 5);
-  await row.hover();
-  await row.locator(`.action-label[aria-label^="${action}"]`).click({ timeout: 10_000 });
+  const button = row.locator(`.action-label[aria-label^="${action}"]`);
+  // Up to three hovers, as in `hoverText`: a tree that re-renders the row
+  // under the pointer (a refresh after an event) hides its inline actions
+  // again until the pointer moves onto the new row.
+  for (let attempt = 1; ; attempt++) {
+    await wb.page.mouse.move(700, 5);
+    await row.hover();
+    const clicked = await button.click({ timeout: 4_000 }).then(() => true, (e) => (attempt < 3 ? false : Promise.reject(e)));
+    if (clicked) return;
+  }
 }
 
 /** The text of the visible editor's rendered lines (Monaco shows spaces as U+00A0). */
