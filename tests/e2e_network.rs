@@ -1240,6 +1240,72 @@ fn a_held_name_approved_for_a_minute_opens_until_the_minute_ends() {
     assert!(verify.status.success(), "the audit chain holds: {}", stdout(&verify));
 }
 
+/// Issue 29: with `ask`, a connection straight to an address no entry
+/// covers is refused at once (a reset, not a time-out) and becomes a request
+/// for that address's host network, listed with what was tried; approved,
+/// the next connection goes through. An address denied explicitly is
+/// refused as before and never offered.
+#[test]
+fn a_direct_connection_to_an_unlisted_address_becomes_a_request_for_it() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let network = ask_network(&env, "");
+    let workspace = probe_workspace(&env);
+    let live = live_probe_session(&env, &workspace);
+    let mut events = live.subscribe();
+    let (open, denied, other) = (network.host(13), network.host(12), network.host(11));
+    let deny = run(env.lazaret().args(["net", "deny", &format!("{denied}/32"), "--workspace"]).arg(&workspace));
+    assert!(deny.status.success(), "{}", stderr(&deny));
+
+    // Refused at once: nc's own time-out (30 s) is far from reached.
+    let started = Instant::now();
+    let first = live.inside(&format!("nc -z -w 30 {open} 8081; echo first=$?"));
+    let refused_after = started.elapsed();
+    assert_eq!(first.trim(), "first=1", "an unlisted address is refused until approved");
+    assert!(refused_after < Duration::from_secs(20), "refused, not left to time out: {} ms", refused_after.as_millis());
+    let destination = format!("{open}/32");
+    let pending = next_request(&mut events, &destination, "");
+    assert_eq!(pending["request"]["recordTypes"], serde_json::json!(["tcp/8081"]), "{pending}");
+    let request_id = pending["request"]["requestId"].as_str().expect("id").to_owned();
+    let shown = run(env.lazaret().args(["pending"]));
+    assert!(stdout(&shown).contains(&format!("network: {destination}")), "{}", stdout(&shown));
+    eprintln!("direct connection refused after {} ms", refused_after.as_millis());
+
+    // The explicit deny is refused and never offered: the next request to
+    // arrive is for the third address, tried after it.
+    let refused = live.inside(&format!("nc -z -w 5 {denied} 8080; echo denied=$?; nc -z -w 5 {other} 8080; echo other=$?"));
+    assert_eq!(refused, "denied=1\nother=1\n");
+    for _ in 0..1000 {
+        let message = read_frame(&mut events.0);
+        let event = &message["params"]["result"];
+        if event["kind"] != "networkRequestPending" {
+            continue;
+        }
+        let asked = event["request"]["destination"].as_str().unwrap_or("");
+        assert_ne!(asked, format!("{denied}/32"), "an explicitly denied address was offered: {event}");
+        if asked == format!("{other}/32") {
+            break;
+        }
+    }
+    let listed: Vec<String> = pending_network(&env).iter().map(|item| item["destination"].as_str().unwrap_or("").to_owned()).collect();
+    assert_eq!(listed, [destination.clone(), format!("{other}/32")], "one request per address, the denied one not among them");
+
+    let approve = run(env.lazaret().args(["approve", &request_id]));
+    assert!(approve.status.success(), "{}", stderr(&approve));
+    assert!(stdout(&approve).contains(&destination), "{}", stdout(&approve));
+    assert_eq!(live.inside(&format!("nc -z -w 5 {open} 8081; echo again=$?")).trim(), "again=0", "approved, the address is reachable");
+    assert_eq!(live.inside(&format!("nc -z -w 5 {denied} 8080; echo denied=$?")).trim(), "denied=1", "the deny still holds");
+    let rules = live.rpc().result("rules/list", serde_json::json!({}));
+    assert_eq!(rules["network"][0]["destination"], destination.as_str(), "{rules}");
+
+    live.end(&workspace);
+    let records = audit_records(&env, &workspace);
+    let asked = records.iter().find(|record| record["outcome"] == "networkAsked").expect("the request is audited");
+    assert_eq!(asked["requestedArgv"], serde_json::json!(["network", destination, "tcp/8081"]), "{asked}");
+    assert!(records.iter().any(|record| record["outcome"] == "networkGranted" && record["requestId"] == request_id.as_str()));
+}
+
 /// Issue 29: a refusal is remembered for its scope (100 more identical
 /// questions make no request and are not held); revoking it asks again; a
 /// grant for the profile is kept in the Domain Root, in force at the next
@@ -1364,9 +1430,11 @@ fn a_burst_of_a_thousand_names_fills_the_queue_to_its_cap_and_nothing_goes_upstr
 }
 
 /// Issue 29, rootless: a held name becomes a request the user answers with
-/// `lazaret approve --for 1m`, and the question that waited is answered.
+/// `lazaret approve --for 1m`, and the question that waited is answered; a
+/// connection straight to an unlisted address is refused and becomes a
+/// request for it, and once approved the agent's next try connects.
 #[test]
-fn a_held_name_is_asked_about_and_answered_rootless() {
+fn a_held_name_and_a_direct_connection_are_asked_about_and_answered_rootless() {
     let Some(user) = RootlessUser::required() else { return };
     let _guard = sandbox_guard();
     let lazaret = user.lazaret();
@@ -1379,12 +1447,13 @@ fn a_held_name_is_asked_about_and_answered_rootless() {
     let hosts = format!(
         "set -e; podman network create --internal --subnet 10.213.234.0/24 {name} >/dev/null; \
          podman run -d --name {name}-h11 {limits} --network {name} --ip 10.213.234.11 {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null; \
+         podman run -d --name {name}-h12 {limits} --network {name} --ip 10.213.234.12 {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null; \
          podman run -d --name {name}-dns {limits} --network {name} --ip 10.213.234.53 --volume={testhost}:/testhost:ro {DEFAULT_IMAGE} \
            /testhost dns 53 grant.test=10.213.234.11 >/dev/null",
         limits = PODMAN_LIMITS.join(" ")
     );
     let cleanup = format!(
-        "podman rm -f -t 0 {name}-h11 {name}-dns >/dev/null 2>&1; \
+        "podman rm -f -t 0 {name}-h11 {name}-h12 {name}-dns >/dev/null 2>&1; \
          for i in 1 2 3 4 5 6 7 8 9 10; do podman network rm -f {name} >/dev/null 2>&1 && break; sleep 1; done; true"
     );
     let created = user.run(&hosts);
@@ -1412,10 +1481,26 @@ fn a_held_name_is_asked_about_and_answered_rootless() {
     );
     let output = user.run(&script);
     let questions = stdout(&user.run(&format!("podman logs {name}-dns")));
+    // The agent retries a direct connection; the user approves the address.
+    let direct = format!(
+        "{lazaret} --config {config} run --workspace {workspace} -- sh -c \
+           'for try in $(seq 100); do nc -z -w 2 10.213.234.12 8080 && {{ echo reached try=$try; exit 0; }}; sleep 0.2; done; echo never' \
+           > {workspace}.direct 2>&1 & session=$!; \
+         id=; for i in $(seq 150); do \
+           id=$({lazaret} --config {config} pending --json | tr -d ' \n' | sed -n 's/.*\"requestId\":\"\\(net-[0-9a-f]*\\)\",[^}}]*\"destination\":\"10.213.234.12\\/32\".*/\\1/p'); \
+           [ -n \"$id\" ] && break; sleep 0.1; done; \
+         echo id=$id; {lazaret} --config {config} approve \"$id\"; wait $session; cat {workspace}.direct"
+    );
+    let direct = user.run(&direct);
     user.run(&cleanup);
     let text = stdout(&output);
     assert!(text.contains("id=net-"), "the request was listed: {text}{}", stderr(&output));
     assert!(text.contains("allowed for 1 min: grant.test"), "{text}{}", stderr(&output));
     assert!(text.lines().any(|line| line == "connect=0"), "the held question was answered: {text}{}", stderr(&output));
     assert!(questions.contains("question grant.test A"), "{questions}");
+    let text = stdout(&direct);
+    assert!(text.contains("id=net-"), "the address was listed as a request: {text}{}", stderr(&direct));
+    assert!(text.contains("10.213.234.12/32"), "the approval names the address: {text}");
+    let reached = text.lines().find_map(|line| line.strip_prefix("reached try=")).and_then(|n| n.parse::<u32>().ok());
+    assert!(reached.is_some_and(|tries| tries > 1), "refused until approved, then reached: {text}{}", stderr(&direct));
 }

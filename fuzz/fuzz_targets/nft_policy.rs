@@ -27,20 +27,21 @@ fn rules(data: &[u8]) -> Vec<RuleSpec> {
                 IpAddr::V6(Ipv6Addr::from(octets))
             };
             let dst = Cidr::new(address, chunk[17] % if v4 { 33 } else { 129 })?;
-            let verdict = match chunk[18] % 3 {
+            let verdict = match chunk[18] % 4 {
                 0 => Verdict::Allow,
                 1 => Verdict::Deny,
-                _ => Verdict::Local,
+                2 => Verdict::Local,
+                _ => Verdict::Unlisted,
             };
             let mark = if chunk[0] & 2 != 0 { 0x4c5a_0053 } else { 0 };
-            Some(RuleSpec { dst, verdict, priority: u32::from(chunk[18] / 3 % 8), mark, local_only: chunk[0] & 4 != 0 })
+            Some(RuleSpec { dst, verdict, priority: u32::from(chunk[18] / 4 % 8), mark, local_only: chunk[0] & 4 != 0 })
         })
         .collect()
 }
 
 /// The reference decision over `ordered` (rules already stably sorted by
 /// priority): the first unmarked, non-`local` rule of the family covering
-/// `value` decides.
+/// `value` decides (`unlisted` leads only to the drop link: not allowed).
 fn allowed(ordered: &[&RuleSpec], v4: bool, value: u128) -> bool {
     ordered
         .iter()

@@ -348,16 +348,16 @@ export interface PendingItemNetwork extends PendingNetworkRequest {
   kind: "network";
 }
 
-/** A destination the sandbox asked for that no allow entry covers, waiting for a human (`[network] ask`). Everything in it came from the sandbox (the name is checked to be a plain DNS name, lower case). */
+/** A destination the sandbox asked for that no allow entry covers, waiting for a human (`[network] ask`): a name it looked up, or an address it connected to directly. Everything in it came from the sandbox (the name is checked to be a plain DNS name, lower case; the address is re-written by the coordinator). */
 export interface PendingNetworkRequest {
-  /** The DNS name asked for (lower case, letters, digits, hyphens, dots). */
+  /** The DNS name asked for (lower case, letters, digits, hyphens, dots), or the address connected to, as its host network (`10.9.0.7/32`, `fd00::7/128`). Approving it allows exactly this entry. */
   destination: string;
   domainHash: string;
   /** When the request goes away if nobody answers (the destination stays refused). */
   expiresAtMs: number;
   profile: string;
   receivedAtMs: number;
-  /** The record types asked for (`A`, `AAAA`). */
+  /** The record types asked for (`A`, `AAAA`); for an address, what was tried (`tcp/8080`, `udp/53`, or an IP protocol number). */
   recordTypes: string[];
   /** Questions for it after the first, while it waits. */
   repeats: number;

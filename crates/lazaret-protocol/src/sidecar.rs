@@ -17,6 +17,7 @@
 //! --> {"type":"watch"}
 //! <-- {"type":"watching"}
 //! <-- {"type":"dnsRefused","name":"example.org","recordType":"A","reason":"notAllowlisted","message":"the name is not on the allowlist"}
+//! <-- {"type":"connectBlocked","address":"10.9.0.7","protocol":"tcp","port":8080}
 //! ```
 //!
 //! A request that cannot be carried out is answered `{"type":"error","message":…}`
@@ -270,6 +271,22 @@ pub enum SidecarEvent {
     /// Timed entries (`forMs`) whose time ran out were removed. Never
     /// dropped by the rate limit.
     EntriesExpired { allow: Vec<String>, deny: Vec<String> },
+    /// The sandbox opened a connection (or sent a datagram) straight to an
+    /// address that no entry covers, while questions are held
+    /// ([`SidecarRequest::Hold`] above 0): the connection failed at once
+    /// (TCP is reset, anything else dropped), and an `allow` of the
+    /// address opens it for the next try. `protocol` is `tcp`, `udp` or the
+    /// IP protocol number; `port` the destination port of TCP and UDP.
+    /// Addresses that are never a remote host (loopback, link-local,
+    /// multicast, broadcast) and explicit denies are never reported.
+    ConnectBlocked {
+        address: String,
+        protocol: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        port: Option<u16>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        suppressed: Option<u64>,
+    },
 }
 
 impl SidecarEvent {
@@ -279,7 +296,8 @@ impl SidecarEvent {
             SidecarEvent::DnsRefused { suppressed, .. }
             | SidecarEvent::DnsAnswerRefused { suppressed, .. }
             | SidecarEvent::DnsResolved { suppressed, .. }
-            | SidecarEvent::DnsHeld { suppressed, .. } => *suppressed = Some(count),
+            | SidecarEvent::DnsHeld { suppressed, .. }
+            | SidecarEvent::ConnectBlocked { suppressed, .. } => *suppressed = Some(count),
             SidecarEvent::EntriesExpired { .. } => {}
         }
     }
@@ -407,5 +425,14 @@ mod tests {
         assert_eq!(serde_json::to_string(&expired).unwrap(), r#"{"type":"entriesExpired","allow":["grant.test"],"deny":[]}"#);
         let held = SidecarEvent::DnsHeld { name: "grant.test".into(), record_type: "A".into(), hold_ms: 10_000, suppressed: None };
         assert_eq!(serde_json::to_string(&held).unwrap(), r#"{"type":"dnsHeld","name":"grant.test","recordType":"A","holdMs":10000}"#);
+        let blocked =
+            SidecarEvent::ConnectBlocked { address: "10.9.0.7".into(), protocol: "tcp".into(), port: Some(8080), suppressed: None };
+        assert_eq!(
+            serde_json::to_string(&blocked).unwrap(),
+            r#"{"type":"connectBlocked","address":"10.9.0.7","protocol":"tcp","port":8080}"#
+        );
+        let line = r#"{"type":"connectBlocked","address":"fd00::7","protocol":"47"}"#;
+        let read: SidecarEvent = serde_json::from_str(line).unwrap();
+        assert_eq!(read, SidecarEvent::ConnectBlocked { address: "fd00::7".into(), protocol: "47".into(), port: None, suppressed: None });
     }
 }

@@ -530,8 +530,10 @@ pub struct PendingEscalation {
 }
 
 /// A destination the sandbox asked for that no allow entry covers, waiting
-/// for a human (`[network] ask`). Everything in it came from the sandbox
-/// (the name is checked to be a plain DNS name, lower case).
+/// for a human (`[network] ask`): a name it looked up, or an address it
+/// connected to directly. Everything in it came from the sandbox (the name is
+/// checked to be a plain DNS name, lower case; the address is re-written by
+/// the coordinator).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
@@ -540,9 +542,12 @@ pub struct PendingNetworkRequest {
     pub request_id: String,
     pub domain_hash: String,
     pub profile: String,
-    /// The DNS name asked for (lower case, letters, digits, hyphens, dots).
+    /// The DNS name asked for (lower case, letters, digits, hyphens, dots),
+    /// or the address connected to, as its host network (`10.9.0.7/32`,
+    /// `fd00::7/128`). Approving it allows exactly this entry.
     pub destination: String,
-    /// The record types asked for (`A`, `AAAA`).
+    /// The record types asked for (`A`, `AAAA`); for an address, what was
+    /// tried (`tcp/8080`, `udp/53`, or an IP protocol number).
     pub record_types: Vec<String>,
     /// The sessions live when it was first asked. The sandbox's network is
     /// shared by all its sessions, so which one asked cannot be told.

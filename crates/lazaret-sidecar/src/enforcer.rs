@@ -26,7 +26,9 @@ use lazaret_protocol::{EntryVerdict, ExpiringEntry, LearnedAddress, NetworkPolic
 use crate::addresses::{classify, Class};
 use crate::control::Entry;
 use crate::nft::Nft;
-use crate::policy::{allowed_ranges, diff, guard_rules, sort_rules, Cidr, Policy, RuleSpec, Verdict, DNS_MARK, UPSTREAM_PRIORITY};
+use crate::policy::{
+    allowed_ranges, diff, guard_rules, sort_rules, unlisted_rules, Cidr, Policy, RuleSpec, Verdict, DNS_MARK, UPSTREAM_PRIORITY,
+};
 use crate::rtnl::Rtnl;
 
 /// Shortest time an answered address stays reachable, whatever the TTL said: a
@@ -430,6 +432,9 @@ pub struct Enforcer {
     /// The rules last put in force (sorted), so that a change that leaves them as they
     /// are (an answer renewing a known address) costs no netlink round trip.
     installed: Vec<RuleSpec>,
+    /// Whether the drop link is there: while questions are held, destinations no entry
+    /// covers go to it (`policy::unlisted_rules`) and are reported (`blocked.rs`).
+    drop_link: bool,
 }
 
 impl Enforcer {
@@ -444,14 +449,32 @@ impl Enforcer {
     ) -> io::Result<(Enforcer, usize)> {
         let guard = guard_rules(&rtnl.ipv4_broadcasts()?);
         let protected = with_upstreams(protected, &upstreams);
-        let mut enforcer = Enforcer { rtnl, nft, state: State::default(), upstreams, protected, guard, installed: Vec::new() };
+        let mut enforcer =
+            Enforcer { rtnl, nft, state: State::default(), upstreams, protected, guard, installed: Vec::new(), drop_link: false };
         let rules = enforcer.change(|current| *current = state)?;
         enforcer.rtnl.delete_priority_zero_local_rules()?;
         Ok((enforcer, rules))
     }
 
+    /// From now on, while questions are held, destinations no entry covers are routed
+    /// to the drop link (which must be up, with the unlisted table's routes and the
+    /// netfilter rules that refuse what it carries).
+    pub fn use_drop_link(&mut self) -> io::Result<usize> {
+        self.drop_link = true;
+        let rules = self.install(self.desired());
+        if rules.is_err() {
+            self.drop_link = false;
+            let _ = self.install(self.desired());
+        }
+        rules
+    }
+
     fn desired(&self) -> Vec<RuleSpec> {
         let mut rules = self.state.rules(&self.upstreams, &self.protected);
+        if self.drop_link && !self.state.hold.is_zero() {
+            let unlisted = unlisted_rules(&rules, &self.state.cidrs.stated_denies());
+            rules.extend(unlisted);
+        }
         rules.extend(self.guard.iter().copied());
         sort_rules(&mut rules);
         rules

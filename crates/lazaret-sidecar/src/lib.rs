@@ -4,6 +4,7 @@
 //! resolver, and the control protocol.
 
 pub mod addresses;
+pub mod blocked;
 pub mod control;
 pub mod dns;
 pub mod enforcer;

@@ -13,7 +13,7 @@
 //! them, or with `--private-answers allow`: `addresses.rs`), and can hold a question
 //! for a name on no allow entry until one comes (`hold`).
 
-use lazaret_sidecar::{control, dns, enforcer, nft, policy, rtnl};
+use lazaret_sidecar::{blocked, control, dns, enforcer, nft, policy, rtnl};
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -61,7 +61,9 @@ Usage:
         {\"type\":\"revoke\",\"entries\":[ENTRY...]} (each must be an allow or deny entry
           exactly; what it opened closes, established flows included)
         {\"type\":\"hold\",\"ms\":MS} (0 to 30000: a question for a name on no allow
-          entry waits that long for an allow of it before it is refused)
+          entry waits that long for an allow of it before it is refused; while
+          above 0, a connection straight to an address no entry covers is refused
+          at once, TCP with a reset, and reported as a connectBlocked event)
         {\"type\":\"set\",\"allow\":[...],\"deny\":[...],\"privateAnswers\":\"refuse\"|\"allow\"}
         {\"type\":\"protect\",\"addresses\":[...],\"networks\":[...]}
         {\"type\":\"show\"}  {\"type\":\"watch\"} (then one event per line)
@@ -260,9 +262,18 @@ fn run(options: RunOptions) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(&format!("blocking signals: {e}")),
     };
-    let rtnl = match Rtnl::open() {
+    let mut rtnl = match Rtnl::open() {
         Ok(r) => r,
         Err(e) => return fail(&format!("opening rtnetlink: {e}")),
+    };
+    // The drop link and its log make direct connections to unlisted addresses into
+    // questions (`blocked.rs`); without them such connections are refused as before.
+    let drop_link = match rtnl.ensure_drop_link().and_then(|index| blocked::Log::open().map(|log| (index, log))) {
+        Ok(found) => Some(found),
+        Err(e) => {
+            eprintln!("lazaret-sidecar: warning: direct connections to unlisted addresses will not be offered as requests: {e}");
+            None
+        }
     };
     let mut state =
         State { private_answers: options.private_answers, host_networks: options.protected_networks.clone(), ..State::default() };
@@ -288,13 +299,30 @@ fn run(options: RunOptions) -> ExitCode {
         Ok(socket) => socket,
         Err(e) => return fail(&format!("DNS on {} (is CAP_NET_BIND_SERVICE there?): {e}", dns::LISTEN)),
     };
-    let nft = match nft::Nft::open().and_then(|mut nft| nft.install().map(|()| nft)) {
+    let installed = nft::Nft::open().and_then(|mut nft| {
+        match &drop_link {
+            Some((index, _)) => nft.install_with_drop_link(*index)?,
+            None => nft.install()?,
+        }
+        Ok(nft)
+    });
+    let nft = match installed {
         Ok(nft) => nft,
         Err(e) => return fail(&format!("installing the netfilter output filter (nf_tables): {e}")),
     };
-    let (enforcer, rules) = match Enforcer::start(rtnl, nft, state, upstreams, options.protected.clone()) {
+    let (mut enforcer, rules) = match Enforcer::start(rtnl, nft, state, upstreams, options.protected.clone()) {
         Ok(started) => started,
         Err(e) => return fail(&format!("installing the egress policy (is CAP_NET_ADMIN there?): {e}")),
+    };
+    let log = match drop_link {
+        Some((_, log)) => match enforcer.use_drop_link() {
+            Ok(_) => Some(log),
+            Err(e) => {
+                eprintln!("lazaret-sidecar: warning: direct connections to unlisted addresses will not be offered as requests: {e}");
+                None
+            }
+        },
+        None => None,
     };
     let snapshot = enforcer.snapshot(rules, Instant::now());
     eprintln!(
@@ -317,6 +345,10 @@ fn run(options: RunOptions) -> ExitCode {
     {
         let shared = Arc::clone(&shared);
         std::thread::spawn(move || dns::expiry_loop(shared));
+    }
+    if let Some(log) = log {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || blocked::serve(log, shared));
     }
 
     if let Some(path) = &options.control {

@@ -10,6 +10,12 @@
 //! neighbour discovery, and destinations in the allowed sets, which mirror the rules
 //! (`policy::allowed_ranges`). Everything else is dropped (the sender gets `EPERM`).
 //!
+//! With the drop link ([`Nft::install_with_drop_link`]), what the unlisted table routes
+//! there (a destination no entry covers, while questions are held) is first logged to
+//! the sidecar ([`LOG_GROUP`], rate limited, the packet's first bytes) and TCP is
+//! refused with a reset, so that `connect` fails at once instead of retrying a dropped
+//! SYN; anything else is dropped as before.
+//!
 //! The messages are written by hand (the wire format of `linux/netfilter/nf_tables.h`)
 //! so the sidecar stays a small static binary; each change is one atomic batch.
 
@@ -106,6 +112,23 @@ const TYPE_IP6ADDR: u32 = 8;
 /// ICMPv6 neighbour discovery (133-136) and MLDv2 reports (143): the kernel's own.
 const ICMPV6_KERNEL_TYPES: [u8; 5] = [133, 134, 135, 136, 143];
 const IPPROTO_ICMPV6: u8 = 58;
+const IPPROTO_TCP: u8 = 6;
+const NFTA_LIMIT_RATE: u16 = 1;
+const NFTA_LIMIT_UNIT: u16 = 2;
+const NFTA_LIMIT_BURST: u16 = 3;
+const NFTA_LIMIT_TYPE: u16 = 4;
+const NFT_LIMIT_PKTS: u32 = 0;
+const NFTA_LOG_GROUP: u16 = 1;
+const NFTA_LOG_SNAPLEN: u16 = 3;
+const NFTA_REJECT_TYPE: u16 = 1;
+const NFT_REJECT_TCP_RST: u32 = 1;
+
+/// The nfnetlink_log group the drop link's packets are logged to (`blocked.rs` reads it).
+pub const LOG_GROUP: u16 = 0x4c5a;
+/// Bytes of each logged packet: an IPv6 header (40) and the ports after it.
+pub const LOG_SNAPLEN: u32 = 64;
+/// Packets per second (and burst) logged from the drop link; more are refused unlogged.
+const LOG_RATE: u64 = 100;
 
 /// One netlink message under construction: header, `nfgenmsg`, attributes.
 struct Message {
@@ -211,11 +234,43 @@ impl Message {
         self.expression("lookup").string(NFTA_LOOKUP_SET, set).be32(NFTA_LOOKUP_SREG, NFT_REG_1).end_expression()
     }
 
+    /// `limit rate PER/second burst PER packets`: continues for packets within the rate.
+    fn limit(&mut self, per_second: u64) -> &mut Message {
+        self.expression("limit")
+            .put(NFTA_LIMIT_RATE, &per_second.to_be_bytes())
+            .put(NFTA_LIMIT_UNIT, &1u64.to_be_bytes())
+            .be32(NFTA_LIMIT_BURST, per_second as u32)
+            .be32(NFTA_LIMIT_TYPE, NFT_LIMIT_PKTS)
+            .end_expression()
+    }
+
+    /// `log group GROUP snaplen LEN` (nfnetlink_log); the rule goes on.
+    fn log(&mut self, group: u16, snaplen: u32) -> &mut Message {
+        self.expression("log").put(NFTA_LOG_GROUP, &group.to_be_bytes()).be32(NFTA_LOG_SNAPLEN, snaplen).end_expression()
+    }
+
+    /// `reject with tcp reset` (a verdict: the packet is dropped).
+    fn reset(&mut self) -> &mut Message {
+        self.expression("reject").be32(NFTA_REJECT_TYPE, NFT_REJECT_TCP_RST).end_expression()
+    }
+
     fn accept(&mut self) -> &mut Message {
         self.expression("immediate").be32(NFTA_IMMEDIATE_DREG, NFT_REG_VERDICT);
         self.open(NFTA_IMMEDIATE_DATA).open(NFTA_DATA_VERDICT).be32(NFTA_VERDICT_CODE, NF_ACCEPT).close().close();
         self.end_expression()
     }
+}
+
+/// The rules for the drop link `ifindex`: log (within the rate), then reset TCP.
+fn drop_link_rules(ifindex: u32) -> Vec<Message> {
+    vec![
+        rule(|m| {
+            m.meta(NFT_META_OIF).equals(&ifindex.to_ne_bytes()).limit(LOG_RATE).log(LOG_GROUP, LOG_SNAPLEN);
+        }),
+        rule(|m| {
+            m.meta(NFT_META_OIF).equals(&ifindex.to_ne_bytes()).meta(NFT_META_L4PROTO).equals(&[IPPROTO_TCP]).reset();
+        }),
+    ]
 }
 
 /// A rule of the output chain: `build` adds its expressions.
@@ -345,6 +400,17 @@ impl Nft {
     /// accept rules; the sets start empty, so nothing but loopback, the marked upstream
     /// queries and neighbour discovery leaves until [`Nft::replace`].
     pub fn install(&mut self) -> io::Result<()> {
+        self.install_rules(Vec::new())
+    }
+
+    /// As [`Nft::install`], and what leaves on the drop link (`ifindex`) is logged to
+    /// [`LOG_GROUP`] (at most `LOG_RATE` packets a second) and refused: TCP with a
+    /// reset, the rest dropped by the chain's policy.
+    pub fn install_with_drop_link(&mut self, ifindex: u32) -> io::Result<()> {
+        self.install_rules(drop_link_rules(ifindex))
+    }
+
+    fn install_rules(&mut self, last: Vec<Message>) -> io::Result<()> {
         // A table of an earlier sidecar in this namespace goes first (ENOENT is fine).
         let mut delete = Message::nftables(NFT_MSG_DELTABLE, 0);
         delete.string(NFTA_TABLE_NAME, TABLE);
@@ -396,6 +462,7 @@ impl Nft {
                     .accept();
             }));
         }
+        rules.extend(last);
         self.batch(rules)
     }
 

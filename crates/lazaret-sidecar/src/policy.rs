@@ -6,6 +6,12 @@
 //! at first; a final catch-all `prohibit` rule per address family makes the default deny.
 //! Allowed destinations are looked up in the `main` table (which keeps podman's routes);
 //! denied ones get `prohibit` (the sender sees `EACCES`).
+//!
+//! While questions are held (`[network] ask`), destinations that no entry covers are
+//! not prohibited but sent to the drop link ([`unlisted_rules`]): netfilter logs them for
+//! the sidecar, which offers the address to the human, and refuses them there (`nft.rs`).
+//! Explicit denies and protected addresses keep their `prohibit` rules: they are never
+//! offered.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,6 +40,31 @@ pub const GUARD_PRIORITY: u32 = 100;
 pub const LOCAL_PRIORITY: u32 = 200;
 /// The kernel's `local` routing table.
 pub const RT_TABLE_LOCAL: u32 = 255;
+/// The routing table of destinations no entry covers while questions are held: one
+/// default route per family, out of the drop link (see `rtnl::Rtnl::ensure_drop_link`).
+pub const RT_TABLE_UNLISTED: u32 = 76;
+/// Priority of the `lookup unlisted` rules: after every entry, just before the catch-all
+/// `prohibit` (which still decides what the unlisted table does not route, e.g. a
+/// lookup bound to another interface).
+pub const UNLISTED_PRIORITY: u32 = CATCH_ALL_PRIORITY - 10;
+
+/// The rules that send what no entry covers to the unlisted table (both families), and
+/// a `prohibit` for each `denied` network (explicit denies, protected addresses) that
+/// the rules so far would not stop before them: what is denied by name must not be
+/// offered as a request. `rules` is the policy's complete rule set.
+pub fn unlisted_rules(rules: &[RuleSpec], denied: &[Cidr]) -> Vec<RuleSpec> {
+    let mut out = Vec::new();
+    for cidr in denied {
+        let rule = RuleSpec { dst: *cidr, verdict: Verdict::Deny, priority: RuleSpec::priority_for(cidr), mark: 0, local_only: false };
+        if !rules.contains(&rule) && !out.contains(&rule) {
+            out.push(rule);
+        }
+    }
+    for any in [Cidr { addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED), len: 0 }, Cidr { addr: IpAddr::V6(Ipv6Addr::UNSPECIFIED), len: 0 }] {
+        out.push(RuleSpec { dst: any, verdict: Verdict::Unlisted, priority: UNLISTED_PRIORITY, mark: 0, local_only: false });
+    }
+    out
+}
 
 /// Rules that keep the sandbox from sending to its link at large: broadcast (limited and
 /// each subnet's, `broadcasts`) and multicast, IPv4 and IPv6. The kernel resolves these
@@ -86,6 +117,7 @@ pub struct AllowedRanges {
 /// denied.
 pub fn allowed_ranges(rules: &[RuleSpec]) -> AllowedRanges {
     let mut ordered: Vec<&RuleSpec> = rules.iter().filter(|r| r.mark == 0 && r.verdict != Verdict::Local).collect();
+    // (An `Unlisted` rule decides "not allowed": its table only leads to the drop link.)
     ordered.sort_by_key(|r| r.priority);
     let family = |v4: bool| -> Vec<(u128, u128)> {
         // Decided ranges: start -> (end inclusive, allowed).
@@ -249,12 +281,14 @@ fn mask(addr: IpAddr, len: u8) -> IpAddr {
     }
 }
 
-/// What an entry does. (`Local`, `lookup local`, only appears in the guard rules.)
+/// What an entry does. (`Local`, `lookup local`, only appears in the guard rules;
+/// `Unlisted`, `lookup unlisted`, only in [`unlisted_rules`].)
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 pub enum Verdict {
     Allow,
     Deny,
     Local,
+    Unlisted,
 }
 
 /// The allow/deny map. Deny entries are kept only where they carve a hole into an allowed
@@ -342,6 +376,13 @@ impl Policy {
         self.entries.iter().map(|(c, v)| (*c, *v))
     }
 
+    /// Every deny entry as stated, including those that change nothing about the
+    /// `prohibit` catch-all (see [`unlisted_rules`]: they keep an address from being
+    /// offered).
+    pub fn stated_denies(&self) -> Vec<Cidr> {
+        self.stated.iter().filter(|(_, v)| **v == Verdict::Deny).map(|(c, _)| *c).collect()
+    }
+
     pub fn listed(&self, verdict: Verdict) -> Vec<Cidr> {
         self.entries.iter().filter(|(_, v)| **v == verdict).map(|(c, _)| *c).collect()
     }
@@ -409,6 +450,7 @@ impl fmt::Display for RuleSpec {
             Verdict::Allow => "lookup main",
             Verdict::Deny => "prohibit",
             Verdict::Local => "lookup local",
+            Verdict::Unlisted => "lookup unlisted",
         };
         write!(f, "{}: ", self.priority)?;
         if self.local_only {
@@ -647,5 +689,25 @@ mod tests {
         assert!(add.is_empty());
         assert_eq!(del.len(), 1);
         assert_eq!(diff(&after, &after), (vec![], vec![]));
+    }
+
+    #[test]
+    fn unlisted_destinations_go_to_their_table_and_stated_denies_stay_prohibited() {
+        let mut p = Policy::new();
+        p.allow(Cidr::parse("10.0.0.0/8").unwrap());
+        p.deny(Cidr::parse("10.9.0.0/16").unwrap());
+        p.deny(Cidr::parse("192.0.2.7").unwrap()); // no allow around it: pruned from the rules
+        let rules = p.rules();
+        let unlisted = unlisted_rules(&rules, &p.stated_denies());
+        let text: Vec<String> = unlisted.iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            text,
+            ["10000: to 192.0.2.7/32 prohibit", "19990: to 0.0.0.0/0 lookup unlisted", "19990: to ::/0 lookup unlisted"],
+            "the carved deny is in the rules already; the pruned one comes back"
+        );
+        let mut all = rules.clone();
+        all.extend(unlisted);
+        assert_eq!(allowed_ranges(&all), allowed_ranges(&rules), "what is allowed does not change");
+        assert!(all.iter().any(|r| r.priority == CATCH_ALL_PRIORITY && r.verdict == Verdict::Deny), "the prohibit catch-all stays after");
     }
 }

@@ -1,4 +1,5 @@
-//! Synchronous rtnetlink for policy rules (`ip rule`), without an async runtime.
+//! Synchronous rtnetlink for policy rules (`ip rule`), without an async runtime; and the
+//! drop link with the unlisted table's routes (see `policy::unlisted_rules`).
 //!
 //! Rules that this sidecar installs carry the routing protocol [`RULE_PROTOCOL`], so a dump
 //! tells them apart from the kernel's own (`local`, `main`, `default`) and from anything
@@ -7,17 +8,24 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST,
+};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-use netlink_packet_route::route::RouteProtocol;
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use netlink_packet_route::route::{RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType};
 use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-use crate::policy::{sort_rules, subnet_broadcast, Cidr, RuleSpec, Verdict, RT_TABLE_LOCAL, RT_TABLE_MAIN};
+use crate::policy::{sort_rules, subnet_broadcast, Cidr, RuleSpec, Verdict, RT_TABLE_LOCAL, RT_TABLE_MAIN, RT_TABLE_UNLISTED};
 
 /// `FRA_PROTOCOL` value marking this sidecar's rules (unassigned in `rtnetlink.h`).
 pub const RULE_PROTOCOL: u8 = 0x4c;
+/// The drop link: an `ifb` device (no `dummy` in every kernel) that discards whatever is
+/// sent on it, with no neighbour resolution (`NOARP`). Packets routed to it pass the
+/// netfilter output hook first, where `nft.rs` logs and refuses them.
+pub const DROP_LINK: &str = "lzdrop";
 
 pub struct Rtnl {
     socket: Socket,
@@ -101,6 +109,52 @@ impl Rtnl {
         Ok(())
     }
 
+    /// Creates [`DROP_LINK`] (or finds the one an earlier sidecar left), sets it up and
+    /// routes everything in [`RT_TABLE_UNLISTED`] out of it, IPv4 and, where the
+    /// namespace has it, IPv6; returns the link's index.
+    pub fn ensure_drop_link(&mut self) -> io::Result<u32> {
+        let mut create = LinkMessage::default();
+        create.attributes.push(LinkAttribute::IfName(DROP_LINK.to_owned()));
+        create.attributes.push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)]));
+        match self.request(RouteNetlinkMessage::NewLink(create), NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL) {
+            Err(e) if e.raw_os_error() != Some(libc::EEXIST) => return Err(with_context(e, "creating the drop link")),
+            _ => {}
+        }
+        let mut get = LinkMessage::default();
+        get.attributes.push(LinkAttribute::IfName(DROP_LINK.to_owned()));
+        let index = self
+            .request(RouteNetlinkMessage::GetLink(get), NLM_F_ACK)?
+            .into_iter()
+            .find_map(|reply| match reply {
+                RouteNetlinkMessage::NewLink(link) => Some(link.header.index),
+                _ => None,
+            })
+            .ok_or_else(|| io::Error::other(format!("the drop link {DROP_LINK} is not there after creating it")))?;
+        let mut up = LinkMessage::default();
+        up.header.index = index;
+        up.header.flags = LinkFlags::Up;
+        up.header.change_mask = LinkFlags::Up;
+        self.request(RouteNetlinkMessage::SetLink(up), NLM_F_ACK).map_err(|e| with_context(e, "setting the drop link up"))?;
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            let mut route = RouteMessage::default();
+            route.header.address_family = family;
+            route.header.table = RT_TABLE_UNLISTED as u8;
+            route.header.protocol = RouteProtocol::Static;
+            route.header.scope = if family == AddressFamily::Inet { RouteScope::Link } else { RouteScope::Universe };
+            route.header.kind = RouteType::Unicast;
+            route.attributes.push(RouteAttribute::Table(RT_TABLE_UNLISTED));
+            route.attributes.push(RouteAttribute::Oif(index));
+            match self.request(RouteNetlinkMessage::NewRoute(route), NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE) {
+                Ok(_) => {}
+                // IPv6 compiled out or disabled: unlisted IPv6 destinations find no
+                // route in the table and fall through to the catch-all `prohibit`.
+                Err(_) if family == AddressFamily::Inet6 => {}
+                Err(e) => return Err(with_context(e, "routing the unlisted table to the drop link")),
+            }
+        }
+        Ok(index)
+    }
+
     pub fn add_rule(&mut self, spec: &RuleSpec) -> io::Result<()> {
         let msg = message_of(spec);
         self.request(RouteNetlinkMessage::NewRule(msg), NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL).map(drop)
@@ -157,6 +211,10 @@ impl Rtnl {
     }
 }
 
+fn with_context(error: io::Error, what: &str) -> io::Error {
+    io::Error::new(error.kind(), format!("{what}: {error}"))
+}
+
 fn message_of(spec: &RuleSpec) -> RuleMessage {
     let mut msg = RuleMessage::default();
     msg.header.family = if spec.dst.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
@@ -172,6 +230,11 @@ fn message_of(spec: &RuleSpec) -> RuleMessage {
             msg.header.action = RuleAction::ToTable;
             msg.header.table = RT_TABLE_LOCAL as u8;
             msg.attributes.push(RuleAttribute::Table(RT_TABLE_LOCAL));
+        }
+        Verdict::Unlisted => {
+            msg.header.action = RuleAction::ToTable;
+            msg.header.table = RT_TABLE_UNLISTED as u8;
+            msg.attributes.push(RuleAttribute::Table(RT_TABLE_UNLISTED));
         }
     }
     if spec.local_only {
@@ -220,6 +283,7 @@ fn spec_of(rule: &RuleMessage) -> Option<RuleSpec> {
     let verdict = match rule.header.action {
         RuleAction::ToTable if table == RT_TABLE_MAIN => Verdict::Allow,
         RuleAction::ToTable if table == RT_TABLE_LOCAL => Verdict::Local,
+        RuleAction::ToTable if table == RT_TABLE_UNLISTED => Verdict::Unlisted,
         RuleAction::Prohibit => Verdict::Deny,
         _ => return None,
     };
@@ -248,6 +312,8 @@ mod tests {
             local_only: false,
         });
         rules.extend(crate::policy::guard_rules(&[Ipv4Addr::new(10, 213, 5, 255)]));
+        let denied = [Cidr::parse("192.0.2.0/24").unwrap()];
+        rules.extend(crate::policy::unlisted_rules(&p.rules(), &denied));
         for spec in rules {
             let msg = message_of(&spec);
             assert_eq!(spec_of(&msg), Some(spec), "{spec}");

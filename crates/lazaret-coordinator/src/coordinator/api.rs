@@ -237,6 +237,9 @@ impl Domain {
             }
             SidecarEvent::DnsHeld { name, record_type, hold_ms: _, suppressed: _ } => self.network_question_held(name, record_type).await,
             SidecarEvent::EntriesExpired { allow, deny } => self.network_entries_expired(allow, deny).await,
+            SidecarEvent::ConnectBlocked { address, protocol, port, suppressed: _ } => {
+                self.network_connection_blocked(&address, &protocol, port).await
+            }
         }
     }
 

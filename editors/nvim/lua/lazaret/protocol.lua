@@ -198,12 +198,12 @@
 ---@field kind 'network'
 
 ---@class lazaret.PendingNetworkRequest
----@field destination string The DNS name asked for (lower case, letters, digits, hyphens, dots).
+---@field destination string The DNS name asked for (lower case, letters, digits, hyphens, dots), or the address connected to, as its host network (`10.9.0.7/32`, `fd00::7/128`). Approving it allows exactly this entry.
 ---@field domainHash string
 ---@field expiresAtMs integer When the request goes away if nobody answers (the destination stays refused).
 ---@field profile string
 ---@field receivedAtMs integer
----@field recordTypes string[] The record types asked for (`A`, `AAAA`).
+---@field recordTypes string[] The record types asked for (`A`, `AAAA`); for an address, what was tried (`tcp/8080`, `udp/53`, or an IP protocol number).
 ---@field repeats integer Questions for it after the first, while it waits.
 ---@field requestId string Minted by the coordinator, random per request.
 ---@field sessionIds string[] The sessions live when it was first asked. The sandbox's network is shared by all its sessions, so which one asked cannot be told.

@@ -108,6 +108,21 @@ impl Domain {
         }
     }
 
+    /// The sandbox connected straight to an address no entry covers (the
+    /// sidecar reports it only while questions are held): the address, as a
+    /// host network (`10.9.0.7/32`), becomes a request like a held name, its
+    /// "record types" what was tried (`tcp/8080`). Approving it allows that
+    /// network; the connection itself failed already, its next try goes through.
+    pub(super) async fn network_connection_blocked(&self, address: &str, protocol: &str, port: Option<u16>) {
+        if !self.resolved.ask {
+            return;
+        }
+        let Some((destination, tried)) = blocked_destination(address, protocol, port) else {
+            return tracing::warn!(%address, %protocol, "the Network Sidecar reported a blocked connection that is not one");
+        };
+        self.network_question_held(destination, tried).await
+    }
+
     /// A request left the queue: if it had overflowed, the audit trail says
     /// how many questions were refused without asking meanwhile.
     async fn report_overflow(&self) {
@@ -319,4 +334,38 @@ fn grant_argv(grant: &NetworkGrant) -> Vec<String> {
         EntryVerdict::Deny => "deny",
     };
     vec!["network".to_owned(), grant.destination.clone(), verdict.to_owned(), grant.scope.to_string()]
+}
+
+/// The request's destination and "record type" for a blocked connection to
+/// `address` (`10.9.0.7/32` and `tcp/8080`); `None` unless `address` is an IP
+/// address and `protocol` a protocol name or number as the sidecar writes them.
+fn blocked_destination(address: &str, protocol: &str, port: Option<u16>) -> Option<(String, String)> {
+    let address: std::net::IpAddr = address.parse().ok()?;
+    let plain = matches!(protocol, "tcp" | "udp") || protocol.parse::<u8>().is_ok();
+    if !plain {
+        return None;
+    }
+    let length = if address.is_ipv4() { 32 } else { 128 };
+    let tried = match port {
+        Some(port) => format!("{protocol}/{port}"),
+        None => protocol.to_owned(),
+    };
+    Some((format!("{address}/{length}"), tried))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::blocked_destination;
+
+    #[test]
+    fn a_blocked_connection_asks_for_its_host_network() {
+        assert_eq!(blocked_destination("10.9.0.7", "tcp", Some(8080)), Some(("10.9.0.7/32".into(), "tcp/8080".into())));
+        assert_eq!(blocked_destination("fd00::7", "udp", Some(53)), Some(("fd00::7/128".into(), "udp/53".into())));
+        assert_eq!(blocked_destination("fd00::7", "132", None), Some(("fd00::7/128".into(), "132".into())));
+        for (address, protocol) in
+            [("grant.test", "tcp"), ("10.9.0.7/8", "tcp"), ("10.9.0.7", "tcp\n"), ("10.9.0.7", "sctp"), ("10.9.0.7", "300")]
+        {
+            assert_eq!(blocked_destination(address, protocol, None), None, "{address:?} {protocol:?}");
+        }
+    }
 }
