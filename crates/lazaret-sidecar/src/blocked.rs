@@ -5,11 +5,16 @@
 //! as a network request. The packet itself was refused already; an `allow` of the
 //! address opens it for the next try.
 //!
-//! What is never reported: addresses that are no remote host at all (loopback,
-//! link-local, multicast, broadcast, "this network"), and the same destination again
-//! within [`REPEAT_WINDOW`] (a client retrying; the coordinator counts repeats of a
-//! pending request anyway). Explicit denies and protected addresses never get here:
-//! they keep their `prohibit` rules (`policy::unlisted_rules`).
+//! Only what opens a conversation is reported: a TCP SYN, a UDP datagram, an ICMP
+//! echo request. Not the kernel's own answers to a peer (a reset, an ICMP error, a
+//! SYN-ACK) nor the rest of a flow whose grant just ended: those would offer an
+//! address nobody inside chose. Nor addresses that are no remote host at all
+//! (loopback, link-local, multicast, broadcast, "this network"), nor what the policy
+//! decides by name (an explicit deny, a protected address, an allowed one without a
+//! route; `Enforcer::offers`: routing alone is not trusted with it, since a sender
+//! that names its output interface gets past `prohibit`), nor the same destination
+//! again within [`REPEAT_WINDOW`] (a client retrying; the coordinator counts repeats
+//! of a pending request anyway).
 //!
 //! The messages are written and read by hand (`linux/netfilter/nfnetlink_log.h`),
 //! as in `nft.rs`.
@@ -37,11 +42,18 @@ const NFULNL_MSG_CONFIG: u16 = 1;
 const NFULA_PAYLOAD: u16 = 9;
 const NFULA_CFG_CMD: u16 = 1;
 const NFULA_CFG_MODE: u16 = 2;
+const NFULA_CFG_QTHRESH: u16 = 5;
 const NFULNL_CFG_CMD_BIND: u8 = 1;
 const NFULNL_COPY_PACKET: u8 = 2;
 const NLA_TYPE_MASK: u16 = 0x3fff;
+const IPPROTO_ICMP: u8 = 1;
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
+const IPPROTO_ICMPV6: u8 = 58;
+const TCP_SYN: u8 = 0x02;
+const TCP_ACK: u8 = 0x10;
+const ICMP_ECHO_REQUEST: u8 = 8;
+const ICMPV6_ECHO_REQUEST: u8 = 128;
 
 /// A destination reported once is not reported again within this window.
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(2);
@@ -56,6 +68,8 @@ pub struct Destination {
     pub protocol: u8,
     /// The destination port of TCP and UDP.
     pub port: Option<u16>,
+    /// Whether the packet opens a conversation (see the module's documentation).
+    pub opens: bool,
 }
 
 impl Destination {
@@ -79,7 +93,14 @@ impl Destination {
             IPPROTO_TCP | IPPROTO_UDP => packet.get(transport + 2..transport + 4).map(|p| u16::from_be_bytes([p[0], p[1]])),
             _ => None,
         };
-        Some(Destination { address: address.to_canonical(), protocol, port })
+        let opens = match protocol {
+            IPPROTO_TCP => packet.get(transport + 13).is_some_and(|flags| flags & (TCP_SYN | TCP_ACK) == TCP_SYN),
+            IPPROTO_UDP => true,
+            IPPROTO_ICMP => packet.get(transport) == Some(&ICMP_ECHO_REQUEST),
+            IPPROTO_ICMPV6 => packet.get(transport) == Some(&ICMPV6_ECHO_REQUEST),
+            _ => false,
+        };
+        Some(Destination { address: address.to_canonical(), protocol, port, opens })
     }
 
     /// The event for this destination.
@@ -142,6 +163,8 @@ impl Log {
         let mut data = LOG_SNAPLEN.to_be_bytes().to_vec();
         data.extend([NFULNL_COPY_PACKET, 0]);
         put(&mut mode, NFULA_CFG_MODE, &data);
+        // Each packet at once (the default waits for 100 of them, or a second).
+        put(&mut mode, NFULA_CFG_QTHRESH, &1u32.to_be_bytes());
         log.configure(mode)?;
         Ok(log)
     }
@@ -179,7 +202,8 @@ impl Log {
 }
 
 /// Reads logged packets until the socket fails; reports each offerable destination
-/// while questions are held.
+/// while questions are held. If the log fails for good, the sidecar goes back to
+/// the `prohibit` catch-all: nothing would be offered any more.
 pub fn serve(mut log: Log, shared: Arc<Shared>) {
     let mut recent = Recent::default();
     loop {
@@ -188,15 +212,24 @@ pub fn serve(mut log: Log, shared: Arc<Shared>) {
             // The kernel dropped messages for a full receive buffer: read on.
             Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => continue,
             Err(error) => {
-                eprintln!("lazaret-sidecar: blocked connections are no longer reported: {error}");
+                eprintln!(
+                    "lazaret-sidecar: blocked connections are no longer reported ({error}); unlisted destinations are prohibited again"
+                );
+                if let Err(error) = shared.enforcer().stop_using_drop_link() {
+                    eprintln!("lazaret-sidecar: could not put the prohibit catch-all back: {error}");
+                }
                 return;
             }
         };
-        if shared.enforcer().state().hold.is_zero() {
-            continue;
-        }
-        for destination in destinations {
-            if offerable(destination.address) && recent.report(destination.address, Instant::now()) {
+        let offered: Vec<Destination> = {
+            let enforcer = shared.enforcer();
+            if enforcer.state().hold.is_zero() {
+                continue;
+            }
+            destinations.into_iter().filter(|d| d.opens && offerable(d.address) && enforcer.offers(d.address)).collect()
+        };
+        for destination in offered {
+            if recent.report(destination.address, Instant::now()) {
                 eprintln!("lazaret-sidecar: blocked a connection to {} (no entry covers it)", destination.address);
                 shared.events.emit(destination.event());
             }
@@ -261,11 +294,16 @@ mod tests {
     use super::*;
 
     fn ipv4_tcp(destination: [u8; 4], port: u16) -> Vec<u8> {
+        ipv4_tcp_flags(destination, port, TCP_SYN)
+    }
+
+    fn ipv4_tcp_flags(destination: [u8; 4], port: u16, flags: u8) -> Vec<u8> {
         let mut packet = vec![0x45, 0, 0, 60, 0, 0, 0x40, 0, 64, IPPROTO_TCP, 0, 0, 10, 88, 0, 2];
         packet.extend(destination);
         packet.extend(40000u16.to_be_bytes());
         packet.extend(port.to_be_bytes());
         packet.extend([0; 16]);
+        packet[20 + 13] = flags;
         packet
     }
 
@@ -273,7 +311,7 @@ mod tests {
     fn destinations_are_read_from_ipv4_and_ipv6_headers() {
         assert_eq!(
             Destination::of_packet(&ipv4_tcp([10, 9, 0, 7], 8080)),
-            Some(Destination { address: "10.9.0.7".parse().unwrap(), protocol: IPPROTO_TCP, port: Some(8080) })
+            Some(Destination { address: "10.9.0.7".parse().unwrap(), protocol: IPPROTO_TCP, port: Some(8080), opens: true })
         );
         let mut v6 = vec![0x60, 0, 0, 0, 0, 8, IPPROTO_UDP, 64];
         v6.extend("fd00::1".parse::<Ipv6Addr>().unwrap().octets());
@@ -282,29 +320,56 @@ mod tests {
         v6.extend(53u16.to_be_bytes());
         assert_eq!(
             Destination::of_packet(&v6),
-            Some(Destination { address: "fd00::7".parse().unwrap(), protocol: IPPROTO_UDP, port: Some(53) })
+            Some(Destination { address: "fd00::7".parse().unwrap(), protocol: IPPROTO_UDP, port: Some(53), opens: true })
         );
         // IPv4-mapped is the IPv4 address it is; another protocol has no port.
         let mut mapped = v6.clone();
         mapped[6] = 47;
         mapped[24..40].copy_from_slice(&"::ffff:10.9.0.7".parse::<Ipv6Addr>().unwrap().octets());
-        assert_eq!(Destination::of_packet(&mapped), Some(Destination { address: "10.9.0.7".parse().unwrap(), protocol: 47, port: None }));
+        assert_eq!(
+            Destination::of_packet(&mapped),
+            Some(Destination { address: "10.9.0.7".parse().unwrap(), protocol: 47, port: None, opens: false })
+        );
         // Truncated or not IP: nothing.
         assert_eq!(Destination::of_packet(&ipv4_tcp([10, 9, 0, 7], 80)[..19]), None);
         assert_eq!(Destination::of_packet(&[0x20; 40]), None);
         assert_eq!(Destination::of_packet(&[]), None);
         let cut = &ipv4_tcp([10, 9, 0, 7], 80)[..21];
-        assert_eq!(Destination::of_packet(cut).map(|d| d.port), Some(None), "the port past the snap length is unknown");
+        assert_eq!(Destination::of_packet(cut).map(|d| (d.port, d.opens)), Some((None, false)), "past the snap length: unknown");
+    }
+
+    #[test]
+    fn only_what_opens_a_conversation_is_reported() {
+        let opens = |packet: &[u8]| Destination::of_packet(packet).is_some_and(|d| d.opens);
+        assert!(opens(&ipv4_tcp_flags([10, 9, 0, 7], 80, TCP_SYN)));
+        for answer in [TCP_SYN | TCP_ACK, TCP_ACK, 0x04 /* RST */, 0x04 | TCP_ACK, 0x01 | TCP_ACK /* FIN */] {
+            assert!(!opens(&ipv4_tcp_flags([10, 9, 0, 7], 80, answer)), "flags {answer:#x}");
+        }
+        let icmp = |kind: u8| {
+            let mut packet = ipv4_tcp([10, 9, 0, 7], 80);
+            packet[9] = IPPROTO_ICMP;
+            packet[20] = kind;
+            packet
+        };
+        assert!(opens(&icmp(ICMP_ECHO_REQUEST)));
+        assert!(!opens(&icmp(3)), "an ICMP error is the kernel's answer to a peer");
+        assert!(!opens(&icmp(0)), "an echo reply too");
+        let mut v6 = vec![0x60, 0, 0, 0, 0, 8, IPPROTO_ICMPV6, 64];
+        v6.extend([0; 32]);
+        v6.extend([ICMPV6_ECHO_REQUEST, 0, 0, 0]);
+        assert!(opens(&v6));
+        v6[40] = 1; // destination unreachable
+        assert!(!opens(&v6));
     }
 
     #[test]
     fn events_name_the_protocol_and_port() {
-        let event = Destination { address: "10.9.0.7".parse().unwrap(), protocol: IPPROTO_TCP, port: Some(8080) }.event();
+        let event = Destination { address: "10.9.0.7".parse().unwrap(), protocol: IPPROTO_TCP, port: Some(8080), opens: true }.event();
         assert_eq!(
             serde_json::to_string(&event).unwrap(),
             r#"{"type":"connectBlocked","address":"10.9.0.7","protocol":"tcp","port":8080}"#
         );
-        let event = Destination { address: "fd00::7".parse().unwrap(), protocol: 132, port: None }.event();
+        let event = Destination { address: "fd00::7".parse().unwrap(), protocol: 132, port: None, opens: false }.event();
         assert_eq!(serde_json::to_string(&event).unwrap(), r#"{"type":"connectBlocked","address":"fd00::7","protocol":"132"}"#);
     }
 

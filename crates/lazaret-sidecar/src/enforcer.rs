@@ -469,6 +469,25 @@ impl Enforcer {
         rules
     }
 
+    /// Back to the `prohibit` catch-all for what no entry covers (the drop link's
+    /// log failed: nothing would be offered any more).
+    pub fn stop_using_drop_link(&mut self) -> io::Result<usize> {
+        self.drop_link = false;
+        self.install(self.desired())
+    }
+
+    /// Whether a connection to `address` may be offered to the human: no entry
+    /// decides it. Not an explicit deny, a protected address, an allowed one (a
+    /// CIDR entry or a learned answer) whose route went nowhere, whatever the
+    /// routing did with the packet.
+    pub fn offers(&self, address: IpAddr) -> bool {
+        let address = address.to_canonical();
+        !self.state.cidrs.denies_explicitly(address)
+            && !self.state.cidrs.allows(address)
+            && !self.state.learned.contains_key(&address)
+            && !is_protected(&self.protected, address)
+    }
+
     fn desired(&self) -> Vec<RuleSpec> {
         let mut rules = self.state.rules(&self.upstreams, &self.protected);
         if self.drop_link && !self.state.hold.is_zero() {

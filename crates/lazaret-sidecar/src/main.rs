@@ -299,11 +299,22 @@ fn run(options: RunOptions) -> ExitCode {
         Ok(socket) => socket,
         Err(e) => return fail(&format!("DNS on {} (is CAP_NET_BIND_SERVICE there?): {e}", dns::LISTEN)),
     };
+    let mut drop_link = drop_link;
     let installed = nft::Nft::open().and_then(|mut nft| {
-        match &drop_link {
-            Some((index, _)) => nft.install_with_drop_link(*index)?,
-            None => nft.install()?,
+        if let Some((index, _)) = &drop_link {
+            match nft.install_with_drop_link(*index) {
+                Ok(()) => return Ok(nft),
+                // (A kernel without nft's limit, log or reject: the filter as before.)
+                Err(e) => {
+                    eprintln!(
+                        "lazaret-sidecar: warning: direct connections to unlisted addresses will not be offered as requests: \
+                         the netfilter rules for the drop link: {e}"
+                    );
+                    drop_link = None;
+                }
+            }
         }
+        nft.install()?;
         Ok(nft)
     });
     let nft = match installed {

@@ -122,14 +122,22 @@ impl Rtnl {
         }
         let mut get = LinkMessage::default();
         get.attributes.push(LinkAttribute::IfName(DROP_LINK.to_owned()));
-        let index = self
+        let link = self
             .request(RouteNetlinkMessage::GetLink(get), NLM_F_ACK)?
             .into_iter()
             .find_map(|reply| match reply {
-                RouteNetlinkMessage::NewLink(link) => Some(link.header.index),
+                RouteNetlinkMessage::NewLink(link) => Some(link),
                 _ => None,
             })
             .ok_or_else(|| io::Error::other(format!("the drop link {DROP_LINK} is not there after creating it")))?;
+        // A link of that name that is no `ifb` (made by something else) would send.
+        let is_ifb = link.attributes.iter().any(|attribute| {
+            matches!(attribute, LinkAttribute::LinkInfo(infos) if infos.iter().any(|info| matches!(info, LinkInfo::Kind(InfoKind::Ifb))))
+        });
+        if !is_ifb {
+            return Err(io::Error::other(format!("a link named {DROP_LINK} exists and is not an ifb link; not using it")));
+        }
+        let index = link.header.index;
         let mut up = LinkMessage::default();
         up.header.index = index;
         up.header.flags = LinkFlags::Up;

@@ -66,6 +66,13 @@ impl Domain {
     /// The sidecar holds (or, its hold full, refused) a question for a name
     /// on no allow entry.
     pub(super) async fn network_question_held(&self, name: String, record_type: String) {
+        self.ask_about_destination(name, record_type, "no allow entry covers it; waiting for a human").await
+    }
+
+    /// Makes `name` (a DNS name, or an address's host network) a network
+    /// request, or counts a repeat of the pending one; `reason` goes in the
+    /// audit record of a new one.
+    async fn ask_about_destination(&self, name: String, record_type: String, reason: &str) {
         let sessions: Vec<String> = self.sessions().by_id.keys().cloned().collect();
         let request_id = match lazaret_core::ids::random_hex(8) {
             Ok(hex) => format!("net-{hex}"),
@@ -79,7 +86,7 @@ impl Domain {
                 tracing::info!(%name, %record_type, request = %request.request_id, "network request pending");
                 let mut record = network_audit_record(
                     Outcome::NetworkAsked,
-                    Some("no allow entry covers it; waiting for a human".to_owned()),
+                    Some(reason.to_owned()),
                     DecisionSource::NetworkSidecar,
                     vec!["network".to_owned(), name, record_type],
                 );
@@ -120,7 +127,8 @@ impl Domain {
         let Some((destination, tried)) = blocked_destination(address, protocol, port) else {
             return tracing::warn!(%address, %protocol, "the Network Sidecar reported a blocked connection that is not one");
         };
-        self.network_question_held(destination, tried).await
+        let reason = "no entry covers the address: the connection was refused; asking a human whether to allow it";
+        self.ask_about_destination(destination, tried, reason).await
     }
 
     /// A request left the queue: if it had overflowed, the audit trail says
@@ -341,7 +349,7 @@ fn grant_argv(grant: &NetworkGrant) -> Vec<String> {
 /// address and `protocol` a protocol name or number as the sidecar writes them.
 fn blocked_destination(address: &str, protocol: &str, port: Option<u16>) -> Option<(String, String)> {
     let address: std::net::IpAddr = address.parse().ok()?;
-    let plain = matches!(protocol, "tcp" | "udp") || protocol.parse::<u8>().is_ok();
+    let plain = matches!(protocol, "tcp" | "udp") || (protocol.bytes().all(|b| b.is_ascii_digit()) && protocol.parse::<u8>().is_ok());
     if !plain {
         return None;
     }
@@ -362,9 +370,14 @@ mod tests {
         assert_eq!(blocked_destination("10.9.0.7", "tcp", Some(8080)), Some(("10.9.0.7/32".into(), "tcp/8080".into())));
         assert_eq!(blocked_destination("fd00::7", "udp", Some(53)), Some(("fd00::7/128".into(), "udp/53".into())));
         assert_eq!(blocked_destination("fd00::7", "132", None), Some(("fd00::7/128".into(), "132".into())));
-        for (address, protocol) in
-            [("grant.test", "tcp"), ("10.9.0.7/8", "tcp"), ("10.9.0.7", "tcp\n"), ("10.9.0.7", "sctp"), ("10.9.0.7", "300")]
-        {
+        for (address, protocol) in [
+            ("grant.test", "tcp"),
+            ("10.9.0.7/8", "tcp"),
+            ("10.9.0.7", "tcp\n"),
+            ("10.9.0.7", "sctp"),
+            ("10.9.0.7", "300"),
+            ("10.9.0.7", "+6"),
+        ] {
             assert_eq!(blocked_destination(address, protocol, None), None, "{address:?} {protocol:?}");
         }
     }
