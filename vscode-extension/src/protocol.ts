@@ -80,7 +80,7 @@ export interface AutoApproveListing {
   entry: string;
   /** What `rules/revoke` takes. */
   id: string;
-  /** Where it comes from: `[escalation] auto_approve` or `[profiles.NAME] auto_approve`. */
+  /** Where it was written: `FILE:LINE:COLUMN` in the configuration, or the table (`[escalation] auto_approve`, `[profiles.NAME] auto_approve`) when the place is not known. */
   source: string;
 }
 

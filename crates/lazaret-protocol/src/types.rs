@@ -653,8 +653,9 @@ pub struct AutoApproveListing {
     pub id: String,
     /// The entry as written (`cargo check *`).
     pub entry: String,
-    /// Where it comes from: `[escalation] auto_approve` or
-    /// `[profiles.NAME] auto_approve`.
+    /// Where it was written: `FILE:LINE:COLUMN` in the configuration, or
+    /// the table (`[escalation] auto_approve`, `[profiles.NAME]
+    /// auto_approve`) when the place is not known.
     pub source: String,
 }
 

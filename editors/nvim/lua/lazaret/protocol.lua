@@ -33,7 +33,7 @@
 ---@class lazaret.AutoApproveListing
 ---@field entry string The entry as written (`cargo check *`).
 ---@field id string What `rules/revoke` takes.
----@field source string Where it comes from: `[escalation] auto_approve` or `[profiles.NAME] auto_approve`.
+---@field source string Where it was written: `FILE:LINE:COLUMN` in the configuration, or the table (`[escalation] auto_approve`, `[profiles.NAME] auto_approve`) when the place is not known.
 
 ---@class lazaret.BranchDiff
 ---@field base? string The host commit the agent branch started from (merge base with the host's `HEAD`); `None` while the branch does not exist on the host.
