@@ -94,7 +94,19 @@ fn render_command(frame: &mut Frame<'_>, area: Rect, state: &PromptState, escala
 /// agent text, though the sidecar lets only letters, digits, hyphens and
 /// dots through), then how often it was asked and the six answers.
 fn render_network(frame: &mut Frame<'_>, area: Rect, queued: usize, request: &PendingNetworkRequest) {
-    let title = format!(" Lazaret: network request: the sandbox asks to reach a name (1 of {queued}) ");
+    // A direct connection asks for an address's host network (`10.0.0.7/32`);
+    // its "record types" are what was tried (`tcp/8080`).
+    let address = request.destination.split_once('/').is_some_and(|(address, _)| address.parse::<std::net::IpAddr>().is_ok());
+    let (what, tried, until) = if address {
+        ("an address", "Tried", "Until you answer, the address is refused at once; once allowed, its next connection goes through.")
+    } else {
+        (
+            "a name",
+            "Record types",
+            "Until you answer, the name is refused (a question waits a moment first); once allowed, its next question is answered.",
+        )
+    };
+    let title = format!(" Lazaret: network request: the sandbox asks to reach {what} (1 of {queued}) ");
     let block = Block::default().borders(Borders::ALL).title(title).border_style(Style::default().fg(Color::Yellow));
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -109,12 +121,12 @@ fn render_network(frame: &mut Frame<'_>, area: Rect, queued: usize, request: &Pe
                 Style::default().fg(Color::Cyan).add_modifier(Modifier::BOLD),
             ),
         ]),
-        Line::from(vec![label("Record types"), Span::raw(fit(&record_types, SHOWN_TEXT, &mut cut))]),
+        Line::from(vec![label(tried), Span::raw(fit(&record_types, SHOWN_TEXT, &mut cut))]),
         Line::from(vec![label("Asked"), Span::raw(if asked == 1 { "once".to_owned() } else { format!("{asked} times") })]),
         Line::from(vec![label("Request"), Span::raw(terminal_text::name(&request.request_id).into_owned())]),
         Line::from(vec![label("Profile"), Span::raw(format!("{} (domain {})", request.profile, request.domain_hash))]),
         Line::raw("The sandbox's network is shared by all its sessions: which one asked cannot be told."),
-        Line::raw("Until you answer, the name is refused (a question waits a moment first); once allowed, its next question is answered."),
+        Line::raw(until),
     ];
     if cut {
         lines.push(Line::styled(
@@ -280,6 +292,15 @@ mod tests {
         state.push(network("4e7b21", "grant.test", 2));
         state.push(command("7f3a9c", &["cargo", "test"]));
         assert_snapshot("network", &state, 100, 16);
+    }
+
+    #[test]
+    fn prompt_snapshot_network_request_for_an_address() {
+        let mut state = PromptState::new();
+        let PendingItem::Network(mut request) = network("5c0a11", "10.213.20.13/32", 0) else { unreachable!() };
+        request.record_types = vec!["tcp/8081".to_owned()];
+        state.push(PendingItem::Network(request));
+        assert_snapshot("network-address", &state, 100, 16);
     }
 
     /// A destination is agent text: whatever it holds, nothing reaches the
