@@ -260,8 +260,11 @@ fn assert_has_lines(text: &str, expected: &[&str]) {
     }
 }
 
+/// Every audit record of the domain (`lazaret audit` shows the last 100 by
+/// default; a test that floods the trail with refusals looks at the first
+/// records too).
 fn audit_records(env: &TestEnv, workspace: &Path) -> Vec<serde_json::Value> {
-    let audit = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(workspace));
+    let audit = run(env.lazaret().args(["audit", "--json", "--limit", "100000", "--workspace"]).arg(workspace));
     assert!(audit.status.success(), "{}", stderr(&audit));
     serde_json::from_slice(&audit.stdout).expect("audit json")
 }

@@ -217,14 +217,19 @@ fn a_network_request_is_allowed_for_15_minutes_at_the_prompt() {
         let text = screen.text();
         text.contains("network request") && text.contains("Destination    grant.test")
     };
+    let fields =
+        ["Record types", "Asked", "[a] this session", "[m] 15 min", "[h] 1 hour", "[p] profile", "[d] this session", "[D] profile"];
     for screen in &screens {
         assert!(wait_until(Duration::from_secs(20), || prompt_shows(screen)), "the prompt shows the network request: {}", screen.text());
+        // The prompt is drawn again for every repeat of the question: a
+        // capture can fall between the body and the footer of one drawing.
+        let whole = wait_until(Duration::from_secs(10), || {
+            let text = screen.text();
+            fields.iter().all(|field| text.contains(field))
+        });
         let text = screen.text();
-        for field in
-            ["Record types", "Asked", "[a] this session", "[m] 15 min", "[h] 1 hour", "[p] profile", "[d] this session", "[D] profile"]
-        {
-            assert!(text.contains(field), "the prompt shows `{field}`: {text}");
-        }
+        let missing: Vec<&str> = fields.iter().copied().filter(|field| !text.contains(field)).collect();
+        assert!(whole && missing.is_empty(), "the prompt shows {missing:?}: {text}");
     }
     let checkout = PathBuf::from(domain_json(&env, "default", &repository)["domain_dir"].as_str().expect("dir")).join("checkout");
     assert!(
