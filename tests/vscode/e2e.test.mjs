@@ -121,6 +121,17 @@ async function rowAction(text, action) {
   }
 }
 
+/**
+ * Closes the open quick input: Escape sent to its own box (the page's focus
+ * may be elsewhere, and the box ignores focus moving away), then waits until
+ * it is gone (a box left open covers the rows the next step hovers: CI run
+ * of 12f57bf).
+ */
+async function escapeQuickInput() {
+  await wb.page.locator(".quick-input-widget input").press("Escape");
+  await wb.page.locator(".quick-input-widget").waitFor({ state: "hidden", timeout: 5_000 });
+}
+
 /** The text of the visible editor's rendered lines (Monaco shows spaces as U+00A0). */
 async function editorText() {
   const editor = wb.page.locator(".editor-instance .monaco-editor .view-lines").filter({ visible: true }).first();
@@ -453,13 +464,13 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
       await wb.palette("Lazaret: Approve Escalation");
       await wb.page.locator(".quick-input-widget .monaco-list-row", { hasText: label }).waitFor({ timeout: 5_000 });
       await checkInert("quick pick", problems);
-      await wb.page.keyboard.press("Escape");
+      await escapeQuickInput();
     });
     await stage(problems, "deny box", async () => {
       await rowAction(label, "Deny Escalation");
       await wb.page.locator(".quick-input-widget input").waitFor({ state: "visible" });
       await checkInert("deny box", problems);
-      await wb.page.keyboard.press("Escape");
+      await escapeQuickInput();
     });
     await stage(problems, "edit box and modal", async () => {
       await rowAction(label, "Edit and Run Escalation");
@@ -784,14 +795,14 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
         await wb.page.locator(".quick-input-widget .monaco-list-row", { hasText: "hostile-group-0" }).waitFor({ timeout: 5_000 });
         await checkInert("quick pick", problems);
         await wb.screenshot("hostile-quick-pick.png");
-        await wb.page.keyboard.press("Escape");
+        await escapeQuickInput();
       });
       for (const l of labels) {
         await stage(problems, `deny box of ${l}`, async () => {
           await rowAction(l.trim(), "Deny Escalation");
           await wb.page.locator(".quick-input-widget input").waitFor({ state: "visible" });
           await checkInert(`deny box of ${l}`, problems);
-          await wb.page.keyboard.press("Escape");
+          await escapeQuickInput();
         });
         await stage(problems, `edit box and modal of ${l}`, async () => {
           await rowAction(l.trim(), "Edit and Run Escalation");
