@@ -1344,9 +1344,12 @@ fn a_refusal_is_remembered_and_grants_are_listed_kept_and_revoked() {
     let domain_rules = rules.as_object().and_then(|domains| domains.values().next()).cloned().expect("one domain");
     let refusal = &domain_rules["network"][0];
     assert_eq!(refusal["verdict"], "deny", "{rules}");
-    // Counted from the sidecar's events, which are rate limited (20/s, bursts of 50).
+    // Counted from the sidecar's events, which are rate limited (20/s, bursts
+    // of 50): at least the burst, at most one per refused question; busybox
+    // nslookup asks A and AAAA, so 101 lookups are up to 202 questions (149
+    // were counted when the loop took longer than usual).
     let hits = refusal["hits"].as_u64().unwrap_or(0);
-    assert!((50..=101).contains(&hits), "refused questions are counted: {rules}");
+    assert!((50..=202).contains(&hits), "refused questions are counted: {rules}");
     let revoke = run(env.lazaret().args(["rules", "revoke", refusal["id"].as_str().expect("id")]));
     assert!(revoke.status.success(), "{}", stderr(&revoke));
     let mut question = live.spawn_inside("busybox nslookup deny.test >/dev/null 2>&1");
