@@ -456,17 +456,12 @@ impl Enforcer {
         Ok((enforcer, rules))
     }
 
-    /// From now on, while questions are held, destinations no entry covers are routed
-    /// to the drop link (which must be up, with the unlisted table's routes and the
-    /// netfilter rules that refuse what it carries).
-    pub fn use_drop_link(&mut self) -> io::Result<usize> {
+    /// From the next hold on (the hold is 0 at start; [`Enforcer::change`] installs
+    /// the rules, or puts the previous ones back), destinations no entry covers are
+    /// routed to the drop link, which must be up, with the unlisted table's routes
+    /// and the netfilter rules that refuse what it carries.
+    pub fn use_drop_link(&mut self) {
         self.drop_link = true;
-        let rules = self.install(self.desired());
-        if rules.is_err() {
-            self.drop_link = false;
-            let _ = self.install(self.desired());
-        }
-        rules
     }
 
     /// Back to the `prohibit` catch-all for what no entry covers (the drop link's

@@ -268,7 +268,7 @@ fn run(options: RunOptions) -> ExitCode {
     };
     // The drop link and its log make direct connections to unlisted addresses into
     // questions (`blocked.rs`); without them such connections are refused as before.
-    let drop_link = match rtnl.ensure_drop_link().and_then(|index| blocked::Log::open().map(|log| (index, log))) {
+    let mut drop_link = match rtnl.ensure_drop_link().and_then(|index| blocked::Log::open().map(|log| (index, log))) {
         Ok(found) => Some(found),
         Err(e) => {
             eprintln!("lazaret-sidecar: warning: direct connections to unlisted addresses will not be offered as requests: {e}");
@@ -299,7 +299,6 @@ fn run(options: RunOptions) -> ExitCode {
         Ok(socket) => socket,
         Err(e) => return fail(&format!("DNS on {} (is CAP_NET_BIND_SERVICE there?): {e}", dns::LISTEN)),
     };
-    let mut drop_link = drop_link;
     let installed = nft::Nft::open().and_then(|mut nft| {
         if let Some((index, _)) = &drop_link {
             match nft.install_with_drop_link(*index) {
@@ -325,16 +324,10 @@ fn run(options: RunOptions) -> ExitCode {
         Ok(started) => started,
         Err(e) => return fail(&format!("installing the egress policy (is CAP_NET_ADMIN there?): {e}")),
     };
-    let log = match drop_link {
-        Some((_, log)) => match enforcer.use_drop_link() {
-            Ok(_) => Some(log),
-            Err(e) => {
-                eprintln!("lazaret-sidecar: warning: direct connections to unlisted addresses will not be offered as requests: {e}");
-                None
-            }
-        },
-        None => None,
-    };
+    let log = drop_link.map(|(_, log)| {
+        enforcer.use_drop_link();
+        log
+    });
     let snapshot = enforcer.snapshot(rules, Instant::now());
     eprintln!(
         "lazaret-sidecar {}: default-deny egress in force, {rules} rules; allowed: {}; DNS on {} via {}",

@@ -49,8 +49,8 @@ pub const RT_TABLE_UNLISTED: u32 = 76;
 pub const UNLISTED_PRIORITY: u32 = CATCH_ALL_PRIORITY - 10;
 
 /// The rules that send what no entry covers to the unlisted table (both families), and
-/// a `prohibit` for each `denied` network (explicit denies, protected addresses) that
-/// the rules so far would not stop before them: what is denied by name must not be
+/// a `prohibit` for each `denied` network (the explicit denies; protected addresses
+/// have theirs in `rules` already) that the rules so far would not stop before them: what is denied by name must not be
 /// offered as a request. `rules` is the policy's complete rule set.
 pub fn unlisted_rules(rules: &[RuleSpec], denied: &[Cidr]) -> Vec<RuleSpec> {
     let mut out = Vec::new();
