@@ -27,3 +27,21 @@ vim.ui.select = function(items, opts, on_choice)
   table.insert(_G.lazaret_test_prompts, { kind = 'select', prompt = opts.prompt, items = shown })
   return select(items, opts, on_choice)
 end
+-- When each network request's destination was first in the plugin's queue
+-- (epoch ms; `User LazaretChanged` fires as the queue changes), for the bench.
+_G.lazaret_test_network_seen = {}
+vim.api.nvim_create_autocmd('User', {
+  pattern = 'LazaretChanged',
+  callback = function()
+    local lazaret = package.loaded['lazaret']
+    if not lazaret then
+      return
+    end
+    for _, request in ipairs(lazaret.network_requests()) do
+      if request.destination and not _G.lazaret_test_network_seen[request.destination] then
+        local sec, usec = vim.uv.gettimeofday()
+        _G.lazaret_test_network_seen[request.destination] = sec * 1000 + math.floor(usec / 1000)
+      end
+    end
+  end,
+})

@@ -172,3 +172,63 @@ class LazaretEnv:
             ).stdout
             names += [line for line in output.splitlines() if line]
         return names
+
+
+def static_helper(name):
+    """A static helper built next to the lazaret binary under test
+    (scripts/build puts them in target/x86_64-unknown-linux-musl/static)."""
+    path = Path(lazaret_bin()).parent.parent / "x86_64-unknown-linux-musl/static" / name
+    if not path.exists():
+        raise RuntimeError(f"{path} is missing: run scripts/build")
+    return path
+
+
+class InternalNetwork:
+    """A podman network created `--internal` (nothing on it reaches past this
+    machine) for a domain's `[network] podman_network`, with test hosts of
+    the test's own. Subnets 10.213.240-254 (the Rust suites take 20-219,
+    VS Code's 220-239); the next one when podman says a subnet is used."""
+
+    def __init__(self, tag):
+        self.hosts = []
+        self.name = None
+        for i in range(15):
+            name = f"lzn-{tag}-{os.getpid()}-{i}"
+            prefix = f"10.213.{240 + (os.getpid() + i) % 15}"
+            result = subprocess.run(
+                ["podman", "network", "create", "--internal", "--disable-dns", "--subnet", f"{prefix}.0/24", name],
+                capture_output=True, text=True,
+            )
+            if result.returncode == 0:
+                self.name, self.prefix = name, prefix
+                return
+            if "already used" not in result.stderr and "exists" not in result.stderr:
+                raise AssertionError(f"podman network create {name}: {result.stderr}")
+        raise AssertionError("no free subnet in 10.213.240-254 for a test network")
+
+    def address(self, host):
+        return f"{self.prefix}.{host}"
+
+    def start_echo(self, host, port):
+        """`lazaret-testhost echo PORT` (every byte comes back) at .HOST."""
+        name = f"{self.name}-host{host}"
+        result = subprocess.run(
+            ["podman", "run", "-d", "--replace", "--name", name, "--runtime=runc",
+             # runc cannot raise limits past the suite's own (seen: "error setting rlimit type 7").
+             "--ulimit=nofile=4096:4096", "--ulimit=nproc=4096:4096",
+             f"--volume={static_helper('lazaret-testhost')}:/testhost:ro",
+             "--network", self.name, "--ip", self.address(host), DEFAULT_IMAGE, "/testhost", "echo", str(port)],
+            capture_output=True, text=True,
+        )
+        assert result.returncode == 0, f"test host: {result.stderr}"
+        self.hosts.append(name)
+
+    def close(self):
+        """Removes the test hosts, then the network once no container is on
+        it (a domain tears down after its last session)."""
+        for name in self.hosts:
+            subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True)
+        if self.name:
+            wait_until(30, lambda: not subprocess.run(
+                ["podman", "ps", "-aq", "--filter", f"network={self.name}"], capture_output=True, text=True).stdout.strip(), 0.5)
+            subprocess.run(["podman", "network", "rm", "-f", self.name], capture_output=True)

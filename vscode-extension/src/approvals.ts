@@ -25,7 +25,15 @@ async function pick(ctx: Ctx, action: string): Promise<EscalationItem | undefine
   if (!items.length) {
     const problems = ctx.manager.problems();
     if (problems.length) void vscode.window.showErrorMessage(`Lazaret: cannot ask for pending escalations: ${notice(problems[0].message)}. ${problems[0].fix}`);
-    else void vscode.window.showInformationMessage("Lazaret: no pending escalations.");
+    else {
+      const network = ctx.manager.netQueue.list().length;
+      // A network request is answered with Allow/Deny Network Request (or Ctrl+Alt+A/D on its row): say so rather than "nothing pending".
+      void vscode.window.showInformationMessage(
+        network
+          ? `Lazaret: no pending host escalations; ${network} network request${network === 1 ? " is" : "s are"} pending: answer ${network === 1 ? "it" : "them"} in the Lazaret view (Show Pending Escalations selects the first; Ctrl+Alt+A/D there).`
+          : "Lazaret: no pending escalations.",
+      );
+    }
     return undefined;
   }
   // Quick pick labels, descriptions and details render `$(icon)`: noIcons.

@@ -132,8 +132,15 @@ export async function activate(extension: vscode.ExtensionContext): Promise<void
   command("lazaret.deny", (arg?: unknown) => approvals.deny(ctx, arg));
   command("lazaret.edit", (arg?: unknown) => approvals.edit(ctx, arg));
   command("lazaret.showFullRequest", (arg?: unknown) => approvals.showFullRequest(ctx, requests, arg, true));
-  command("lazaret.approveSelected", () => approvals.approve(ctx, undefined, true));
-  command("lazaret.denySelected", () => approvals.deny(ctx, undefined, true));
+  // Ctrl+Alt+A / Ctrl+Alt+D in the view answer the selected row: a network request is allowed or denied for a scope.
+  command("lazaret.approveSelected", () => {
+    const row = netapprovals.selectedRequest(ctx);
+    return row ? netapprovals.answerNetwork(ctx, "allow", row) : approvals.approve(ctx, undefined, true);
+  });
+  command("lazaret.denySelected", () => {
+    const row = netapprovals.selectedRequest(ctx);
+    return row ? netapprovals.answerNetwork(ctx, "deny", row) : approvals.deny(ctx, undefined, true);
+  });
   command("lazaret.editSelected", () => approvals.edit(ctx, undefined, true));
   command("lazaret.showPending", () => approvals.showPending(ctx));
   command("lazaret.openBranchDiff", (arg?: unknown) => openBranchDiff(ctx, provider, decorations, arg));

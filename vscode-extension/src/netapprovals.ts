@@ -54,6 +54,13 @@ async function targetRequest(ctx: Ctx, arg: unknown, action: string): Promise<Ne
   return pickRequest(ctx, action);
 }
 
+/** The selected row of the Lazaret view when it is a network request (keybindings inside the view answer the row they are on, whichever kind). */
+export function selectedRequest(ctx: Ctx): unknown {
+  const view = ctx.treeView;
+  const node = view?.visible ? ctx.registry.known(view.selection[0]) : undefined;
+  return networkRequestOf(node) ? node : undefined;
+}
+
 /** The scope of an answer: the quick pick, and an input box for "For ... minutes". Undefined: cancelled. */
 export async function askScope(title: string): Promise<GrantScope | undefined> {
   const picked = await vscode.window.showQuickPick(

@@ -12,13 +12,15 @@ nothing in the sandbox asks the name again afterwards (the session only
 sleeps): an allowed name's next question would be forwarded upstream."""
 
 import queue
+import shutil
+import subprocess
 import threading
 import time
 
 import pytest
 
 from helpers import assert_inert
-from lzenv import LazaretEnv, wait_until
+from lzenv import InternalNetwork, LazaretEnv, static_helper, wait_until
 
 NAME = "grant.test"
 
@@ -120,4 +122,89 @@ def test_a_network_request_is_allowed_for_15_minutes_by_key_then_revoked(ask_dom
     editor.nvim.input("1<CR>")  # Revoke it
     wait_lines(editor, "rules", lambda ls: shown(ls, "network (") and not shown(ls, NAME), "the revoked grant disappears")
     assert wait_until(10, lambda: NAME not in env.lazaret("rules", "--json").stdout), env.lazaret("rules", "--json").stdout
+    assert keeper.poll() is None, "the session still only sleeps"
+
+
+@pytest.fixture(scope="module")
+def direct_domain():
+    """A domain with `ask = true` on a podman network of its own, created
+    `--internal`, holding a TCP echo host at .13 port 8081; the workspace
+    holds the static test host binary (for `echo-probe` from inside). The
+    sandbox asks no name: its only resolver is a loopback one."""
+    network = InternalNetwork("direct")
+    env = LazaretEnv(approval_timeout=120)
+    try:
+        network.start_echo(13, 8081)
+        with env.config_file.open("a") as config:
+            config.write(f'\n[network]\npodman_network = "{network.name}"\nallow_egress = []\nask = true\n'
+                         'dns_upstream = ["127.0.0.1:9"]\n')
+        repo = env.repository()
+        shutil.copy(static_helper("lazaret-testhost"), repo / "lazaret-testhost")
+        env.git(repo, "add", "lazaret-testhost")
+        env.git(repo, "commit", "--quiet", "-m", "the test host")
+        keeper, _ = env.start_domain(repo)
+        yield env, repo, network, keeper
+    finally:
+        env.close()
+        network.close()
+    assert not env.leftovers, f"containers left behind: {env.leftovers}"
+
+
+def test_a_direct_connection_is_allowed_by_key_and_revoking_the_grant_cuts_the_flow(direct_domain, editor_factory):
+    """Issue 29, from Neovim: a connection straight to an unlisted address is
+    refused and listed as a request for its /32; `t` 15 allows it; a flow is
+    made; `x` in :LazaretRules revokes the grant and the flow is cut."""
+    env, repo, network, keeper = direct_domain
+    address = network.address(13)
+    destination = f"{address}/32"
+    editor = editor_factory(env, repo)
+    assert editor.wait("#require('lazaret.domains').connected() == 1", 15), "the plugin connected to the domain"
+    editor.nvim.command("LazaretPending")
+    started = time.monotonic()
+    refused = env.exec_in(repo, f"/workspace/lazaret-testhost echo-probe {address} 8081 1")
+    refused_ms = (time.monotonic() - started) * 1000
+    assert "Connection refused" in refused.stdout + refused.stderr, f"refused at once: {refused}"
+    lines = wait_lines(editor, "approvals", lambda ls: shown(ls, f"network  {destination}"), "the address is a network request")
+    print(f"# measure: direct connection -> pending window: {(time.monotonic() - started) * 1000:.0f} ms "
+          f"(the probe was refused after {refused_ms:.0f} ms)")
+    assert_inert("the pending window", lines)
+    at = next(i for i, l in enumerate(lines) if l.endswith(f"network  {destination}"))
+    assert any(l.startswith("    records  tcp/8081") for l in lines[at:at + 7]), lines[at:at + 7]
+
+    cursor_to(editor, "approvals", f"network  {destination}")
+    asked = len(editor.prompts())
+    editor.nvim.input("t")
+    editor.wait_prompt("input", asked)
+    assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5), "the minutes prompt is open"
+    editor.nvim.input("15<CR>")
+    wait_lines(editor, "approvals", lambda ls: ls and not shown(ls, f"network  {destination}"), "the answered request disappears")
+
+    # A flow through the grant: the probe's byte comes back every 200 ms.
+    flow = subprocess.Popen(["podman", "exec", env.container(repo), "/workspace/lazaret-testhost", "echo-probe", address, "8081", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert read_line(flow, 30) == "connected\n", "the grant lets the connection through"
+        time.sleep(1)
+        assert flow.poll() is None, "the flow is up"
+        editor.nvim.command("LazaretRules")
+        wait_lines(editor, "rules", lambda ls: shown(ls, f"allow  {destination}"), "the grant is listed")
+        cursor_to(editor, "rules", f"allow  {destination}")
+        asked = len(editor.prompts())
+        editor.nvim.input("x")
+        prompt = editor.wait_prompt("select", asked)
+        assert f"Revoke the network grant of {destination}" in prompt["prompt"], prompt
+        revoked = time.monotonic()
+        editor.nvim.input("1<CR>")  # Revoke it
+        cut = read_line(flow, 30)
+        assert cut.startswith("cut after_ms="), f"revoking from Neovim cuts the flow: {cut!r}"
+        print(f"# measure: revoke -> flow cut seen by the probe: {(time.monotonic() - revoked) * 1000:.0f} ms")
+    finally:
+        if flow.poll() is None:
+            flow.kill()
+        flow.communicate()
+    wait_lines(editor, "rules", lambda ls: not shown(ls, destination), "the revoked grant disappears")
+    again = env.exec_in(repo, f"/workspace/lazaret-testhost echo-probe {address} 8081 1")
+    assert "Connection refused" in again.stdout + again.stderr, f"a new connection is refused again: {again}"
+    outcomes = [record.get("outcome") for record in env.audit(repo)]
+    assert "networkRevoked" in outcomes, outcomes
     assert keeper.poll() is None, "the session still only sleeps"
