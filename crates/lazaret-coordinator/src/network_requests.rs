@@ -180,11 +180,11 @@ impl NetworkRequests {
         self.grants.insert(grant.destination.clone(), grant);
     }
 
-    /// Counts a question for `name` answered (`Allow`) or refused (`Deny`)
-    /// under its grant.
-    pub fn hit(&mut self, name: &str, verdict: EntryVerdict) {
+    /// Counts `count` questions for `name` answered (`Allow`) or refused
+    /// (`Deny`) under its grant.
+    pub fn hits(&mut self, name: &str, verdict: EntryVerdict, count: u64) {
         if let Some(grant) = self.grants.get_mut(name).filter(|grant| grant.verdict == verdict) {
-            grant.hits += 1;
+            grant.hits = grant.hits.saturating_add(count);
         }
     }
 
@@ -339,9 +339,10 @@ mod tests {
         for _ in 0..100 {
             assert_eq!(ask(&mut requests, "deny.test", "again", 4), Asked::Answered);
         }
-        requests.hit("deny.test", EntryVerdict::Deny);
-        requests.hit("deny.test", EntryVerdict::Allow);
-        assert_eq!(requests.grants()[0].hits, 1);
+        requests.hits("deny.test", EntryVerdict::Deny, 1);
+        requests.hits("deny.test", EntryVerdict::Allow, 5);
+        requests.hits("deny.test", EntryVerdict::Deny, 40);
+        assert_eq!(requests.grants()[0].hits, 41, "a tally adds its count; an answer does not count toward a refusal");
         assert_eq!(requests.revoke("g1").map(|grant| grant.destination), Some("deny.test".to_owned()));
         assert!(requests.revoke("g1").is_none());
         new_id(ask(&mut requests, "deny.test", "r2", 5));

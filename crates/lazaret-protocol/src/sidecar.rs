@@ -271,6 +271,13 @@ pub enum SidecarEvent {
     /// Timed entries (`forMs`) whose time ran out were removed. Never
     /// dropped by the rate limit.
     EntriesExpired { allow: Vec<String>, deny: Vec<String> },
+    /// The `dnsResolved` events (`answered`) and `dnsRefused` events of
+    /// reason `denied` (`denied`) the rate limit dropped since the last
+    /// tally, counted per name, so that a grant's or a refusal's hits are
+    /// exact under a flood. At most [`TALLY_NAMES`] names per tally (drops
+    /// for further names are only in `suppressed`). Sent at most four times
+    /// a second, past the limit, and only when something was dropped.
+    DnsTally { answered: Vec<NameCount>, denied: Vec<NameCount> },
     /// The sandbox opened a connection (or sent a datagram) straight to an
     /// address that no entry covers, while questions are held
     /// ([`SidecarRequest::Hold`] above 0): the connection failed at once
@@ -289,6 +296,17 @@ pub enum SidecarEvent {
     },
 }
 
+/// How many names one [`SidecarEvent::DnsTally`] counts at most.
+pub const TALLY_NAMES: usize = 1024;
+
+/// A name and how many times something happened to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NameCount {
+    pub name: String,
+    pub count: u64,
+}
+
 impl SidecarEvent {
     /// Records that the rate limit dropped `count` events before this one.
     pub fn set_suppressed(&mut self, count: u64) {
@@ -298,7 +316,7 @@ impl SidecarEvent {
             | SidecarEvent::DnsResolved { suppressed, .. }
             | SidecarEvent::DnsHeld { suppressed, .. }
             | SidecarEvent::ConnectBlocked { suppressed, .. } => *suppressed = Some(count),
-            SidecarEvent::EntriesExpired { .. } => {}
+            SidecarEvent::EntriesExpired { .. } | SidecarEvent::DnsTally { .. } => {}
         }
     }
 }

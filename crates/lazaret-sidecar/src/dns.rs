@@ -399,10 +399,12 @@ fn random_id() -> io::Result<u16> {
 /// Removes timed entries whose time ran out (reported as `entriesExpired`, never
 /// rate limited; held questions are woken), and forgets learned addresses whose time
 /// ran out and that no TCP connection or connected UDP socket in this namespace
-/// uses any more. Checks four times a second.
+/// uses any more. Checks four times a second, and sends the rate limit's per-name
+/// tally each time ([`Events::flush_tally`]).
 pub fn expiry_loop(shared: Arc<Shared>) {
     loop {
         std::thread::sleep(EXPIRY_TICK);
+        shared.events.flush_tally();
         let now = Instant::now();
         let mut enforcer = shared.enforcer();
         if enforcer.state().next_entry_expiry().is_some_and(|expiry| expiry <= now) {

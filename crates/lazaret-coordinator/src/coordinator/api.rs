@@ -11,7 +11,7 @@ use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{ConnectionId, Extensions, PendingSubscriptionSink, SubscriptionMessage};
 use lazaret_core::config::ResolvedProfile;
 use lazaret_core::time::now_ms;
-use lazaret_protocol::sidecar::{SidecarEvent, SidecarRequest};
+use lazaret_protocol::sidecar::{NameCount, SidecarEvent, SidecarRequest};
 use lazaret_protocol::{
     error_code, AuditRecord, AuditVerification, BranchDiff, CompletedSession, ContainerState, Decision, DecisionSource, DomainStatus,
     Event, FileContents, GrantScope, LazaretApiServer, LiveSession, NetworkDecision, NetworkPolicy, Outcome, PendingEscalation,
@@ -217,7 +217,7 @@ impl Domain {
             SidecarEvent::DnsRefused { name, record_type, reason, message, suppressed } => {
                 tracing::warn!(%name, %record_type, %reason, "DNS question refused");
                 if reason == lazaret_protocol::sidecar::DnsRefusal::Denied {
-                    self.network_hit(&name, lazaret_protocol::EntryVerdict::Deny);
+                    self.network_hits(&name, lazaret_protocol::EntryVerdict::Deny, 1);
                 }
                 let argv = asked(&name, &record_type, &[], suppressed);
                 let why = format!("{reason}: {message}");
@@ -232,11 +232,19 @@ impl Domain {
                 self.audit(network_audit_record(Outcome::DnsAnswerRefused, Some(why), DecisionSource::NetworkSidecar, argv)).await;
             }
             SidecarEvent::DnsResolved { name, record_type, addresses, suppressed: _ } => {
-                self.network_hit(&name, lazaret_protocol::EntryVerdict::Allow);
+                self.network_hits(&name, lazaret_protocol::EntryVerdict::Allow, 1);
                 self.emit(Event::NetworkDnsResolved { name, record_type, addresses })
             }
             SidecarEvent::DnsHeld { name, record_type, hold_ms: _, suppressed: _ } => self.network_question_held(name, record_type).await,
             SidecarEvent::EntriesExpired { allow, deny } => self.network_entries_expired(allow, deny).await,
+            SidecarEvent::DnsTally { answered, denied } => {
+                for NameCount { name, count } in answered {
+                    self.network_hits(&name, lazaret_protocol::EntryVerdict::Allow, count);
+                }
+                for NameCount { name, count } in denied {
+                    self.network_hits(&name, lazaret_protocol::EntryVerdict::Deny, count);
+                }
+            }
             SidecarEvent::ConnectBlocked { address, protocol, port, suppressed: _ } => {
                 self.network_connection_blocked(&address, &protocol, port).await
             }

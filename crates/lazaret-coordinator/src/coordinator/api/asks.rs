@@ -159,9 +159,9 @@ impl Domain {
         }
     }
 
-    /// Counts a question answered or refused under a grant.
-    pub(super) fn network_hit(&self, name: &str, verdict: EntryVerdict) {
-        self.network_requests().hit(name, verdict);
+    /// Counts `count` questions answered or refused under a grant.
+    pub(super) fn network_hits(&self, name: &str, verdict: EntryVerdict, count: u64) {
+        self.network_requests().hits(name, verdict, count);
     }
 
     /// Ends network requests nobody answered in time; runs until teardown.
