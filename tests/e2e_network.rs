@@ -619,37 +619,67 @@ fn the_sandbox_cannot_broadcast_multicast_or_pick_an_interface_past_the_policy()
     assert!(!heard.contains("got"), "the neighbour heard the sandbox: {heard}");
 }
 
+/// A rootless test user's own `--internal` podman network `lzt-<tag>-<pid>`
+/// on 10.213.`octet`.0/24 (rootless podman keeps it in the user's network
+/// namespace), with listeners on port 8080 at .11 and .12 and a DNS
+/// authority at .53 answering `records` (see [`TestNetwork::with_dns`]). A
+/// network of the same tag that an earlier, interrupted run left is removed
+/// first; dropping it removes the hosts and the network.
+struct RootlessNetwork<'a> {
+    user: &'a RootlessUser,
+    name: String,
+    prefix: String,
+}
+
+impl<'a> RootlessNetwork<'a> {
+    fn create(user: &'a RootlessUser, tag: &str, octet: u8, records: &[&str]) -> RootlessNetwork<'a> {
+        let name = format!("lzt-{tag}-{}", std::process::id());
+        let prefix = format!("10.213.{octet}");
+        user.run(&format!(
+            "for n in $(podman network ls --format '{{{{.Name}}}}' | grep '^lzt-{tag}-'); do podman network rm -f $n; done; true"
+        ));
+        let network = RootlessNetwork { user, name, prefix };
+        let (name, prefix) = (&network.name, &network.prefix);
+        let hosts = format!(
+            "set -e; podman network create --internal --subnet {prefix}.0/24 {name} >/dev/null; \
+             for h in 11 12; do podman run -d --name {name}-h$h {limits} --network {name} --ip {prefix}.$h {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null; done; \
+             podman run -d --name {name}-dns {limits} --network {name} --ip {prefix}.53 --volume={testhost}:/testhost:ro {DEFAULT_IMAGE} \
+               /testhost dns 53 {records} >/dev/null",
+            limits = PODMAN_LIMITS.join(" "),
+            testhost = user.helper("lazaret-testhost"),
+            records = records.join(" "),
+        );
+        let created = user.run(&hosts);
+        assert!(created.status.success(), "rootless test network: {}", stderr(&created));
+        network
+    }
+
+    /// What the DNS authority printed: `question NAME TYPE` per question.
+    fn dns_log(&self) -> String {
+        stdout(&self.user.run(&format!("podman logs {}-dns", self.name)))
+    }
+}
+
+impl Drop for RootlessNetwork<'_> {
+    fn drop(&mut self) {
+        // The last domain's sidecar may still be going: retry until the network is gone.
+        let name = &self.name;
+        self.user.run(&format!(
+            "podman rm -f -t 0 {name}-h11 {name}-h12 {name}-dns >/dev/null 2>&1; \
+             for i in 1 2 3 4 5 6 7 8 9 10; do podman network rm -f {name} >/dev/null 2>&1 && break; sleep 1; done; true"
+        ));
+    }
+}
+
 #[test]
 fn the_sidecar_enforces_names_and_addresses_rootless() {
     let Some(user) = RootlessUser::required() else { return };
     let _guard = sandbox_guard();
     let lazaret = user.lazaret();
-    let testhost = user.helper("lazaret-testhost");
     let build = user.run(&format!("{lazaret} image build"));
     assert!(build.status.success(), "{}", stderr(&build));
-    // The user's own internal network, hosts and DNS authority (rootless
-    // podman keeps them in the user's network namespace).
-    let name = format!("lzt-rl-{}", std::process::id());
-    // A network left by an earlier, interrupted run would hold the subnet.
-    let stale = "for n in $(podman network ls --format '{{.Name}}' | grep '^lzt-rl-'); do podman network rm -f $n; done; true";
-    user.run(stale);
-    let hosts = format!(
-        "set -e; podman network create --internal --subnet 10.213.230.0/24 {name} >/dev/null; \
-         for h in 11 12; do podman run -d --name {name}-h$h {limits} --network {name} --ip 10.213.230.$h {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null; done; \
-         podman run -d --name {name}-dns {limits} --network {name} --ip 10.213.230.53 --volume={testhost}:/testhost:ro {DEFAULT_IMAGE} \
-           /testhost dns 53 allowed.test=10.213.230.11 >/dev/null",
-        limits = PODMAN_LIMITS.join(" ")
-    );
-    // The last domain's sidecar may still be going: retry until the network is gone.
-    let cleanup = format!(
-        "podman rm -f -t 0 {name}-h11 {name}-h12 {name}-dns >/dev/null 2>&1; \
-         for i in 1 2 3 4 5 6 7 8 9 10; do podman network rm -f {name} >/dev/null 2>&1 && break; sleep 1; done; true"
-    );
-    let created = user.run(&hosts);
-    if !created.status.success() {
-        user.run(&cleanup);
-        panic!("rootless test network: {}", stderr(&created));
-    }
+    let network = RootlessNetwork::create(&user, "rl", 230, &["allowed.test=10.213.230.11"]);
+    let name = network.name.clone();
     let config = format!("{}/lzt-net-config", user.home);
     let workspace = format!("{}/lzt-net-workspace", user.home);
     let setup = format!(
@@ -661,7 +691,7 @@ fn the_sidecar_enforces_names_and_addresses_rootless() {
     let script = "nc -z -w 2 allowed.test 8080; echo name=$?; nc -z -w 2 10.213.230.12 8080; echo other=$?; \
                   busybox nslookup other.test 2>&1 | grep -c REFUSED; nc -z -w 2 10.213.230.53 53; echo upstream=$?";
     let output = user.run(&format!("{lazaret} --config {config}/lazaret/config.toml run --workspace {workspace} -- sh -c '{script}'"));
-    let questions = stdout(&user.run(&format!("podman logs {name}-dns")));
+    let questions = network.dns_log();
     // Everything allowed: the network is reachable, the gateway (rootless
     // podman's namespace, with its resolver) is not.
     let wide = format!(
@@ -670,7 +700,7 @@ fn the_sidecar_enforces_names_and_addresses_rootless() {
          'nc -z -w 2 10.213.230.12 8080; echo other=$?; busybox nslookup {name}-h11 10.213.230.1 >/dev/null 2>&1; echo gateway-dns=$?'"
     );
     let wide = user.run(&wide);
-    user.run(&cleanup);
+    drop(network);
     let text = stdout(&output);
     assert!(output.status.success(), "{text}{}", stderr(&output));
     assert_eq!(text, "name=0\nother=1\n2\nupstream=1\n", "rootless: the name resolves and connects, nothing else does");
@@ -1454,29 +1484,10 @@ fn a_held_name_and_a_direct_connection_are_asked_about_and_answered_rootless() {
     let Some(user) = RootlessUser::required() else { return };
     let _guard = sandbox_guard();
     let lazaret = user.lazaret();
-    let testhost = user.helper("lazaret-testhost");
     let build = user.run(&format!("{lazaret} image build"));
     assert!(build.status.success(), "{}", stderr(&build));
-    let name = format!("lzt-ask-{}", std::process::id());
-    let stale = "for n in $(podman network ls --format '{{.Name}}' | grep '^lzt-ask-'); do podman network rm -f $n; done; true";
-    user.run(stale);
-    let hosts = format!(
-        "set -e; podman network create --internal --subnet 10.213.234.0/24 {name} >/dev/null; \
-         podman run -d --name {name}-h11 {limits} --network {name} --ip 10.213.234.11 {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null; \
-         podman run -d --name {name}-h12 {limits} --network {name} --ip 10.213.234.12 {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null; \
-         podman run -d --name {name}-dns {limits} --network {name} --ip 10.213.234.53 --volume={testhost}:/testhost:ro {DEFAULT_IMAGE} \
-           /testhost dns 53 grant.test=10.213.234.11 >/dev/null",
-        limits = PODMAN_LIMITS.join(" ")
-    );
-    let cleanup = format!(
-        "podman rm -f -t 0 {name}-h11 {name}-h12 {name}-dns >/dev/null 2>&1; \
-         for i in 1 2 3 4 5 6 7 8 9 10; do podman network rm -f {name} >/dev/null 2>&1 && break; sleep 1; done; true"
-    );
-    let created = user.run(&hosts);
-    if !created.status.success() {
-        user.run(&cleanup);
-        panic!("rootless test network: {}", stderr(&created));
-    }
+    let network = RootlessNetwork::create(&user, "ask", 234, &["grant.test=10.213.234.11"]);
+    let name = network.name.clone();
     let config = format!("{}/lzt-ask-config/lazaret/config.toml", user.home);
     let workspace = format!("{}/lzt-ask-workspace", user.home);
     let setup = format!(
@@ -1496,7 +1507,7 @@ fn a_held_name_and_a_direct_connection_are_asked_about_and_answered_rootless() {
          echo id=$id; {lazaret} --config {config} approve \"$id\" --for 1m; wait $session; cat {workspace}.out"
     );
     let output = user.run(&script);
-    let questions = stdout(&user.run(&format!("podman logs {name}-dns")));
+    let questions = network.dns_log();
     // The agent retries a direct connection; the user approves the address.
     let direct = format!(
         "{lazaret} --config {config} run --workspace {workspace} -- sh -c \
@@ -1508,7 +1519,7 @@ fn a_held_name_and_a_direct_connection_are_asked_about_and_answered_rootless() {
          echo id=$id; {lazaret} --config {config} approve \"$id\"; wait $session; cat {workspace}.direct"
     );
     let direct = user.run(&direct);
-    user.run(&cleanup);
+    drop(network);
     let text = stdout(&output);
     assert!(text.contains("id=net-"), "the request was listed: {text}{}", stderr(&output));
     assert!(text.contains("allowed for 1 min: grant.test"), "{text}{}", stderr(&output));
