@@ -213,7 +213,7 @@ async function expandRules() {
  * with `keyboard`, by Show Pending Escalations (which selects the oldest
  * request: this one) and Ctrl+Alt+A on the selected row.
  */
-async function allowFor15Minutes(dest, problems, { keyboard = false } = {}) {
+async function allowFor15Minutes(dest, problems, { keyboard = false, shot = "network-scope-pick.png" } = {}) {
   if (keyboard) {
     await wb.page.keyboard.press("Escape");
     await wb.palette("Lazaret: Show Pending Escalations");
@@ -222,7 +222,7 @@ async function allowFor15Minutes(dest, problems, { keyboard = false } = {}) {
   } else await rowAction(dest, "Allow Network Request");
   const input = wb.page.locator(".quick-input-widget input");
   await input.waitFor({ state: "visible" });
-  await wb.screenshot("network-scope-pick.png");
+  await wb.screenshot(shot);
   await input.fill("For 15 minutes");
   await sleep(300);
   await input.press("Enter");
@@ -233,12 +233,12 @@ async function allowFor15Minutes(dest, problems, { keyboard = false } = {}) {
  * Revokes the grant on the row showing GRANTED through its modal (whose text
  * NAMES checks); waits until the row is gone. Returns when Revoke was clicked.
  */
-async function revokeFromTree(granted, problems, names) {
+async function revokeFromTree(granted, problems, names, shot = "revoke-confirm.png") {
   await rowAction(granted, "Revoke Rule or Grant");
   await wb.dialog().waitFor({ timeout: 5_000 });
   const dialog = await wb.dialog().textContent();
   if (!names(dialog)) problems.push(`the confirmation does not name the grant: ${dialog}`);
-  await wb.screenshot("revoke-confirm.png");
+  await wb.screenshot(shot);
   await wb.dialog().locator(".monaco-button", { hasText: "Revoke" }).click();
   const clicked = Date.now();
   await waitUntil(10_000, async () => !(await wb.treeText()).includes(granted));
@@ -1162,7 +1162,8 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
       await waitUntil(10_000, async () => (await wb.treeText()).includes(dest));
       const tree = await wb.treeText();
       for (const expected of ["Pending network requests (1)", dest, "network · tcp/8081"]) if (!tree.includes(expected)) problems.push(`${expected} not in the tree:\n${tree}`);
-      await allowFor15Minutes(dest, problems, { keyboard: true });
+      await wb.screenshot("tree-direct-request.png");
+      await allowFor15Minutes(dest, problems, { keyboard: true, shot: "direct-scope-pick.png" });
       // A flow through the grant: the probe's byte comes back every 200 ms.
       const flow = spawn("podman", probe(120), { stdio: ["ignore", "pipe", "pipe"] });
       let out = "";
@@ -1176,7 +1177,7 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
         await waitUntil(10_000, async () => (await wb.treeText()).includes(granted));
         await sleep(1000);
         if (flow.exitCode !== null) problems.push(`the flow ended before the revoke: ${out}`);
-        const revoked = await revokeFromTree(granted, problems, (dialog) => dialog.includes(`"allow ${dest}"`));
+        const revoked = await revokeFromTree(granted, problems, (dialog) => dialog.includes(`"allow ${dest}"`), "direct-revoke-confirm.png");
         const cut = await waitUntil(30_000, () => out.includes("cut after_ms="), 50);
         if (cut) measurements.revokeToFlowCutMs = Date.now() - revoked;
         else problems.push(`revoking from VS Code does not cut the flow: ${out}`);
