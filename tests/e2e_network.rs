@@ -628,7 +628,6 @@ fn the_sandbox_cannot_broadcast_multicast_or_pick_an_interface_past_the_policy()
 struct RootlessNetwork<'a> {
     user: &'a RootlessUser,
     name: String,
-    prefix: String,
 }
 
 impl<'a> RootlessNetwork<'a> {
@@ -638,8 +637,8 @@ impl<'a> RootlessNetwork<'a> {
         user.run(&format!(
             "for n in $(podman network ls --format '{{{{.Name}}}}' | grep '^lzt-{tag}-'); do podman network rm -f $n; done; true"
         ));
-        let network = RootlessNetwork { user, name, prefix };
-        let (name, prefix) = (&network.name, &network.prefix);
+        let network = RootlessNetwork { user, name };
+        let name = &network.name;
         let hosts = format!(
             "set -e; podman network create --internal --subnet {prefix}.0/24 {name} >/dev/null; \
              for h in 11 12; do podman run -d --name {name}-h$h {limits} --network {name} --ip {prefix}.$h {DEFAULT_IMAGE} nc -lk -p 8080 >/dev/null; done; \
