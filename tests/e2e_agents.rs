@@ -4,8 +4,11 @@
 //! builds the image from packages fetched beforehand (scripts/prefetch-agents;
 //! the test itself downloads nothing), `lazaret run --profile X -- X
 //! --version` prints the agent's version from inside gVisor, the API key
-//! reaches the sandbox and is found nowhere on disk afterwards; and an
-//! agent's first-run prompt is answered through Lazaret's terminal.
+//! stays out of the sandbox (the agent gets a placeholder and the sidecar's
+//! credential endpoint as its base URL; no process in it has the key in its
+//! environment, and neither container's configuration holds it) and is found
+//! nowhere on disk afterwards; and an agent's first-run prompt is answered
+//! through Lazaret's terminal.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,11 +21,20 @@ struct Agent {
     name: &'static str,
     key: &'static str,
     version_output: &'static str,
+    /// `NAME=URL`: the variable that points the agent at the credential endpoint.
+    base_url: &'static str,
 }
 
-const CLAUDE: Agent = Agent { name: "claude", key: "ANTHROPIC_API_KEY", version_output: "(Claude Code)" };
-const CODEX: Agent = Agent { name: "codex", key: "OPENAI_API_KEY", version_output: "codex-cli " };
-const AIDER: Agent = Agent { name: "aider", key: "ANTHROPIC_API_KEY", version_output: "aider " };
+const CLAUDE: Agent = Agent {
+    name: "claude",
+    key: "ANTHROPIC_API_KEY",
+    version_output: "(Claude Code)",
+    base_url: "ANTHROPIC_BASE_URL=http://127.0.0.1:17400",
+};
+const CODEX: Agent =
+    Agent { name: "codex", key: "OPENAI_API_KEY", version_output: "codex-cli ", base_url: "OPENAI_BASE_URL=http://127.0.0.1:17400/v1" };
+const AIDER: Agent =
+    Agent { name: "aider", key: "ANTHROPIC_API_KEY", version_output: "aider ", base_url: "ANTHROPIC_BASE_URL=http://127.0.0.1:17400" };
 
 /// One image build at a time: they are disk- and CPU-heavy.
 static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -41,27 +53,6 @@ fn marker() -> String {
     format!("lzt-key-{}-{nanos:x}", std::process::id())
 }
 
-/// Every file under `root` containing `needle` (symlinks not followed).
-fn files_containing(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        let Ok(metadata) = std::fs::symlink_metadata(&path) else { continue };
-        if metadata.is_dir() {
-            if let Ok(entries) = std::fs::read_dir(&path) {
-                stack.extend(entries.flatten().map(|entry| entry.path()));
-            }
-        } else if metadata.is_file() {
-            if let Ok(bytes) = std::fs::read(&path) {
-                if bytes.windows(needle.len()).any(|window| window == needle) {
-                    found.push(path);
-                }
-            }
-        }
-    }
-    found
-}
-
 /// The image's files, through `podman image mount` (root only).
 fn image_files_containing(image: &str, needle: &[u8]) -> Vec<PathBuf> {
     let output = Command::new("podman").args(["image", "mount", image]).output().expect("podman image mount");
@@ -78,11 +69,13 @@ fn preset_end_to_end(agent: &Agent) {
     let workspace = git_repository(&env, "project");
     let key = marker();
 
-    // init: a profile that loads, names the key by `env:` only, egress by name.
+    // init: a profile that loads, names the key by `env:` only in its
+    // credential endpoint, gives the sandbox a placeholder, egress by name.
     let output = run(env.lazaret().args(["init", "--agent", agent.name, "--workspace"]).arg(&workspace));
     assert!(output.status.success(), "init: {}", stderr(&output));
     let text = std::fs::read_to_string(env.config_file()).expect("config");
-    assert!(text.contains(&format!("{} = \"env:{}\"", agent.key, agent.key)), "{text}");
+    assert!(text.contains(&format!("value = \"env:{}\"", agent.key)), "{text}");
+    assert!(text.contains(&format!("{} = \"lazaret-injected\"", agent.key)), "{text}");
     let again = run(env.lazaret().args(["init", "--agent", agent.name]));
     assert_eq!(again.status.code(), Some(1), "a second init is refused: {}", stderr(&again));
     assert!(stderr(&again).contains("already exists"), "{}", stderr(&again));
@@ -139,18 +132,53 @@ fn preset_end_to_end(agent: &Agent) {
     assert!(stdout(&output).contains(&version), "version {version}: {}", stdout(&output));
     eprintln!("{}: cold `lazaret run -- {} --version` {:.2} s: {}", agent.name, agent.name, cold.as_secs_f64(), stdout(&output).trim());
 
-    // The key reaches the sandbox (compared by hash: the value itself is
-    // never put on a command line, which the state store records).
+    // The key stays out of the sandbox: the agent sees the placeholder and
+    // the endpoint, and no process's environment holds the key (compared by
+    // hash: the value itself is never put on a command line, which the state
+    // store records). Neither container's configuration holds it either.
     let expected: String = Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    let script = format!("printf %s \"${}\" | sha256sum", agent.key);
-    let output = run(env
+    let (base_name, base_value) = agent.base_url.split_once('=').expect("NAME=URL");
+    let script = format!(
+        "echo key=${key_name} base=${base_name}; \
+         for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null | sed 's/^[^=]*=//' | sort -u | \
+         while read -r value; do printf %s \"$value\" | sha256sum; done; echo done",
+        key_name = agent.key
+    );
+    let session = env
         .lazaret()
         .args(["run", "--profile", agent.name, "--workspace"])
         .arg(&workspace)
-        .args(["--", "sh", "-c", &script])
-        .env(agent.key, &key));
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(stdout(&output).starts_with(&expected), "the sandbox sees {}: {}", agent.key, stdout(&output));
+        .args(["--", "sh", "-c", &format!("{script}; sleep 60")])
+        .env(agent.key, &key)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut session = session;
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(session.stdout.take().expect("stdout")));
+    let mut text = String::new();
+    for line in lines.by_ref() {
+        let line = line.expect("read");
+        text.push_str(&line);
+        text.push('\n');
+        if line == "done" {
+            break;
+        }
+    }
+    let domain = domain_json(&env, agent.name, &workspace);
+    let (sandbox, sidecar) = (domain["container_name"].as_str().expect("name"), domain["sidecar_name"].as_str().expect("sidecar"));
+    for container in [sandbox, sidecar] {
+        let inspect = run(Command::new("podman").args(["inspect", container]));
+        assert!(inspect.status.success(), "podman inspect {container}: {}", stderr(&inspect));
+        assert!(!stdout(&inspect).contains(&key), "{container}'s configuration holds the key");
+    }
+    let _ = session.kill();
+    let _ = session.wait();
+    assert!(
+        text.contains(&format!("key=lazaret-injected base={base_value}\n")),
+        "the sandbox sees the placeholder and the endpoint: {text}"
+    );
+    assert!(text.lines().filter(|line| line.ends_with("  -")).count() > 3, "the environments were read: {text}");
+    assert!(!text.contains(&expected), "a process in the sandbox has the key in its environment: {text}");
 
     // ... and nowhere on disk: configuration, data (state store, logs,
     // persistent directories), runtime directory, the image.

@@ -1530,3 +1530,248 @@ fn a_held_name_and_a_direct_connection_are_asked_about_and_answered_rootless() {
     let reached = text.lines().find_map(|line| line.strip_prefix("reached try=")).and_then(|n| n.parse::<u32>().ok());
     assert!(reached.is_some_and(|tries| tries > 1), "refused until approved, then reached: {text}{}", stderr(&direct));
 }
+
+/// A test CA and certificates for `names` signed by it, as PEM files in
+/// `dir`: `ca.pem`, `<label>.pem` and `<label>.key`.
+fn test_certificates(dir: &Path, label: &str, names: &[&str], ca: Option<&(rcgen::Issuer<'static, rcgen::KeyPair>, String)>) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let params = rcgen::CertificateParams::new(names.iter().map(|name| name.to_string()).collect::<Vec<_>>()).expect("params");
+    let certificate = match ca {
+        Some((issuer, _)) => params.signed_by(&key, issuer).expect("sign"),
+        None => params.self_signed(&key).expect("self-sign"),
+    };
+    std::fs::write(dir.join(format!("{label}.pem")), certificate.pem()).expect("write");
+    std::fs::write(dir.join(format!("{label}.key")), key.serialize_pem()).expect("write");
+}
+
+fn test_ca(dir: &Path) -> (rcgen::Issuer<'static, rcgen::KeyPair>, String) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, "lazaret test CA");
+    let certificate = params.self_signed(&key).expect("self-sign");
+    std::fs::write(dir.join("ca.pem"), certificate.pem()).expect("write");
+    (rcgen::Issuer::new(params, key), certificate.pem())
+}
+
+/// Issue 30: the sandbox reaches an API through the sidecar's credential
+/// endpoint and the sidecar adds the key; the key is in no process's
+/// environment in the sandbox, in neither container's configuration, in no
+/// log and no file. Requests go to the configured origin only, whatever Host
+/// the agent sends, with the agent's own copy of the header dropped; the
+/// origin's certificate is checked against the configured CA bundle;
+/// streamed answers pass through as they come; the origin connection is kept
+/// alive; sizes are bounded; a refused key (401) and the session's use are
+/// audited, and `lazaret net show` lists the endpoints without their keys.
+#[test]
+fn an_api_key_is_added_by_the_sidecar_for_its_origin_only_and_never_enters_the_sandbox() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
+    let key = format!("lzt-api-key-{}-{nanos:x}", std::process::id());
+    let other_key = format!("{key}-for-the-other-origin");
+    let probe = TestNetwork::create();
+    let records = [
+        format!("api.keys.test={}", probe.host(21)),
+        format!("other.keys.test={}", probe.host(22)),
+        format!("selfsigned.keys.test={}", probe.host(23)),
+    ];
+    let network = probe.with_dns(&records);
+    let tls = env.path().join("tls");
+    let ca = test_ca(&tls);
+    test_certificates(&tls, "api", &["api.keys.test"], Some(&ca));
+    test_certificates(&tls, "other", &["other.keys.test"], Some(&ca));
+    test_certificates(&tls, "selfsigned", &["selfsigned.keys.test"], None);
+    let testhost = format!("--volume={}:/testhost:ro", testhost_binary().display());
+    let mounted = format!("--volume={}:/tls:ro", tls.display());
+    for (host, label, expected) in [(21, "api", key.as_str()), (22, "other", "a-key-nobody-has"), (23, "selfsigned", key.as_str())] {
+        let cert = format!("/tls/{label}.pem");
+        let private = format!("/tls/{label}.key");
+        network.start_host(
+            host,
+            &[testhost.clone(), mounted.clone()],
+            &["/testhost", "https-api", "443", &cert, &private, "x-api-key", expected],
+        );
+    }
+    for host in [21, 22, 23] {
+        assert!(wait_until(Duration::from_secs(10), || network.log(host).contains("listening")), "the origin .{host} came up");
+    }
+    let key_file = env.path().join("other.key");
+    std::fs::write(&key_file, format!("{other_key}\n")).expect("write");
+    std::fs::set_permissions(&key_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    env.write_config(&format!(
+        "[network]\npodman_network = \"{}\"\ndns_upstream = [\"{}\"]\nprivate_answers = \"allow\"\nca_bundle = \"{}\"\n\
+         allow_egress = [\"api.keys.test\", \"other.keys.test\", \"selfsigned.keys.test\"]\n\n\
+         [profiles.default]\nimage = \"{DEFAULT_IMAGE}\"\n\
+         env = {{ LZT_API_KEY = \"lazaret-injected\" }}\n\
+         credentials = [\n\
+           {{ origin = \"https://api.keys.test\", header = \"x-api-key\", value = \"env:LZT_API_KEY\", base_url_env = \"API_BASE\" }},\n\
+           {{ origin = \"https://other.keys.test\", header = \"x-api-key\", value = \"file:{}\" }},\n\
+           {{ origin = \"https://selfsigned.keys.test\", header = \"x-api-key\", value = \"env:LZT_API_KEY\" }},\n\
+         ]\n",
+        network.name,
+        network.host(53),
+        tls.join("ca.pem").display(),
+        key_file.display()
+    ));
+    let workspace = probe_workspace(&env);
+    // Without the key in the shell, nothing starts, and the message says which variable.
+    let refused =
+        run(env.lazaret().env_remove("LZT_API_KEY").args(["run", "--mount-workspace", "--workspace"]).arg(&workspace).args(["--", "true"]));
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("`LZT_API_KEY` in this shell, which is not set"),
+        "{}",
+        stderr(&refused)
+    );
+    let session = env
+        .lazaret()
+        .env("LZT_API_KEY", &key)
+        .args(["run", "--mount-workspace", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "sleep", "600"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let domain = domain_json(&env, "default", &workspace);
+    let container = domain["container_name"].as_str().expect("name").to_owned();
+    let sidecar = domain["sidecar_name"].as_str().expect("sidecar").to_owned();
+    let live = LiveSession { session, domain, container };
+    assert!(wait_until(Duration::from_secs(30), || live.inside("echo up") == "up\n"), "the sandbox runs");
+
+    // Inside: a placeholder, the endpoint, and the key in no environment.
+    let seen = live.inside(&format!(
+        "echo key=$LZT_API_KEY base=$API_BASE; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c -F -- '{key}'; \
+         grep -r -l -F -- '{key}' /run/lazaret /etc /workspace 2>/dev/null | wc -l"
+    ));
+    assert_eq!(seen, "key=lazaret-injected base=http://127.0.0.1:17400\n0\n0\n", "{seen}");
+    for name in [&live.container, &sidecar] {
+        let inspect = run(Command::new("podman").args(["inspect", name]));
+        assert!(inspect.status.success(), "{}", stderr(&inspect));
+        assert!(!stdout(&inspect).contains(&key) && !stdout(&inspect).contains(&other_key), "{name}'s configuration holds a key");
+    }
+
+    // Three requests on one connection, with the agent's own key headers and
+    // Host: each reaches the origin with the real key once, the origin's
+    // Host, and one kept TLS connection.
+    let probe = "/workspace/lazaret-testhost http-probe";
+    let text = live.inside(&format!("{probe} 17400 /v1/messages -H 'x-api-key: agent-fake' -H 'X-Api-Key: agent-fake2' --times 3"));
+    assert_eq!(text.matches("status 200").count(), 3, "{text}");
+    let log = network.log(21);
+    let requests: Vec<&str> = log.lines().filter(|line| line.starts_with("request ")).collect();
+    assert_eq!(requests, vec!["request conn=1 GET /v1/messages host=api.keys.test key=ok copies=1 body=0"; 3], "{log}");
+
+    // A streamed answer passes through as it comes, not at its end.
+    let text = live.inside(&format!("{probe} 17400 /stream"));
+    let times: Vec<u64> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("chunk +"))
+        .filter_map(|rest| rest.split_once("ms").and_then(|(ms, _)| ms.parse().ok()))
+        .collect();
+    assert!(text.contains("status 200") && text.contains("data: 3"), "{text}");
+    assert!(times.len() >= 3 && times[0] < 900 && *times.last().expect("last") >= 1800, "chunks as they came: {text}");
+
+    // Only the origin: an absolute URL is refused, and nothing reached the others.
+    let text = live.inside(&format!("{probe} 17400 http://other.keys.test/v1/messages"));
+    assert!(text.contains("status 400") && text.contains("never elsewhere"), "{text}");
+    // Bounded: a body over 32 MiB is refused before it is sent.
+    let text = live.inside(&format!("{probe} 17400 /v1/messages --body-bytes 33554433 --expect yes"));
+    assert!(text.contains("status 413") && text.contains("33554432"), "{text}");
+    // A wrong key (401) is passed back and audited; an origin whose
+    // certificate the CA bundle does not vouch for is never sent the key.
+    let text = live.inside(&format!("{probe} 17401 /v1/messages"));
+    assert!(text.contains("status 401"), "{text}");
+    let text = live.inside(&format!("{probe} 17402 /v1/messages"));
+    assert!(text.contains("status 502") && text.contains("TLS"), "{text}");
+    assert!(!network.log(23).contains("request "), "no request reached the origin with the bad certificate: {}", network.log(23));
+
+    let shown = run(env.lazaret().args(["net", "show", "--workspace"]).arg(&workspace));
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    let shown = stdout(&shown);
+    assert!(shown.contains("credential: https://api.keys.test at http://127.0.0.1:17400 (the sidecar adds x-api-key"), "{shown}");
+    assert!(shown.contains("https://other.keys.test at http://127.0.0.1:17401") && !shown.contains(&key), "{shown}");
+
+    live.end(&workspace);
+    let records = audit_records(&env, &workspace);
+    let rejected = records.iter().find(|record| record["outcome"] == "credentialRejected").expect("the 401 is audited");
+    assert_eq!(rejected["requestedArgv"], serde_json::json!(["credential", "https://other.keys.test", "401"]), "{rejected}");
+    let used = records.iter().find(|record| record["outcome"] == "credentialUse").expect("the session's use is audited");
+    let argv: Vec<&str> = used["requestedArgv"].as_array().expect("argv").iter().filter_map(|value| value.as_str()).collect();
+    let api = argv.iter().position(|part| *part == "https://api.keys.test").expect("the origin is listed");
+    // Four answered (three messages, the stream); the absolute URL and the
+    // oversized body were refused by the sidecar itself.
+    assert!(argv[api + 1].starts_with("1xx=0 2xx=4 3xx=0 4xx=0 5xx=0 rejected=0 failed=2 sent=0B received="), "{argv:?}");
+    let other = argv.iter().position(|part| *part == "https://other.keys.test").expect("the other origin is listed");
+    assert!(argv[other + 1].starts_with("1xx=0 2xx=0 3xx=0 4xx=1 5xx=0 rejected=1 failed=0"), "{argv:?}");
+    let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&workspace));
+    assert!(verify.status.success(), "the audit chain holds: {}", stdout(&verify));
+
+    // Nowhere on disk: configuration, data (store, logs), runtime directory;
+    // nor in the sidecar's log.
+    for secret in [&key, &other_key] {
+        let found: Vec<_> = files_containing(env.path(), secret.as_bytes()).into_iter().filter(|path| *path != key_file).collect();
+        assert!(found.is_empty(), "a key was written to {found:?}");
+    }
+}
+
+/// Issue 30, the agent's side: Claude Code from its preset (profile and
+/// image as `lazaret init --agent claude` and `lazaret image build` make
+/// them, with the API origin moved to a test host) answers through the
+/// credential endpoint, holding only the placeholder: its request reaches
+/// the origin with the real key, once.
+#[test]
+fn claude_code_from_its_preset_answers_through_the_credential_endpoint() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|dir| dir.is_absolute())
+        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
+    let init = run(env.lazaret().args(["init", "--agent", "claude"]));
+    assert!(init.status.success(), "init: {}", stderr(&init));
+    let text = std::fs::read_to_string(env.config_file()).expect("config");
+    let image = text.lines().find_map(|line| line.strip_prefix("image = \"")).expect("image").trim_end_matches('"').to_owned();
+    let version = image.rsplit(':').next().expect("tag");
+    if !cache.join(format!("lazaret/agents/claude-{version}/fetched.json")).exists() {
+        missing_requirement("Claude Code fetched beforehand (scripts/prefetch-agents)");
+        return;
+    }
+    let build = run(env.lazaret().args(["image", "build", "--agent", "claude"]));
+    assert!(build.status.success(), "image build: {}", stderr(&build));
+
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
+    let key = format!("lzt-claude-key-{}-{nanos:x}", std::process::id());
+    let probe = TestNetwork::create();
+    let records = [format!("api.keys.test={}", probe.host(21))];
+    let network = probe.with_dns(&records);
+    let tls = env.path().join("tls");
+    let ca = test_ca(&tls);
+    test_certificates(&tls, "api", &["api.keys.test"], Some(&ca));
+    let volumes = [format!("--volume={}:/testhost:ro", testhost_binary().display()), format!("--volume={}:/tls:ro", tls.display())];
+    network.start_host(21, &volumes, &["/testhost", "https-api", "443", "/tls/api.pem", "/tls/api.key", "x-api-key", &key]);
+    assert!(wait_until(Duration::from_secs(10), || network.log(21).contains("listening")), "the origin came up");
+    let moved = text.replace("https://api.anthropic.com", "https://api.keys.test").replace("\"api.anthropic.com\"", "\"api.keys.test\"");
+    assert_ne!(moved, text, "the preset names the Anthropic API");
+    env.write_config(&format!(
+        "{moved}\n[network]\npodman_network = \"{}\"\ndns_upstream = [\"{}\"]\nprivate_answers = \"allow\"\nca_bundle = \"{}\"\n",
+        network.name,
+        network.host(53),
+        tls.join("ca.pem").display()
+    ));
+    let workspace = git_repository(&env, "project");
+    let output = run(env
+        .lazaret()
+        .env("ANTHROPIC_API_KEY", &key)
+        .args(["run", "--profile", "claude", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "claude", "-p", "Answer with the word the server gives you."]));
+    let log = network.log(21);
+    assert!(stdout(&output).contains("LAZARET-OK"), "Claude Code answered: {}{}\norigin: {log}", stdout(&output), stderr(&output));
+    let asked: Vec<&str> = log.lines().filter(|line| line.contains(" POST /v1/messages")).collect();
+    assert!(!asked.is_empty() && asked.iter().all(|line| line.contains("host=api.keys.test key=ok copies=1")), "{log}");
+    let found = files_containing(env.path(), key.as_bytes());
+    assert!(found.is_empty(), "the key was written to {found:?}");
+}

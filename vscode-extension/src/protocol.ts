@@ -114,6 +114,29 @@ export interface CompletedSession {
 /** The state of the domain's sandbox container. */
 export type ContainerState = "starting" | "running" | "failed" | "stopping";
 
+/** One credential endpoint of the Network Sidecar and what went through it since the sidecar started. */
+export interface CredentialEndpointStatus {
+  bytesReceived: number;
+  /** Bytes of request bodies sent on, and of response bodies passed back. */
+  bytesSent: number;
+  /** Requests the sidecar answered itself with an error (refused, too large, the origin unreachable). */
+  failed: number;
+  /** The header the sidecar sets (lower case), e.g. `x-api-key`. */
+  header: string;
+  /** The API origin, `https://host[:port]`. */
+  origin: string;
+  /** The sandbox reaches it at `http://127.0.0.1:<port>`. */
+  port: number;
+  /** Of the 4xx answers, 401 and 403: usually a revoked or wrong key. */
+  rejected: number;
+  /** Requests the origin answered, by status class. */
+  status1xx: number;
+  status2xx: number;
+  status3xx: number;
+  status4xx: number;
+  status5xx: number;
+}
+
 /** An answer to a pending escalation. */
 export type Decision = "approve" | "deny" | "edit" | "abort";
 
@@ -285,6 +308,8 @@ export interface NetworkGrant {
 export interface NetworkPolicy {
   /** Allowed CIDRs and DNS names (`github.com`, `*.npmjs.org`). */
   allow: string[];
+  /** The credential endpoints the sidecar serves the sandbox (a profile's `credentials`): where each origin's API is reached, which header the sidecar adds, and what went through it. Never the credential itself. */
+  credentials?: CredentialEndpointStatus[];
   /** Denied CIDRs and names (holes in wider allows). */
   deny: string[];
   /** Entries of `allow` and `deny` that end on their own, with the time they have left. */
@@ -302,7 +327,7 @@ export interface NetworkPolicy {
 }
 
 /** What became of an audited request or change. */
-export type Outcome = "rejected" | "auto" | "approved" | "edited" | "denied" | "aborted" | "timedOut" | "networkAllowed" | "networkDenied" | "networkReloaded" | "dnsRefused" | "dnsAnswerRefused" | "networkAsked" | "networkGranted" | "networkRefused" | "networkExpired" | "networkRevoked" | "networkQueueFull";
+export type Outcome = "rejected" | "auto" | "approved" | "edited" | "denied" | "aborted" | "timedOut" | "networkAllowed" | "networkDenied" | "networkReloaded" | "dnsRefused" | "dnsAnswerRefused" | "networkAsked" | "networkGranted" | "networkRefused" | "networkExpired" | "networkRevoked" | "networkQueueFull" | "credentialRejected" | "credentialUse";
 
 /** A changed file that makes hosts run code (DECISIONS D4). */
 export interface PathWarning {

@@ -217,6 +217,11 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
           for (const a of n.allow) rows.push(leaf({ id: `${s}/allow/${a}`, label: `allow ${clip(a, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("pass") }));
           for (const a of n.deny) rows.push(leaf({ id: `${s}/deny/${a}`, label: `deny ${clip(a, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("circle-slash") }));
           for (const l of n.learned) rows.push(leaf({ id: `${s}/learned/${l.address}`, label: `learned ${clip(l.address, DETAIL_MAX)}`, description: `${clip(l.names.join(", "), DETAIL_MAX)} · ${l.expiresInSeconds} s`, icon: new vscode.ThemeIcon("globe") }));
+          // Credential endpoints: the sidecar adds the key (which never leaves it) for the origin.
+          for (const c of n.credentials ?? []) {
+            const answered = c.status1xx + c.status2xx + c.status3xx + c.status4xx + c.status5xx;
+            rows.push(leaf({ id: `${s}/key/${c.port}`, label: `key for ${clip(c.origin, DETAIL_MAX)}`, description: `http://127.0.0.1:${c.port} · ${clip(c.header, 60)} added by the sidecar · ${answered} requests · ${c.rejected} refused`, icon: new vscode.ThemeIcon("key") }));
+          }
         }
         rows.push({ type: "dnsGroup", socket: s });
         return rows.map((r) => this.intern(r));

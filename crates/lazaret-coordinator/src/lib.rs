@@ -7,7 +7,8 @@
 //!   API, the sandbox container.
 //! - `escalation`: Host Escalation, coordinator side.
 //! - `git_sentry`: the agent's repository and branch.
-//! - `network`: the Network Sidecar, coordinator side.
+//! - `network`: the Network Sidecar, coordinator side; `credentials`: the
+//!   keys its credential endpoints add.
 //! - `state_anchor`: persistent directories on fuse-overlayfs.
 //! - `podman`, `runsc`, `helper_binaries`: the programs it starts.
 //! - `limits`: how the profile's resource limits are enforced here.
@@ -16,6 +17,7 @@
 //! It installs no tracing subscriber and knows nothing of the command line.
 
 pub mod coordinator;
+pub mod credentials;
 pub mod domain_lock;
 pub mod error;
 pub mod escalation;

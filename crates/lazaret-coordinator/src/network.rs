@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use lazaret_core::config::ResolvedProfile;
-use lazaret_protocol::sidecar::{SidecarEvent, SidecarReply, SidecarRequest};
+use lazaret_protocol::sidecar::{CredentialEndpoint, SidecarEvent, SidecarReply, SidecarRequest};
 use lazaret_protocol::NetworkPolicy;
 use sha2::{Digest, Sha256};
 
@@ -267,11 +267,38 @@ pub struct StartedSidecar {
     pub fixed: HostProtection,
     /// What it was told to protect (`fixed` included).
     pub protection: HostProtection,
+    /// Its credential endpoints, keys included: given again to a sidecar
+    /// that was started again.
+    pub credentials: Vec<CredentialEndpoint>,
+}
+
+/// Where CA bundles usually are (Debian and Ubuntu, Fedora and RHEL,
+/// openSUSE, Alpine and Arch).
+const CA_BUNDLES: [&str; 4] =
+    ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"];
+
+/// The CA bundle credential origins are checked against: `[network]
+/// ca_bundle`, else the first of [`CA_BUNDLES`] that exists.
+pub fn ca_bundle(resolved: &ResolvedProfile) -> Result<PathBuf> {
+    if let Some(configured) = &resolved.ca_bundle {
+        return Ok(configured.clone());
+    }
+    CA_BUNDLES.iter().map(PathBuf::from).find(|path| path.is_file()).ok_or_else(|| {
+        crate::format_err!("no CA bundle found for the credential endpoints (looked at {}); set [network] ca_bundle", CA_BUNDLES.join(", "))
+    })
 }
 
 /// Starts the sidecar and waits until its policy is in force (its control
-/// socket exists). `control_dir` is mounted into the sidecar only.
-pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_dir: &Path) -> Result<StartedSidecar> {
+/// socket exists), then gives it the credential endpoints (`credentials`,
+/// keys included: on the control socket, never in an argument).
+/// `control_dir` is mounted into the sidecar only.
+pub fn start(
+    podman: &Podman,
+    resolved: &ResolvedProfile,
+    image: &str,
+    control_dir: &Path,
+    credentials: Vec<CredentialEndpoint>,
+) -> Result<StartedSidecar> {
     crate::private_dirs::ensure_private_dir(control_dir)?;
     let socket = control_dir.join("control.sock");
     let _ = std::fs::remove_file(&socket);
@@ -286,6 +313,10 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
     ]);
     command.args(container_arguments(&resolved.podman_network));
     command.arg(format!("--volume={}:{CONTROL_DIR_IN_SIDECAR}:rw", control_dir.display()));
+    if !credentials.is_empty() {
+        let bundle = ca_bundle(resolved)?;
+        command.arg(format!("--volume={}:{}:ro", bundle.display(), lazaret_protocol::sidecar::CA_BUNDLE_IN_SIDECAR));
+    }
     // PID 1 supervises the sidecar proper, so that its death leaves the
     // network namespace (which the sandbox shares) in place.
     command.arg(image).arg("supervise");
@@ -343,7 +374,11 @@ pub fn start(podman: &Podman, resolved: &ResolvedProfile, image: &str, control_d
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(StartedSidecar { socket, fixed, protection })
+    if !credentials.is_empty() {
+        control(&socket, &SidecarRequest::Credentials { endpoints: credentials.clone() })
+            .map_err(|error| crate::format_err!("the Network Sidecar refused the credential endpoints: {}", error.chained()))?;
+    }
+    Ok(StartedSidecar { socket, fixed, protection, credentials })
 }
 
 /// What rootless podman's network namespace holds (issue 33 finding 4: under

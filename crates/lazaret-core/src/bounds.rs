@@ -97,6 +97,9 @@ pub const SIDECAR_START: Duration = Duration::from_secs(10);
 /// sidecar answers from memory and netlink in milliseconds.
 pub const SIDECAR_CONTROL: Duration = Duration::from_secs(5);
 
+/// A credential's `command` (a keyring's CLI) at the sidecar's start.
+pub const CREDENTIAL_COMMAND: Duration = Duration::from_secs(30);
+
 /// How long a sidecar that ended may take to be back: its supervisor (the
 /// container's PID 1) starts it again within 2 s at most.
 pub const SIDECAR_RETURN: Duration = Duration::from_secs(15);

@@ -15,6 +15,7 @@
 //! - `check`: the `Checker` that collects every problem, and the checks of
 //!   single values; `tables` checks `[escalation]`, `[runtime]` and
 //!   `[network]`, `profile` one `[profiles.<name>]`;
+//! - `credentials`: a profile's API keys kept outside the sandbox;
 //! - `resolve`: one profile for one workspace, into a [`ResolvedProfile`];
 //!   `volume_host` keeps a volume's host side clear of Lazaret's controls.
 
@@ -26,6 +27,7 @@ use crate::error::Diagnostic;
 use crate::location::Location;
 
 mod check;
+mod credentials;
 mod load;
 mod profile;
 mod raw;
@@ -34,6 +36,7 @@ mod tables;
 mod volume_host;
 
 pub use check::is_valid_profile_name;
+pub use credentials::{CredentialConfig, CredentialSource, ResolvedCredential, CREDENTIAL_PORT_BASE};
 pub use load::default_config_path;
 pub use resolve::{canonical_workspace, ResolvedEnv, ResolvedProfile, ResolvedVolume};
 
@@ -97,6 +100,9 @@ pub struct Config {
     /// `[network] ask_hold_seconds`: how long the sidecar holds such a
     /// question for an answer.
     pub ask_hold_seconds: u64,
+    /// `[network] ca_bundle`: the CA certificates (PEM) the Network
+    /// Sidecar checks credential origins against. `None`: the system's.
+    pub ca_bundle: Option<PathBuf>,
     pub escalation_enabled: bool,
     pub auto_approve: Vec<Located<String>>,
     /// `auto_approve`, parsed and validated by the policy engine.
@@ -142,6 +148,8 @@ pub struct ProfileConfig {
     pub limits: crate::limits::Limits,
     /// The profile's `ask` (`None`: `[network] ask`).
     pub ask: Option<bool>,
+    /// API keys the Network Sidecar adds for one origin each.
+    pub credentials: Vec<CredentialConfig>,
     pub location: Option<Location>,
 }
 

@@ -131,6 +131,12 @@ pub enum Outcome {
     /// A network request was not queued: the domain has as many pending
     /// network requests as it takes.
     NetworkQueueFull,
+    /// A credential endpoint's origin answered 401 or 403 to a request that
+    /// carried the key: usually a revoked or wrong key.
+    CredentialRejected,
+    /// What went through the credential endpoints since the last such
+    /// record, per origin (written when a session ends).
+    CredentialUse,
 }
 
 impl Outcome {
@@ -155,6 +161,8 @@ impl Outcome {
             Outcome::NetworkExpired => "networkExpired",
             Outcome::NetworkRevoked => "networkRevoked",
             Outcome::NetworkQueueFull => "networkQueueFull",
+            Outcome::CredentialRejected => "credentialRejected",
+            Outcome::CredentialUse => "credentialUse",
         }
     }
 
@@ -469,6 +477,39 @@ pub struct NetworkPolicy {
     /// they have left.
     #[serde(default)]
     pub expiring: Vec<ExpiringEntry>,
+    /// The credential endpoints the sidecar serves the sandbox (a profile's
+    /// `credentials`): where each origin's API is reached, which header the
+    /// sidecar adds, and what went through it. Never the credential itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<CredentialEndpointStatus>,
+}
+
+/// One credential endpoint of the Network Sidecar and what went through it
+/// since the sidecar started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialEndpointStatus {
+    /// The API origin, `https://host[:port]`.
+    pub origin: String,
+    /// The sandbox reaches it at `http://127.0.0.1:<port>`.
+    pub port: u16,
+    /// The header the sidecar sets (lower case), e.g. `x-api-key`.
+    pub header: String,
+    /// Requests the origin answered, by status class.
+    pub status_1xx: u64,
+    pub status_2xx: u64,
+    pub status_3xx: u64,
+    pub status_4xx: u64,
+    pub status_5xx: u64,
+    /// Of the 4xx answers, 401 and 403: usually a revoked or wrong key.
+    pub rejected: u64,
+    /// Requests the sidecar answered itself with an error (refused, too
+    /// large, the origin unreachable).
+    pub failed: u64,
+    /// Bytes of request bodies sent on, and of response bodies passed back.
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
 }
 
 /// Whether an entry allows or denies.

@@ -11,7 +11,7 @@
 use lazaret_dns::{NamePattern, NamePolicy};
 use std::time::Duration;
 
-use lazaret_protocol::sidecar::{PrivateAnswers, SidecarReply, SidecarRequest, MAX_FOR_MS, MAX_HOLD_MS, MAX_ITEMS};
+use lazaret_protocol::sidecar::{CredentialEndpoint, PrivateAnswers, SidecarReply, SidecarRequest, MAX_FOR_MS, MAX_HOLD_MS, MAX_ITEMS};
 
 use crate::policy::{Cidr, Policy};
 
@@ -58,6 +58,8 @@ pub enum Command {
     Set(Policy, NamePolicy, PrivateAnswers),
     /// What stays out of reach (addresses and networks), and the host's networks.
     Protect(Vec<Cidr>, Vec<Cidr>),
+    /// The credential endpoints, replaced (checked by `inject::Injector::set`).
+    Credentials(Vec<CredentialEndpoint>),
     Show,
     Watch,
 }
@@ -95,6 +97,7 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
             Command::Set(policy, names, private_answers)
         }
         SidecarRequest::Protect { addresses, networks } => Command::Protect(cidrs(&addresses, "addresses")?, cidrs(&networks, "networks")?),
+        SidecarRequest::Credentials { endpoints } => Command::Credentials(endpoints),
     })
 }
 

@@ -386,7 +386,8 @@ fn marked_socket(upstream: SocketAddr) -> io::Result<UdpSocket> {
     Ok(socket)
 }
 
-fn random_id() -> io::Result<u16> {
+/// A random DNS message id (getrandom).
+pub fn random_id() -> io::Result<u16> {
     let mut bytes = [0u8; 2];
     // SAFETY: getrandom writes at most `bytes.len()` bytes into the live local buffer.
     let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };

@@ -266,6 +266,8 @@ impl State {
             private_answers: self.private_answers,
             hold_ms: millis(self.hold),
             expiring,
+            // Filled in by the control side, which holds the endpoints.
+            credentials: Vec::new(),
         }
     }
 

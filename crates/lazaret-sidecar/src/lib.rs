@@ -1,7 +1,7 @@
 //! The Network Sidecar's parts, as a library for its binary (`main.rs`,
 //! which holds the process: flags, sockets, threads) and for the fuzz
 //! targets: the egress policy and the kernel messages it becomes, the DNS
-//! resolver, and the control protocol.
+//! resolver, the credential endpoints, and the control protocol.
 
 pub mod addresses;
 pub mod blocked;
@@ -9,6 +9,7 @@ pub mod control;
 pub mod dns;
 pub mod enforcer;
 pub mod events;
+pub mod inject;
 pub mod nft;
 pub mod policy;
 pub mod rtnl;

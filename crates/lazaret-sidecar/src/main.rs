@@ -13,7 +13,7 @@
 //! them, or with `--private-answers allow`: `addresses.rs`), and can hold a question
 //! for a name on no allow entry until one comes (`hold`).
 
-use lazaret_sidecar::{blocked, control, dns, enforcer, nft, policy, rtnl};
+use lazaret_sidecar::{blocked, control, dns, enforcer, inject, nft, policy, rtnl};
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -27,6 +27,7 @@ use std::time::Instant;
 use control::{error_response, parse_command, reply_line, Command, Entry};
 use dns::Shared;
 use enforcer::{Enforcer, PrivateAnswers, State};
+use inject::Injector;
 use lazaret_protocol::sidecar::{SidecarReply, MAX_LINE};
 use lazaret_protocol::EntryVerdict;
 use policy::Cidr;
@@ -66,6 +67,10 @@ Usage:
           at once, TCP with a reset, and reported as a connectBlocked event)
         {\"type\":\"set\",\"allow\":[...],\"deny\":[...],\"privateAnswers\":\"refuse\"|\"allow\"}
         {\"type\":\"protect\",\"addresses\":[...],\"networks\":[...]}
+        {\"type\":\"credentials\",\"endpoints\":[{\"origin\":\"https://HOST\",\"port\":PORT,
+          \"header\":\"x-api-key\",\"value\":...}]} (serve plain HTTP/1.1 on
+          127.0.0.1:PORT and forward each request over TLS to HOST only, with the
+          header set to the value; the CA bundle is /etc/lazaret/ca-bundle.pem)
         {\"type\":\"show\"}  {\"type\":\"watch\"} (then one event per line)
       Answers: {\"type\":\"policy\",...} with the policy in force, or
       {\"type\":\"error\",\"message\":...} (nothing changed).
@@ -209,10 +214,18 @@ fn main() -> ExitCode {
 }
 
 /// Handles one control request; `Watch` is handled by the caller.
-fn handle(shared: &Shared, command: Command) -> Result<String, String> {
+fn handle(shared: &Shared, injector: &Injector, command: Command) -> Result<String, String> {
     let mut enforcer = shared.enforcer();
     let started = Instant::now();
     let (what, result) = match command {
+        Command::Credentials(endpoints) => {
+            injector.set(&endpoints)?;
+            let origins: Vec<String> = endpoints.iter().map(|endpoint| format!("{} on port {}", endpoint.origin, endpoint.port)).collect();
+            (
+                Some(format!("credential endpoints: {}", if origins.is_empty() { "none".to_owned() } else { origins.join(", ") })),
+                enforcer.rule_count(),
+            )
+        }
         Command::Allow(entries, life) => {
             let what = format!("allow {}{}", join(&entries), for_text(life));
             (Some(what), enforcer.apply_entries(&entries, EntryVerdict::Allow, life, started))
@@ -243,7 +256,9 @@ fn handle(shared: &Shared, command: Command) -> Result<String, String> {
         // Held questions look at the policy again.
         shared.changed.bump();
     }
-    Ok(reply_line(&SidecarReply::Policy(enforcer.snapshot(rules, Instant::now()))))
+    let mut policy = enforcer.snapshot(rules, Instant::now());
+    policy.credentials = injector.status();
+    Ok(reply_line(&SidecarReply::Policy(policy)))
 }
 
 /// ` for N ms` of a timed change, else nothing.
@@ -355,13 +370,18 @@ fn run(options: RunOptions) -> ExitCode {
         std::thread::spawn(move || blocked::serve(log, shared));
     }
 
+    let injector = {
+        let shared = Arc::clone(&shared);
+        Arc::new(Injector::new(Arc::new(move |event| shared.events.emit(event))))
+    };
+
     if let Some(path) = &options.control {
         let listener = match bind_control(path) {
             Ok(l) => l,
             Err(e) => return fail(&format!("control socket {}: {e}", path.display())),
         };
         let shared = Arc::clone(&shared);
-        std::thread::spawn(move || serve(listener, shared));
+        std::thread::spawn(move || serve(listener, shared, injector));
     }
     println!("ready");
     let _ = io::stdout().flush();
@@ -479,13 +499,13 @@ fn bind_control(path: &Path) -> io::Result<UnixListener> {
     listener
 }
 
-fn serve(listener: UnixListener, shared: Arc<Shared>) {
+fn serve(listener: UnixListener, shared: Arc<Shared>, injector: Arc<Injector>) {
     for stream in listener.incoming() {
         match stream {
             Ok(stream) => {
-                let shared = Arc::clone(&shared);
+                let (shared, injector) = (Arc::clone(&shared), Arc::clone(&injector));
                 std::thread::spawn(move || {
-                    if let Err(e) = serve_client(stream, &shared) {
+                    if let Err(e) = serve_client(stream, &shared, &injector) {
                         eprintln!("lazaret-sidecar: control client: {e}");
                     }
                 });
@@ -495,7 +515,7 @@ fn serve(listener: UnixListener, shared: Arc<Shared>) {
     }
 }
 
-fn serve_client(stream: UnixStream, shared: &Shared) -> io::Result<()> {
+fn serve_client(stream: UnixStream, shared: &Shared, injector: &Injector) -> io::Result<()> {
     let mut writer = stream.try_clone()?;
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
@@ -527,7 +547,7 @@ fn serve_client(stream: UnixStream, shared: &Shared) -> io::Result<()> {
                 }
                 return Ok(());
             }
-            Ok(cmd) => handle(shared, cmd).unwrap_or_else(|e| error_response(&e)),
+            Ok(cmd) => handle(shared, injector, cmd).unwrap_or_else(|e| error_response(&e)),
         };
         writer.write_all(answer.as_bytes())?;
         writer.write_all(b"\n")?;
@@ -646,7 +666,7 @@ mod tests {
     #[test]
     fn usage_names_every_request_and_the_limits() {
         use lazaret_protocol::sidecar::{MAX_FOR_MS, MAX_HOLD_MS};
-        for request in ["allow", "deny", "revoke", "hold", "set", "protect", "show", "watch"] {
+        for request in ["allow", "deny", "revoke", "hold", "set", "protect", "credentials", "show", "watch"] {
             assert!(USAGE.contains(&format!("{{\"type\":\"{request}\"")), "{request}");
         }
         assert!(USAGE.contains(&format!("1 to {MAX_FOR_MS}")) && USAGE.contains(&format!("0 to {MAX_HOLD_MS}")));

@@ -249,6 +249,28 @@ pub fn coordinator_pids(workspace: &Path) -> Vec<u32> {
 }
 
 /// Polls `condition` every 50 ms until it holds or `timeout` passes.
+/// Every regular file under `root` (symlinks not followed) whose bytes hold
+/// `needle`: where a secret was written that should not have been.
+pub fn files_containing(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let Ok(metadata) = std::fs::symlink_metadata(&path) else { continue };
+        if metadata.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&path) {
+                stack.extend(entries.flatten().map(|entry| entry.path()));
+            }
+        } else if metadata.is_file() {
+            if let Ok(bytes) = std::fs::read(&path) {
+                if bytes.windows(needle.len()).any(|window| window == needle) {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found
+}
+
 pub fn wait_until(timeout: std::time::Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + timeout;
     loop {

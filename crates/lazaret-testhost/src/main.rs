@@ -44,6 +44,11 @@
 //!   following a final symlink); prints `setxattr NAME=ok|<error>`.
 //! - `mknod-whiteout PATH`: makes PATH a character device 0:0 (what overlayfs
 //!   stores as a whiteout); prints `mknod=ok|<error>`.
+//! - `https-api PORT CERT KEY HEADER EXPECTED` and `http-probe PORT PATH ...`:
+//!   an HTTPS API origin that checks its key, and the client of the sidecar's
+//!   credential endpoint (see `http.rs`).
+
+mod http;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -74,6 +79,8 @@ fn main() -> ExitCode {
         Some("setxattr") => set_xattr(&args[1..]),
         Some("mknod-whiteout") => mknod_whiteout(&args[1..]),
         Some("privileges") => privileges(),
+        Some("https-api") => http::https_api(&args[1..]),
+        Some("http-probe") => http::http_probe(&args[1..]),
         _ => Err("usage: lazaret-testhost dns|sink|bench|mark-connect ... (see the source)".to_owned()),
     };
     match result {

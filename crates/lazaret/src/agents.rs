@@ -67,8 +67,11 @@ pub struct Preset {
     /// Container paths the fetched package must provide (the native binary
     /// of an optional dependency, for example), with the package that brings it.
     pub required_files: &'static [(&'static str, &'static str)],
-    /// The host variable holding the API key; the profile pulls it with `env:`.
+    /// The host variable holding the API key; the profile's credential
+    /// endpoint pulls it with `env:` (the sandbox gets a placeholder).
     pub api_key: Why,
+    /// How the key reaches the API from outside the sandbox.
+    pub credential: CredentialPreset,
     pub env: &'static [(&'static str, Why)],
     pub allow_egress: &'static [Why],
     /// Hosts offered as commented-out `allow_egress` entries.
@@ -77,6 +80,23 @@ pub struct Preset {
     pub optional_env: &'static [(&'static str, Why)],
     pub persistent_dirs: &'static [Why],
 }
+
+/// The credential endpoint a preset writes: the Network Sidecar adds the
+/// key to the requests for `origin`; the agent is pointed at the endpoint by
+/// `base_url_env` and holds only [`PLACEHOLDER_KEY`].
+#[derive(Debug, Clone, Copy)]
+pub struct CredentialPreset {
+    pub origin: &'static str,
+    pub header: &'static str,
+    /// `Authorization: Bearer <key>`.
+    pub bearer: bool,
+    pub base_url_env: &'static str,
+    /// What the agent's client expects after the host in its base URL.
+    pub base_path: &'static str,
+}
+
+/// What the sandbox sees where a program insists on having an API key.
+pub const PLACEHOLDER_KEY: &str = "lazaret-injected";
 
 impl Preset {
     /// `localhost/lazaret-<agent>:<version>`: the version pins the image.
@@ -122,6 +142,13 @@ pub const CLAUDE: Preset = Preset {
         value: "ANTHROPIC_API_KEY",
         why: "the Anthropic API key, pulled from your shell at `lazaret run`; never written to disk",
     },
+    credential: CredentialPreset {
+        origin: "https://api.anthropic.com",
+        header: "x-api-key",
+        bearer: false,
+        base_url_env: "ANTHROPIC_BASE_URL",
+        base_path: "",
+    },
     env: &[
         ("CLAUDE_CONFIG_DIR", Why { value: "/root/.claude", why: "settings, login and ~/.claude.json in one persistent directory" }),
         ("DISABLE_AUTOUPDATER", Why { value: "1", why: "the image pins the version; update with `lazaret image build --agent claude`" }),
@@ -162,6 +189,14 @@ pub const CODEX: Preset = Preset {
         "@openai/codex-linux-x64 (an optional dependency, npm:@openai/codex@<version>-linux-x64)",
     )],
     api_key: Why { value: "OPENAI_API_KEY", why: "the OpenAI API key, pulled from your shell at `lazaret run`; never written to disk" },
+    // Codex's built-in OpenAI provider takes its base URL (with /v1) from OPENAI_BASE_URL.
+    credential: CredentialPreset {
+        origin: "https://api.openai.com",
+        header: "authorization",
+        bearer: true,
+        base_url_env: "OPENAI_BASE_URL",
+        base_path: "/v1",
+    },
     env: &[("CODEX_HOME", Why { value: "/root/.codex", why: "Codex's config.toml, login (auth.json) and sessions, persistent" })],
     allow_egress: &[
         Why { value: "api.openai.com", why: "the OpenAI API: every model request with an API key" },
@@ -201,6 +236,14 @@ pub const AIDER: Preset = Preset {
     api_key: Why {
         value: "ANTHROPIC_API_KEY",
         why: "aider picks Claude when this is set; pulled from your shell at `lazaret run`, never written to disk",
+    },
+    // litellm (aider's client) takes the Anthropic base URL from ANTHROPIC_BASE_URL.
+    credential: CredentialPreset {
+        origin: "https://api.anthropic.com",
+        header: "x-api-key",
+        bearer: false,
+        base_url_env: "ANTHROPIC_BASE_URL",
+        base_path: "",
     },
     env: &[
         ("AIDER_CHECK_UPDATE", Why { value: "false", why: "the image pins the version; update with `lazaret image build --agent aider`" }),

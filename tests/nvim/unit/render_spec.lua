@@ -129,12 +129,16 @@ T.test('the network policy in lines', function()
     learned = { { address = '10.1.2.3', names = { 'r.npm.test' }, expiresInSeconds = 30 } },
     upstreams = { '10.0.0.53:53' },
     rules = 9,
+    credentials = {
+      { origin = 'https://api.anthropic.com', port = 17400, header = 'x-api-key', status2xx = 3, status4xx = 1, rejected = 1 },
+    },
   })
   T.eq(lines, {
     'allow    10.0.0.0/8 *.npm.test',
     'deny     (nothing)',
     'learned  10.1.2.3 (r.npm.test), 30 s left',
     'dns      10.0.0.53:53',
+    'keys     https://api.anthropic.com via 127.0.0.1:17400, x-api-key added; 4 requests, 1 refused',
     'rules    9 kernel rules in the sidecar',
   })
 end)

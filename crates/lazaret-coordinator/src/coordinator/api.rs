@@ -11,7 +11,7 @@ use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{ConnectionId, Extensions, PendingSubscriptionSink, SubscriptionMessage};
 use lazaret_core::config::ResolvedProfile;
 use lazaret_core::time::now_ms;
-use lazaret_protocol::sidecar::{NameCount, SidecarEvent, SidecarRequest};
+use lazaret_protocol::sidecar::{CredentialEndpoint, NameCount, SidecarEvent, SidecarRequest};
 use lazaret_protocol::{
     error_code, AuditRecord, AuditVerification, BranchDiff, CompletedSession, ContainerState, Decision, DecisionSource, DomainStatus,
     Event, FileContents, GrantScope, LazaretApiServer, LiveSession, NetworkDecision, NetworkPolicy, Outcome, PendingEscalation,
@@ -69,6 +69,8 @@ pub struct Domain {
     /// The policy the sidecar last answered with: what a restarted sidecar
     /// is given back (live changes included).
     network_policy: Mutex<Option<NetworkPolicy>>,
+    /// The credential endpoints' counts at the last `credentialUse` record.
+    credential_counted: Mutex<Vec<lazaret_protocol::CredentialEndpointStatus>>,
     /// Re-reads the configuration: the merged allowlist (`network/reload`).
     egress_reloader: Mutex<Option<EgressReloader>>,
     /// Escalation requests waiting for a human.
@@ -105,6 +107,7 @@ impl Domain {
             sidecar_control: Mutex::new(None),
             network_error: Mutex::new(None),
             network_policy: Mutex::new(None),
+            credential_counted: Mutex::new(Vec::new()),
             egress_reloader: Mutex::new(None),
             broker: crate::escalation::Broker::default(),
             network_requests: Mutex::default(),
@@ -248,6 +251,15 @@ impl Domain {
             SidecarEvent::ConnectBlocked { address, protocol, port, suppressed: _ } => {
                 self.network_connection_blocked(&address, &protocol, port).await
             }
+            SidecarEvent::CredentialRejected { origin, status, suppressed } => {
+                tracing::warn!(%origin, status, "a credential endpoint's origin refused the key");
+                let mut argv = vec!["credential".to_owned(), origin.clone(), status.to_string()];
+                if let Some(suppressed) = suppressed {
+                    argv.push(format!("(+{suppressed} events not recorded: rate limit)"));
+                }
+                let why = format!("{origin} answered {status}: the key may be revoked or wrong");
+                self.audit(network_audit_record(Outcome::CredentialRejected, Some(why), DecisionSource::NetworkSidecar, argv)).await;
+            }
         }
     }
 
@@ -298,7 +310,7 @@ impl Domain {
 
     /// Gives a restarted sidecar back the domain's policy (the last one it
     /// answered with) and what it protects, then says the network is back.
-    pub async fn network_restored(&self, protection: SidecarRequest) -> Result<(), String> {
+    pub async fn network_restored(&self, protection: SidecarRequest, credentials: &[CredentialEndpoint]) -> Result<(), String> {
         let socket = self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or("no sidecar")?;
         let policy = self.network_policy.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
         let mut requests = vec![protection];
@@ -311,6 +323,9 @@ impl Domain {
             if policy.hold_ms > 0 {
                 requests.push(SidecarRequest::Hold { ms: policy.hold_ms });
             }
+        }
+        if !credentials.is_empty() {
+            requests.push(SidecarRequest::Credentials { endpoints: credentials.to_vec() });
         }
         for request in requests {
             let socket = socket.clone();
@@ -393,6 +408,61 @@ impl Domain {
         }
     }
 
+    /// One `credentialUse` audit record (at a session's end) with what went
+    /// through each credential endpoint since the last one: requests by
+    /// status class, refusals of the key, failures and bytes. Nothing when
+    /// the profile has no credentials or nothing went through.
+    async fn record_credential_use(&self, session_id: &str) {
+        if self.resolved.credentials.is_empty() {
+            return;
+        }
+        let now = match self.sidecar(SidecarRequest::Show {}).await {
+            Ok(policy) => policy.credentials,
+            Err(error) => {
+                tracing::warn!(error = %error.message(), "cannot read the credential endpoints' counts");
+                return;
+            }
+        };
+        let argv = {
+            let mut counted = self.credential_counted.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut argv = vec!["credential-use".to_owned()];
+            for status in &now {
+                let before = counted.iter().find(|old| old.origin == status.origin && old.port == status.port).cloned().unwrap_or_default();
+                let delta = |now: u64, then: u64| now.saturating_sub(then);
+                let requests = [
+                    delta(status.status_1xx, before.status_1xx),
+                    delta(status.status_2xx, before.status_2xx),
+                    delta(status.status_3xx, before.status_3xx),
+                    delta(status.status_4xx, before.status_4xx),
+                    delta(status.status_5xx, before.status_5xx),
+                ];
+                let failed = delta(status.failed, before.failed);
+                if requests.iter().sum::<u64>() + failed == 0 {
+                    continue;
+                }
+                argv.push(status.origin.clone());
+                argv.push(format!(
+                    "1xx={} 2xx={} 3xx={} 4xx={} 5xx={} rejected={} failed={failed} sent={}B received={}B",
+                    requests[0],
+                    requests[1],
+                    requests[2],
+                    requests[3],
+                    requests[4],
+                    delta(status.rejected, before.rejected),
+                    delta(status.bytes_sent, before.bytes_sent),
+                    delta(status.bytes_received, before.bytes_received),
+                ));
+            }
+            *counted = now;
+            argv
+        };
+        if argv.len() > 1 {
+            let mut record = network_audit_record(Outcome::CredentialUse, None, DecisionSource::NetworkSidecar, argv);
+            record.session_id = session_id.to_owned();
+            self.audit(record).await;
+        }
+    }
+
     /// Records an ended session, announces it, and wakes the main loop when
     /// it was the last one.
     async fn finish(&self, live: LiveSession, exit_status: Option<i32>, end_reason: &str) {
@@ -411,6 +481,7 @@ impl Domain {
             Ok(Err(error)) => tracing::error!(%error, "cannot record a completed session"),
             Err(error) => tracing::error!(%error, "session recording task failed"),
         }
+        self.record_credential_use(&live.session_id).await;
         let session_count = self.live_count();
         tracing::info!(session = %live.session_id, end_reason, session_count, "session ended");
         self.emit(Event::SessionEnded { session_id: live.session_id, exit_status, end_reason: end_reason.to_owned(), session_count });

@@ -107,7 +107,7 @@ async fn watch_sidecar(domain: Arc<Domain>, started: crate::network::StartedSide
             }
         };
         let protection = crate::network::protection_now(&started.fixed).unwrap_or_else(|| started.protection.clone());
-        if let Err(error) = domain.network_restored(protection.request()).await {
+        if let Err(error) = domain.network_restored(protection.request(), &started.credentials).await {
             return domain.network_failed(format!("the Network Sidecar came back but refused the domain's policy: {error}"));
         }
     }
@@ -313,8 +313,10 @@ async fn start_sidecar(domain: &Arc<Domain>, podman: &Podman) -> Result<Option<c
     let podman_for_sidecar = podman.clone();
     let control_dir = resolved.domain.socket_dir.join("sidecar");
     let started = tokio::task::spawn_blocking(move || {
+        // The keys first: a missing one stops the start before any container is made.
+        let credentials = crate::credentials::fetch(&resolved.credentials)?;
         let image = crate::network::ensure_image(&podman_for_sidecar)?;
-        crate::network::start(&podman_for_sidecar, &resolved, &image, &control_dir)
+        crate::network::start(&podman_for_sidecar, &resolved, &image, &control_dir, credentials)
     })
     .await
     .context("sidecar task failed")?;

@@ -19,7 +19,7 @@ use crate::error::Result;
 pub const OUTPUT_CAP_BYTES: usize = 8 << 20;
 
 /// The only environment a host command gets.
-fn fixed_environment(host_path: &str) -> Vec<(String, String)> {
+pub(crate) fn fixed_environment(host_path: &str) -> Vec<(String, String)> {
     let mut environment =
         vec![("PATH".to_owned(), host_path.to_owned()), ("LANG".to_owned(), "C.UTF-8".to_owned()), ("TERM".to_owned(), "dumb".to_owned())];
     for name in ["HOME", "USER", "LOGNAME"] {

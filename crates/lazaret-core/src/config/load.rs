@@ -96,7 +96,7 @@ impl Config {
         let escalation = checker.escalation(raw.escalation.as_ref(), host);
         let runsc = checker.runsc(raw.runtime.as_ref(), host);
         let limits = raw.limits.as_ref().map(|limits| checker.limits("limits", limits)).unwrap_or_default();
-        let network = checker.network(raw.network.as_ref());
+        let network = checker.network(raw.network.as_ref(), host);
         let profiles = profiles(&mut checker, &raw.profiles);
         let warnings = checker.finish()?;
         let (Some(data_root), Some(socket_root)) = (data_root, escalation.socket_root) else {
@@ -112,6 +112,7 @@ impl Config {
             private_answers: network.private_answers,
             ask: network.ask,
             ask_hold_seconds: network.ask_hold_seconds,
+            ca_bundle: network.ca_bundle,
             escalation_enabled: escalation.enabled,
             auto_approve: escalation.auto_approve,
             auto_approve_rules: escalation.auto_approve_rules,
@@ -150,6 +151,7 @@ fn built_in_default_profile() -> ProfileConfig {
         auto_approve_rules: Vec::new(),
         limits: crate::limits::Limits::default(),
         ask: None,
+        credentials: Vec::new(),
         location: None,
     }
 }

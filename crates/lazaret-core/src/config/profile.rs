@@ -32,6 +32,7 @@ impl Checker<'_> {
         }
         let allow_egress = self.egress(&format!("{prefix}.allow_egress"), &raw.allow_egress);
         let env = self.env(&prefix, &raw.env);
+        let credentials = self.credentials(&prefix, &raw.credentials, &env);
         let volumes = raw.volumes.iter().enumerate().map(|(index, volume)| self.volume(&prefix, index, volume.get_ref())).collect();
         let command = raw.command.as_ref().map(|command| self.command(&prefix, command)).unwrap_or_default();
         let auto_approve_rules = self.auto_approve_rules(&format!("{prefix}.auto_approve"), &raw.auto_approve);
@@ -51,6 +52,7 @@ impl Checker<'_> {
             auto_approve_rules,
             limits,
             ask: raw.ask,
+            credentials,
             location: name_location,
         })
     }

@@ -50,6 +50,8 @@ pub(super) struct RawNetwork {
     /// Default: off.
     pub(super) ask: Option<bool>,
     pub(super) ask_hold_seconds: Option<Spanned<u64>>,
+    /// Default: the first of the usual places that exists.
+    pub(super) ca_bundle: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +85,21 @@ pub(super) struct RawProfile {
     pub(super) limits: Option<RawLimits>,
     /// Default: `[network] ask`.
     pub(super) ask: Option<bool>,
+    #[serde(default)]
+    pub(super) credentials: Vec<Spanned<RawCredential>>,
+}
+
+/// One `credentials` entry of a profile.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCredential {
+    pub(super) origin: Spanned<String>,
+    pub(super) header: Spanned<String>,
+    pub(super) value: Option<Spanned<String>>,
+    pub(super) command: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) scheme: Option<Spanned<String>>,
+    pub(super) base_url_env: Option<Spanned<String>>,
+    pub(super) base_path: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -65,6 +65,10 @@ pub struct ResolvedProfile {
     pub runsc: Option<PathBuf>,
     /// The profile's `limits` over `[limits]`; unset keys take the defaults.
     pub limits: crate::limits::Limits,
+    /// The credential endpoints (never a key: only where it comes from).
+    pub credentials: Vec<super::ResolvedCredential>,
+    /// `[network] ca_bundle`, if configured.
+    pub ca_bundle: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -126,11 +130,20 @@ impl Config {
         let git_dir = workspace.join(".git");
         let controls = self.control_paths(&domain, &git_dir);
         let resolution = Resolution { profile, values: &values, home: &home, controls, host, diagnostics: Vec::new() };
-        let ResolvedPaths { persistent_dirs, env, volumes } = resolution.paths()?;
+        let ResolvedPaths { persistent_dirs, mut env, volumes } = resolution.paths()?;
         let mut allow_egress = self.allow_egress.clone();
         for rule in &profile.allow_egress {
             if !allow_egress.contains(rule) {
                 allow_egress.push(rule.clone());
+            }
+        }
+        let credentials = super::credentials::resolve(&profile.name, &profile.credentials, &allow_egress, |field, path| {
+            expand_checked(field, path, &values, Some(&home))
+        })
+        .map_err(Error::Config)?;
+        for credential in &credentials {
+            if let Some(name) = &credential.base_url_env {
+                env.insert(name.clone(), ResolvedEnv { value: credential.base_url(), from_host: None });
             }
         }
         Ok(ResolvedProfile {
@@ -158,6 +171,8 @@ impl Config {
             escalation_timeouts: self.escalation_timeouts,
             runsc: self.runsc.clone(),
             limits: profile.limits.or(self.limits),
+            credentials,
+            ca_bundle: self.ca_bundle.clone(),
         })
     }
 

@@ -37,6 +37,7 @@ pub(super) struct Network {
     pub(super) private_answers: PrivateAnswers,
     pub(super) ask: bool,
     pub(super) ask_hold_seconds: u64,
+    pub(super) ca_bundle: Option<PathBuf>,
 }
 
 /// `$XDG_RUNTIME_DIR/lazaret`, else `/tmp/lazaret-<uid>`.
@@ -127,7 +128,7 @@ impl Checker<'_> {
 
     /// `[network]`; without the table, no global egress, the `podman`
     /// network, podman's nameservers and private answers refused.
-    pub(super) fn network(&mut self, raw: Option<&RawNetwork>) -> Network {
+    pub(super) fn network(&mut self, raw: Option<&RawNetwork>, host: &dyn HostEnvironment) -> Network {
         let allow_egress = raw.map(|network| self.egress("network.allow_egress", &network.allow_egress)).unwrap_or_default();
         let podman_network = match raw.and_then(|network| network.podman_network.as_ref()) {
             Some(name) => self.podman_network(name),
@@ -160,7 +161,26 @@ impl Checker<'_> {
                 *value.get_ref()
             }
         };
-        Network { allow_egress, podman_network, dns_upstream, private_answers, ask, ask_hold_seconds }
+        // An existing file, canonical (the sidecar gets it read-only).
+        let ca_bundle = raw.and_then(|network| network.ca_bundle.as_ref()).and_then(|value| {
+            let path = self.host_directory("network.ca_bundle", value, host)?;
+            match host.canonicalize(&path) {
+                Ok(path) if path.is_file() => Some(path),
+                Ok(path) => {
+                    self.error("network.ca_bundle", format!("`{}` is not a file", path.display()), Some(self.locate(value.span())));
+                    None
+                }
+                Err(error) => {
+                    self.error(
+                        "network.ca_bundle",
+                        format!("`{}` cannot be used: {error}", value.get_ref()),
+                        Some(self.locate(value.span())),
+                    );
+                    None
+                }
+            }
+        });
+        Network { allow_egress, podman_network, dns_upstream, private_answers, ask, ask_hold_seconds, ca_bundle }
     }
 
     fn podman_network(&mut self, name: &Spanned<String>) -> String {

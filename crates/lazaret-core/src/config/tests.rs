@@ -379,6 +379,7 @@ fn the_readmes_configuration_example_parses_and_every_documented_default_holds()
             "socket_dir" => assert_eq!(config.socket_root, Path::new("/run/user/1000/lazaret")),
             "runsc" => assert_eq!(config.runsc, None, "the newest runsc found is chosen at start"),
             "cpus" => assert_eq!(config.limits.cpus, None, "no limit"),
+            "ca_bundle" => assert_eq!(config.ca_bundle, None, "the system's bundle is found at start"),
             other => panic!("the README documents a default for `{other}` that this test does not check"),
         }
     }
@@ -407,4 +408,85 @@ fn ask_comes_from_the_network_table_and_a_profile_overrides_it() {
     assert!(with("", "ask = true\n").expect("resolves").ask);
     let error = with("ask_hold_seconds = 31\n", "").expect_err("out of range").to_string();
     assert!(error.contains("network.ask_hold_seconds") && error.contains("`31`"), "{error}");
+}
+
+const KEYS: &str = r#"
+[profiles.claude]
+image = "localhost/agent:1.0"
+allow_egress = ["api.anthropic.com", "*.openai.test", "10.9.0.0/16"]
+env = { ANTHROPIC_API_KEY = "lazaret-injected" }
+credentials = [
+  { origin = "https://api.anthropic.com", header = "x-api-key", value = "env:API_TOKEN", base_url_env = "ANTHROPIC_BASE_URL" },
+  { origin = "https://api.openai.test/", header = "Authorization", scheme = "bearer", value = "file:{profile_dir}/openai.key", base_url_env = "OPENAI_BASE_URL", base_path = "/v1" },
+  { origin = "https://10.9.0.7:8443", header = "x-key", command = ["pass", "show", "key"] },
+]
+"#;
+
+#[test]
+fn credentials_resolve_to_ports_and_sources_never_to_keys() {
+    let resolved = resolve(KEYS, "claude").expect("resolves");
+    let expected = [
+        ResolvedCredential {
+            origin: "https://api.anthropic.com".into(),
+            header: "x-api-key".into(),
+            bearer: false,
+            source: CredentialSource::Env("API_TOKEN".into()),
+            port: CREDENTIAL_PORT_BASE,
+            base_url_env: Some("ANTHROPIC_BASE_URL".into()),
+            base_path: String::new(),
+        },
+        ResolvedCredential {
+            origin: "https://api.openai.test".into(),
+            header: "authorization".into(),
+            bearer: true,
+            source: CredentialSource::File("/home/u/.local/share/lazaret/claude/openai.key".into()),
+            port: CREDENTIAL_PORT_BASE + 1,
+            base_url_env: Some("OPENAI_BASE_URL".into()),
+            base_path: "/v1".into(),
+        },
+        ResolvedCredential {
+            origin: "https://10.9.0.7:8443".into(),
+            header: "x-key".into(),
+            bearer: false,
+            source: CredentialSource::Command(vec!["pass".into(), "show".into(), "key".into()]),
+            port: CREDENTIAL_PORT_BASE + 2,
+            base_url_env: None,
+            base_path: String::new(),
+        },
+    ];
+    assert_eq!(resolved.credentials, expected);
+    assert_eq!(resolved.env["ANTHROPIC_BASE_URL"].value, format!("http://127.0.0.1:{CREDENTIAL_PORT_BASE}"));
+    assert_eq!(resolved.env["OPENAI_BASE_URL"].value, format!("http://127.0.0.1:{}/v1", CREDENTIAL_PORT_BASE + 1));
+    assert_eq!(resolved.env["ANTHROPIC_API_KEY"].value, "lazaret-injected");
+    let shown = format!("{resolved:?}");
+    assert!(!shown.contains("s3cret"), "the resolved profile never holds a key: {shown}");
+}
+
+#[test]
+fn bad_credentials_are_named_without_echoing_a_key() {
+    for (from, to, names) in [
+        ("https://api.anthropic.com\", header", "http://api.anthropic.com\", header", "credentials[0].origin"),
+        ("https://api.openai.test/\"", "https://api.openai.test/v1\"", "no path"),
+        ("header = \"x-api-key\"", "header = \"Host\"", "credentials[0].header"),
+        ("value = \"env:API_TOKEN\"", "value = \"sk-ant-api03-secret\"", "env:VAR"),
+        ("value = \"env:API_TOKEN\"", "value = \"env:API TOKEN\"", "not a valid environment variable name"),
+        ("value = \"env:API_TOKEN\"", "value = \"env:API_TOKEN\", command = [\"x\"]", "not both"),
+        ("command = [\"pass\", \"show\", \"key\"]", "command = []", "the command is empty"),
+        ("scheme = \"bearer\"", "scheme = \"basic\"", "credentials[1].scheme"),
+        ("base_url_env = \"ANTHROPIC_BASE_URL\"", "base_url_env = \"ANTHROPIC_API_KEY\"", "set twice"),
+        ("base_url_env = \"ANTHROPIC_BASE_URL\"", "base_url_env = \"LAZARET_X\"", "LAZARET_"),
+        ("https://api.openai.test/\"", "https://api.anthropic.com\"", "two entries"),
+        ("\"api.anthropic.com\", ", "", "not on the allowlist: add `api.anthropic.com`"),
+        ("\"10.9.0.0/16\"", "\"10.8.0.0/16\"", "`https://10.9.0.7:8443` is not on the allowlist"),
+        ("value = \"file:{profile_dir}/openai.key\"", "value = \"file:relative/key\"", "not an absolute path"),
+        ("value = \"file:{profile_dir}/openai.key\"", "value = \"file:{profile_dir}/../x\"", ".."),
+        ("base_path = \"/v1\"", "base_path = \"v1 x\"", "not a URL path"),
+        ("base_url_env = \"OPENAI_BASE_URL\", ", "", "goes with `base_url_env`"),
+    ] {
+        let text = KEYS.replacen(from, to, 1);
+        assert_ne!(text, KEYS, "{from}");
+        let error = message(&resolve(&text, "claude").expect_err(to));
+        assert!(error.contains(names), "{to}: {error}");
+        assert!(!error.contains("sk-ant-api03-secret"), "{error}");
+    }
 }

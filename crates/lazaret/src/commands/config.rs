@@ -118,6 +118,16 @@ pub fn show(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> Re
     for (key, value) in &resolved.env {
         println!("env              {key}={}", value.value);
     }
+    for credential in &resolved.credentials {
+        let scheme = if credential.bearer { " (Bearer)" } else { "" };
+        println!(
+            "credential       {} at {}: {}{scheme} from {} (the key is read at start and kept by the Network Sidecar only)",
+            credential.origin,
+            credential.endpoint_url(),
+            credential.header,
+            credential.source
+        );
+    }
     for volume in &resolved.volumes {
         let missing = if volume.host_exists { "" } else { "  (host path does not exist yet)" };
         println!("volume           {}{missing}", volume.podman_argument());

@@ -94,6 +94,11 @@ fn without_profile(text: &str, name: &str, force: bool, path: &Path) -> Result<S
 /// key that is not set yet is only a reminder: it is needed at `run`.
 fn check_against_workspace(config: &Config, name: &str, workspace: &Path, preset: &Preset) -> Result<()> {
     let workspace = lazaret_core::config::canonical_workspace(workspace, &RealHost)?;
+    // The key is read when the domain starts (the credential endpoint), not here.
+    let key_unset = std::env::var_os(preset.api_key.value).is_none();
+    if key_unset {
+        eprintln!("lazaret: note: {} is not set in this shell; `lazaret run --profile {name}` needs it", preset.api_key.value);
+    }
     match config.resolve(name, &workspace, &RealHost) {
         Ok(_) => Ok(()),
         Err(lazaret_core::Error::Config(diagnostics)) => {
@@ -102,7 +107,7 @@ fn check_against_workspace(config: &Config, name: &str, workspace: &Path, preset
             if !other.is_empty() {
                 return Err(lazaret_core::Error::Config(other).into());
             }
-            if !unset.is_empty() {
+            if !unset.is_empty() && !key_unset {
                 eprintln!("lazaret: note: {} is not set in this shell; `lazaret run --profile {name}` needs it", preset.api_key.value);
             }
             Ok(())
@@ -166,11 +171,25 @@ pub fn profile_text(preset: &Preset, name: &str) -> String {
     line("# you, e.g. \"cargo check *\" or \"npm test\" (added to [escalation] auto_approve).");
     line("# Left empty: every request waits for your approval.");
     line("auto_approve = []");
+    let credential = &preset.credential;
+    line("# The API key never enters the sandbox: the Network Sidecar adds it to each request");
+    line(&format!("# for {} (`lazaret net show` lists the endpoint). {} points the agent at", credential.origin, credential.base_url_env));
+    line(&format!("# the endpoint, and {} inside is only a placeholder. `env:VAR` is read from", preset.api_key.value));
+    line("# your shell at `lazaret run`; `file:PATH` (mode 600) and `command = [...]` work too.");
+    let scheme = if credential.bearer { ", scheme = \"bearer\"" } else { "" };
+    let base_path = if credential.base_path.is_empty() { String::new() } else { format!(", base_path = \"{}\"", credential.base_path) };
+    line("credentials = [");
+    line(&format!(
+        "  {{ origin = \"{}\", header = \"{}\"{scheme}, value = \"env:{}\", base_url_env = \"{}\"{base_path} }},",
+        credential.origin, credential.header, preset.api_key.value, credential.base_url_env
+    ));
+    line("]");
     line("");
     line(&format!("[profiles.{name}.env]"));
-    line("# `env:VAR` copies your shell's VAR at `lazaret run`; the value is never written");
-    line("# to a file (`lazaret config show` redacts it).");
-    let mut entries = vec![(preset.api_key.value, format!("env:{}", preset.api_key.value), preset.api_key.why)];
+    line("# `env:VAR` copies your shell's VAR at `lazaret run` into the sandbox; the value");
+    line("# is never written to a file (`lazaret config show` redacts it).");
+    let placeholder_why = "a placeholder: the sidecar replaces it with your key (see credentials above)";
+    let mut entries = vec![(preset.api_key.value, crate::agents::PLACEHOLDER_KEY.to_owned(), placeholder_why)];
     entries.extend(preset.env.iter().map(|(key, value)| (*key, value.value.to_owned(), value.why)));
     for (key, value, why) in entries {
         line(&format!("{key} = \"{value}\"  # {why}"));
@@ -213,7 +232,17 @@ mod tests {
             assert_eq!(profile.image, preset.image());
             assert_eq!(profile.command, vec![preset.command.to_owned()]);
             assert_eq!(profile.allow_egress.len(), preset.allow_egress.len());
-            assert_eq!(profile.env[preset.api_key.value].value, format!("env:{}", preset.api_key.value));
+            assert_eq!(profile.env[preset.api_key.value].value, crate::agents::PLACEHOLDER_KEY, "the sandbox gets a placeholder");
+            assert_eq!(profile.credentials.len(), 1);
+            let credential = &profile.credentials[0];
+            assert_eq!(credential.origin.to_string(), preset.credential.origin);
+            assert_eq!(credential.source, lazaret_core::config::CredentialSource::Env(preset.api_key.value.to_owned()));
+            assert_eq!(credential.base_url_env.as_deref(), Some(preset.credential.base_url_env));
+            assert!(
+                preset.allow_egress.iter().any(|rule| preset.credential.origin.ends_with(rule.value)),
+                "the credential's origin is on the allowlist"
+            );
+            assert!(!text.contains(&format!("= \"env:{}\"  #", preset.api_key.value)), "no env pull of the key into the sandbox");
             assert!(profile.auto_approve.is_empty());
             assert_eq!(profile.ask, Some(true), "a preset asks about names it does not allow");
         }

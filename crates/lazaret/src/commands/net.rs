@@ -56,5 +56,19 @@ pub fn call(config_path: Option<&Path>, target: &DomainTarget, change: Change, j
             learned.expires_in_seconds
         );
     }
+    for endpoint in &policy.credentials {
+        let answered = endpoint.status_1xx + endpoint.status_2xx + endpoint.status_3xx + endpoint.status_4xx + endpoint.status_5xx;
+        println!(
+            "credential: {} at http://127.0.0.1:{} (the sidecar adds {}; {answered} requests: {} 2xx, {} 4xx, {} 5xx, {} refused keys, {} failed)",
+            endpoint.origin,
+            endpoint.port,
+            endpoint.header,
+            endpoint.status_2xx,
+            endpoint.status_4xx,
+            endpoint.status_5xx,
+            endpoint.rejected,
+            endpoint.failed
+        );
+    }
     Ok(0)
 }

@@ -35,6 +35,18 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
     // up, before the session's own output.
     let note: std::sync::Mutex<Option<std::thread::JoinHandle<Option<String>>>> = std::sync::Mutex::new(None);
     let prepare = || -> Result<()> {
+        // A key the new domain cannot read stops it here, before anything starts.
+        for credential in &resolved.credentials {
+            if let lazaret_core::config::CredentialSource::Env(variable) = &credential.source {
+                if std::env::var_os(variable).is_none() {
+                    anyhow::bail!(
+                        "the credential for {} is read from `{variable}` in this shell, which is not set: export it \
+                         (or give the profile's credential a file: or a command)",
+                        credential.origin
+                    );
+                }
+            }
+        }
         if let (Some(repository), Ok(mut slot)) = (repository.clone(), note.lock()) {
             let profile = resolved.profile.clone();
             *slot = Some(std::thread::spawn(move || uncommitted_note(&repository, &profile)));

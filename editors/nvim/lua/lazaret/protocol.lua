@@ -55,6 +55,20 @@
 
 ---@alias lazaret.ContainerState 'starting' | 'running' | 'failed' | 'stopping'
 
+---@class lazaret.CredentialEndpointStatus
+---@field bytesReceived integer
+---@field bytesSent integer Bytes of request bodies sent on, and of response bodies passed back.
+---@field failed integer Requests the sidecar answered itself with an error (refused, too large, the origin unreachable).
+---@field header string The header the sidecar sets (lower case), e.g. `x-api-key`.
+---@field origin string The API origin, `https://host[:port]`.
+---@field port integer The sandbox reaches it at `http://127.0.0.1:<port>`.
+---@field rejected integer Of the 4xx answers, 401 and 403: usually a revoked or wrong key.
+---@field status1xx integer Requests the origin answered, by status class.
+---@field status2xx integer
+---@field status3xx integer
+---@field status4xx integer
+---@field status5xx integer
+
 ---@alias lazaret.Decision 'approve' | 'deny' | 'edit' | 'abort'
 
 ---@alias lazaret.DecisionSource string
@@ -161,6 +175,7 @@
 
 ---@class lazaret.NetworkPolicy
 ---@field allow string[] Allowed CIDRs and DNS names (`github.com`, `*.npmjs.org`).
+---@field credentials? lazaret.CredentialEndpointStatus[] The credential endpoints the sidecar serves the sandbox (a profile's `credentials`): where each origin's API is reached, which header the sidecar adds, and what went through it. Never the credential itself.
 ---@field deny string[] Denied CIDRs and names (holes in wider allows).
 ---@field expiring? lazaret.ExpiringEntry[] Entries of `allow` and `deny` that end on their own, with the time they have left.
 ---@field holdMs? integer How long a question for a name on no allow entry is held for a grant, in milliseconds (`[network] ask`); 0: refused at once.
@@ -169,7 +184,7 @@
 ---@field rules integer How many kernel rules enforce it.
 ---@field upstreams string[] The resolvers the sidecar forwards allowed questions to.
 
----@alias lazaret.Outcome 'rejected' | 'auto' | 'approved' | 'edited' | 'denied' | 'aborted' | 'timedOut' | 'networkAllowed' | 'networkDenied' | 'networkReloaded' | 'dnsRefused' | 'dnsAnswerRefused' | 'networkAsked' | 'networkGranted' | 'networkRefused' | 'networkExpired' | 'networkRevoked' | 'networkQueueFull'
+---@alias lazaret.Outcome 'rejected' | 'auto' | 'approved' | 'edited' | 'denied' | 'aborted' | 'timedOut' | 'networkAllowed' | 'networkDenied' | 'networkReloaded' | 'dnsRefused' | 'dnsAnswerRefused' | 'networkAsked' | 'networkGranted' | 'networkRefused' | 'networkExpired' | 'networkRevoked' | 'networkQueueFull' | 'credentialRejected' | 'credentialUse'
 
 ---@class lazaret.PathWarning
 ---@field path string
