@@ -1772,6 +1772,7 @@ fn claude_code_from_its_preset_answers_through_the_credential_endpoint() {
     assert!(stdout(&output).contains("LAZARET-OK"), "Claude Code answered: {}{}\norigin: {log}", stdout(&output), stderr(&output));
     let asked: Vec<&str> = log.lines().filter(|line| line.contains(" POST /v1/messages")).collect();
     assert!(!asked.is_empty() && asked.iter().all(|line| line.contains("host=api.keys.test key=ok copies=1")), "{log}");
+    eprintln!("Claude Code said {:?}; the origin saw:\n{log}", stdout(&output).trim());
     let found = files_containing(env.path(), key.as_bytes());
     assert!(found.is_empty(), "the key was written to {found:?}");
 }
