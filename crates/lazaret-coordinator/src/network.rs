@@ -280,8 +280,13 @@ const CA_BUNDLES: [&str; 4] =
 /// The CA bundle credential origins are checked against: `[network]
 /// ca_bundle`, else the first of [`CA_BUNDLES`] that exists.
 pub fn ca_bundle(resolved: &ResolvedProfile) -> Result<PathBuf> {
-    if let Some(configured) = &resolved.ca_bundle {
-        return Ok(configured.clone());
+    ca_bundle_from(resolved.ca_bundle.as_deref())
+}
+
+/// As [`ca_bundle`], given `[network] ca_bundle` (`lazaret doctor`).
+pub fn ca_bundle_from(configured: Option<&Path>) -> Result<PathBuf> {
+    if let Some(configured) = configured {
+        return Ok(configured.to_path_buf());
     }
     CA_BUNDLES.iter().map(PathBuf::from).find(|path| path.is_file()).ok_or_else(|| {
         crate::format_err!("no CA bundle found for the credential endpoints (looked at {}); set [network] ca_bundle", CA_BUNDLES.join(", "))

@@ -93,8 +93,35 @@ fn all_checks(config_path: Option<&Path>) -> Vec<Check> {
             checks.extend(limits(&lazaret_coordinator::limits::plan(&profile.limits.or(config.limits), &host), Some(&profile.name)));
         }
     }
+    if let Ok(config) = &config {
+        if config.profiles.values().any(|profile| !profile.credentials.is_empty()) {
+            checks.push(credential_ca_bundle(config.ca_bundle.as_deref()));
+        }
+    }
     checks.extend(probes(config.ok().as_ref(), selected.ok().as_ref(), &plan));
     checks
+}
+
+/// With credential endpoints configured: the CA bundle the sidecar checks
+/// their origins against exists and holds certificates.
+fn credential_ca_bundle(configured: Option<&Path>) -> Check {
+    use rustls::pki_types::pem::PemObject;
+    let fix = "set [network] ca_bundle to the system's CA certificates (PEM), e.g. /etc/ssl/certs/ca-certificates.crt";
+    let path = match lazaret_coordinator::network::ca_bundle_from(configured) {
+        Ok(path) => path,
+        Err(error) => return Check::fail("credential CA bundle", error.to_string(), fix),
+    };
+    match std::fs::read(&path) {
+        Ok(pem) => {
+            let count = rustls::pki_types::CertificateDer::pem_slice_iter(&pem).filter(Result::is_ok).count();
+            if count == 0 {
+                Check::fail("credential CA bundle", format!("{} holds no PEM certificate", path.display()), fix)
+            } else {
+                Check::pass("credential CA bundle", format!("{count} certificates in {}", path.display()))
+            }
+        }
+        Err(error) => Check::fail("credential CA bundle", format!("cannot read {}: {error}", path.display()), fix),
+    }
 }
 
 /// One check per resource limit (`[limits]`, or a profile's own): its value
@@ -556,6 +583,21 @@ mod tests {
         let pause = "level=error msg=\"invalid internal status, try resetting the pause process with \\\"podman system migrate\\\": could not find any running process: no such process\"";
         assert!(advice_for_podman_error(pause).starts_with("rootless podman lost its pause process"), "{}", advice_for_podman_error(pause));
         assert!(lazaret_coordinator::podman::explain(pause.as_bytes()).ends_with("the next podman command starts a new pause process"));
+    }
+
+    #[test]
+    fn the_credential_ca_bundle_must_hold_certificates() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").expect("write");
+        let check = credential_ca_bundle(Some(&empty));
+        assert!(check.detail.contains("holds no PEM certificate") && check.fix.is_some(), "{check:?}");
+        let missing = credential_ca_bundle(Some(&dir.path().join("missing.pem")));
+        assert!(missing.detail.contains("cannot read") && missing.fix.is_some(), "{missing:?}");
+        if Path::new("/etc/ssl/certs/ca-certificates.crt").is_file() {
+            let system = credential_ca_bundle(None);
+            assert!(system.fix.is_none() && system.detail.contains(" certificates in "), "{system:?}");
+        }
     }
 
     #[test]
