@@ -1776,3 +1776,62 @@ fn claude_code_from_its_preset_answers_through_the_credential_endpoint() {
     let found = files_containing(env.path(), key.as_bytes());
     assert!(found.is_empty(), "the key was written to {found:?}");
 }
+
+/// Issue 30, rootless: the credential endpoint works the same under a
+/// rootless user's podman (the CA bundle mounted into its sidecar, the key
+/// handed over the control socket): the request reaches the origin with the
+/// real key once, and the sandbox sees only the placeholder.
+#[test]
+fn an_api_key_is_added_by_the_sidecar_rootless() {
+    let Some(user) = RootlessUser::required() else { return };
+    let _guard = sandbox_guard();
+    let lazaret = user.lazaret();
+    let build = user.run(&format!("{lazaret} image build"));
+    assert!(build.status.success(), "{}", stderr(&build));
+    let network = RootlessNetwork::create(&user, "rk", 231, &["api.keys.test=10.213.231.21"]);
+    let name = network.name.clone();
+    let base = format!("{}/lzt-keys", user.home);
+    assert!(user.run(&format!("rm -rf {base} && mkdir -p {base}/tls {base}/config/lazaret {base}/probe")).status.success());
+    let tls = Path::new(&base).join("tls");
+    let ca = test_ca(&tls);
+    test_certificates(&tls, "api", &["api.keys.test"], Some(&ca));
+    let chowned = Command::new("chown").args(["-R", &user.name]).arg(&tls).output().expect("chown");
+    assert!(chowned.status.success(), "{}", stderr(&chowned));
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
+    let key = format!("lzt-rootless-key-{}-{nanos:x}", std::process::id());
+    let origin = user.run(&format!(
+        "podman run -d --name {name}-api {limits} --network {name} --ip 10.213.231.21 --volume={testhost}:/testhost:ro \
+         --volume={base}/tls:/tls:ro {DEFAULT_IMAGE} /testhost https-api 443 /tls/api.pem /tls/api.key x-api-key {key} >/dev/null && \
+         cp {testhost} {base}/probe/lazaret-testhost",
+        limits = PODMAN_LIMITS.join(" "),
+        testhost = user.helper("lazaret-testhost"),
+    ));
+    assert!(origin.status.success(), "{}", stderr(&origin));
+    let origin_log = || stdout(&user.run(&format!("podman logs {name}-api")));
+    assert!(wait_until(Duration::from_secs(10), || origin_log().contains("listening")), "the origin came up");
+    let config = format!(
+        "[network]\npodman_network = \"{name}\"\nallow_egress = [\"api.keys.test\"]\ndns_upstream = [\"10.213.231.53\"]\n\
+         private_answers = \"allow\"\nca_bundle = \"{base}/tls/ca.pem\"\n\n[profiles.default]\nimage = \"{DEFAULT_IMAGE}\"\n\
+         env = {{ LZT_API_KEY = \"lazaret-injected\" }}\n\
+         credentials = [{{ origin = \"https://api.keys.test\", header = \"x-api-key\", value = \"env:LZT_API_KEY\", base_url_env = \"API_BASE\" }}]\n"
+    );
+    std::fs::write(Path::new(&base).join("config/lazaret/config.toml"), config).expect("config");
+    let chowned = Command::new("chown").args(["-R", &user.name]).arg(Path::new(&base).join("config")).output().expect("chown");
+    assert!(chowned.status.success(), "{}", stderr(&chowned));
+    let script = format!(
+        "echo key=$LZT_API_KEY base=$API_BASE; cat /proc/[0-9]*/environ 2>/dev/null | tr \"\\\\0\" \"\\\\n\" | grep -c -F -- {key}; \
+         /workspace/lazaret-testhost http-probe 17400 /v1/messages -H \"x-api-key: agent-fake\""
+    );
+    let output = user.run(&format!(
+        "LZT_API_KEY={key} {lazaret} --config {base}/config/lazaret/config.toml \
+         run --mount-workspace --workspace {base}/probe -- sh -c '{script}'"
+    ));
+    let log = origin_log();
+    let _ = user.run(&format!("podman rm -f -t 0 {name}-api >/dev/null 2>&1; rm -rf {base}"));
+    drop(network);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}{}", stderr(&output));
+    assert!(text.starts_with("key=lazaret-injected base=http://127.0.0.1:17400\n0\nstatus 200\n"), "rootless: {text}");
+    let requests: Vec<&str> = log.lines().filter(|line| line.starts_with("request ")).collect();
+    assert_eq!(requests, ["request conn=1 GET /v1/messages host=api.keys.test key=ok copies=1 body=0"], "{log}");
+}
