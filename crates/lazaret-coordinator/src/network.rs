@@ -283,6 +283,13 @@ pub fn ca_bundle(resolved: &ResolvedProfile) -> Result<PathBuf> {
     ca_bundle_from(resolved.ca_bundle.as_deref())
 }
 
+/// How many PEM certificates the bundle at `path` holds (`lazaret doctor`).
+pub fn certificates_in(path: &Path) -> Result<usize> {
+    use rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(path).map_err(|error| crate::format_err!("cannot read {}: {error}", path.display()))?;
+    Ok(rustls::pki_types::CertificateDer::pem_slice_iter(&pem).filter(Result::is_ok).count())
+}
+
 /// As [`ca_bundle`], given `[network] ca_bundle` (`lazaret doctor`).
 pub fn ca_bundle_from(configured: Option<&Path>) -> Result<PathBuf> {
     if let Some(configured) = configured {

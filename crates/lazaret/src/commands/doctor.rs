@@ -105,22 +105,15 @@ fn all_checks(config_path: Option<&Path>) -> Vec<Check> {
 /// With credential endpoints configured: the CA bundle the sidecar checks
 /// their origins against exists and holds certificates.
 fn credential_ca_bundle(configured: Option<&Path>) -> Check {
-    use rustls::pki_types::pem::PemObject;
     let fix = "set [network] ca_bundle to the system's CA certificates (PEM), e.g. /etc/ssl/certs/ca-certificates.crt";
     let path = match lazaret_coordinator::network::ca_bundle_from(configured) {
         Ok(path) => path,
         Err(error) => return Check::fail("credential CA bundle", error.to_string(), fix),
     };
-    match std::fs::read(&path) {
-        Ok(pem) => {
-            let count = rustls::pki_types::CertificateDer::pem_slice_iter(&pem).filter(Result::is_ok).count();
-            if count == 0 {
-                Check::fail("credential CA bundle", format!("{} holds no PEM certificate", path.display()), fix)
-            } else {
-                Check::pass("credential CA bundle", format!("{count} certificates in {}", path.display()))
-            }
-        }
-        Err(error) => Check::fail("credential CA bundle", format!("cannot read {}: {error}", path.display()), fix),
+    match lazaret_coordinator::network::certificates_in(&path) {
+        Ok(0) => Check::fail("credential CA bundle", format!("{} holds no PEM certificate", path.display()), fix),
+        Ok(count) => Check::pass("credential CA bundle", format!("{count} certificates in {}", path.display())),
+        Err(error) => Check::fail("credential CA bundle", error.to_string(), fix),
     }
 }
 
