@@ -18,6 +18,7 @@
 //!
 //! Learned addresses and timed entries expire in [`expiry_loop`].
 
+use crate::lock;
 use std::collections::BTreeSet;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -64,7 +65,7 @@ impl Shared {
     }
 
     pub fn enforcer(&self) -> MutexGuard<'_, Enforcer> {
-        self.enforcer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.enforcer)
     }
 }
 
@@ -84,10 +85,6 @@ impl Changed {
         }
         self.condvar.notify_all();
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Waits until `check` (the name policy's verdict on a held question, taken

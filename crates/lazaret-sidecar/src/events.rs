@@ -11,6 +11,7 @@
 //! [`Events::flush_tally`] (the expiry loop's tick): a flood is counted
 //! exactly without an event per question.
 
+use crate::lock;
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Mutex;
@@ -133,10 +134,6 @@ impl Events {
         let Ok(line) = serde_json::to_string(event) else { return };
         lock(&self.watchers).retain(|watcher| !matches!(watcher.try_send(line.clone()), Err(TrySendError::Disconnected(_))));
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -23,11 +23,12 @@
 //! control socket, and nothing here writes it anywhere but into the header
 //! of a request to its origin.
 
+use crate::lock;
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lazaret_dns::wire::{encode_query, parse_response, Question, Rcode, MAX_MESSAGE, TYPE_A, TYPE_AAAA};
@@ -110,10 +111,6 @@ struct Stats {
     failed: AtomicU64,
     bytes_sent: AtomicU64,
     bytes_received: AtomicU64,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Injector {
@@ -416,6 +413,9 @@ struct Request {
     body: Vec<u8>,
     /// The client asked to close after this request.
     close: bool,
+    /// The request framed a body (`content-length` or chunked), even an
+    /// empty one: the origin gets a `content-length` then.
+    framed: bool,
 }
 
 /// Bytes of request bodies counted against [`BODY_BUDGET`] while held.
@@ -519,7 +519,8 @@ fn read_request(
             }
         }
     }
-    Ok(Request { method: method.to_owned(), target: target.to_owned(), version_11, head, body, close })
+    let framed = chunked || length.is_some();
+    Ok(Request { method: method.to_owned(), target: target.to_owned(), version_11, head, body, close, framed })
 }
 
 /// A chunk-size line's size (extensions ignored).
@@ -557,10 +558,7 @@ fn upstream_head(request: &Request, target: &Target) -> Vec<u8> {
         }
     }
     head.extend_from_slice(format!("{}: {}\r\n", target.header, target.value.expose()).as_bytes());
-    let has_body = !request.body.is_empty()
-        || request.head.content_length().ok().flatten().is_some()
-        || !request.head.tokens("transfer-encoding").is_empty();
-    if has_body {
+    if request.framed {
         head.extend_from_slice(format!("content-length: {}\r\n", request.body.len()).as_bytes());
     }
     head.extend_from_slice(b"\r\n");
@@ -955,7 +953,8 @@ mod tests {
         let mut parts = head.first.split(' ');
         let method = parts.next().unwrap().to_owned();
         let target = parts.next().unwrap().to_owned();
-        Request { method, target, version_11: true, head, body: body.to_vec(), close }
+        let framed = head.content_length().ok().flatten().is_some() || !head.tokens("transfer-encoding").is_empty();
+        Request { method, target, version_11: true, head, body: body.to_vec(), close, framed }
     }
 
     #[test]

@@ -13,3 +13,9 @@ pub mod inject;
 pub mod nft;
 pub mod policy;
 pub mod rtnl;
+
+/// A mutex's guard; a panic in another thread that held it does not poison
+/// the sidecar (what it guards stays consistent between statements).
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
