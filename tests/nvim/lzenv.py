@@ -47,6 +47,9 @@ class LazaretEnv:
         self.hashes = set()
         self.leftovers = []
         self.socket_dir = self.root / "run/lazaret"
+        # Variables of the user's shell for `lazaret run` only (an API key):
+        # never given to the editor.
+        self.shell = {}
         rules = ", ".join(json.dumps(rule) for rule in auto_approve)
         self.config_file.write_text(
             "[escalation]\nenabled = true\n"
@@ -68,6 +71,10 @@ class LazaretEnv:
         )
         env.pop("LAZARET_LOG", None)
         return env
+
+    def shell_environ(self):
+        """The environment of `lazaret run`: environ() and the shell's variables."""
+        return {**self.environ(), **self.shell}
 
     def lazaret(self, *args, check=True, timeout=120, cwd=None):
         result = subprocess.run(
@@ -106,7 +113,7 @@ class LazaretEnv:
         """`lazaret run --workspace REPO -- sh -c SCRIPT` in the background."""
         process = subprocess.Popen(
             [self.binary, "run", "--workspace", str(repo), "--", "sh", "-c", script],
-            env=self.environ(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=self.shell_environ(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, cwd=self.root, start_new_session=True,
         )
         self.sessions.append(process)
@@ -211,17 +218,27 @@ class InternalNetwork:
 
     def start_echo(self, host, port):
         """`lazaret-testhost echo PORT` (every byte comes back) at .HOST."""
+        self.start_testhost(host, ["echo", str(port)])
+
+    def start_testhost(self, host, args, volumes=()):
+        """`lazaret-testhost ARGS...` at .HOST (runc), with the extra
+        `--volume` values VOLUMES."""
         name = f"{self.name}-host{host}"
         result = subprocess.run(
             ["podman", "run", "-d", "--replace", "--name", name, "--runtime=runc",
              # runc cannot raise limits past the suite's own (seen: "error setting rlimit type 7").
              "--ulimit=nofile=4096:4096", "--ulimit=nproc=4096:4096",
-             f"--volume={static_helper('lazaret-testhost')}:/testhost:ro",
-             "--network", self.name, "--ip", self.address(host), DEFAULT_IMAGE, "/testhost", "echo", str(port)],
+             f"--volume={static_helper('lazaret-testhost')}:/testhost:ro", *(f"--volume={v}" for v in volumes),
+             "--network", self.name, "--ip", self.address(host), DEFAULT_IMAGE, "/testhost", *map(str, args)],
             capture_output=True, text=True,
         )
         assert result.returncode == 0, f"test host: {result.stderr}"
         self.hosts.append(name)
+
+    def log(self, host):
+        """What the test host at .HOST printed so far."""
+        result = subprocess.run(["podman", "logs", f"{self.name}-host{host}"], capture_output=True, text=True)
+        return result.stdout + result.stderr
 
     def close(self):
         """Removes the test hosts, then the network once no container is on

@@ -146,28 +146,54 @@ const TESTHOST = path.resolve(path.dirname(process.env.LAZARET_BIN || "target/de
  * are gone.
  */
 async function withAskDomain(script, fn, { echoHost = false } = {}) {
+  return withNetworkDomain(
+    {
+      profile: "ask",
+      config: (network) => `[network]\npodman_network = "${network}"\nask_hold_seconds = 1\n\n[profiles.ask]\nimage = "localhost/lazaret-default:1"\nask = true\n`,
+      hosts: echoHost ? [{ host: 13, args: ["echo", "8081"] }] : [],
+    },
+    script,
+    fn,
+  );
+}
+
+/**
+ * Runs FN({session, prefix, container}) against a domain of PROFILE on a
+ * podman network of the test's own (created --internal inside the suite's
+ * loopback-only namespace, tests/vscode/run: nothing reaches past this
+ * machine), with CONFIG(network, prefix) appended to the configuration and
+ * the test hosts HOSTS ({host, args, volumes}: `lazaret-testhost ARGS` at
+ * PREFIX.HOST, runc) started first. The session (`lazaret run`, with the
+ * variables SHELL added to its environment: the user's shell, never the
+ * editor's) runs SCRIPT once the sandbox is up. Afterwards the session is
+ * ended, the configuration is as before, and the network and its hosts are
+ * gone.
+ */
+async function withNetworkDomain({ profile, config: extra, hosts: wanted = [], shell = {} }, script, fn) {
   const config = path.join(env.root, "config/lazaret/config.toml");
   const original = fs.readFileSync(config, "utf8");
   let network, prefix, session;
   const hosts = [];
   try {
     for (let i = 0; i < 20 && !network; i++) {
-      const name = `lzv-ask-${process.pid}-${i}`;
+      const name = `lzv-${profile}-${process.pid}-${i}`;
       const candidate = `10.213.${220 + ((process.pid + i) % 20)}`;
       const r = spawnSync("podman", ["network", "create", "--internal", "--disable-dns", "--subnet", `${candidate}.0/24`, name], { encoding: "utf8" });
       if (r.status === 0) [network, prefix] = [name, candidate];
       else if (!/already used|exists/.test(r.stderr)) throw new Error(`podman network create: ${r.stderr}`);
     }
     assert.ok(network, "a podman network of the test's own");
-    if (echoHost) {
-      const name = `${network}-host13`;
+    for (const { host, args, volumes = [] } of typeof wanted === "function" ? wanted(prefix) : wanted) {
+      const name = `${network}-host${host}`;
       // runc cannot raise limits past the suite's own: the suite's --ulimit values.
-      const r = spawnSync("podman", ["run", "-d", "--replace", "--name", name, "--runtime=runc", "--ulimit=nofile=4096:4096", "--ulimit=nproc=4096:4096", `--volume=${TESTHOST}:/testhost:ro`, "--network", network, "--ip", `${prefix}.13`, "localhost/lazaret-default:1", "/testhost", "echo", "8081"], { encoding: "utf8" });
+      const r = spawnSync("podman", ["run", "-d", "--replace", "--name", name, "--runtime=runc", "--ulimit=nofile=4096:4096", "--ulimit=nproc=4096:4096", `--volume=${TESTHOST}:/testhost:ro`, ...volumes.map((v) => `--volume=${v}`), "--network", network, "--ip", `${prefix}.${host}`, "localhost/lazaret-default:1", "/testhost", ...args], { encoding: "utf8" });
       if (r.status !== 0) throw new Error(`test host: ${r.stderr}`);
       hosts.push(name);
+      const up = await waitUntil(10_000, () => args[0] === "echo" || /listening/.test(spawnSync("podman", ["logs", name], { encoding: "utf8" }).stdout), 100);
+      assert.ok(up, `test host .${host} came up`);
     }
-    fs.writeFileSync(config, `${original}\n[network]\npodman_network = "${network}"\nask_hold_seconds = 1\n\n[profiles.ask]\nimage = "localhost/lazaret-default:1"\nask = true\n`);
-    const child = spawn(env.binary, ["run", "--profile", "ask", "--workspace", repo, "--", "sh", "-c", `echo lazaret-ready; ${script}`], { env: env.environ(), cwd: env.root, stdio: ["ignore", "pipe", "pipe"], detached: true });
+    fs.writeFileSync(config, `${original}\n${extra(network, prefix)}`);
+    const child = spawn(env.binary, ["run", "--profile", profile, "--workspace", repo, "--", "sh", "-c", `echo lazaret-ready; ${script}`], { env: { ...env.environ(), ...shell }, cwd: env.root, stdio: ["ignore", "pipe", "pipe"], detached: true });
     let stderr = "";
     let stdout = "";
     child.stderr.on("data", (d) => (stderr += d));
@@ -175,9 +201,9 @@ async function withAskDomain(script, fn, { echoHost = false } = {}) {
     session = { child, done: new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr }))), stdout: () => stdout, stderr: () => stderr };
     env.sessions.push(session);
     const ready = await waitUntil(180_000, () => stdout.startsWith("lazaret-ready\n") || child.exitCode !== null, 200);
-    assert.ok(ready && stdout.startsWith("lazaret-ready\n"), `the ask domain's session: ${stdout} ${stderr}`);
-    const container = JSON.parse(env.lazaret(["domain", "--json", "--profile", "ask", "--workspace", repo]).stdout).container_name;
-    await fn({ session, prefix, container });
+    assert.ok(ready && stdout.startsWith("lazaret-ready\n"), `the ${profile} domain's session: ${stdout} ${stderr}`);
+    const container = JSON.parse(env.lazaret(["domain", "--json", "--profile", profile, "--workspace", repo]).stdout).container_name;
+    await fn({ session, prefix, container, network });
   } finally {
     if (session && session.child.exitCode === null) {
       try {
@@ -201,21 +227,23 @@ async function collapseDefaultDomain() {
   if ((await row.getAttribute("aria-expanded").catch(() => "")) === "true") await row.locator(".monaco-tl-twistie").click();
 }
 
-/** Unfolds "Rules and grants". */
-async function expandRules() {
-  const rules = wb.row("Rules and grants");
-  if ((await rules.getAttribute("aria-expanded")) === "false") await rules.locator(".monaco-tl-twistie").click();
-}
-
 /**
  * Unfolds "Rules and grants" until the row GRANTED shows (bounded): the
  * refresh that follows a grant can fold the section again right after the
  * click (seen in a full run: the grant's row never showed).
  */
 async function showGrant(granted) {
+  return unfoldUntil(wb.row("Rules and grants"), granted);
+}
+
+/**
+ * Unfolds ROW until a row showing NEEDLE is in the tree (bounded, 10 s): a
+ * refresh can fold a section again right after the click.
+ */
+async function unfoldUntil(row, needle) {
   return waitUntil(10_000, async () => {
-    if ((await wb.treeText()).includes(granted)) return true;
-    await expandRules();
+    if ((await wb.treeText()).includes(needle)) return true;
+    if ((await row.getAttribute("aria-expanded").catch(() => "")) === "false") await row.locator(".monaco-tl-twistie").click().catch(() => undefined);
     return false;
   }, 300);
 }
@@ -1112,6 +1140,13 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
     keeper = await env.startDomain(repo);
     const { session } = await requestAndSee(["touch", "after-restart"]);
     await rowAction("touch after-restart", "Approve Escalation");
+    // Seen once (CI-like run, not reproduced): the click answered nothing and
+    // the request timed out 120 s later. Say what the window showed then.
+    const answered = await wb.waitText(STATUS, "Lazaret: 0 pending", 20_000).then(() => true, () => false);
+    if (!answered) {
+      await wb.screenshot("restart-approve-unanswered.png");
+      assert.fail(`the Approve click answered nothing: status bar ${await wb.statusText()}; tree:\n${await wb.treeText()}\nextension log:\n${wb.extensionLog().split("\n").slice(-30).join("\n")}`);
+    }
     assert.match((await session.done).stdout, /status=0/);
   });
 
@@ -1199,6 +1234,68 @@ describe("VS Code extension against a real sandbox", { concurrency: 1 }, () => {
       const again = spawnSync("podman", probe(1), { encoding: "utf8", timeout: 60_000 });
       if (!/Connection refused/.test(again.stdout + again.stderr)) problems.push(`a new connection is not refused after the revoke: ${again.stdout} ${again.stderr}`);
     }, { echoHost: true });
+    assert.deepEqual(problems, []);
+  });
+
+  test("issue 30: a profile's API key endpoint is a \"key for ORIGIN\" row under Network with its counts; the key itself is on no surface", async () => {
+    const problems = [];
+    const origin = "api.keys.test";
+    const key = `lzv-editor-key-${process.pid}-${Date.now().toString(16)}`;
+    const tls = path.join(env.root, "tls");
+    const made = spawnSync(TESTHOST, ["test-certs", tls, origin], { encoding: "utf8" });
+    assert.equal(made.status, 0, `test-certs: ${made.stderr}`);
+    const domain = {
+      profile: "keys",
+      // The origin and the domain's only DNS server, both the test's own.
+      hosts: (prefix) => [
+        { host: 53, args: ["dns", "53", `${origin}=${prefix}.21`] },
+        { host: 21, args: ["https-api", "443", `/tls/${origin}.pem`, `/tls/${origin}.key`, "x-api-key", key], volumes: [`${tls}:/tls:ro`] },
+      ],
+      config: (network, prefix) =>
+        `[network]\npodman_network = "${network}"\ndns_upstream = ["${prefix}.53"]\nprivate_answers = "allow"\nca_bundle = "${tls}/ca.pem"\nallow_egress = ["${origin}"]\n\n` +
+        `[profiles.keys]\nimage = "localhost/lazaret-default:1"\nenv = { LZT_API_KEY = "lazaret-injected" }\n` +
+        `credentials = [{ origin = "https://${origin}", header = "x-api-key", value = "env:LZT_API_KEY", base_url_env = "API_BASE" }]\n`,
+      shell: { LZT_API_KEY: key },
+    };
+    // One request through the endpoint, with a key of the sandbox's own (the sidecar replaces it).
+    const script = `answer=$(busybox wget -q -O - --header 'x-api-key: agent-own' "$API_BASE/v1/messages"); echo "fetched=$? key=$LZT_API_KEY $answer"; exec sleep 900`;
+    await withNetworkDomain(domain, script, async ({ session, network }) => {
+      await waitUntil(60_000, () => /fetched=/.test(session.stdout()), 100);
+      const fetched = session.stdout().split("\n").find((l) => l.startsWith("fetched="));
+      if (!fetched?.startsWith("fetched=0 key=lazaret-injected ") || !fetched.includes("LAZARET-OK")) problems.push(`the request through the endpoint: ${session.stdout()} ${session.stderr()}`);
+      const log = spawnSync("podman", ["logs", `${network}-host21`], { encoding: "utf8" }).stdout.split("\n").filter((l) => l.startsWith("request "));
+      if (log.join("\n") !== `request conn=1 GET /v1/messages host=${origin} key=ok copies=1 body=0`) problems.push(`the origin saw: ${log.join("\n")}`);
+      await collapseDefaultDomain();
+      await stage(problems, "the key row under Network", async () => {
+        const row = wb.row("project (keys)");
+        await row.waitFor({ timeout: 20_000 });
+        if ((await row.getAttribute("aria-expanded")) === "false") await row.locator(".monaco-tl-twistie").click();
+        // The counts are read when the tree is refreshed: the view's Refresh.
+        await wb.palette("Lazaret: Refresh");
+        const net = wb.pane().locator(".monaco-list-row", { hasText: /^Network/ }).first();
+        await net.waitFor({ timeout: 10_000 });
+        if (!/keys 1/.test(await net.textContent())) problems.push(`the Network row: ${await net.textContent()}`);
+        const shown = await unfoldUntil(net, "1 request · 0 refused");
+        const tree = await wb.treeText();
+        if (!shown) problems.push(`no counts on the key row:\n${tree}`);
+        const line = tree.split("\n").find((l) => l.includes(`key for https://${origin}`)) ?? "";
+        if (!line.endsWith(`key for https://${origin}127.0.0.1:17400 · 1 request · 0 refused`)) problems.push(`the key row: ${JSON.stringify(line)}\n${tree}`);
+        const hover = await wb.hoverText(wb.row(`key for https://${origin}`));
+        const expected = [
+          `to http://127.0.0.1:17400; the Network Sidecar adds the x-api-key header and forwards them to https://${origin} only. The key stays in the sidecar.`,
+          "Answered: 1 (1xx 0 · 2xx 1 · 3xx 0 · 4xx 0 · 5xx 0)",
+          "Refused keys (401/403): 0",
+          "Failed in the sidecar: 0",
+        ];
+        for (const part of expected) if (!hover.includes(part)) problems.push(`the key row's tooltip lacks ${JSON.stringify(part)}: ${hover}`);
+        await wb.screenshot("tree-credential-tooltip.png");
+        await checkInert("tree with a key row", problems);
+        await wb.screenshot("tree-credential.png");
+      });
+      // Nowhere on the page: tree, tooltips, status bar, notifications.
+      const page = await wb.page.evaluate(() => document.body.innerText + document.body.outerHTML);
+      if (page.includes(key)) problems.push("the key reached the page");
+    });
     assert.deepEqual(problems, []);
   });
 

@@ -220,7 +220,20 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
           // Credential endpoints: the sidecar adds the key (which never leaves it) for the origin.
           for (const c of n.credentials ?? []) {
             const answered = c.status1xx + c.status2xx + c.status3xx + c.status4xx + c.status5xx;
-            rows.push(leaf({ id: `${s}/key/${c.port}`, label: `key for ${clip(c.origin, DETAIL_MAX)}`, description: `http://127.0.0.1:${c.port} · ${clip(c.header, 60)} added by the sidecar · ${answered} requests · ${c.rejected} refused`, icon: new vscode.ThemeIcon("key") }));
+            const origin = clip(c.origin, DETAIL_MAX);
+            const header = clip(c.header, 60);
+            rows.push(
+              leaf({
+                id: `${s}/key/${c.port}`,
+                label: `key for ${origin}`,
+                description: `127.0.0.1:${c.port} · ${answered} request${answered === 1 ? "" : "s"} · ${c.rejected} refused`,
+                tooltip:
+                  `The sandbox sends requests for ${origin} to http://127.0.0.1:${c.port}; the Network Sidecar adds the ${header} header and forwards them to ${origin} only. The key stays in the sidecar.\n\n` +
+                  `Answered: ${answered} (1xx ${c.status1xx} · 2xx ${c.status2xx} · 3xx ${c.status3xx} · 4xx ${c.status4xx} · 5xx ${c.status5xx})\n` +
+                  `Refused keys (401/403): ${c.rejected}\nFailed in the sidecar: ${c.failed}\nBytes sent ${c.bytesSent} · received ${c.bytesReceived}`,
+                icon: new vscode.ThemeIcon("key"),
+              }),
+            );
           }
         }
         rows.push({ type: "dnsGroup", socket: s });
@@ -373,7 +386,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
         item.description = failed
           ? `NONE: ${clip(failed, DETAIL_MAX)}`
           : n
-            ? `allow ${n.allow.length} · deny ${n.deny.length} · learned ${n.learned.length}`
+            ? `allow ${n.allow.length} · deny ${n.deny.length} · learned ${n.learned.length}${n.credentials?.length ? ` · keys ${n.credentials.length}` : ""}`
             : clip(d?.networkError ?? "", DETAIL_MAX);
         item.iconPath = failed ? new vscode.ThemeIcon("error", new vscode.ThemeColor("list.errorForeground")) : new vscode.ThemeIcon("globe");
         item.contextValue = "network";

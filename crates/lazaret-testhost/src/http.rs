@@ -13,6 +13,11 @@
 //! `/v1/messages/count_tokens` a count); any other path a small JSON body.
 //! A missing or wrong key gets 401.
 //!
+//! `test-certs DIR NAME...`: a CA made for the test (`DIR/ca.pem`, its key
+//! never written) and for each NAME a certificate for the DNS name NAME signed
+//! by it (`DIR/NAME.pem`, `DIR/NAME.key`), for `https-api` and for the
+//! `ca_bundle` a test gives the sidecar.
+//!
 //! `http-probe PORT PATH [-H NAME:VALUE]... [--times N] [--body-bytes N]
 //! [--expect yes]`: sends N requests (default 1) one after another on one
 //! connection to 127.0.0.1:PORT with `Host: evil.test` and the given headers
@@ -278,6 +283,40 @@ pub fn http_probe(args: &[String]) -> Result<(), String> {
             println!("closed");
             return Ok(());
         }
+    }
+    Ok(())
+}
+
+pub fn test_certs(args: &[String]) -> Result<(), String> {
+    let [dir, names @ ..] = args else {
+        return Err("usage: test-certs DIR NAME...".into());
+    };
+    if names.is_empty() {
+        return Err("usage: test-certs DIR NAME...".into());
+    }
+    let dir = std::path::Path::new(dir);
+    std::fs::create_dir_all(dir).map_err(|error| format!("{}: {error}", dir.display()))?;
+    let write = |name: String, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|error| format!("{}: {error}", path.display()))
+    };
+    let ca_key = rcgen::KeyPair::generate().map_err(|error| error.to_string())?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(|error| error.to_string())?;
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, "lazaret test CA");
+    let ca = params.self_signed(&ca_key).map_err(|error| error.to_string())?;
+    write("ca.pem".into(), ca.pem())?;
+    let issuer = rcgen::Issuer::new(params, ca_key);
+    for name in names {
+        if name.is_empty() || name.contains('/') || name.starts_with('.') {
+            return Err(format!("{name:?} is not a DNS name"));
+        }
+        let key = rcgen::KeyPair::generate().map_err(|error| error.to_string())?;
+        let certificate = rcgen::CertificateParams::new(vec![name.clone()])
+            .and_then(|params| params.signed_by(&key, &issuer))
+            .map_err(|error| format!("{name}: {error}"))?;
+        write(format!("{name}.pem"), certificate.pem())?;
+        write(format!("{name}.key"), key.serialize_pem())?;
     }
     Ok(())
 }

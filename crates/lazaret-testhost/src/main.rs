@@ -47,6 +47,9 @@
 //! - `https-api PORT CERT KEY HEADER EXPECTED` and `http-probe PORT PATH ...`:
 //!   an HTTPS API origin that checks its key, and the client of the sidecar's
 //!   credential endpoint (see `http.rs`).
+//! - `test-certs DIR NAME...`: a throwaway CA and, for each NAME, a certificate
+//!   for that DNS name signed by it, as PEM files: `DIR/ca.pem`, `DIR/NAME.pem`,
+//!   `DIR/NAME.key` (the editor suites' origins; see `http.rs`).
 
 mod http;
 
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
         Some("privileges") => privileges(),
         Some("https-api") => http::https_api(&args[1..]),
         Some("http-probe") => http::http_probe(&args[1..]),
+        Some("test-certs") => http::test_certs(&args[1..]),
         _ => Err("usage: lazaret-testhost dns|sink|bench|mark-connect ... (see the source)".to_owned()),
     };
     match result {

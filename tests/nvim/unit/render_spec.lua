@@ -143,6 +143,16 @@ T.test('the network policy in lines', function()
   })
 end)
 
+T.test('the network policy in one line counts the API key endpoints', function()
+  local status = require('lazaret.status')
+  local endpoint = { origin = 'https://api.anthropic.com', port = 17400, header = 'x-api-key', rejected = 0 }
+  T.eq(status.policy_text({ policy = { allow = { 'api.anthropic.com' }, deny = {}, learned = {}, credentials = { endpoint } } }),
+    'allow api.anthropic.com; 1 API key endpoint (:LazaretNet show)')
+  T.eq(status.policy_text({ policy = { allow = {}, deny = {}, learned = {}, credentials = { endpoint, endpoint } } }),
+    'allow (nothing); 2 API key endpoints (:LazaretNet show)')
+  T.eq(status.policy_text({ policy = { allow = { 'a.test' }, deny = {}, learned = {} } }), 'allow a.test')
+end)
+
 local root = vim.fn.fnamemodify(arg[0], ':p:h:h:h:h')
 local corpus = vim.json.decode(table.concat(vim.fn.readfile(root .. '/tests/hostile/strings.json'), '\n'))
 local hostile = {}

@@ -49,9 +49,9 @@ function M.policy_lines(policy)
   for i, endpoint in ipairs(list(policy.credentials)) do
     local answered = (endpoint.status1xx or 0) + (endpoint.status2xx or 0) + (endpoint.status3xx or 0)
       + (endpoint.status4xx or 0) + (endpoint.status5xx or 0)
-    add(string.format('%s%s via 127.0.0.1:%s, %s added; %d requests, %s refused',
+    add(string.format('%s%s via 127.0.0.1:%s, %s added; %d request%s, %s refused',
       i == 1 and 'keys     ' or '         ', text.inert(endpoint.origin), text.inert(endpoint.port),
-      text.inert(endpoint.header), answered, text.inert(endpoint.rejected or 0)))
+      text.inert(endpoint.header), answered, answered == 1 and '' or 's', text.inert(endpoint.rejected or 0)))
   end
   if policy.rules then
     add('rules    ' .. text.inert(policy.rules) .. ' kernel rules in the sidecar')

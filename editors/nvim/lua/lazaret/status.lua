@@ -43,6 +43,10 @@ function M.policy_text(d)
   if #list(p.learned) > 0 then
     parts[#parts + 1] = #p.learned .. ' learned address' .. (#p.learned == 1 and '' or 'es')
   end
+  if #list(p.credentials) > 0 then
+    -- The keys stay in the sidecar: only that there are endpoints.
+    parts[#parts + 1] = #p.credentials .. ' API key endpoint' .. (#p.credentials == 1 and '' or 's') .. ' (:LazaretNet show)'
+  end
   return table.concat(parts, '; ')
 end
 
