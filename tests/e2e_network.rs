@@ -1716,13 +1716,30 @@ fn an_api_key_is_added_by_the_sidecar_for_its_origin_only_and_never_enters_the_s
     }
 }
 
-/// Issue 30, the agent's side: Claude Code from its preset (profile and
-/// image as `lazaret init --agent claude` and `lazaret image build` make
-/// them, with the API origin moved to a test host) answers through the
-/// credential endpoint, holding only the placeholder: its request reaches
-/// the origin with the real key, once.
-#[test]
-fn claude_code_from_its_preset_answers_through_the_credential_endpoint() {
+/// An agent preset answered through its credential endpoint by the test origin.
+struct PresetCase {
+    /// `lazaret init --agent NAME`, the profile's name too.
+    name: &'static str,
+    /// The variable of the user's shell the preset takes the key from.
+    key_variable: &'static str,
+    /// The preset's API host (moved to `api.keys.test` for the test).
+    api_host: &'static str,
+    /// The header the sidecar sets, and its value for KEY.
+    header: &'static str,
+    value: fn(&str) -> String,
+    /// The agent's one-shot command: it asks the model once and prints the answer.
+    argv: &'static [&'static str],
+    /// The request its answer comes from (method and path start).
+    request: &'static str,
+}
+
+/// Issue 30, the agent's side: the agent from its preset (profile and image
+/// as `lazaret init --agent` and `lazaret image build` make them, with the
+/// API origin moved to a test host that answers as the API would) answers
+/// through the credential endpoint holding only the placeholder: each of its
+/// requests reaches the origin with the real key, once, and the key is in no
+/// file afterwards.
+fn preset_answers_through_the_credential_endpoint(case: &PresetCase) {
     let _guard = sandbox_guard();
     ensure_default_image();
     let env = TestEnv::new();
@@ -1730,20 +1747,20 @@ fn claude_code_from_its_preset_answers_through_the_credential_endpoint() {
         .map(std::path::PathBuf::from)
         .filter(|dir| dir.is_absolute())
         .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
-    let init = run(env.lazaret().args(["init", "--agent", "claude"]));
+    let init = run(env.lazaret().args(["init", "--agent", case.name]));
     assert!(init.status.success(), "init: {}", stderr(&init));
     let text = std::fs::read_to_string(env.config_file()).expect("config");
     let image = text.lines().find_map(|line| line.strip_prefix("image = \"")).expect("image").trim_end_matches('"').to_owned();
     let version = image.rsplit(':').next().expect("tag");
-    if !cache.join(format!("lazaret/agents/claude-{version}/fetched.json")).exists() {
-        missing_requirement("Claude Code fetched beforehand (scripts/prefetch-agents)");
+    if !cache.join(format!("lazaret/agents/{}-{version}/fetched.json", case.name)).exists() {
+        missing_requirement(&format!("{} fetched beforehand (scripts/prefetch-agents)", case.name));
         return;
     }
-    let build = run(env.lazaret().args(["image", "build", "--agent", "claude"]));
+    let build = run(env.lazaret().args(["image", "build", "--agent", case.name]));
     assert!(build.status.success(), "image build: {}", stderr(&build));
 
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
-    let key = format!("lzt-claude-key-{}-{nanos:x}", std::process::id());
+    let key = format!("lzt-{}-key-{}-{nanos:x}", case.name, std::process::id());
     let probe = TestNetwork::create();
     let records = [format!("api.keys.test={}", probe.host(21))];
     let network = probe.with_dns(&records);
@@ -1751,10 +1768,13 @@ fn claude_code_from_its_preset_answers_through_the_credential_endpoint() {
     let ca = test_ca(&tls);
     test_certificates(&tls, "api", &["api.keys.test"], Some(&ca));
     let volumes = [format!("--volume={}:/testhost:ro", testhost_binary().display()), format!("--volume={}:/tls:ro", tls.display())];
-    network.start_host(21, &volumes, &["/testhost", "https-api", "443", "/tls/api.pem", "/tls/api.key", "x-api-key", &key]);
+    let expected = (case.value)(&key);
+    network.start_host(21, &volumes, &["/testhost", "https-api", "443", "/tls/api.pem", "/tls/api.key", case.header, &expected]);
     assert!(wait_until(Duration::from_secs(10), || network.log(21).contains("listening")), "the origin came up");
-    let moved = text.replace("https://api.anthropic.com", "https://api.keys.test").replace("\"api.anthropic.com\"", "\"api.keys.test\"");
-    assert_ne!(moved, text, "the preset names the Anthropic API");
+    let moved = text
+        .replace(&format!("https://{}", case.api_host), "https://api.keys.test")
+        .replace(&format!("\"{}\"", case.api_host), "\"api.keys.test\"");
+    assert_ne!(moved, text, "the preset names {}", case.api_host);
     env.write_config(&format!(
         "{moved}\n[network]\npodman_network = \"{}\"\ndns_upstream = [\"{}\"]\nprivate_answers = \"allow\"\nca_bundle = \"{}\"\n",
         network.name,
@@ -1764,17 +1784,60 @@ fn claude_code_from_its_preset_answers_through_the_credential_endpoint() {
     let workspace = git_repository(&env, "project");
     let output = run(env
         .lazaret()
-        .env("ANTHROPIC_API_KEY", &key)
-        .args(["run", "--profile", "claude", "--workspace"])
+        .env(case.key_variable, &key)
+        .args(["run", "--profile", case.name, "--workspace"])
         .arg(&workspace)
-        .args(["--", "claude", "-p", "Answer with the word the server gives you."]));
+        .arg("--")
+        .args(case.argv));
     let log = network.log(21);
-    assert!(stdout(&output).contains("LAZARET-OK"), "Claude Code answered: {}{}\norigin: {log}", stdout(&output), stderr(&output));
-    let asked: Vec<&str> = log.lines().filter(|line| line.contains(" POST /v1/messages")).collect();
-    assert!(!asked.is_empty() && asked.iter().all(|line| line.contains("host=api.keys.test key=ok copies=1")), "{log}");
-    eprintln!("Claude Code said {:?}; the origin saw:\n{log}", stdout(&output).trim());
+    assert!(stdout(&output).contains("LAZARET-OK"), "{} answered: {}{}\norigin: {log}", case.name, stdout(&output), stderr(&output));
+    let requests: Vec<&str> = log.lines().filter(|line| line.starts_with("request ")).collect();
+    assert!(requests.iter().any(|line| line.contains(case.request)), "{log}");
+    assert!(requests.iter().all(|line| line.contains("host=api.keys.test key=ok copies=1")), "{log}");
+    eprintln!("{} said {:?}; the origin saw:\n{log}", case.name, stdout(&output).trim());
     let found = files_containing(env.path(), key.as_bytes());
     assert!(found.is_empty(), "the key was written to {found:?}");
+}
+
+const PROMPT: &str = "Answer with the word the server gives you.";
+
+#[test]
+fn claude_code_from_its_preset_answers_through_the_credential_endpoint() {
+    preset_answers_through_the_credential_endpoint(&PresetCase {
+        name: "claude",
+        key_variable: "ANTHROPIC_API_KEY",
+        api_host: "api.anthropic.com",
+        header: "x-api-key",
+        value: str::to_owned,
+        argv: &["claude", "-p", PROMPT],
+        request: " POST /v1/messages",
+    });
+}
+
+#[test]
+fn codex_from_its_preset_answers_through_the_credential_endpoint() {
+    preset_answers_through_the_credential_endpoint(&PresetCase {
+        name: "codex",
+        key_variable: "OPENAI_API_KEY",
+        api_host: "api.openai.com",
+        header: "authorization",
+        value: |key| format!("Bearer {key}"),
+        argv: &["codex", "exec", "--skip-git-repo-check", PROMPT],
+        request: " POST /v1/responses",
+    });
+}
+
+#[test]
+fn aider_from_its_preset_answers_through_the_credential_endpoint() {
+    preset_answers_through_the_credential_endpoint(&PresetCase {
+        name: "aider",
+        key_variable: "ANTHROPIC_API_KEY",
+        api_host: "api.anthropic.com",
+        header: "x-api-key",
+        value: str::to_owned,
+        argv: &["aider", "--message", PROMPT, "--yes-always", "--no-git", "--no-show-model-warnings", "--no-pretty"],
+        request: " POST /v1/messages",
+    });
 }
 
 /// Issue 30, rootless: the credential endpoint works the same under a

@@ -10,8 +10,22 @@
 //! `data: 1`, `data: 2`, `data: 3` as chunks one second apart;
 //! `/v1/messages` answers as the Anthropic Messages API would, with the text
 //! `LAZARET-OK` (server-sent events when the body asks for `"stream":true`;
-//! `/v1/messages/count_tokens` a count); any other path a small JSON body.
+//! `/v1/messages/count_tokens` a count); a POST to `/v1/responses` answers as
+//! the OpenAI Responses API streams (Codex), with the same text; any other
+//! path a small JSON body.
 //! A missing or wrong key gets 401.
+//!
+//! `/bench` answers a small JSON body (as any other path); `/bench-stream`
+//! answers 50 chunks 10 ms apart, each `t=NANOS` with the origin's wall clock
+//! when it was written. `http-bench ADDRESS:PORT HOST [--tls CA] [-H
+//! NAME:VALUE]... [--requests N]` is their client: it connects to
+//! ADDRESS:PORT (with `--tls`, TLS to HOST checked against the PEM file CA;
+//! without, plain HTTP as to the sidecar's endpoint), sends N requests for
+//! `/bench` on one connection (after one not counted) and then one for
+//! `/bench-stream`, and prints `request_us_p50=.. request_us_p99=..`
+//! (request sent to first byte of the answer), `chunk_us_p50=..
+//! chunk_us_p99=..` (origin's clock at the write to this side's clock at the
+//! read) and `first_chunk_us=..` (request sent to the first chunk read).
 //!
 //! `test-certs DIR NAME...`: a CA made for the test (`DIR/ca.pem`, its key
 //! never written) and for each NAME a certificate for the DNS name NAME signed
@@ -64,6 +78,8 @@ pub fn https_api(args: &[String]) -> Result<(), String> {
         let number = connections.fetch_add(1, Ordering::SeqCst) + 1;
         let (config, header, expected) = (Arc::clone(&config), Arc::clone(&header), Arc::clone(&expected));
         std::thread::spawn(move || {
+            // Chunks go out as they are written (the streaming benchmark).
+            let _ = stream.set_nodelay(true);
             let Ok(connection) = rustls::ServerConnection::new(config) else { return };
             let tls = rustls::StreamOwned::new(connection, stream);
             let _ = serve_api(tls, number, &header, &expected);
@@ -122,6 +138,8 @@ fn serve_api(
         if key != "ok" {
             let body = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
             write!(out, "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len())?;
+        } else if path == "/bench-stream" {
+            bench_stream(out)?;
         } else if path == "/stream" {
             write!(out, "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")?;
             for index in 1..=3 {
@@ -135,6 +153,8 @@ fn serve_api(
             write!(out, "0\r\n\r\n")?;
         } else if path.starts_with("/v1/messages") {
             messages_api(out, path, &body)?;
+        } else if method == "POST" && path.starts_with("/v1/responses") {
+            responses_api(out)?;
         } else {
             let body = format!(r#"{{"ok":true,"path":"{path}","received":{length}}}"#);
             write!(out, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len())?;
@@ -180,6 +200,54 @@ fn messages_api(out: &mut impl Write, path: &str, request: &[u8]) -> std::io::Re
             r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":1}}"#.to_owned(),
         ),
         ("message_stop", r#"{"type":"message_stop"}"#.to_owned()),
+    ];
+    for (name, data) in events {
+        let event = format!("event: {name}\ndata: {data}\n\n");
+        write!(out, "{:x}\r\n{event}\r\n", event.len())?;
+        out.flush()?;
+    }
+    write!(out, "0\r\n\r\n")
+}
+
+/// Chunks of `/bench-stream`, and the time between them.
+const BENCH_CHUNKS: usize = 50;
+const BENCH_GAP: Duration = Duration::from_millis(10);
+
+/// `/bench-stream`: BENCH_CHUNKS chunks BENCH_GAP apart, each `t=NANOS\n`
+/// with the wall clock (CLOCK_REALTIME, ns) just before it is written.
+fn bench_stream(out: &mut impl Write) -> std::io::Result<()> {
+    write!(out, "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")?;
+    out.flush()?;
+    for index in 0..BENCH_CHUNKS {
+        if index > 0 {
+            std::thread::sleep(BENCH_GAP);
+        }
+        let event = format!("t={}\n", wall_nanos());
+        write!(out, "{:x}\r\n{event}\r\n", event.len())?;
+        out.flush()?;
+    }
+    write!(out, "0\r\n\r\n")
+}
+
+fn wall_nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|elapsed| elapsed.as_nanos()).unwrap_or(0)
+}
+
+/// An answer of the OpenAI Responses API (what Codex asks): the event stream
+/// of a response whose one output is an assistant message with the text
+/// `LAZARET-OK`.
+fn responses_api(out: &mut impl Write) -> std::io::Result<()> {
+    write!(out, "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")?;
+    let usage = r#""usage":{"input_tokens":1,"input_tokens_details":null,"output_tokens":1,"output_tokens_details":null,"total_tokens":2}"#;
+    let events = [
+        ("response.created", r#"{"type":"response.created","response":{"id":"resp_lzt"}}"#.to_owned()),
+        (
+            "response.output_item.done",
+            format!(
+                r#"{{"type":"response.output_item.done","output_index":0,"item":{{"type":"message","role":"assistant","id":"msg_lzt","content":[{{"type":"output_text","text":"{ANSWER}"}}]}}}}"#
+            ),
+        ),
+        ("response.completed", format!(r#"{{"type":"response.completed","response":{{"id":"resp_lzt",{usage}}}}}"#)),
     ];
     for (name, data) in events {
         let event = format!("event: {name}\ndata: {data}\n\n");
@@ -318,5 +386,118 @@ pub fn test_certs(args: &[String]) -> Result<(), String> {
         write(format!("{name}.pem"), certificate.pem())?;
         write(format!("{name}.key"), key.serialize_pem())?;
     }
+    Ok(())
+}
+
+/// A connection of `http-bench`: plain TCP, or TLS that the client does itself.
+trait Connection: Read + Write {}
+impl<T: Read + Write> Connection for T {}
+
+/// `http-bench ADDRESS:PORT HOST [--tls CA] [-H NAME:VALUE]... [--requests N]`:
+/// the streaming benchmark's client (see the module's documentation).
+pub fn http_bench(args: &[String]) -> Result<(), String> {
+    let usage = "usage: http-bench ADDRESS:PORT HOST [--tls CA] [-H NAME:VALUE]... [--requests N]";
+    let [target, host, rest @ ..] = args else { return Err(usage.into()) };
+    let (mut headers, mut requests, mut ca) = (Vec::new(), 50usize, None::<String>);
+    let mut rest = rest.iter();
+    while let Some(option) = rest.next() {
+        let value = rest.next().ok_or(format!("{option} needs a value"))?;
+        match option.as_str() {
+            "-H" => headers.push(value.clone()),
+            "--requests" => requests = value.parse().map_err(|_| format!("bad --requests {value:?}"))?,
+            "--tls" => ca = Some(value.clone()),
+            other => return Err(format!("unknown option {other:?}; {usage}")),
+        }
+    }
+    let tcp = TcpStream::connect(target.as_str()).map_err(|error| format!("connect {target}: {error}"))?;
+    tcp.set_nodelay(true).map_err(|error| error.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).map_err(|error| error.to_string())?;
+    let stream: Box<dyn Connection> = match ca {
+        None => Box::new(tcp),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for certificate in CertificateDer::pem_file_iter(&ca).map_err(|error| format!("{ca}: {error}"))? {
+                roots.add(certificate.map_err(|error| format!("{ca}: {error}"))?).map_err(|error| format!("{ca}: {error}"))?;
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|error| error.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|error| format!("{host}: {error}"))?;
+            let connection = rustls::ClientConnection::new(Arc::new(config), name).map_err(|error| error.to_string())?;
+            Box::new(rustls::StreamOwned::new(connection, tcp))
+        }
+    };
+    let mut stream = BufReader::new(stream);
+    let request = |path: &str| {
+        let mut text = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n");
+        for header in &headers {
+            text.push_str(header);
+            text.push_str("\r\n");
+        }
+        text + "\r\n"
+    };
+    // Requests one after another on one kept connection (the first one, which
+    // also does the TLS handshake when there is one, is not counted).
+    let mut first_byte = Vec::with_capacity(requests);
+    for index in 0..=requests {
+        let sent = Instant::now();
+        stream.get_mut().write_all(request("/bench").as_bytes()).map_err(|error| format!("write: {error}"))?;
+        stream.get_mut().flush().map_err(|error| format!("write: {error}"))?;
+        stream.fill_buf().map_err(|error| format!("read: {error}"))?;
+        let elapsed = sent.elapsed();
+        let (first, response) = read_head(&mut stream).map_err(|error| format!("read: {error}"))?.ok_or("closed")?;
+        if first.split(' ').nth(1) != Some("200") {
+            return Err(format!("/bench answered {first:?}"));
+        }
+        let length: usize = response.iter().find(|(key, _)| key == "content-length").and_then(|(_, value)| value.parse().ok()).unwrap_or(0);
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).map_err(|error| format!("read: {error}"))?;
+        if index > 0 {
+            first_byte.push(elapsed.as_micros());
+        }
+    }
+    // One streamed answer: how long after the origin wrote each chunk (its
+    // wall clock) it was read here (this side's wall clock).
+    let sent = Instant::now();
+    stream.get_mut().write_all(request("/bench-stream").as_bytes()).map_err(|error| format!("write: {error}"))?;
+    let (first, _) = read_head(&mut stream).map_err(|error| format!("read: {error}"))?.ok_or("closed")?;
+    if first.split(' ').nth(1) != Some("200") {
+        return Err(format!("/bench-stream answered {first:?}"));
+    }
+    let mut chunk_delay = Vec::new();
+    let mut first_chunk = None;
+    loop {
+        let mut size = String::new();
+        stream.read_line(&mut size).map_err(|error| format!("read: {error}"))?;
+        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| format!("bad chunk size {size:?}"))?;
+        let mut data = vec![0u8; size + 2];
+        stream.read_exact(&mut data).map_err(|error| format!("read: {error}"))?;
+        if size == 0 {
+            break;
+        }
+        let now = wall_nanos();
+        first_chunk.get_or_insert_with(|| sent.elapsed().as_micros());
+        for line in String::from_utf8_lossy(&data[..size]).lines() {
+            if let Some(stamp) = line.strip_prefix("t=").and_then(|stamp| stamp.parse::<u128>().ok()) {
+                chunk_delay.push(now.saturating_sub(stamp) / 1000);
+            }
+        }
+    }
+    let percentile = |values: &mut Vec<u128>, p: usize| {
+        values.sort_unstable();
+        values.get((values.len().saturating_sub(1)) * p / 100).copied().unwrap_or(0)
+    };
+    println!(
+        "request_us_p50={} request_us_p99={} chunk_us_p50={} chunk_us_p99={} first_chunk_us={} chunks={}",
+        percentile(&mut first_byte, 50),
+        percentile(&mut first_byte, 99),
+        percentile(&mut chunk_delay, 50),
+        percentile(&mut chunk_delay, 99),
+        first_chunk.unwrap_or(0),
+        chunk_delay.len()
+    );
     Ok(())
 }

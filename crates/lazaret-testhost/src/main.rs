@@ -47,6 +47,9 @@
 //! - `https-api PORT CERT KEY HEADER EXPECTED` and `http-probe PORT PATH ...`:
 //!   an HTTPS API origin that checks its key, and the client of the sidecar's
 //!   credential endpoint (see `http.rs`).
+//! - `http-bench ADDRESS:PORT HOST [--tls CA] ...`: the credential endpoint's
+//!   benchmark client: request latency on a kept connection and how late each
+//!   chunk of a streamed answer arrives (see `http.rs`).
 //! - `test-certs DIR NAME...`: a throwaway CA and, for each NAME, a certificate
 //!   for that DNS name signed by it, as PEM files: `DIR/ca.pem`, `DIR/NAME.pem`,
 //!   `DIR/NAME.key` (the editor suites' origins; see `http.rs`).
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
         Some("https-api") => http::https_api(&args[1..]),
         Some("http-probe") => http::http_probe(&args[1..]),
         Some("test-certs") => http::test_certs(&args[1..]),
+        Some("http-bench") => http::http_bench(&args[1..]),
         _ => Err("usage: lazaret-testhost dns|sink|bench|mark-connect ... (see the source)".to_owned()),
     };
     match result {

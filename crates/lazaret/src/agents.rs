@@ -182,7 +182,12 @@ pub const CODEX: Preset = Preset {
     runtime_packages: &["nodejs", "ca-certificates"],
     host_tools: &[("npm", "npm")],
     entry_point: None,
-    launcher: None,
+    // Codex 0.171 reads no base URL from its environment and speaks
+    // WebSockets to the OpenAI API, which the credential endpoint refuses
+    // (it forwards plain HTTP requests only): with the endpoint given, the
+    // launcher names a model provider for it with `-c` (plain HTTP, the
+    // placeholder key as its `env_key`; the sidecar sets the real one).
+    launcher: Some(CODEX_LAUNCHER),
     known_scripts: &[],
     required_files: &[(
         "/usr/local/lib/node_modules/@openai/codex/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
@@ -208,6 +213,30 @@ pub const CODEX: Preset = Preset {
     optional_env: &[],
     persistent_dirs: &[Why { value: "/root/.codex", why: "Codex's config, login and session history (CODEX_HOME)" }],
 };
+
+/// `usr/local/bin/codex` of the codex image: Codex's own launcher
+/// (`bin/codex.js`), with a model provider for the credential endpoint when
+/// Lazaret gives one in `OPENAI_BASE_URL` (checked to be a plain URL before
+/// it goes into the TOML of `-c`).
+const CODEX_LAUNCHER: &str = r#"#!/bin/sh
+# OpenAI Codex CLI, installed by `lazaret image build --agent codex`.
+# With the profile's credential endpoint (OPENAI_BASE_URL, set by Lazaret),
+# model requests go to it over plain HTTP: the Network Sidecar adds the API key
+# and forwards them to the OpenAI API. Without it, Codex runs as installed.
+codex=/usr/local/lib/node_modules/@openai/codex/bin/codex.js
+if [ -n "${OPENAI_BASE_URL:-}" ]; then
+  case $OPENAI_BASE_URL in
+    http://*) ;;
+    *) echo "codex (lazaret): OPENAI_BASE_URL is not an http:// URL: $OPENAI_BASE_URL" >&2; exit 2 ;;
+  esac
+  case $OPENAI_BASE_URL in
+    *[!A-Za-z0-9:/._-]*) echo "codex (lazaret): OPENAI_BASE_URL has a character a URL of the credential endpoint never has: $OPENAI_BASE_URL" >&2; exit 2 ;;
+  esac
+  provider="{ name = \"OpenAI through the Lazaret Network Sidecar\", base_url = \"$OPENAI_BASE_URL\", env_key = \"OPENAI_API_KEY\", wire_api = \"responses\", supports_websockets = false }"
+  exec node "$codex" -c 'model_provider="lazaret"' -c "model_providers.lazaret=$provider" "$@"
+fi
+exec node "$codex" "$@"
+"#;
 
 pub const AIDER: Preset = Preset {
     name: "aider",
