@@ -593,6 +593,51 @@ fn stale_git_lock_files_of_a_killed_sandbox_do_not_block_the_next_start() {
     assert_eq!(stdout(&second), "lazaret/agent-default\n0\n");
 }
 
+/// Issue 31: once seeded, the sandbox runs one `git --no-optional-locks
+/// status` in the background to fill gVisor's dentry cache. The agent's
+/// git, started at once, never meets its lock (adds and a commit right after
+/// the start all succeed; how many of them saw it running is printed), and
+/// it ends without leaving a process or a zombie behind (the sandbox's init
+/// reaps it).
+#[test]
+fn the_git_warm_up_after_a_start_takes_no_lock_and_leaves_no_process() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = git_repository(&env, "project");
+    // Enough files that the warm-up is still running when the session begins.
+    for dir in 0..40 {
+        let path = repository.join(format!("dir{dir:02}"));
+        std::fs::create_dir_all(&path).expect("mkdir");
+        for file in 0..100 {
+            std::fs::write(path.join(format!("f{file:03}")), format!("{dir} {file}\n")).expect("write");
+        }
+    }
+    git(&repository, &["add", "-A"]);
+    git(&repository, &["commit", "--quiet", "-m", "4,000 files"]);
+    let first = run_agent(&env, &repository, "true");
+    assert!(first.status.success(), "{}", stderr(&first));
+    let domain = domain_json(&env, "default", &repository);
+    assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)));
+    let script = "cd /workspace; seen=0; \
+        for i in $(seq 20); do \
+          ps -eo args | grep -q '^git --no-optional-locks status' && seen=$((seen + 1)); \
+          echo $i >> agent.txt; git add agent.txt || echo ADD-FAILED; \
+        done; \
+        git -c user.name=a -c user.email=a@example.invalid commit -qm agent || echo COMMIT-FAILED; \
+        echo seen=$seen; sleep 5; \
+        echo git=$(ps -eo args | grep -c '^git '); echo zombies=$(ps -eo stat | grep -c '^Z')";
+    let output = run_agent(&env, &repository, script);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(!text.contains("FAILED"), "the agent's git met a lock: {text}");
+    assert!(text.contains("git=0\nzombies=0\n"), "the warm-up left a process: {text}");
+    let seen: u32 = text.lines().find_map(|line| line.strip_prefix("seen=")).and_then(|n| n.parse().ok()).expect("seen");
+    eprintln!("the warm-up was running during {seen} of the agent's 20 adds");
+    let log = run(Command::new("git").arg("-C").arg(&repository).args(["log", "-1", "--format=%s", BRANCH]));
+    assert_eq!(stdout(&log), "agent\n", "the agent's commit reached the host");
+}
+
 /// The seed reports its result through the agent-writable outbox. What the
 /// agent leaves there (a directory where the status goes, a symlink where it
 /// is written first, a directory for the log) neither fails nor stalls the
