@@ -621,7 +621,7 @@ fn the_git_warm_up_after_a_start_takes_no_lock_and_leaves_no_process() {
     assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)));
     let script = "cd /workspace; seen=0; \
         for i in $(seq 20); do \
-          ps -eo args | grep -q '^git --no-optional-locks status' && seen=$((seen + 1)); \
+          ps -eo args | grep -q '^git -c core.fsmonitor=false --no-optional-locks status' && seen=$((seen + 1)); \
           echo $i >> agent.txt; git add agent.txt || echo ADD-FAILED; \
         done; \
         git -c user.name=a -c user.email=a@example.invalid commit -qm agent || echo COMMIT-FAILED; \

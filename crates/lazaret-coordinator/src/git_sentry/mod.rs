@@ -47,10 +47,11 @@ const SEED_STATUS: &str = ".lazaret-seed-status";
 /// What the sandbox runs in the background once seeded (see
 /// [`GitLayout::container_command`]): one `git status` that fills gVisor's
 /// dentry cache with the checkout, takes no lock (`--no-optional-locks`:
-/// it never writes the index, so it never collides with the agent's git)
-/// and prints nothing. Started from a subshell that exits at once, so the
+/// it never writes the index, so it never collides with the agent's git),
+/// starts no `core.fsmonitor` program the agent may have configured, and
+/// prints nothing. Started from a subshell that exits at once, so the
 /// sandbox's init reaps it.
-const WARM_UP: &str = "cd /workspace && exec git --no-optional-locks status --porcelain >/dev/null 2>&1 </dev/null";
+const WARM_UP: &str = "cd /workspace && exec git -c core.fsmonitor=false --no-optional-locks status --porcelain >/dev/null 2>&1 </dev/null";
 const SEED_STATUS_TEMPORARY: &str = ".lazaret-seed-status.tmp";
 const SEED_LOG: &str = ".lazaret-seed.log";
 /// In the transfer directory: the commits the seed bundle was made for (see
@@ -169,8 +170,8 @@ impl GitLayout {
     /// Once the seed succeeded, [`WARM_UP`] runs in the background: gVisor's
     /// dentry cache starts empty in every sandbox, so the first `git status`
     /// after a start costs about twice a later one (issue 31: 330-440 ms
-    /// against 150-230 ms in 10,000 files); an agent asks for one within
-    /// its first second, when the warm-up is done.
+    /// against 150-230 ms in 10,000 files); an agent asks for its first a
+    /// second or more after its own start, when the warm-up is done.
     pub fn container_command(&self) -> Vec<String> {
         let status = format!("{OUTBOX_IN_CONTAINER}/{SEED_STATUS}");
         let temporary = format!("{OUTBOX_IN_CONTAINER}/{SEED_STATUS_TEMPORARY}");
