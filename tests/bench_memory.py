@@ -63,9 +63,9 @@ def descendants(table, roots):
     return out
 
 
-def part(argv, coordinators):
+def part(pid, argv, coordinators):
     text = " ".join(argv)
-    if any(pid_argv == argv for pid_argv in coordinators):
+    if pid in coordinators:
         return "coordinator"
     if "runsc-sandbox" in text:
         return "sentry"
@@ -99,7 +99,7 @@ def pss_of_domains(containers_per_domain, coordinator_marker=None):
     by_part, total = {}, 0
     for pid in descendants(table, roots):
         kib = pss_kib(pid)
-        name = part(table[pid][1], [table[c][1] for c in coordinators])
+        name = part(pid, table[pid][1], coordinators)
         by_part[name] = by_part.get(name, 0) + kib
         total += kib
     return {
