@@ -308,3 +308,63 @@ fn rootful_doctor_reports_every_limit_enforced_and_bad_values_are_refused() {
         assert!(stderr(&output).contains(named), "{text}: {}", stderr(&output));
     }
 }
+
+/// Fills gVisor's dentry cache (three quarters of the open-file limit in
+/// files, created and read back on the agent's checkout), then holds a fifth
+/// of the limit open at once, as `npm ci` of an ordinary project does
+/// (13,000 files). The sandbox's host descriptors are the runsc processes'
+/// own, at most this host's hard limit; a dentry cache sized to take them
+/// all left `npm ci` with EMFILE (its retries spun) and the sandbox deaf to
+/// every new session (issue 31). Every open succeeds, a new file can be made
+/// while they are held, and a new process starts.
+const FILL_THEN_HOLD: &str = r#"cd /workspace && mkdir many && cd many
+n=$(ulimit -n); files=$((n * 3 / 4)); hold=$((n / 5))
+i=0; while [ $i -lt $files ]; do
+  [ $((i % 10)) = 0 ] && mkdir d$((i / 10))
+  echo $i > d$((i / 10))/f$i; i=$((i + 1))
+done
+echo limit=$n read=$(find . -type f | xargs cat | wc -l) files=$files
+tail -q -n0 -f $(find . -type f | head -n $hold) > /dev/null 2> /tmp/tail.err &
+tailpid=$!
+sleep 5
+echo held=$(ls /proc/$tailpid/fd | wc -l) hold=$hold
+echo probe > probe && echo made=$(cat probe)
+sh -c 'echo usable=yes'
+kill $tailpid
+echo errors=$(grep -c 'Too many open files' /tmp/tail.err)"#;
+
+#[test]
+fn a_full_dentry_cache_leaves_the_sandbox_its_open_files() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let subject = Subject::current();
+    let workspace = subject.repository("ws");
+    let mut child = subject
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "sh", "-c", FILL_THEN_HOLD])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("lazaret run");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("output");
+            panic!("the session did not end within 300 s (the sandbox stopped answering): {}", stdout(&output));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let output = child.wait_with_output().expect("output");
+    let text = stdout(&output);
+    assert!(output.status.success(), "the session ends normally: {text} {}", stderr(&output));
+    let who = subject.label();
+    eprintln!("{who}: {}", text.replace('\n', " "));
+    assert_eq!(count(who, &text, "read"), count(who, &text, "files"), "every file was read back: {text}");
+    assert_eq!(count(who, &text, "errors"), 0, "no open failed with EMFILE: {text}");
+    assert!(count(who, &text, "held") >= count(who, &text, "hold"), "all of them were open at once: {text}");
+    assert!(text.contains("made=probe"), "a new file can be made while they are held: {text}");
+    assert_usable_and_removed(&subject, &text, &workspace);
+}

@@ -57,19 +57,25 @@ pub struct Caching {
 impl Caching {
     /// `sandbox_only` cached if the runsc (`features`, `None` if unknown)
     /// supports it. `nofile` is the sandbox's open-file limit, which is also
-    /// runsc's budget of host descriptors: a cached dentry holds up to two of
-    /// them (its own and its file's; measured with directfs: 18,246 open in
-    /// the sentry with `--dcache=9500` after `git status` of 10,000 files,
-    /// and "Too many open files" inside with 11,000 under a 20,000 limit).
-    /// The cache gets two fifths of the budget, so at most four fifths go to
-    /// cached dentries and one fifth stays for the files and dentries in use.
-    /// (runsc's default, 1,000 per mount, allows as many over eight
-    /// directory mounts.) Below 1,000 it is left alone.
+    /// runsc's budget of host descriptors (the sentry runs with this host's
+    /// hard limit, which `nofile` never exceeds). A cached dentry holds up to
+    /// two of them (its own and its file's: measured with directfs, 18,246
+    /// open in the sentry with `--dcache=9500` after `git status` of 10,000
+    /// files, and 16,968 with `--dcache=8000` after 15,000 files were
+    /// written and read). The cache gets one fifth of the budget, so cached
+    /// dentries take at most two fifths and three fifths stay for what the
+    /// sandbox has open and the directories above the cached entries. Two
+    /// fifths, tried before, left `npm ci` of 13,000 files (peak 13,090
+    /// descriptors with a cache of 4,000) with EMFILE and the sandbox unable
+    /// to start a process once the budget was gone (issue 31; the test
+    /// `a_full_dentry_cache_leaves_the_sandbox_its_open_files`). (runsc's
+    /// default, 1,000 per mount, allows as many over four directory mounts.)
+    /// Below 1,000 it is left alone.
     pub fn new(features: Option<&crate::runsc::Features>, sandbox_only: Vec<PathBuf>, nofile: u64) -> Caching {
         let Some(features) = features.filter(|features| features.per_mount_file_access()) else {
             return Caching::default();
         };
-        let dentry_cache = Some(nofile * 2 / 5).filter(|size| features.dcache && *size > 1000);
+        let dentry_cache = Some(nofile / 5).filter(|size| features.dcache && *size > 1000);
         Caching { sandbox_only, dentry_cache }
     }
 }
@@ -433,15 +439,15 @@ mod tests {
     }
 
     #[test]
-    fn the_dentry_cache_gets_two_fifths_of_the_descriptor_budget() {
+    fn the_dentry_cache_gets_a_fifth_of_the_descriptor_budget() {
         let current = crate::runsc::Features { file_access_mounts: true, dcache: true, ..Default::default() };
         assert_eq!(
             Caching::new(Some(&current), sandbox_only(), 20_000),
-            Caching { sandbox_only: sandbox_only(), dentry_cache: Some(8000) }
+            Caching { sandbox_only: sandbox_only(), dentry_cache: Some(4000) }
         );
-        assert_eq!(Caching::new(Some(&current), sandbox_only(), 65_536).dentry_cache, Some(26_214));
+        assert_eq!(Caching::new(Some(&current), sandbox_only(), 65_536).dentry_cache, Some(13_107));
         // Not below runsc's own 1,000 per mount; not without --dcache.
-        assert_eq!(Caching::new(Some(&current), sandbox_only(), 2500).dentry_cache, None);
+        assert_eq!(Caching::new(Some(&current), sandbox_only(), 5000).dentry_cache, None);
         let no_dcache = crate::runsc::Features { dcache: false, ..current };
         assert_eq!(Caching::new(Some(&no_dcache), sandbox_only(), 20_000).dentry_cache, None);
     }
