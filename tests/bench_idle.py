@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from bench_figures import figure
+from bench_memory import read
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = REPO_ROOT / "editors/nvim"
@@ -124,14 +125,6 @@ for (const signal of ["SIGTERM", "SIGINT"] as const)
   });
 void manager.start();
 """
-
-
-def read(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 def coordinator_pid(workspace):

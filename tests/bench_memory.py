@@ -12,7 +12,8 @@ import os
 import subprocess
 
 
-def _read(path):
+def read(path):
+    """The bytes of PATH (a /proc file), or none if it is gone."""
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -21,14 +22,14 @@ def _read(path):
 
 
 def pss_kib(pid):
-    for line in _read(f"/proc/{pid}/smaps_rollup").decode(errors="replace").splitlines():
+    for line in read(f"/proc/{pid}/smaps_rollup").decode(errors="replace").splitlines():
         if line.startswith("Pss:"):
             return int(line.split()[1])
     return 0
 
 
 def rss_kib(pid):
-    for line in _read(f"/proc/{pid}/status").decode(errors="replace").splitlines():
+    for line in read(f"/proc/{pid}/status").decode(errors="replace").splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
@@ -40,11 +41,11 @@ def processes():
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        stat = _read(f"/proc/{name}/stat").decode(errors="replace")
+        stat = read(f"/proc/{name}/stat").decode(errors="replace")
         if ")" not in stat:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        argv = [a.decode(errors="replace") for a in _read(f"/proc/{name}/cmdline").split(b"\0") if a]
+        argv = [a.decode(errors="replace") for a in read(f"/proc/{name}/cmdline").split(b"\0") if a]
         found[int(name)] = (ppid, argv)
     return found
 
