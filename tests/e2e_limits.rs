@@ -335,9 +335,18 @@ echo errors=$(grep -c 'Too many open files' /tmp/tail.err)"#;
 
 #[test]
 fn a_full_dentry_cache_leaves_the_sandbox_its_open_files() {
+    full_dentry_cache_leaves_open_files(&Subject::current());
+}
+
+#[test]
+fn a_full_dentry_cache_leaves_the_sandbox_its_open_files_rootless() {
+    let Some(subject) = Subject::rootless() else { return };
+    full_dentry_cache_leaves_open_files(&subject);
+}
+
+fn full_dentry_cache_leaves_open_files(subject: &Subject) {
     let _guard = sandbox_guard();
     ensure_default_image();
-    let subject = Subject::current();
     let workspace = subject.repository("ws");
     let mut child = subject
         .lazaret()
@@ -366,5 +375,5 @@ fn a_full_dentry_cache_leaves_the_sandbox_its_open_files() {
     assert_eq!(count(who, &text, "errors"), 0, "no open failed with EMFILE: {text}");
     assert!(count(who, &text, "held") >= count(who, &text, "hold"), "all of them were open at once: {text}");
     assert!(text.contains("made=probe"), "a new file can be made while they are held: {text}");
-    assert_usable_and_removed(&subject, &text, &workspace);
+    assert_usable_and_removed(subject, &text, &workspace);
 }
