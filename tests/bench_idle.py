@@ -27,9 +27,8 @@ per client among its descriptors; the window starts after a short settle.
 The coordinator's CPU is utime + stime of /proc/PID/stat (all its
 threads), as percent of one core; the CPU of the children it reaped in the
 window (cutime + cstime) is shown beside it. A client's CPU counts its
-reaped children too (`lazaret editor-info`, `git`). The coordinator is
-found as tests/bench finds it: the process whose command line holds
-`coordinator` and the workspace.
+reaped children too (`lazaret editor-info`, `git`). The coordinator's pid
+is the one it reports (`lazaret status --json`).
 
 Figures go to bench_figures.figure() (PYTHONPATH=tests;
 $LAZARET_BENCH_FIGURES, $LAZARET_BENCH_SECTION)."""
@@ -127,15 +126,14 @@ void manager.start();
 """
 
 
-def coordinator_pid(workspace):
-    """The pid of WORKSPACE's coordinator (as tests/bench finds it), or None."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        argv = [a.decode(errors="replace") for a in read(f"/proc/{name}/cmdline").split(b"\0") if a]
-        if len(argv) > 1 and "coordinator" in argv and any(a == workspace or a.endswith("=" + workspace) for a in argv) and os.path.basename(argv[0]) == "lazaret":
-            return int(name)
-    return None
+def coordinator_pid(lazaret, workspace, env):
+    """The pid WORKSPACE's coordinator reports (`lazaret status --json`), or
+    None while it does not answer."""
+    result = subprocess.run([lazaret, "status", "--json", "--workspace", workspace], env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        return None
+    status = json.loads(result.stdout).get("status")
+    return status["coordinatorPid"] if status else None
 
 
 def cpu_ticks(pid):
@@ -275,7 +273,7 @@ def main(argv):
     control = domain["control_socket"]
     if not wait_until(60, lambda: os.path.exists(control)):
         sys.exit(f"bench_idle: no control socket at {control}: is a domain of {workspace} running?")
-    pid = wait_until(30, lambda: coordinator_pid(workspace))
+    pid = wait_until(30, lambda: coordinator_pid(lazaret, workspace, env), interval=0.5)
     if not pid:
         sys.exit(f"bench_idle: no coordinator process for {workspace}")
     print(f"coordinator pid {pid}, control socket {control}, window {seconds:.0f} s, CLK_TCK {TICKS}")

@@ -128,7 +128,10 @@ def prepare(work):
     fixture = work / "fixture"
     shutil.copytree(REPO / "tests/workloads", fixture, ignore=shutil.ignore_patterns("target", "__pycache__", "node_modules"))
     rust = fixture / "rust"
-    run(["cargo", "vendor", "--offline", "--locked", "--versioned-dirs", "vendor"], cwd=rust, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    vendor = subprocess.run(["cargo", "vendor", "--offline", "--locked", "--versioned-dirs", "vendor"], cwd=rust, capture_output=True, text=True)
+    if vendor.returncode != 0:
+        sys.exit(f"bench_workloads: cargo vendor --offline of tests/workloads/rust failed (its crates come from the registry "
+                 f"cache the workspace's build fills):\n{vendor.stderr[-2000:]}")
     (rust / ".cargo").mkdir()
     (rust / ".cargo/config.toml").write_text('[source.crates-io]\nreplace-with = "vendored"\n\n[source.vendored]\ndirectory = "vendor"\n')
     (fixture / "npm").mkdir()
@@ -146,6 +149,13 @@ def elapsed(output, place, job):
         if line.startswith("elapsed "):
             return int(line.split()[1]) / 1e6
     sys.exit(f"bench_workloads: {job} in {place} did not finish its work; output:\n{output[-2000:]}")
+
+
+# `cc` is an /etc/alternatives link on Debian, which the image has not:
+# gcc by name, in every place alike.
+COMPILER = {"CC": "gcc", "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER": "gcc"}
+SANDBOX_ENV = "export W=/workspace R=/root T=/tmp B=/bench PATH=/opt/rust/bin:/usr/bin:/bin CARGO_HOME=/tmp/cargo HOME=/root " + " ".join(
+    f"{key}={value}" for key, value in COMPILER.items()) + "\n"
 
 
 class Host:
@@ -168,11 +178,7 @@ class Host:
         pass
 
 
-# `cc` is an /etc/alternatives link on Debian, which the image has not:
-# gcc by name, in every place alike.
-COMPILER = {"CC": "gcc", "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER": "gcc"}
-SANDBOX_ENV = "export W=/workspace R=/root T=/tmp B=/bench PATH=/opt/rust/bin:/usr/bin:/bin CARGO_HOME=/tmp/cargo HOME=/root " + " ".join(
-    f"{key}={value}" for key, value in COMPILER.items()) + "\n"
+
 
 
 def mounts(found, sysroot):
