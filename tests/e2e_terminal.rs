@@ -21,8 +21,11 @@ impl Terminal {
         stdout(&Command::new("tmux").arg("-S").arg(&self.socket).args(arguments).output().expect("tmux"))
     }
 
+    /// The pane as text, wrapped lines joined (`-J`): what a raw terminal
+    /// prints from the middle of a line (after the CLI was killed) wraps at
+    /// the window's edge, and a word split there is still one line.
     fn screen(&self, window: &str) -> String {
-        self.tmux(&["capture-pane", "-p", "-t", window])
+        self.tmux(&["capture-pane", "-p", "-J", "-t", window])
     }
 
     /// Types `text` and Enter (tmux sends CR for it, as a terminal does).

@@ -1,0 +1,307 @@
+//! The API calls of the backend, through the `kube` client: the
+//! runtime-class check, the domain's `Sandbox` created as its lock,
+//! readiness, exec (the only way anything enters or leaves the pod),
+//! suspend/resume, and a teardown that leaves no object of the domain.
+//!
+//! Invariants: a sandbox is only created after its RuntimeClass was seen to
+//! run gVisor; creating the `Sandbox` never replaces one (`AlreadyExists` is
+//! [`Error::Held`]); teardown deletes every object carrying the domain's
+//! label, and [`Cluster::domain_objects`] lists what is left.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{Api, AttachParams, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::egress::CiliumNetworkPolicy;
+use crate::objects::{sandbox_name, OperatingMode, Sandbox, AGENT_CONTAINER, DOMAIN_LABEL};
+use crate::{Error, Result};
+
+/// The RuntimeClass handlers that run gVisor: `runsc` (containerd's gVisor
+/// shim as usually configured) and `gvisor` (GKE Sandbox).
+pub const GVISOR_HANDLERS: [&str; 2] = ["runsc", "gvisor"];
+
+/// The field manager of Lazaret's server-side applies.
+const FIELD_MANAGER: &str = "lazaret";
+
+/// One namespace of one cluster.
+#[derive(Clone)]
+pub struct Cluster {
+    client: kube::Client,
+    namespace: String,
+}
+
+/// What a finished exec gave back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// The exit code; `None` when the API server reported none.
+    pub code: Option<i32>,
+}
+
+impl Cluster {
+    /// The cluster of `context` (the kubeconfig's current context when
+    /// `None`) in the kubeconfig at `kubeconfig`.
+    pub async fn connect(kubeconfig: &Path, context: Option<&str>, namespace: &str) -> Result<Cluster> {
+        let file = Kubeconfig::read_from(kubeconfig).map_err(|error| Error::Config(format!("{}: {error}", kubeconfig.display())))?;
+        let options = KubeConfigOptions { context: context.map(str::to_owned), ..KubeConfigOptions::default() };
+        let config = kube::Config::from_custom_kubeconfig(file, &options)
+            .await
+            .map_err(|error| Error::Config(format!("{}: {error}", kubeconfig.display())))?;
+        let client = kube::Client::try_from(config).map_err(Error::api("a client for the kubeconfig's cluster"))?;
+        Ok(Cluster { client, namespace: namespace.to_owned() })
+    }
+
+    /// The namespace the domain's objects live in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The client, for what this module does not wrap.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// Refuses unless RuntimeClass `name` exists and its handler runs gVisor.
+    pub async fn check_runtime_class(&self, name: &str) -> Result<()> {
+        let classes: Api<RuntimeClass> = Api::all(self.client.clone());
+        let Some(class) = classes.get_opt(name).await.map_err(Error::api(format!("RuntimeClass {name}")))? else {
+            return Err(Error::NoRuntimeClass(name.to_owned()));
+        };
+        if GVISOR_HANDLERS.contains(&class.handler.as_str()) {
+            Ok(())
+        } else {
+            Err(Error::NotGvisor { name: name.to_owned(), handler: class.handler })
+        }
+    }
+
+    fn sandboxes(&self) -> Api<Sandbox> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates the domain's `Sandbox`: the domain's lock. `AlreadyExists`
+    /// means another coordinator holds the domain ([`Error::Held`]).
+    pub async fn create_sandbox(&self, sandbox: &Sandbox) -> Result<Sandbox> {
+        let name = sandbox.metadata.name.clone().unwrap_or_default();
+        match self.sandboxes().create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() }, sandbox).await {
+            Ok(created) => Ok(created),
+            Err(kube::Error::Api(status)) if status.code == 409 && status.reason == "AlreadyExists" => {
+                Err(Error::Held { namespace: self.namespace.clone(), name })
+            }
+            Err(error) => Err(Error::Api { what: format!("creating Sandbox {}/{name}", self.namespace), source: error }),
+        }
+    }
+
+    /// The domain's `Sandbox`, if it exists.
+    pub async fn sandbox(&self, domain_hash: &str) -> Result<Option<Sandbox>> {
+        let name = sandbox_name(domain_hash);
+        self.sandboxes().get_opt(&name).await.map_err(Error::api(format!("Sandbox {}/{name}", self.namespace)))
+    }
+
+    /// Waits until the domain's pod is running and its agent container
+    /// ready; gives the pod's name.
+    pub async fn wait_ready(&self, domain_hash: &str, within: Duration) -> Result<String> {
+        let name = sandbox_name(domain_hash);
+        let deadline = Instant::now() + within;
+        let mut interval = Duration::from_millis(20);
+        loop {
+            if let Some(pod) = self.pods().get_opt(&name).await.map_err(Error::api(format!("Pod {}/{name}", self.namespace)))? {
+                let status = pod.status.as_ref();
+                let running = status.and_then(|status| status.phase.as_deref()) == Some("Running");
+                let ready = status
+                    .and_then(|status| status.container_statuses.as_ref())
+                    .is_some_and(|statuses| statuses.iter().any(|container| container.name == AGENT_CONTAINER && container.ready));
+                if running && ready && pod.metadata.deletion_timestamp.is_none() {
+                    return Ok(name);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout(format!(
+                    "the pod of Sandbox {}/{name} was not ready within {}s",
+                    self.namespace,
+                    within.as_secs()
+                )));
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(Duration::from_millis(250));
+        }
+    }
+
+    /// Sets the `Sandbox`'s operating mode: `Suspended` stops its pod and
+    /// keeps its volume; `Running` starts a pod on the same volume.
+    pub async fn set_operating_mode(&self, domain_hash: &str, mode: OperatingMode) -> Result<()> {
+        let name = sandbox_name(domain_hash);
+        let patch = serde_json::json!({ "spec": { "operatingMode": mode } });
+        self.sandboxes()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::api(format!("setting Sandbox {}/{name} to {mode:?}", self.namespace)))?;
+        Ok(())
+    }
+
+    /// Waits until the domain has no pod (after a suspend or a teardown).
+    pub async fn wait_no_pod(&self, domain_hash: &str, within: Duration) -> Result<()> {
+        let name = sandbox_name(domain_hash);
+        let deadline = Instant::now() + within;
+        while self.pods().get_opt(&name).await.map_err(Error::api(format!("Pod {}/{name}", self.namespace)))?.is_some() {
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout(format!("Pod {}/{name} still exists after {}s", self.namespace, within.as_secs())));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// Runs `command` in the agent container of `pod` with `stdin` as its
+    /// standard input (closed after), and collects its output and exit code.
+    pub async fn exec(&self, pod: &str, command: &[&str], stdin: &[u8]) -> Result<ExecOutput> {
+        let parameters = AttachParams::default().container(AGENT_CONTAINER).stdin(true).stdout(true).stderr(true);
+        let exec_error = |message: String| Error::Exec { pod: pod.to_owned(), message };
+        let mut process = self
+            .pods()
+            .exec(pod, command.iter().map(|word| word.to_string()).collect::<Vec<_>>(), &parameters)
+            .await
+            .map_err(Error::api(format!("exec in Pod {}/{pod}", self.namespace)))?;
+        let status = process.take_status().ok_or_else(|| exec_error("no status channel".into()))?;
+        let mut input = process.stdin().ok_or_else(|| exec_error("no stdin".into()))?;
+        let mut output = process.stdout().ok_or_else(|| exec_error("no stdout".into()))?;
+        let mut errors = process.stderr().ok_or_else(|| exec_error("no stderr".into()))?;
+        let payload = stdin.to_vec();
+        let writer = async move {
+            input.write_all(&payload).await?;
+            input.shutdown().await
+        };
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let (written, read_out, read_err) = tokio::join!(writer, output.read_to_end(&mut stdout), errors.read_to_end(&mut stderr));
+        written.map_err(|error| exec_error(format!("writing stdin: {error}")))?;
+        read_out.map_err(|error| exec_error(format!("reading stdout: {error}")))?;
+        read_err.map_err(|error| exec_error(format!("reading stderr: {error}")))?;
+        let status = status.await;
+        process.join().await.map_err(|error| exec_error(error.to_string()))?;
+        Ok(ExecOutput { stdout, stderr, code: status.map(|status| exit_code(&status)) })
+    }
+
+    /// Creates or updates the domain's `CiliumNetworkPolicy` (server-side
+    /// apply, strict field validation: a field the installed CRD does not
+    /// know is refused, not dropped).
+    pub async fn apply_cilium_policy(&self, policy: &CiliumNetworkPolicy) -> Result<()> {
+        let name = policy.metadata.name.clone().unwrap_or_default();
+        let api: Api<CiliumNetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
+        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force().validation_strict(), &Patch::Apply(policy))
+            .await
+            .map_err(Error::api(format!("applying CiliumNetworkPolicy {}/{name}", self.namespace)))?;
+        Ok(())
+    }
+
+    /// Creates or updates the domain's deny-all `NetworkPolicy`.
+    pub async fn apply_network_policy(&self, policy: &NetworkPolicy) -> Result<()> {
+        let name = policy.metadata.name.clone().unwrap_or_default();
+        let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
+        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force().validation_strict(), &Patch::Apply(policy))
+            .await
+            .map_err(Error::api(format!("applying NetworkPolicy {}/{name}", self.namespace)))?;
+        Ok(())
+    }
+
+    /// Deletes every object of the domain (its `Sandbox`, and with it its
+    /// pod; its claims; its policies) and waits until none is left.
+    pub async fn delete_domain(&self, domain_hash: &str, within: Duration) -> Result<()> {
+        let selector = ListParams::default().labels(&format!("{DOMAIN_LABEL}={domain_hash}"));
+        let delete = DeleteParams::foreground();
+        let namespace = &self.namespace;
+        self.sandboxes()
+            .delete_collection(&delete, &selector)
+            .await
+            .map_err(Error::api(format!("deleting the Sandbox of {domain_hash}")))?;
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        claims
+            .delete_collection(&DeleteParams::default(), &selector)
+            .await
+            .map_err(Error::api(format!("deleting the claims of {domain_hash}")))?;
+        let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), namespace);
+        policies
+            .delete_collection(&DeleteParams::default(), &selector)
+            .await
+            .map_err(Error::api(format!("deleting the policies of {domain_hash}")))?;
+        let cilium: Api<CiliumNetworkPolicy> = Api::namespaced(self.client.clone(), namespace);
+        match cilium.delete_collection(&DeleteParams::default(), &selector).await {
+            // A cluster without Cilium's CRDs has no such policy.
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            other => {
+                other.map_err(Error::api(format!("deleting the CiliumNetworkPolicy of {domain_hash}")))?;
+            }
+        }
+        let deadline = Instant::now() + within;
+        loop {
+            let left = self.domain_objects(domain_hash).await?;
+            if left.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout(format!(
+                    "after {}s these objects of domain {domain_hash} are left: {}",
+                    within.as_secs(),
+                    left.join(", ")
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Every object of the domain still on the cluster, as `Kind/name`.
+    pub async fn domain_objects(&self, domain_hash: &str) -> Result<Vec<String>> {
+        let selector = ListParams::default().labels(&format!("{DOMAIN_LABEL}={domain_hash}"));
+        let mut left = Vec::new();
+        let what = |kind: &str| format!("listing the {kind} objects of {domain_hash}");
+        for sandbox in self.sandboxes().list(&selector).await.map_err(Error::api(what("Sandbox")))? {
+            left.push(format!("Sandbox/{}", sandbox.metadata.name.unwrap_or_default()));
+        }
+        for pod in self.pods().list(&selector).await.map_err(Error::api(what("Pod")))? {
+            left.push(format!("Pod/{}", pod.metadata.name.unwrap_or_default()));
+        }
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &self.namespace);
+        for claim in claims.list(&selector).await.map_err(Error::api(what("PersistentVolumeClaim")))? {
+            left.push(format!("PersistentVolumeClaim/{}", claim.metadata.name.unwrap_or_default()));
+        }
+        let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
+        for policy in policies.list(&selector).await.map_err(Error::api(what("NetworkPolicy")))? {
+            left.push(format!("NetworkPolicy/{}", policy.metadata.name.unwrap_or_default()));
+        }
+        let cilium: Api<CiliumNetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
+        match cilium.list(&selector).await {
+            Ok(list) => {
+                left.extend(list.into_iter().map(|policy| format!("CiliumNetworkPolicy/{}", policy.metadata.name.unwrap_or_default())))
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(Error::Api { what: what("CiliumNetworkPolicy"), source: error }),
+        }
+        Ok(left)
+    }
+}
+
+/// The exit code in an exec's final status: 0 for `Success`, the
+/// `ExitCode` cause of a `NonZeroExitCode` failure, else -1.
+fn exit_code(status: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status) -> i32 {
+    if status.status.as_deref() == Some("Success") {
+        return 0;
+    }
+    status
+        .details
+        .as_ref()
+        .and_then(|details| details.causes.as_ref())
+        .and_then(|causes| causes.iter().find(|cause| cause.reason.as_deref() == Some("ExitCode")))
+        .and_then(|cause| cause.message.as_deref())
+        .and_then(|message| message.parse().ok())
+        .unwrap_or(-1)
+}

@@ -1,0 +1,351 @@
+//! The objects a domain becomes on a cluster: one agent-sandbox `Sandbox`
+//! (`agents.x-k8s.io/v1beta1`) per domain, named and labelled from the
+//! domain hash, whose pod runs under the profile's gVisor RuntimeClass with
+//! nothing it does not need (no service-account token, no service links,
+//! no privilege gain, SETUID/SETGID/NET_RAW dropped, the profile's limits),
+//! and whose volume claim is the State Anchor.
+//!
+//! Invariants: pure (no I/O), so the objects are golden-tested; no secret
+//! and no environment of the profile is ever written here (API objects end
+//! up in etcd); every object carries [`DOMAIN_LABEL`].
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext,
+    PodSpec, ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use lazaret_core::limits::Limits;
+use serde::{Deserialize, Serialize};
+
+/// The label every object of a domain carries: its domain hash.
+pub const DOMAIN_LABEL: &str = "lazaret.dev/domain";
+/// The profile's name, on the pod.
+pub const PROFILE_LABEL: &str = "lazaret.dev/profile";
+/// `app.kubernetes.io/managed-by`: `lazaret`.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// The agent's container in the pod.
+pub const AGENT_CONTAINER: &str = "agent";
+/// Where the State Anchor's claim is mounted in the seeding init container.
+const STATE_MOUNT: &str = "/lazaret-state";
+/// The memory-backed directory for what a session brings over exec stdin
+/// (its credential, TLS material, the escalation relay's socket).
+pub const RUN_DIR: &str = "/run/lazaret";
+
+/// `Sandbox.spec.operatingMode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OperatingMode {
+    Running,
+    Suspended,
+}
+
+/// An agent-sandbox `Sandbox` (`agents.x-k8s.io/v1beta1`), the fields
+/// Lazaret writes or reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sandbox {
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: SandboxSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<SandboxStatus>,
+}
+
+/// `Sandbox.spec`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxSpec {
+    pub pod_template: PodTemplate,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_claim_templates: Vec<ClaimTemplate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operating_mode: Option<OperatingMode>,
+}
+
+/// `Sandbox.spec.podTemplate`: only labels and annotations of its metadata
+/// are used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodTemplate {
+    pub metadata: PodMetadata,
+    pub spec: PodSpec,
+}
+
+/// Labels and annotations of a template.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodMetadata {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `Sandbox.spec.volumeClaimTemplates[]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimTemplate {
+    pub metadata: ClaimMetadata,
+    pub spec: PersistentVolumeClaimSpec,
+}
+
+/// A claim template's name and labels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimMetadata {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `Sandbox.status`, the fields Lazaret reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxStatus {
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    #[serde(default)]
+    pub pod_ips: Vec<String>,
+    #[serde(default)]
+    pub node_name: Option<String>,
+}
+
+impl Sandbox {
+    /// Whether the controller reports the `Ready` condition true.
+    pub fn is_ready(&self) -> bool {
+        self.condition("Ready")
+    }
+
+    /// Whether the condition `kind` is reported true.
+    pub fn condition(&self, kind: &str) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(|status| status.conditions.iter().any(|condition| condition.type_ == kind && condition.status == "True"))
+    }
+}
+
+impl kube::Resource for Sandbox {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Sandbox".into()
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        "agents.x-k8s.io".into()
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1beta1".into()
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        "sandboxes".into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Everything a domain's `Sandbox` is made from: the domain, its profile's
+/// image, persistent directories and limits, and the profile's
+/// `backend.kubernetes` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxPlan {
+    pub domain_hash: String,
+    pub profile: String,
+    pub namespace: String,
+    pub image: String,
+    /// `Never` on a cluster whose images are loaded by hand (the test
+    /// cluster), `IfNotPresent` otherwise.
+    pub image_pull_policy: String,
+    pub runtime_class: String,
+    /// `None`: the cluster's default StorageClass.
+    pub storage_class: Option<String>,
+    /// The State Anchor's claim, as a quantity (`10Gi`).
+    pub state_size: String,
+    /// Absolute paths in the sandbox kept across restarts, each seeded from
+    /// the image once.
+    pub persistent_dirs: Vec<String>,
+    pub limits: Limits,
+}
+
+/// `lazaret-<hash>`: a DNS label, the same for every coordinator of the
+/// domain (so that creating it is the lock).
+pub fn sandbox_name(domain_hash: &str) -> String {
+    format!("lazaret-{domain_hash}")
+}
+
+/// The labels of every object of the domain.
+pub fn domain_labels(domain_hash: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(DOMAIN_LABEL.to_owned(), domain_hash.to_owned()), (MANAGED_BY_LABEL.to_owned(), "lazaret".to_owned())])
+}
+
+/// The domain's `Sandbox`, running.
+pub fn sandbox(plan: &SandboxPlan) -> Sandbox {
+    let labels = domain_labels(&plan.domain_hash);
+    let mut pod_labels = labels.clone();
+    pod_labels.insert(PROFILE_LABEL.to_owned(), plan.profile.clone());
+    let mut mounts = vec![
+        VolumeMount { name: "workspace".into(), mount_path: "/workspace".into(), ..VolumeMount::default() },
+        VolumeMount { name: "run".into(), mount_path: RUN_DIR.into(), ..VolumeMount::default() },
+    ];
+    for (index, dir) in plan.persistent_dirs.iter().enumerate() {
+        mounts.push(VolumeMount {
+            name: "state".into(),
+            mount_path: dir.clone(),
+            sub_path: Some(state_subdir(index)),
+            ..VolumeMount::default()
+        });
+    }
+    let mut volumes = vec![
+        Volume { name: "workspace".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
+        // Memory-backed: what comes over exec stdin never reaches a disk.
+        Volume {
+            name: "run".into(),
+            empty_dir: Some(EmptyDirVolumeSource { medium: Some("Memory".into()), size_limit: Some(Quantity("16Mi".into())) }),
+            ..Volume::default()
+        },
+    ];
+    if !plan.persistent_dirs.is_empty() {
+        volumes.push(Volume {
+            name: "state".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: state_claim_name(&plan.domain_hash),
+                read_only: None,
+            }),
+            ..Volume::default()
+        });
+    }
+    let agent = Container {
+        name: AGENT_CONTAINER.into(),
+        image: Some(plan.image.clone()),
+        image_pull_policy: Some(plan.image_pull_policy.clone()),
+        command: Some(vec!["sleep".into(), "infinity".into()]),
+        working_dir: Some("/workspace".into()),
+        security_context: Some(container_security()),
+        resources: resources(&plan.limits),
+        volume_mounts: Some(mounts),
+        ..Container::default()
+    };
+    let spec = PodSpec {
+        runtime_class_name: Some(plan.runtime_class.clone()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        host_network: Some(false),
+        host_pid: Some(false),
+        host_ipc: Some(false),
+        termination_grace_period_seconds: Some(2),
+        security_context: Some(PodSecurityContext {
+            seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
+            ..PodSecurityContext::default()
+        }),
+        init_containers: (!plan.persistent_dirs.is_empty()).then(|| vec![seed_container(plan)]),
+        containers: vec![agent],
+        volumes: Some(volumes),
+        ..PodSpec::default()
+    };
+    let claim = ClaimTemplate {
+        metadata: ClaimMetadata { name: "state".into(), labels: labels.clone() },
+        spec: PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: plan.storage_class.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".to_owned(), Quantity(plan.state_size.clone()))])),
+                limits: None,
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        },
+    };
+    Sandbox {
+        api_version: "agents.x-k8s.io/v1beta1".into(),
+        kind: "Sandbox".into(),
+        metadata: ObjectMeta {
+            name: Some(sandbox_name(&plan.domain_hash)),
+            namespace: Some(plan.namespace.clone()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        spec: SandboxSpec {
+            pod_template: PodTemplate { metadata: PodMetadata { labels: pod_labels }, spec },
+            // The State Anchor: a claim only for a profile that keeps
+            // directories (a claim binds a volume, which takes a provisioner).
+            volume_claim_templates: if plan.persistent_dirs.is_empty() { Vec::new() } else { vec![claim] },
+            operating_mode: Some(OperatingMode::Running),
+        },
+        status: None,
+    }
+}
+
+/// The claim agent-sandbox makes from the `state` template:
+/// `<template>-<sandbox>`.
+pub fn state_claim_name(domain_hash: &str) -> String {
+    format!("state-{}", sandbox_name(domain_hash))
+}
+
+/// The State Anchor's directory for the `index`th persistent directory.
+fn state_subdir(index: usize) -> String {
+    format!("dirs/{index}")
+}
+
+/// No privilege gain, and the capabilities an agent never needs dropped.
+fn container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        privileged: Some(false),
+        capabilities: Some(Capabilities { add: None, drop: Some(vec!["SETUID".into(), "SETGID".into(), "NET_RAW".into()]) }),
+        ..SecurityContext::default()
+    }
+}
+
+/// The profile's limits as requests = limits (so the pod is `Guaranteed`);
+/// `processes` has no pod-level field (the kubelet's `podPidsLimit` is the
+/// node's), see docs/cluster.md.
+fn resources(limits: &Limits) -> Option<ResourceRequirements> {
+    let mut quantities = BTreeMap::new();
+    if let Some(cpus) = limits.cpus {
+        quantities.insert("cpu".to_owned(), Quantity(format!("{}m", (cpus * 1000.0).round() as u64)));
+    }
+    if let Some(memory) = limits.memory {
+        quantities.insert("memory".to_owned(), Quantity(memory.to_string()));
+    }
+    (!quantities.is_empty()).then(|| ResourceRequirements {
+        limits: Some(quantities.clone()),
+        requests: Some(quantities),
+        ..ResourceRequirements::default()
+    })
+}
+
+/// Seeds each persistent directory's part of the State Anchor from the
+/// image, once: a directory already seeded (its marker exists) is left as
+/// the agent left it. The paths are arguments, never part of the script.
+fn seed_container(plan: &SandboxPlan) -> Container {
+    const SCRIPT: &str = r#"set -eu
+index=0
+for dir in "$@"; do
+  part=/lazaret-state/dirs/$index
+  if [ ! -e "$part.seeded" ]; then
+    rm -rf "$part" && mkdir -p "$part"
+    if [ -d "$dir" ]; then cp -a "$dir/." "$part/"; fi
+    touch "$part.seeded"
+  fi
+  index=$((index + 1))
+done
+"#;
+    let mut command = vec!["sh".to_owned(), "-c".to_owned(), SCRIPT.to_owned(), "lazaret-seed".to_owned()];
+    command.extend(plan.persistent_dirs.iter().cloned());
+    Container {
+        name: "seed".into(),
+        image: Some(plan.image.clone()),
+        image_pull_policy: Some(plan.image_pull_policy.clone()),
+        command: Some(command),
+        security_context: Some(container_security()),
+        resources: resources(&plan.limits),
+        volume_mounts: Some(vec![VolumeMount { name: "state".into(), mount_path: STATE_MOUNT.into(), ..VolumeMount::default() }]),
+        ..Container::default()
+    }
+}

@@ -1,0 +1,152 @@
+//! The objects a domain becomes, without a cluster: golden files (run with
+//! `LAZARET_UPDATE_GOLDEN=1` to rewrite them after a deliberate change, and
+//! review the diff) and the properties the security model rests on, checked
+//! one by one so that a golden file rewritten in a hurry cannot hide them.
+//! `tests/cluster.rs` applies the same objects to a real cluster.
+
+use std::path::PathBuf;
+
+use lazaret_core::egress::EgressRule;
+use lazaret_core::limits::Limits;
+use lazaret_kube::egress::{cilium_policy, fqdn_selectors, no_egress_policy, FqdnSelector};
+use lazaret_kube::objects::{sandbox, sandbox_name, SandboxPlan, DOMAIN_LABEL};
+
+fn golden(name: &str, value: &impl serde::Serialize) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    let text = serde_json::to_string_pretty(value).expect("serialize") + "\n";
+    if std::env::var_os("LAZARET_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &text).expect("write golden");
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    assert_eq!(text, expected, "{} differs (LAZARET_UPDATE_GOLDEN=1 rewrites it)", path.display());
+}
+
+fn plan() -> SandboxPlan {
+    SandboxPlan {
+        domain_hash: "0123456789ab".into(),
+        profile: "claude".into(),
+        namespace: "lazaret".into(),
+        image: "localhost/lazaret-default:1".into(),
+        image_pull_policy: "IfNotPresent".into(),
+        runtime_class: "gvisor".into(),
+        storage_class: Some("standard".into()),
+        state_size: "10Gi".into(),
+        persistent_dirs: vec!["/root".into(), "/usr/local".into()],
+        limits: Limits { memory: Some(2 << 30), processes: Some(512), cpus: Some(1.5) },
+    }
+}
+
+/// The allowlist every policy test uses: names, a wildcard, public and
+/// private CIDRs, IPv6.
+fn allowlist() -> Vec<EgressRule> {
+    ["github.com", "*.npmjs.org", "203.0.113.0/24", "10.1.0.0/16", "2001:db8::/32", "github.com"]
+        .iter()
+        .map(|entry| entry.parse().expect(entry))
+        .collect()
+}
+
+#[test]
+fn the_sandbox_matches_its_golden_file() {
+    golden("sandbox.json", &sandbox(&plan()));
+}
+
+#[test]
+fn the_sandbox_pod_has_nothing_it_does_not_need() {
+    let sandbox = sandbox(&plan());
+    assert_eq!(sandbox.metadata.name.as_deref(), Some("lazaret-0123456789ab"));
+    assert_eq!(sandbox.metadata.labels.as_ref().and_then(|labels| labels.get(DOMAIN_LABEL)).map(String::as_str), Some("0123456789ab"));
+    let pod = &sandbox.spec.pod_template.spec;
+    assert_eq!(pod.runtime_class_name.as_deref(), Some("gvisor"));
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    assert_eq!(pod.enable_service_links, Some(false));
+    for flag in [pod.host_network, pod.host_pid, pod.host_ipc] {
+        assert_eq!(flag, Some(false));
+    }
+    let containers = pod.containers.iter().chain(pod.init_containers.iter().flatten());
+    for container in containers {
+        let security = container.security_context.as_ref().expect("a security context");
+        assert_eq!(security.allow_privilege_escalation, Some(false), "{}", container.name);
+        assert_eq!(security.privileged, Some(false), "{}", container.name);
+        let dropped = security.capabilities.as_ref().and_then(|capabilities| capabilities.drop.clone()).unwrap_or_default();
+        for capability in ["SETUID", "SETGID", "NET_RAW"] {
+            assert!(dropped.iter().any(|name| name == capability), "{}: {capability} dropped", container.name);
+        }
+        assert!(container.env.is_none() && container.env_from.is_none(), "{}: no environment in an API object", container.name);
+        let limits = container.resources.as_ref().and_then(|resources| resources.limits.clone()).expect("limits");
+        assert_eq!(limits.get("cpu").map(|quantity| quantity.0.as_str()), Some("1500m"));
+        assert_eq!(limits.get("memory").map(|quantity| quantity.0.as_str()), Some("2147483648"));
+    }
+    // The run directory is memory-backed: what comes over exec stdin never
+    // reaches a disk.
+    let volumes = pod.volumes.as_ref().expect("volumes");
+    let run = volumes.iter().find(|volume| volume.name == "run").expect("run volume");
+    assert_eq!(run.empty_dir.as_ref().and_then(|dir| dir.medium.as_deref()), Some("Memory"));
+    // The persistent directories are the claim's parts, seeded by paths
+    // passed as arguments (never spliced into the script).
+    let seed = &pod.init_containers.as_ref().expect("a seed container")[0];
+    let command = seed.command.as_ref().expect("command");
+    assert_eq!(&command[command.len() - 2..], ["/root", "/usr/local"]);
+    assert!(!command[2].contains("/usr/local"));
+}
+
+#[test]
+fn a_profile_without_persistent_directories_has_no_seed_container() {
+    let sandbox = sandbox(&SandboxPlan { persistent_dirs: Vec::new(), limits: Limits::default(), ..plan() });
+    let pod = &sandbox.spec.pod_template.spec;
+    assert!(pod.init_containers.is_none());
+    assert!(pod.containers[0].resources.is_none());
+}
+
+#[test]
+fn the_name_is_a_dns_label_for_every_hash() {
+    let name = sandbox_name("ffffffffffff");
+    assert!(name.len() <= 63 && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{name}");
+}
+
+#[test]
+fn the_cilium_policy_matches_its_golden_file() {
+    golden("cilium-policy.json", &cilium_policy("0123456789ab", "lazaret", &allowlist()));
+}
+
+#[test]
+fn the_no_egress_policy_matches_its_golden_file() {
+    golden("no-egress-policy.json", &no_egress_policy("0123456789ab", "lazaret"));
+}
+
+#[test]
+fn a_wildcard_becomes_one_pattern_per_allowed_depth() {
+    assert_eq!(fqdn_selectors("github.com"), [FqdnSelector::MatchName("github.com".into())]);
+    assert_eq!(
+        fqdn_selectors("*.npmjs.org"),
+        ["*.npmjs.org", "*.*.npmjs.org", "*.*.*.npmjs.org"].map(|pattern| FqdnSelector::MatchPattern(pattern.into()))
+    );
+}
+
+#[test]
+fn names_resolving_into_private_ranges_stay_closed_unless_a_cidr_opens_them() {
+    let policy = cilium_policy("0123456789ab", "lazaret", &allowlist());
+    let denied = &policy.spec.egress_deny[0].to_cidr_set;
+    let ten = denied.iter().find(|rule| rule.cidr == "10.0.0.0/8").expect("10/8 denied");
+    assert_eq!(ten.except, ["10.1.0.0/16"], "the allowlisted 10.1.0.0/16 is carved out of the deny");
+    let metadata = denied.iter().find(|rule| rule.cidr == "169.254.0.0/16").expect("link-local (metadata) denied");
+    assert!(metadata.except.is_empty());
+    // DNS goes only to kube-dns, and only for the allowlisted names.
+    let dns = &policy.spec.egress[0];
+    let rules = dns.to_ports[0].rules.as_ref().expect("DNS rules");
+    assert_eq!(rules.dns.len(), 4, "github.com and the three depths of *.npmjs.org: {:?}", rules.dns);
+    // An empty allowlist allows nothing at all: no egress rule.
+    let closed = cilium_policy("0123456789ab", "lazaret", &[]);
+    assert!(closed.spec.egress.is_empty());
+}
+
+#[test]
+fn only_a_profile_that_keeps_directories_claims_a_volume() {
+    let keeps = sandbox(&plan());
+    assert_eq!(keeps.spec.volume_claim_templates.len(), 1);
+    let claim = &keeps.spec.volume_claim_templates[0];
+    assert_eq!(claim.metadata.labels.get(DOMAIN_LABEL).map(String::as_str), Some("0123456789ab"), "teardown finds the claim by its label");
+    let keeps_nothing = sandbox(&SandboxPlan { persistent_dirs: Vec::new(), ..plan() });
+    assert!(keeps_nothing.spec.volume_claim_templates.is_empty());
+    let volumes = keeps_nothing.spec.pod_template.spec.volumes.expect("volumes");
+    assert!(volumes.iter().all(|volume| volume.persistent_volume_claim.is_none()));
+}
