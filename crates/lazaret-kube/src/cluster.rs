@@ -196,21 +196,28 @@ impl Cluster {
     /// apply, strict field validation: a field the installed CRD does not
     /// know is refused, not dropped).
     pub async fn apply_cilium_policy(&self, policy: &CiliumNetworkPolicy) -> Result<()> {
-        let name = policy.metadata.name.clone().unwrap_or_default();
-        let api: Api<CiliumNetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
-        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force().validation_strict(), &Patch::Apply(policy))
-            .await
-            .map_err(Error::api(format!("applying CiliumNetworkPolicy {}/{name}", self.namespace)))?;
-        Ok(())
+        self.apply(policy).await
     }
 
     /// Creates or updates the domain's deny-all `NetworkPolicy`.
     pub async fn apply_network_policy(&self, policy: &NetworkPolicy) -> Result<()> {
-        let name = policy.metadata.name.clone().unwrap_or_default();
-        let api: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
-        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force().validation_strict(), &Patch::Apply(policy))
+        self.apply(policy).await
+    }
+
+    /// Server-side apply of a namespaced object, with strict validation.
+    async fn apply<K>(&self, object: &K) -> Result<()>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+    {
+        let name = object.meta().name.clone().unwrap_or_default();
+        let api: Api<K> = Api::namespaced(self.client.clone(), &self.namespace);
+        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force().validation_strict(), &Patch::Apply(object))
             .await
-            .map_err(Error::api(format!("applying NetworkPolicy {}/{name}", self.namespace)))?;
+            .map_err(Error::api(format!("applying {} {}/{name}", K::kind(&()), self.namespace)))?;
         Ok(())
     }
 
@@ -242,7 +249,19 @@ impl Cluster {
                 other.map_err(Error::api(format!("deleting the CiliumNetworkPolicy of {domain_hash}")))?;
             }
         }
+        // The Sandbox goes last (foreground deletion waits for its pod):
+        // one GET at a time until it has, backing off, so that many domains
+        // torn down at once do not flood the API server with lists.
         let deadline = Instant::now() + within;
+        let name = sandbox_name(domain_hash);
+        let mut interval = Duration::from_millis(50);
+        while self.sandboxes().get_opt(&name).await.map_err(Error::api(format!("Sandbox {namespace}/{name}")))?.is_some() {
+            if Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(Duration::from_secs(1));
+        }
         loop {
             let left = self.domain_objects(domain_hash).await?;
             if left.is_empty() {
@@ -255,7 +274,8 @@ impl Cluster {
                     left.join(", ")
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(Duration::from_secs(1));
         }
     }
 

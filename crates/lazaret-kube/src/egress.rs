@@ -20,7 +20,6 @@
 //! Invariants: pure; the output's order follows the allowlist's (sorted),
 //! so the same allowlist always gives the same object (golden files).
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
@@ -118,34 +117,7 @@ pub struct L7Rules {
     pub dns: Vec<FqdnSelector>,
 }
 
-impl kube::Resource for CiliumNetworkPolicy {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "CiliumNetworkPolicy".into()
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        "cilium.io".into()
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        "v2".into()
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        "ciliumnetworkpolicies".into()
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+namespaced_resource!(CiliumNetworkPolicy, "cilium.io", "v2", "CiliumNetworkPolicy", "ciliumnetworkpolicies");
 
 /// The name of a domain's policy object (either kind).
 pub fn policy_name(domain_hash: &str) -> String {

@@ -17,6 +17,41 @@
 //! material go over exec stdin only; every object of a domain carries the
 //! domain label, so teardown finds all of them.
 
+/// `kube::Resource` for a namespaced custom resource type with `metadata`:
+/// `namespaced_resource!(Type, group, version, kind, plural)`.
+macro_rules! namespaced_resource {
+    ($type:ty, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
+        impl kube::Resource for $type {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                $group.into()
+            }
+
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                $version.into()
+            }
+
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+
+            fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
 pub mod cluster;
 pub mod egress;
 mod error;

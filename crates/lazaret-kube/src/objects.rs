@@ -9,7 +9,6 @@
 //! and no environment of the profile is ever written here (API objects end
 //! up in etcd); every object carries [`DOMAIN_LABEL`].
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
@@ -122,34 +121,7 @@ impl Sandbox {
     }
 }
 
-impl kube::Resource for Sandbox {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Sandbox".into()
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        "agents.x-k8s.io".into()
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1beta1".into()
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        "sandboxes".into()
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+namespaced_resource!(Sandbox, "agents.x-k8s.io", "v1beta1", "Sandbox", "sandboxes");
 
 /// Everything a domain's `Sandbox` is made from: the domain, its profile's
 /// image, persistent directories and limits, and the profile's
