@@ -48,8 +48,8 @@ pub const DENIED_RANGES: [&str; 10] = [
 
 /// A `CiliumNetworkPolicy` (`cilium.io/v2`), the fields Lazaret writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CiliumNetworkPolicy {
-    #[serde(rename = "apiVersion")]
     pub api_version: String,
     pub kind: String,
     pub metadata: ObjectMeta,

@@ -44,8 +44,8 @@ pub enum OperatingMode {
 /// An agent-sandbox `Sandbox` (`agents.x-k8s.io/v1beta1`), the fields
 /// Lazaret writes or reads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Sandbox {
-    #[serde(rename = "apiVersion")]
     pub api_version: String,
     pub kind: String,
     pub metadata: ObjectMeta,
