@@ -112,8 +112,7 @@ impl Cluster {
     /// ready; gives the pod's name.
     pub async fn wait_ready(&self, domain_hash: &str, within: Duration) -> Result<String> {
         let name = sandbox_name(domain_hash);
-        let deadline = Instant::now() + within;
-        let mut interval = Duration::from_millis(20);
+        let mut poll = Poll::new(within, Duration::from_millis(20), Duration::from_millis(250));
         loop {
             if let Some(pod) = self.pods().get_opt(&name).await.map_err(Error::api(format!("Pod {}/{name}", self.namespace)))? {
                 let status = pod.status.as_ref();
@@ -125,15 +124,13 @@ impl Cluster {
                     return Ok(name);
                 }
             }
-            if Instant::now() >= deadline {
+            if !poll.next().await {
                 return Err(Error::Timeout(format!(
                     "the pod of Sandbox {}/{name} was not ready within {}s",
                     self.namespace,
                     within.as_secs()
                 )));
             }
-            tokio::time::sleep(interval).await;
-            interval = (interval * 2).min(Duration::from_millis(250));
         }
     }
 
@@ -152,12 +149,11 @@ impl Cluster {
     /// Waits until the domain has no pod (after a suspend or a teardown).
     pub async fn wait_no_pod(&self, domain_hash: &str, within: Duration) -> Result<()> {
         let name = sandbox_name(domain_hash);
-        let deadline = Instant::now() + within;
+        let mut poll = Poll::new(within, Duration::from_millis(50), Duration::from_millis(250));
         while self.pods().get_opt(&name).await.map_err(Error::api(format!("Pod {}/{name}", self.namespace)))?.is_some() {
-            if Instant::now() >= deadline {
+            if !poll.next().await {
                 return Err(Error::Timeout(format!("Pod {}/{name} still exists after {}s", self.namespace, within.as_secs())));
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Ok(())
     }
@@ -252,30 +248,25 @@ impl Cluster {
         // The Sandbox goes last (foreground deletion waits for its pod):
         // one GET at a time until it has, backing off, so that many domains
         // torn down at once do not flood the API server with lists.
-        let deadline = Instant::now() + within;
         let name = sandbox_name(domain_hash);
-        let mut interval = Duration::from_millis(50);
+        let mut poll = Poll::new(within, Duration::from_millis(50), Duration::from_secs(1));
         while self.sandboxes().get_opt(&name).await.map_err(Error::api(format!("Sandbox {namespace}/{name}")))?.is_some() {
-            if Instant::now() >= deadline {
+            if !poll.next().await {
                 break;
             }
-            tokio::time::sleep(interval).await;
-            interval = (interval * 2).min(Duration::from_secs(1));
         }
         loop {
             let left = self.domain_objects(domain_hash).await?;
             if left.is_empty() {
                 return Ok(());
             }
-            if Instant::now() >= deadline {
+            if !poll.next().await {
                 return Err(Error::Timeout(format!(
                     "after {}s these objects of domain {domain_hash} are left: {}",
                     within.as_secs(),
                     left.join(", ")
                 )));
             }
-            tokio::time::sleep(interval).await;
-            interval = (interval * 2).min(Duration::from_secs(1));
         }
     }
 
@@ -307,6 +298,30 @@ impl Cluster {
             Err(error) => return Err(Error::Api { what: what("CiliumNetworkPolicy"), source: error }),
         }
         Ok(left)
+    }
+}
+
+/// The pauses between polls of the cluster: doubling from a first one up
+/// to a longest one, until a deadline.
+struct Poll {
+    deadline: Instant,
+    interval: Duration,
+    longest: Duration,
+}
+
+impl Poll {
+    fn new(within: Duration, first: Duration, longest: Duration) -> Poll {
+        Poll { deadline: Instant::now() + within, interval: first, longest }
+    }
+
+    /// Sleeps before the next poll; `false` once the deadline has passed.
+    async fn next(&mut self) -> bool {
+        if Instant::now() >= self.deadline {
+            return false;
+        }
+        tokio::time::sleep(self.interval).await;
+        self.interval = (self.interval * 2).min(self.longest);
+        true
     }
 }
 

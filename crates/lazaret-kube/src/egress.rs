@@ -162,11 +162,10 @@ pub fn cilium_policy(domain_hash: &str, namespace: &str, allow_egress: &[EgressR
     rules.dedup();
     let names: Vec<FqdnSelector> = rules
         .iter()
-        .filter_map(|rule| match rule {
-            EgressRule::Domain(name) => Some(fqdn_selectors(name)),
-            EgressRule::Cidr(_) => None,
+        .flat_map(|rule| match rule {
+            EgressRule::Domain(name) => fqdn_selectors(name),
+            EgressRule::Cidr(_) => Vec::new(),
         })
-        .flatten()
         .collect();
     let cidrs: Vec<ipnet::IpNet> = rules
         .iter()

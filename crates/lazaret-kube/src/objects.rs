@@ -174,6 +174,7 @@ pub fn sandbox(plan: &SandboxPlan) -> Sandbox {
             ..VolumeMount::default()
         });
     }
+    let keeps_dirs = !plan.persistent_dirs.is_empty();
     let mut volumes = vec![
         Volume { name: "workspace".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
         // Memory-backed: what comes over exec stdin never reaches a disk.
@@ -183,7 +184,7 @@ pub fn sandbox(plan: &SandboxPlan) -> Sandbox {
             ..Volume::default()
         },
     ];
-    if !plan.persistent_dirs.is_empty() {
+    if keeps_dirs {
         volumes.push(Volume {
             name: "state".into(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -216,13 +217,35 @@ pub fn sandbox(plan: &SandboxPlan) -> Sandbox {
             seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
             ..PodSecurityContext::default()
         }),
-        init_containers: (!plan.persistent_dirs.is_empty()).then(|| vec![seed_container(plan)]),
+        init_containers: keeps_dirs.then(|| vec![seed_container(plan)]),
         containers: vec![agent],
         volumes: Some(volumes),
         ..PodSpec::default()
     };
-    let claim = ClaimTemplate {
-        metadata: ClaimMetadata { name: "state".into(), labels: labels.clone() },
+    Sandbox {
+        api_version: "agents.x-k8s.io/v1beta1".into(),
+        kind: "Sandbox".into(),
+        metadata: ObjectMeta {
+            name: Some(sandbox_name(&plan.domain_hash)),
+            namespace: Some(plan.namespace.clone()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: SandboxSpec {
+            pod_template: PodTemplate { metadata: PodMetadata { labels: pod_labels }, spec },
+            // The State Anchor: a claim only for a profile that keeps
+            // directories (a claim binds a volume, which takes a provisioner).
+            volume_claim_templates: if keeps_dirs { vec![state_claim(plan, labels)] } else { Vec::new() },
+            operating_mode: Some(OperatingMode::Running),
+        },
+        status: None,
+    }
+}
+
+/// The State Anchor's claim template, named `state`.
+fn state_claim(plan: &SandboxPlan, labels: BTreeMap<String, String>) -> ClaimTemplate {
+    ClaimTemplate {
+        metadata: ClaimMetadata { name: "state".into(), labels },
         spec: PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".into()]),
             storage_class_name: plan.storage_class.clone(),
@@ -232,24 +255,6 @@ pub fn sandbox(plan: &SandboxPlan) -> Sandbox {
             }),
             ..PersistentVolumeClaimSpec::default()
         },
-    };
-    Sandbox {
-        api_version: "agents.x-k8s.io/v1beta1".into(),
-        kind: "Sandbox".into(),
-        metadata: ObjectMeta {
-            name: Some(sandbox_name(&plan.domain_hash)),
-            namespace: Some(plan.namespace.clone()),
-            labels: Some(labels),
-            ..ObjectMeta::default()
-        },
-        spec: SandboxSpec {
-            pod_template: PodTemplate { metadata: PodMetadata { labels: pod_labels }, spec },
-            // The State Anchor: a claim only for a profile that keeps
-            // directories (a claim binds a volume, which takes a provisioner).
-            volume_claim_templates: if plan.persistent_dirs.is_empty() { Vec::new() } else { vec![claim] },
-            operating_mode: Some(OperatingMode::Running),
-        },
-        status: None,
     }
 }
 
@@ -259,9 +264,12 @@ pub fn state_claim_name(domain_hash: &str) -> String {
     format!("state-{}", sandbox_name(domain_hash))
 }
 
+/// Where the persistent directories' parts live in the State Anchor.
+const STATE_DIRS: &str = "dirs";
+
 /// The State Anchor's directory for the `index`th persistent directory.
 fn state_subdir(index: usize) -> String {
-    format!("dirs/{index}")
+    format!("{STATE_DIRS}/{index}")
 }
 
 /// No privilege gain, and the capabilities an agent never needs dropped.
@@ -296,10 +304,14 @@ fn resources(limits: &Limits) -> Option<ResourceRequirements> {
 /// image, once: a directory already seeded (its marker exists) is left as
 /// the agent left it. The paths are arguments, never part of the script.
 fn seed_container(plan: &SandboxPlan) -> Container {
+    // $1 is where the State Anchor's directory parts are (STATE_MOUNT /
+    // STATE_DIRS, as `state_subdir` names them), then the directories.
     const SCRIPT: &str = r#"set -eu
+parts=$1
+shift
 index=0
 for dir in "$@"; do
-  part=/lazaret-state/dirs/$index
+  part=$parts/$index
   if [ ! -e "$part.seeded" ]; then
     rm -rf "$part" && mkdir -p "$part"
     if [ -d "$dir" ]; then cp -a "$dir/." "$part/"; fi
@@ -308,7 +320,8 @@ for dir in "$@"; do
   index=$((index + 1))
 done
 "#;
-    let mut command = vec!["sh".to_owned(), "-c".to_owned(), SCRIPT.to_owned(), "lazaret-seed".to_owned()];
+    let mut command =
+        vec!["sh".to_owned(), "-c".to_owned(), SCRIPT.to_owned(), "lazaret-seed".to_owned(), format!("{STATE_MOUNT}/{STATE_DIRS}")];
     command.extend(plan.persistent_dirs.iter().cloned());
     Container {
         name: "seed".into(),

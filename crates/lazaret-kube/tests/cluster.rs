@@ -42,10 +42,7 @@ fn image() -> String {
 }
 
 fn random_hex(bytes: usize) -> String {
-    let mut buffer = vec![0u8; bytes];
-    let mut file = std::fs::File::open("/dev/urandom").expect("urandom");
-    std::io::Read::read_exact(&mut file, &mut buffer).expect("read urandom");
-    buffer.iter().map(|byte| format!("{byte:02x}")).collect()
+    lazaret_core::ids::random_hex(bytes).expect("random bytes")
 }
 
 /// A namespace of the test's own, deleted (with everything in it) on drop.
