@@ -62,6 +62,19 @@ fn bad_configurations_name_the_value_and_its_location_and_create_nothing() {
             "/workspace",
             78,
         ),
+        ("unknown backend", "[profiles.ab]\nimage = \"i:1\"\nbackend = \"docker\"\n", "`docker` is not a backend", 78),
+        (
+            "cluster namespace",
+            "[profiles.ab]\nimage = \"i:1\"\nbackend = { kubernetes = { namespace = \"Agents_1\" } }\n",
+            "`Agents_1` is not a valid name",
+            78,
+        ),
+        (
+            "allowlist on a cluster without egress",
+            "[profiles.ab]\nimage = \"i:1\"\nallow_egress = [\"github.com\"]\nbackend = { kubernetes = { egress = \"none\" } }\n",
+            "`github.com` is allowed, but the profile's cluster has no egress",
+            77,
+        ),
     ];
     for (what, text, named, status) in cases {
         let env = TestEnv::new();
@@ -79,6 +92,27 @@ fn bad_configurations_name_the_value_and_its_location_and_create_nothing() {
         }
         assert_eq!(list_tree(env.path()), before, "{what}: nothing may be created");
     }
+}
+
+#[test]
+fn a_cluster_profile_is_checked_and_refused_by_run_without_starting_anything() {
+    let env = TestEnv::new();
+    env.write_config(
+        "[profiles.ab]\nimage = \"i:1\"\nallow_egress = [\"github.com\"]\n\
+         backend = { kubernetes = { namespace = \"agents\", runtime_class = \"gvisor\" } }\n",
+    );
+    let workspace = env.workspace("ws");
+    let check = run(env.lazaret().args(["config", "check"]).arg("--workspace").arg(&workspace));
+    assert!(check.status.success(), "a cluster profile is a valid configuration: {}", stderr(&check));
+    let before = list_tree(env.path());
+    let output = run(env.lazaret().args(["run", "--profile", "ab", "--workspace"]).arg(&workspace).args(["--", "true"]));
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(78), "{message}");
+    assert!(
+        message.contains("profiles.ab.backend") && message.contains("namespace `agents`") && message.contains("nothing was started"),
+        "{message}"
+    );
+    assert_eq!(list_tree(env.path()), before, "nothing may be created");
 }
 
 fn list_tree(root: &std::path::Path) -> Vec<String> {

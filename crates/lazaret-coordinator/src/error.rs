@@ -61,6 +61,9 @@ pub enum Error {
     /// Building the client-certificate verifier.
     #[error(transparent)]
     Verifier(#[from] rustls::server::VerifierBuilderError),
+    /// The Kubernetes backend: the cluster refused or failed a request.
+    #[error(transparent)]
+    Kube(#[from] lazaret_kube::Error),
     /// A blocking task that panicked or was cancelled.
     #[error(transparent)]
     Task(#[from] tokio::task::JoinError),

@@ -16,6 +16,7 @@
 //!   single values; `tables` checks `[escalation]`, `[runtime]` and
 //!   `[network]`, `profile` one `[profiles.<name>]`;
 //! - `credentials`: a profile's API keys kept outside the sandbox;
+//! - `backend`: where a profile's sandbox runs (podman, or a cluster);
 //! - `resolve`: one profile for one workspace, into a [`ResolvedProfile`];
 //!   `volume_host` keeps a volume's host side clear of Lazaret's controls.
 
@@ -26,6 +27,7 @@ use crate::egress::EgressRule;
 use crate::error::Diagnostic;
 use crate::location::Location;
 
+mod backend;
 mod check;
 mod credentials;
 mod load;
@@ -35,6 +37,7 @@ mod resolve;
 mod tables;
 mod volume_host;
 
+pub use backend::{is_dns_label, is_dns_subdomain, Backend, KubernetesBackend, KubernetesEgress, DEFAULT_NAMESPACE, DEFAULT_RUNTIME_CLASS};
 pub use check::is_valid_profile_name;
 pub use credentials::{CredentialConfig, CredentialSource, ResolvedCredential, CREDENTIAL_PORT_BASE};
 pub use load::default_config_path;
@@ -55,6 +58,10 @@ pub const RESERVED_CONTAINER_PATHS: [&str; 3] = ["/workspace", "/workspace/.git"
 /// Lazaret's own directory inside the sandbox (certificates, the escalation
 /// socket, `lazaret-escalate`).
 pub const IN_CONTAINER_ROOT: &str = "/run/lazaret";
+/// Inside the sandbox: where the host's seed bundle of the agent branch is
+/// (the sandbox only reads it), and where the agent's bundles go.
+pub const TRANSFER_IN_CONTAINER: &str = "/run/lazaret/transfer";
+pub const OUTBOX_IN_CONTAINER: &str = "/run/lazaret/outbox";
 
 /// Volume mount options Lazaret passes to podman.
 pub const VOLUME_MODE_OPTIONS: [&str; 9] = ["ro", "rw", "z", "Z", "nosuid", "nodev", "noexec", "private", "rprivate"];
@@ -150,6 +157,8 @@ pub struct ProfileConfig {
     pub ask: Option<bool>,
     /// API keys the Network Sidecar adds for one origin each.
     pub credentials: Vec<CredentialConfig>,
+    /// Where the sandbox runs.
+    pub backend: Backend,
     pub location: Option<Location>,
 }
 

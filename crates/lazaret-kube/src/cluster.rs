@@ -16,7 +16,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, AttachParams, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::egress::CiliumNetworkPolicy;
 use crate::objects::{sandbox_name, OperatingMode, Sandbox, AGENT_CONTAINER, DOMAIN_LABEL};
@@ -34,6 +34,19 @@ const FIELD_MANAGER: &str = "lazaret";
 pub struct Cluster {
     client: kube::Client,
     namespace: String,
+}
+
+/// The most [`Cluster::exec`] keeps of a command's stdout.
+pub const MAX_EXEC_OUTPUT: u64 = 64 << 20;
+/// The most an exec keeps of a command's stderr.
+pub const MAX_EXEC_STDERR: u64 = 64 << 10;
+
+/// What a finished streamed exec gave back beside its output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecStatus {
+    pub stderr: Vec<u8>,
+    /// The exit code; `None` when the API server reported none.
+    pub code: Option<i32>,
 }
 
 /// What a finished exec gave back.
@@ -158,9 +171,32 @@ impl Cluster {
         Ok(())
     }
 
-    /// Runs `command` in the agent container of `pod` with `stdin` as its
-    /// standard input (closed after), and collects its output and exit code.
+    /// Runs `command` in the pod's agent container with `stdin` as its
+    /// input: what it printed (stdout up to [`MAX_EXEC_OUTPUT`], stderr up
+    /// to [`MAX_EXEC_STDERR`]) and its exit code.
     pub async fn exec(&self, pod: &str, command: &[&str], stdin: &[u8]) -> Result<ExecOutput> {
+        let mut stdout = Vec::new();
+        let status = self.exec_streaming(pod, command, stdin, &mut stdout, MAX_EXEC_OUTPUT).await?;
+        Ok(ExecOutput { stdout, stderr: status.stderr, code: status.code })
+    }
+
+    /// Runs `command` in the pod's agent container, streaming `input` to
+    /// its stdin (closed at the end) and its stdout into `output`, never
+    /// holding either whole. The pod is untrusted: more than `output_limit`
+    /// bytes on stdout ends the exec with [`Error::Exec`], and stderr is
+    /// kept up to [`MAX_EXEC_STDERR`] bytes (the rest is read and dropped).
+    pub async fn exec_streaming<R, W>(
+        &self,
+        pod: &str,
+        command: &[&str],
+        mut input: R,
+        mut output: W,
+        output_limit: u64,
+    ) -> Result<ExecStatus>
+    where
+        R: AsyncRead + Unpin + Send,
+        W: AsyncWrite + Unpin + Send,
+    {
         let parameters = AttachParams::default().container(AGENT_CONTAINER).stdin(true).stdout(true).stderr(true);
         let exec_error = |message: String| Error::Exec { pod: pod.to_owned(), message };
         let mut process = self
@@ -169,23 +205,34 @@ impl Cluster {
             .await
             .map_err(Error::api(format!("exec in Pod {}/{pod}", self.namespace)))?;
         let status = process.take_status().ok_or_else(|| exec_error("no status channel".into()))?;
-        let mut input = process.stdin().ok_or_else(|| exec_error("no stdin".into()))?;
-        let mut output = process.stdout().ok_or_else(|| exec_error("no stdout".into()))?;
+        let mut stdin = process.stdin().ok_or_else(|| exec_error("no stdin".into()))?;
+        let stdout = process.stdout().ok_or_else(|| exec_error("no stdout".into()))?;
         let mut errors = process.stderr().ok_or_else(|| exec_error("no stderr".into()))?;
-        let payload = stdin.to_vec();
-        let writer = async move {
-            input.write_all(&payload).await?;
-            input.shutdown().await
+        let writer = async {
+            tokio::io::copy(&mut input, &mut stdin).await.map_err(|error| exec_error(format!("writing stdin: {error}")))?;
+            stdin.shutdown().await.map_err(|error| exec_error(format!("closing stdin: {error}")))
         };
-        let mut stdout = Vec::new();
+        let reader = async {
+            let copied = tokio::io::copy(&mut stdout.take(output_limit.saturating_add(1)), &mut output)
+                .await
+                .map_err(|error| exec_error(format!("reading stdout: {error}")))?;
+            if copied > output_limit {
+                return Err(exec_error(format!("`{}` printed more than {output_limit} bytes; it was stopped", command.join(" "))));
+            }
+            output.flush().await.map_err(|error| exec_error(format!("writing its output: {error}")))
+        };
         let mut stderr = Vec::new();
-        let (written, read_out, read_err) = tokio::join!(writer, output.read_to_end(&mut stdout), errors.read_to_end(&mut stderr));
-        written.map_err(|error| exec_error(format!("writing stdin: {error}")))?;
-        read_out.map_err(|error| exec_error(format!("reading stdout: {error}")))?;
-        read_err.map_err(|error| exec_error(format!("reading stderr: {error}")))?;
+        let error_reader = async {
+            let read = async {
+                (&mut errors).take(MAX_EXEC_STDERR).read_to_end(&mut stderr).await?;
+                tokio::io::copy(&mut errors, &mut tokio::io::sink()).await
+            };
+            read.await.map_err(|error| exec_error(format!("reading stderr: {error}")))
+        };
+        tokio::try_join!(writer, reader, error_reader)?;
         let status = status.await;
         process.join().await.map_err(|error| exec_error(error.to_string()))?;
-        Ok(ExecOutput { stdout, stderr, code: status.map(|status| exit_code(&status)) })
+        Ok(ExecStatus { stderr, code: status.map(|status| exit_code(&status)) })
     }
 
     /// Creates or updates the domain's `CiliumNetworkPolicy` (server-side

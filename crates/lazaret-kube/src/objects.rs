@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use lazaret_core::config::{OUTBOX_IN_CONTAINER, TRANSFER_IN_CONTAINER};
 use lazaret_core::limits::Limits;
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +33,10 @@ pub const AGENT_CONTAINER: &str = "agent";
 const STATE_MOUNT: &str = "/lazaret-state";
 /// The memory-backed directory for what a session brings over exec stdin
 /// (its credential, TLS material, the escalation relay's socket).
-pub const RUN_DIR: &str = "/run/lazaret";
+pub const RUN_DIR: &str = lazaret_core::config::IN_CONTAINER_ROOT;
+/// The size limit of the agent's outbox: twice the largest bundle the host
+/// accepts, so that git can write a new bundle beside the old one.
+const OUTBOX_SIZE: &str = "2Gi";
 
 /// `Sandbox.spec.operatingMode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +169,8 @@ pub fn sandbox(plan: &SandboxPlan) -> Sandbox {
     let mut mounts = vec![
         VolumeMount { name: "workspace".into(), mount_path: "/workspace".into(), ..VolumeMount::default() },
         VolumeMount { name: "run".into(), mount_path: RUN_DIR.into(), ..VolumeMount::default() },
+        VolumeMount { name: "transfer".into(), mount_path: TRANSFER_IN_CONTAINER.into(), ..VolumeMount::default() },
+        VolumeMount { name: "outbox".into(), mount_path: OUTBOX_IN_CONTAINER.into(), ..VolumeMount::default() },
     ];
     for (index, dir) in plan.persistent_dirs.iter().enumerate() {
         mounts.push(VolumeMount {
@@ -181,6 +187,16 @@ pub fn sandbox(plan: &SandboxPlan) -> Sandbox {
         Volume {
             name: "run".into(),
             empty_dir: Some(EmptyDirVolumeSource { medium: Some("Memory".into()), size_limit: Some(Quantity("16Mi".into())) }),
+            ..Volume::default()
+        },
+        // The agent branch's bundles (`lazaret_coordinator::git_sentry::pod`):
+        // on the node's disk, as a repository's history may not fit in memory.
+        // The outbox, which the agent fills, is capped; the transfer
+        // directory only holds what the host sent.
+        Volume { name: "transfer".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
+        Volume {
+            name: "outbox".into(),
+            empty_dir: Some(EmptyDirVolumeSource { medium: None, size_limit: Some(Quantity(OUTBOX_SIZE.into())) }),
             ..Volume::default()
         },
     ];

@@ -4,140 +4,21 @@
 //! with the `cluster-tests` feature; each test works in a namespace of its
 //! own and tears it down.
 //!
-//! Environment (set by `tests/run cluster`): `LAZARET_TEST_KUBECONFIG`, the
-//! cluster's admin kubeconfig; `LAZARET_TEST_ETCDCTL` and
+//! Environment (set by `tests/run cluster`): what
+//! `lazaret_test_support::cluster` reads, and `LAZARET_TEST_ETCDCTL` and
 //! `LAZARET_TEST_ETCD_ENDPOINT`, to read every key and value the cluster
-//! stored; `LAZARET_TEST_CLUSTER_IMAGE`, an image loaded into the cluster
-//! (default: Lazaret's default image).
+//! stored.
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    HostPathVolumeSource, Namespace, ObjectReference, PersistentVolume, PersistentVolumeSpec, ServiceAccount,
-};
 use k8s_openapi::api::node::v1::RuntimeClass;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use lazaret_core::egress::EgressRule;
-use lazaret_core::limits::Limits;
-use lazaret_kube::cluster::Cluster;
 use lazaret_kube::egress::{cilium_policy, no_egress_policy, CiliumNetworkPolicy};
-use lazaret_kube::objects::{sandbox, state_claim_name, OperatingMode, SandboxPlan};
+use lazaret_kube::objects::{sandbox, OperatingMode};
 use lazaret_kube::Error;
-
-const READY: Duration = Duration::from_secs(180);
-const GONE: Duration = Duration::from_secs(120);
-
-fn kubeconfig() -> PathBuf {
-    std::env::var_os("LAZARET_TEST_KUBECONFIG")
-        .map(PathBuf::from)
-        .expect("LAZARET_TEST_KUBECONFIG: the cluster suite runs from `tests/run cluster`, which starts the cluster")
-}
-
-fn image() -> String {
-    std::env::var("LAZARET_TEST_CLUSTER_IMAGE").unwrap_or_else(|_| lazaret_test_support::DEFAULT_IMAGE.to_owned())
-}
-
-fn random_hex(bytes: usize) -> String {
-    lazaret_core::ids::random_hex(bytes).expect("random bytes")
-}
-
-/// A namespace of the test's own, deleted (with everything in it) on drop.
-struct Scratch {
-    cluster: Cluster,
-    namespace: String,
-}
-
-impl Scratch {
-    async fn new() -> Scratch {
-        let namespace = format!("lzt-{}", random_hex(4));
-        let admin = Cluster::connect(&kubeconfig(), None, "default").await.expect("connect");
-        let namespaces: Api<Namespace> = Api::all(admin.client().clone());
-        let object = Namespace { metadata: ObjectMeta { name: Some(namespace.clone()), ..ObjectMeta::default() }, ..Namespace::default() };
-        namespaces.create(&PostParams::default(), &object).await.expect("create the namespace");
-        // Pods wait for the namespace's default service account.
-        let accounts: Api<ServiceAccount> = Api::namespaced(admin.client().clone(), &namespace);
-        for _ in 0..300 {
-            if accounts.get_opt("default").await.expect("get the service account").is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let cluster = Cluster::connect(&kubeconfig(), None, &namespace).await.expect("connect");
-        Scratch { cluster, namespace }
-    }
-
-    fn plan(&self, persistent_dirs: &[&str]) -> SandboxPlan {
-        SandboxPlan {
-            domain_hash: random_hex(6),
-            profile: "default".into(),
-            namespace: self.namespace.clone(),
-            image: image(),
-            image_pull_policy: "Never".into(),
-            runtime_class: "gvisor".into(),
-            storage_class: Some("lazaret-test-local".into()),
-            state_size: "1Gi".into(),
-            persistent_dirs: persistent_dirs.iter().map(|dir| dir.to_string()).collect(),
-            limits: Limits { memory: Some(512 << 20), processes: None, cpus: Some(1.0) },
-        }
-    }
-
-    /// A host directory as the volume the plan's claim binds to (the test
-    /// cluster has no provisioner).
-    async fn volume_for(&self, plan: &SandboxPlan, host: &std::path::Path) -> String {
-        let name = format!("lzt-{}", plan.domain_hash);
-        let volume = PersistentVolume {
-            metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
-            spec: Some(PersistentVolumeSpec {
-                capacity: Some([("storage".to_owned(), Quantity("1Gi".into()))].into()),
-                access_modes: Some(vec!["ReadWriteOnce".into()]),
-                persistent_volume_reclaim_policy: Some("Retain".into()),
-                storage_class_name: Some("lazaret-test-local".into()),
-                host_path: Some(HostPathVolumeSource { path: host.display().to_string(), type_: Some("Directory".into()) }),
-                claim_ref: Some(ObjectReference {
-                    namespace: Some(self.namespace.clone()),
-                    name: Some(state_claim_name(&plan.domain_hash)),
-                    ..ObjectReference::default()
-                }),
-                ..PersistentVolumeSpec::default()
-            }),
-            ..PersistentVolume::default()
-        };
-        let volumes: Api<PersistentVolume> = Api::all(self.cluster.client().clone());
-        volumes.create(&PostParams::default(), &volume).await.expect("create the volume");
-        name
-    }
-
-    async fn delete_volume(&self, name: &str) {
-        let volumes: Api<PersistentVolume> = Api::all(self.cluster.client().clone());
-        volumes.delete(name, &DeleteParams::default()).await.expect("delete the volume");
-    }
-
-    /// Creates the plan's sandbox and waits for its pod: its name.
-    async fn running(&self, plan: &SandboxPlan) -> String {
-        self.cluster.check_runtime_class(&plan.runtime_class).await.expect("the runtime class runs gVisor");
-        self.cluster.create_sandbox(&sandbox(plan)).await.expect("create the Sandbox");
-        self.cluster.wait_ready(&plan.domain_hash, READY).await.expect("the pod is ready")
-    }
-
-    async fn shell(&self, pod: &str, script: &str, stdin: &[u8]) -> String {
-        let output = self.cluster.exec(pod, &["sh", "-c", script], stdin).await.expect("exec");
-        assert_eq!(output.code, Some(0), "`{script}`: {}", String::from_utf8_lossy(&output.stderr));
-        String::from_utf8(output.stdout).expect("utf-8")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = Command::new("kubectl")
-            .env("KUBECONFIG", kubeconfig())
-            .args(["delete", "namespace", &self.namespace, "--wait=false", "--ignore-not-found"])
-            .output();
-    }
-}
+use lazaret_test_support::cluster::{random_hex, Scratch, GONE, READY};
 
 /// Every key and value etcd holds, as one text.
 fn etcd_dump() -> Vec<u8> {

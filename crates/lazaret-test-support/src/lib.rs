@@ -12,6 +12,8 @@
 //!   [`read_frame`]), the hostile corpus ([`hostile_corpus`]), polling with
 //!   a bound ([`wait_until`]), and [`missing_requirement`], which fails a
 //!   test under CI and lets `tests/run` count a skip otherwise.
+//! - [`cluster`] (feature `cluster`): a namespace of a test's own on the test
+//!   cluster, and a domain's `Sandbox` there (the cluster suites).
 //!
 //! Helpers panic with the command's output on failure (a test's failure
 //! message is the point); [`Agent::run_ok`] returns a [`Result`] for tests
@@ -23,6 +25,8 @@ use std::process::{Command, Output};
 use std::sync::Once;
 
 mod agent;
+#[cfg(feature = "cluster")]
+pub mod cluster;
 
 pub use agent::{agent, Agent};
 

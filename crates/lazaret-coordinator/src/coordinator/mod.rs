@@ -113,8 +113,26 @@ async fn watch_sidecar(domain: Arc<Domain>, started: crate::network::StartedSide
     }
 }
 
+/// Refuses a profile whose sandbox runs on a cluster: the Kubernetes
+/// backend (`lazaret-kube`, `git_sentry::pod`) is not yet what the
+/// coordinator starts sessions on, and nothing may start in its place.
+pub fn refuse_cluster_backend(resolved: &ResolvedProfile) -> Result<()> {
+    let lazaret_core::config::Backend::Kubernetes(cluster) = &resolved.backend else { return Ok(()) };
+    Err(lazaret_core::Error::invalid(
+        format!("profiles.{}.backend", resolved.profile),
+        format!(
+            "profile `{}` runs its sandbox on Kubernetes (namespace `{}`, RuntimeClass `{}`), and this version cannot start \
+             sessions on a cluster yet (docs/cluster.md, \"Status\"); nothing was started. Use backend = \"podman\" to run it here",
+            resolved.profile, cluster.namespace, cluster.runtime_class
+        ),
+        None,
+    )
+    .into())
+}
+
 /// Runs the coordinator of `resolved` until teardown. Blocking.
 pub fn run(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::EgressReloader) -> Result<u8> {
+    refuse_cluster_backend(&resolved)?;
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the async runtime")?;
     let (status, lock) = runtime.block_on(serve(resolved, mode, reloader))?;

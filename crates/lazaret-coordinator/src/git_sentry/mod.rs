@@ -20,6 +20,7 @@ pub mod diff;
 pub mod exporter;
 pub mod first_checkout;
 pub mod host_git;
+pub mod pod;
 pub mod quarantine;
 pub mod ref_watch;
 pub mod sync;
@@ -37,8 +38,7 @@ pub use host_git::HostRepository;
 
 /// Inside the sandbox: where the seed bundle is (read-only) and where the
 /// agent's bundles go (read-write).
-pub const TRANSFER_IN_CONTAINER: &str = "/run/lazaret/transfer";
-pub const OUTBOX_IN_CONTAINER: &str = "/run/lazaret/outbox";
+pub use lazaret_core::config::{OUTBOX_IN_CONTAINER, TRANSFER_IN_CONTAINER};
 /// Largest bundle the host accepts from the sandbox.
 pub const MAX_BUNDLE_BYTES: u64 = 1 << 30;
 /// In the outbox: the seed's exit status and its output (see
@@ -56,7 +56,7 @@ const SEED_STATUS_TEMPORARY: &str = ".lazaret-seed-status.tmp";
 const SEED_LOG: &str = ".lazaret-seed.log";
 /// In the transfer directory: the commits the seed bundle was made for (see
 /// [`SeedTips`]).
-const SEED_TIPS: &str = "seed.tips";
+pub(crate) const SEED_TIPS: &str = "seed.tips";
 
 /// The host commits a start seeds from: its `HEAD` and, if the host has it,
 /// the agent branch. Written beside the seed bundle as two lines (the second
@@ -205,7 +205,7 @@ impl GitLayout {
     /// previous start is kept while the tips are unchanged (the transfer
     /// directory is the host's; the sandbox sees it read-only): packing a
     /// repository's whole history on every start cost up to a second.
-    fn write_seed_bundle(&self) -> Result<SeedTips> {
+    pub(crate) fn write_seed_bundle(&self) -> Result<SeedTips> {
         let branch_ref = self.branch_ref();
         let mut resolved = self.host.resolve_all(&["HEAD", &branch_ref])?.into_iter();
         let (Some(Some(head)), Some(branch)) = (resolved.next(), resolved.next()) else {
@@ -343,7 +343,7 @@ if [ -n "$moved" ] || [ ! -e .git/index ]; then git reset --quiet --hard; fi
     /// ignored, so the bundle carries the real objects. `git bundle create`
     /// writes `<file>.lock` and renames it, so the outbox never holds half a
     /// bundle. The common case costs one `git` and no other process.
-    fn export_function(&self) -> String {
+    pub(crate) fn export_function(&self) -> String {
         let branch_ref = self.branch_ref();
         let bundle = format!("{OUTBOX_IN_CONTAINER}/agent.bundle");
         format!(
@@ -406,10 +406,7 @@ done
                 metadata.len()
             );
         }
-        let mut signature = [0u8; 16];
-        if file.read_exact_at(&mut signature, 0).is_err()
-            || !(signature.starts_with(b"# v2 git bundle\n") || signature.starts_with(b"# v3 git bundle\n"))
-        {
+        if !starts_as_bundle(&file) {
             bail!("{} is not a git bundle", source.display());
         }
         // Copied as a stream, never whole in memory; still capped, as the agent may be appending.
@@ -423,6 +420,13 @@ done
         }
         Ok(target)
     }
+}
+
+/// Whether `file` starts with a git bundle's signature (v2 or v3).
+fn starts_as_bundle(file: &std::fs::File) -> bool {
+    let mut signature = [0u8; 16];
+    file.read_exact_at(&mut signature, 0).is_ok()
+        && (signature.starts_with(b"# v2 git bundle\n") || signature.starts_with(b"# v3 git bundle\n"))
 }
 
 /// The content of a `HEAD` that names `branch_ref`.

@@ -134,8 +134,15 @@ pub async fn export_once(layout: &GitLayout, exporter: &mut Exporter) -> Result<
 
 fn import_bundle(layout: &GitLayout, previous: Option<String>) -> Result<Export> {
     let bundle = layout.take_exported_bundle()?;
-    let imported = super::quarantine::import(&layout.host, &bundle, &layout.branch_ref(), previous.as_deref());
-    let _ = std::fs::remove_file(&bundle);
+    import_taken_bundle(layout, &bundle, previous)
+}
+
+/// Imports the agent's bundle at `bundle`, a host-private copy (D13), then
+/// removes it: moves the host's agent branch from `previous` if every new
+/// object passes the quarantine.
+pub(crate) fn import_taken_bundle(layout: &GitLayout, bundle: &std::path::Path, previous: Option<String>) -> Result<Export> {
+    let imported = super::quarantine::import(&layout.host, bundle, &layout.branch_ref(), previous.as_deref());
+    let _ = std::fs::remove_file(bundle);
     match imported? {
         super::quarantine::Imported::Unchanged => Ok(Export::Unchanged),
         super::quarantine::Imported::Moved { commit } => {

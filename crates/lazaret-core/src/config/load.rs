@@ -152,6 +152,7 @@ fn built_in_default_profile() -> ProfileConfig {
         limits: crate::limits::Limits::default(),
         ask: None,
         credentials: Vec::new(),
+        backend: super::Backend::Podman,
         location: None,
     }
 }

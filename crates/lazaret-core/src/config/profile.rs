@@ -37,6 +37,7 @@ impl Checker<'_> {
         let command = raw.command.as_ref().map(|command| self.command(&prefix, command)).unwrap_or_default();
         let auto_approve_rules = self.auto_approve_rules(&format!("{prefix}.auto_approve"), &raw.auto_approve);
         let limits = raw.limits.as_ref().map(|limits| self.limits(&format!("{prefix}.limits"), limits)).unwrap_or_default();
+        let backend = self.backend(&prefix, raw);
         if self.problem_count() > problems_before {
             return None;
         }
@@ -53,6 +54,7 @@ impl Checker<'_> {
             limits,
             ask: raw.ask,
             credentials,
+            backend: backend.unwrap_or_default(),
             location: name_location,
         })
     }

@@ -87,6 +87,8 @@ pub(super) struct RawProfile {
     pub(super) ask: Option<bool>,
     #[serde(default)]
     pub(super) credentials: Vec<Spanned<RawCredential>>,
+    /// Default: `"podman"`.
+    pub(super) backend: Option<Spanned<super::backend::RawBackend>>,
 }
 
 /// One `credentials` entry of a profile.

@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 
 use super::check::{diagnostic, is_valid_profile_name};
 use super::volume_host::ControlPaths;
-use super::{Config, ConfigSource, EscalationTimeouts, Located, ProfileConfig, VolumeConfig, RESERVED_CONTAINER_PATHS};
+use super::{
+    Backend, Config, ConfigSource, EscalationTimeouts, KubernetesEgress, Located, ProfileConfig, VolumeConfig, RESERVED_CONTAINER_PATHS,
+};
 use crate::domain::{DomainAnchor, DomainResources};
 use crate::egress::EgressRule;
 use crate::error::{Diagnostic, Error, Result, Severity};
@@ -69,6 +71,8 @@ pub struct ResolvedProfile {
     pub credentials: Vec<super::ResolvedCredential>,
     /// `[network] ca_bundle`, if configured.
     pub ca_bundle: Option<PathBuf>,
+    /// Where the sandbox runs.
+    pub backend: super::Backend,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -137,6 +141,8 @@ impl Config {
                 allow_egress.push(rule.clone());
             }
         }
+        let ask = profile.ask.unwrap_or(self.ask);
+        cluster_allows(profile, &allow_egress, ask)?;
         let credentials = super::credentials::resolve(&profile.name, &profile.credentials, &allow_egress, |field, path| {
             expand_checked(field, path, &values, Some(&home))
         })
@@ -158,7 +164,7 @@ impl Config {
             podman_network: self.podman_network.clone(),
             dns_upstream: self.dns_upstream.clone(),
             private_answers: self.private_answers,
-            ask: profile.ask.unwrap_or(self.ask),
+            ask,
             ask_hold_seconds: self.ask_hold_seconds,
             env,
             volumes,
@@ -173,6 +179,7 @@ impl Config {
             limits: profile.limits.or(self.limits),
             credentials,
             ca_bundle: self.ca_bundle.clone(),
+            backend: profile.backend.clone(),
         })
     }
 
@@ -183,6 +190,34 @@ impl Config {
         };
         ControlPaths { socket_root: &self.socket_root, git_dir, domain_dir: &domain.domain_dir, data_root: &self.data_root, config_dir }
     }
+}
+
+/// What a cluster profile cannot have once the global settings are merged
+/// in (the profile's own keys are checked at load, `backend`): an allowlist
+/// where the cluster has no egress, and questions about blocked names.
+fn cluster_allows(profile: &ProfileConfig, allow_egress: &[EgressRule], ask: bool) -> Result<()> {
+    let Backend::Kubernetes(kubernetes) = &profile.backend else { return Ok(()) };
+    let field = format!("profiles.{}.backend", profile.name);
+    if let (KubernetesEgress::None, Some(first)) = (kubernetes.egress, allow_egress.first()) {
+        return Err(Error::security(
+            &field,
+            format!(
+                "[network] allow_egress allows `{first}`, but the profile's cluster has no egress (egress = \"none\"); \
+                 Lazaret never opens what it cannot enforce: remove the allowlist or use an FQDN-capable enforcer (\"cilium\")"
+            ),
+            profile.location.clone(),
+        ));
+    }
+    if ask {
+        return Err(Error::invalid(
+            &field,
+            "[network] ask is on, but questions about blocked names come from the Network Sidecar, which a cluster profile does not have yet; \
+             set `ask = false` in the profile"
+                .to_owned(),
+            profile.location.clone(),
+        ));
+    }
+    Ok(())
 }
 
 /// The resolution of one profile's paths and environment, collecting every

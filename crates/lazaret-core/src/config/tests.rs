@@ -380,12 +380,16 @@ fn the_readmes_configuration_example_parses_and_every_documented_default_holds()
             "runsc" => assert_eq!(config.runsc, None, "the newest runsc found is chosen at start"),
             "cpus" => assert_eq!(config.limits.cpus, None, "no limit"),
             "ca_bundle" => assert_eq!(config.ca_bundle, None, "the system's bundle is found at start"),
+            "backend" => assert_eq!(config.profile("claude").expect("claude").backend, Backend::Podman),
             other => panic!("the README documents a default for `{other}` that this test does not check"),
         }
     }
     // docs/agents.md's example of a profile's key.
     let agents = format!("[profiles.claude]\nimage = \"localhost/claude-agent:1\"\n{}", toml_example("docs/agents.md"));
     parse_with(&agents).unwrap_or_else(|error| panic!("docs/agents.md's example: {error}"));
+    // docs/cluster.md's example of a cluster profile.
+    let cluster = parse_with(&toml_example("docs/cluster.md")).unwrap_or_else(|error| panic!("docs/cluster.md's example: {error}"));
+    assert!(matches!(cluster.profile("team").expect("team").backend, Backend::Kubernetes(_)));
 }
 
 /// Issue 29: `[network] ask` and a profile's `ask` (the profile's wins),
@@ -489,4 +493,89 @@ fn bad_credentials_are_named_without_echoing_a_key() {
         assert!(error.contains(names), "{to}: {error}");
         assert!(!error.contains("sk-ant-api03-secret"), "{error}");
     }
+}
+
+#[test]
+fn the_backend_is_podman_unless_a_profile_names_a_cluster() {
+    let resolved = resolve("[profiles.ab]\nimage = \"i:1\"\n", "ab").expect("resolves");
+    assert_eq!(resolved.backend, Backend::Podman);
+    let resolved = resolve("[profiles.ab]\nimage = \"i:1\"\nbackend = \"podman\"\n", "ab").expect("resolves");
+    assert_eq!(resolved.backend, Backend::Podman);
+    // Every key of the table, then the defaults.
+    let text = "[profiles.ab]\nimage = \"i:1\"\nallow_egress = [\"github.com\"]\n\
+                backend = { kubernetes = { kubeconfig = \"/k/config\", context = \"team\", namespace = \"agents\", runtime_class = \"gvisor-x\", \
+                storage_class = \"fast.ssd\", image = \"registry.example/agent:2\", egress = \"cilium\" } }\n";
+    let Backend::Kubernetes(cluster) = resolve(text, "ab").expect("resolves").backend else { panic!("kubernetes") };
+    assert_eq!(
+        cluster,
+        KubernetesBackend {
+            kubeconfig: Some("/k/config".into()),
+            context: Some("team".into()),
+            namespace: "agents".into(),
+            runtime_class: "gvisor-x".into(),
+            storage_class: Some("fast.ssd".into()),
+            image: Some("registry.example/agent:2".into()),
+            egress: KubernetesEgress::Cilium,
+        }
+    );
+    let Backend::Kubernetes(cluster) =
+        resolve("[profiles.ab]\nimage = \"i:1\"\nbackend = { kubernetes = {} }\n", "ab").expect("resolves").backend
+    else {
+        panic!("kubernetes")
+    };
+    assert_eq!((cluster.namespace.as_str(), cluster.runtime_class.as_str()), (DEFAULT_NAMESPACE, DEFAULT_RUNTIME_CLASS));
+    assert_eq!((cluster.egress, cluster.kubeconfig, cluster.context, cluster.image), (KubernetesEgress::Cilium, None, None, None));
+}
+
+#[test]
+fn a_bad_backend_is_named_with_its_location_and_egress_is_never_silently_open() {
+    let profile = "[profiles.ab]\nimage = \"i:1\"\n";
+    for (rest, field, needle, location) in [
+        ("backend = \"docker\"\n", "profiles.ab.backend", "`docker` is not a backend", ":3:11"),
+        ("backend = {}\n", "profiles.ab.backend", "names no backend", ":3:11"),
+        ("backend = { nomad = {} }\n", "config.toml", "unknown field `nomad`, expected `kubernetes`", ":3:13"),
+        ("backend = { kubernetes = { namespce = \"x\" } }\n", "config.toml", "unknown field `namespce`", ":3:28"),
+        (
+            "backend = { kubernetes = { namespace = \"Agents\" } }\n",
+            "profiles.ab.backend.kubernetes.namespace",
+            "`Agents` is not a valid name",
+            ":3:40",
+        ),
+        ("backend = { kubernetes = { runtime_class = \"-x\" } }\n", "profiles.ab.backend.kubernetes.runtime_class", "`-x`", ":3:44"),
+        ("backend = { kubernetes = { storage_class = \"a..b\" } }\n", "profiles.ab.backend.kubernetes.storage_class", "`a..b`", ":3:44"),
+        ("backend = { kubernetes = { context = \"\" } }\n", "profiles.ab.backend.kubernetes.context", "context `` is empty", ":3:38"),
+        (
+            "backend = { kubernetes = { egress = \"calico\" } }\n",
+            "profiles.ab.backend.kubernetes.egress",
+            "`calico` is not an egress enforcer",
+            ":3:37",
+        ),
+        (
+            "allow_egress = [\"github.com\"]\nbackend = { kubernetes = { egress = \"none\" } }\n",
+            "profiles.ab.allow_egress",
+            "`github.com` is allowed, but the profile's cluster has no egress",
+            ":3:17",
+        ),
+        (
+            "volumes = [{ host = \"/x\", container = \"/y\" }]\nbackend = { kubernetes = {} }\n",
+            "profiles.ab.volumes",
+            "host volumes are not available on a cluster",
+            ":3:12",
+        ),
+        ("ask = true\nbackend = { kubernetes = {} }\n", "profiles.ab.ask", "Network Sidecar", ":4:11"),
+    ] {
+        let error = parse(&format!("{profile}{rest}")).expect_err(rest);
+        let text = message(&error);
+        assert!(text.contains(field) && text.contains(needle) && text.contains(location), "{rest}: {text}");
+    }
+    // The global allowlist and `[network] ask` count too, once merged.
+    let global =
+        "[network]\nallow_egress = [\"10.0.0.0/8\"]\n[profiles.ab]\nimage = \"i:1\"\nbackend = { kubernetes = { egress = \"none\" } }\n";
+    let error = resolve(global, "ab").expect_err("global allowlist");
+    assert!(message(&error).contains("`10.0.0.0/8`") && message(&error).contains("egress = \"none\""), "{}", message(&error));
+    assert_eq!(error.exit_status(), Error::security("x", "y", None).exit_status());
+    let asking = "[network]\nask = true\n[profiles.ab]\nimage = \"i:1\"\nbackend = { kubernetes = {} }\n";
+    assert!(message(&resolve(asking, "ab").expect_err("ask")).contains("set `ask = false`"));
+    let answered = "[network]\nask = true\n[profiles.ab]\nimage = \"i:1\"\nask = false\nbackend = { kubernetes = { egress = \"none\" } }\n";
+    assert!(matches!(resolve(answered, "ab").expect("resolves").backend, Backend::Kubernetes(_)));
 }

@@ -22,6 +22,7 @@ use lazaret_coordinator::exec_target::ExecTarget;
 pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: bool, command: Vec<String>) -> Result<u8> {
     let config = load_config(config_path)?;
     let resolved = resolve_target(&config, target)?;
+    lazaret_coordinator::coordinator::refuse_cluster_backend(&resolved)?;
     // A configured limit that nothing here can enforce is said, every run.
     let limits = lazaret_coordinator::limits::plan(&resolved.limits, &lazaret_coordinator::limits::Host::probe());
     for warning in limits.warnings() {
