@@ -1,18 +1,31 @@
-//! The agent branch when the sandbox is a pod on the real test cluster
-//! (issue 32; `git_sentry::pod`): real git on a real host repository, the
-//! bundles over real `pods/exec` into a pod under gVisor, and the host's
-//! quarantine (D13) refusing crafted commits as it does locally. Started by
+//! The coordinator's side of a domain whose sandbox is a pod on the real
+//! test cluster (issue 32): the agent branch (`git_sentry::pod`: real git
+//! on a real host repository, the bundles over real `pods/exec` into a pod
+//! under gVisor, and the host's quarantine, D13, refusing crafted commits
+//! as it does locally), and Host Escalation through the in-pod relay
+//! (`escalation::relay`: the real static `lazaret-escalate` in the pod,
+//! mTLS and signed requests end to end to the real Escalation Socket
+//! server, forged requests refused). Started by
 //! `tests/run cluster` (feature `cluster-tests`; environment as in
 //! `lazaret_test_support::cluster`).
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use lazaret_coordinator::escalation::server::{self, EscalationServer};
+use lazaret_coordinator::escalation::trust_anchor::{self, TrustAnchor};
+use lazaret_coordinator::escalation::verify::delegate;
+use lazaret_coordinator::escalation::{relay, Answer, Broker, EscalationSettings};
 use lazaret_coordinator::git_sentry::pod;
 use lazaret_coordinator::git_sentry::sync::Export;
 use lazaret_coordinator::git_sentry::{agent_branch, GitLayout, HostRepository};
+use lazaret_kube::cluster::ExecOutput;
+use lazaret_protocol::{AuditRecord, DecisionSource, Outcome};
 use lazaret_test_support::cluster::{Scratch, GONE};
 use lazaret_test_support::git;
+use tokio_rustls::TlsAcceptor;
 
 const BRANCH: &str = "refs/heads/lazaret/agent-default";
 
@@ -145,6 +158,213 @@ async fn an_agent_commit_reaches_the_host_through_the_quarantine_and_crafted_com
     let reseeded = scratch.shell(&pod_name, "cd /workspace && git rev-parse HEAD && cat src/agent.rs", b"").await;
     assert_eq!(reseeded, format!("{commit}\nfn agent() {{}}\n"));
 
+    scratch.cluster.delete_domain(&plan.domain_hash, GONE).await.expect("teardown");
+    assert_eq!(scratch.cluster.domain_objects(&plan.domain_hash).await.expect("list"), Vec::<String>::new());
+}
+
+/// The coordinator's side of escalation for one domain, as the server
+/// sees it: one live session, the queue, and what was emitted and audited.
+struct EscalationDomain {
+    session_id: String,
+    session_key: ed25519_dalek::VerifyingKey,
+    broker: Broker,
+    records: Mutex<Vec<AuditRecord>>,
+}
+
+impl lazaret_coordinator::escalation::EscalationDomain for EscalationDomain {
+    fn session_public_key(&self, session_id: &str) -> Option<ed25519_dalek::VerifyingKey> {
+        (session_id == self.session_id).then_some(self.session_key)
+    }
+
+    fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    fn emit(&self, _event: lazaret_protocol::Event) {}
+
+    fn audit(&self, record: AuditRecord) -> impl std::future::Future<Output = ()> + Send {
+        self.records.lock().expect("records").push(record);
+        std::future::ready(())
+    }
+
+    fn revoked_auto_approve_rules(&self) -> Vec<usize> {
+        Vec::new()
+    }
+}
+
+fn random_bytes() -> [u8; 32] {
+    let hex = lazaret_test_support::cluster::random_hex(32);
+    let mut bytes = [0u8; 32];
+    for (index, byte) in bytes.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[index * 2..index * 2 + 2], 16).expect("hex");
+    }
+    bytes
+}
+
+/// A session credential as `lazaret run` hands it to the command inside:
+/// base64 of its JSON, delegated by `session_key`.
+fn credential(session_key: &ed25519_dalek::SigningKey, session_id: &str) -> String {
+    use base64::Engine;
+    let issued = delegate::issue(session_key, session_id, random_bytes(), lazaret_core::time::now_ms() + 3_600_000);
+    base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&issued).expect("json"))
+}
+
+/// The client's TLS bundle: a certificate for `identity` signed by
+/// `signer`, trusting the coordinator's CA `trusted`.
+fn bundle(signer: &TrustAnchor, trusted: &TrustAnchor, identity: &str, dir: &Path) -> Vec<u8> {
+    let credentials = signer.client_credentials(identity).expect("client credentials");
+    trust_anchor::write_credentials(dir, trusted.ca_pem(), &credentials).expect("write");
+    std::fs::read(dir.join(trust_anchor::bundle_location().1)).expect("bundle")
+}
+
+/// `lazaret-escalate -- ARGV` in the pod, the session id and credential
+/// given over stdin (never on a command line the API server sees).
+async fn escalate(scratch: &Scratch, pod: &str, session_id: &str, credential: &str, argv: &[&str]) -> ExecOutput {
+    let script = "IFS= read -r id; IFS= read -r credential; \
+                  LAZARET_SESSION_ID=$id LAZARET_SESSION_CREDENTIAL=$credential exec /run/lazaret/bin/lazaret-escalate -- \"$@\"";
+    let mut command = vec!["sh", "-c", script, "escalate"];
+    command.extend_from_slice(argv);
+    scratch.cluster.exec(pod, &command, format!("{session_id}\n{credential}\n").as_bytes()).await.expect("exec")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_escalation_from_the_pod_crosses_the_relay_end_to_end_and_forged_ones_are_refused() {
+    let scratch = Scratch::new().await;
+    let plan = scratch.plan(&[]);
+    let pod_name = scratch.running(&plan).await;
+    let root = tempfile::tempdir().expect("tempdir");
+    let marker = |name: &str| root.path().join(name).display().to_string();
+    let (approved, human, forged_key, forged_certificate) =
+        (marker("approved"), marker("human"), marker("forged-key"), marker("forged-cert"));
+
+    // The coordinator's Escalation Socket, as for a local sandbox.
+    let anchor = TrustAnchor::generate().expect("trust anchor");
+    let identity = trust_anchor::sandbox_identity("default", &plan.domain_hash, "relay");
+    let good_bundle = bundle(&anchor, &anchor, &identity, &root.path().join("tls"));
+    let rules = ["echo relayed", &format!("touch {approved}"), &format!("touch {forged_key}"), &format!("touch {forged_certificate}")]
+        .iter()
+        .map(|entry| lazaret_core::policy::parse_auto_approve_entry(entry).expect("rule"))
+        .collect();
+    let settings = EscalationSettings {
+        domain_hash: plan.domain_hash.clone(),
+        profile: "default".into(),
+        workspace: root.path().to_path_buf(),
+        auto_approve_rules: rules,
+        approval_timeout: Duration::from_secs(120),
+        command_timeout: Duration::from_secs(30),
+    };
+    let server = Arc::new(EscalationServer::new(TlsAcceptor::from(anchor.server_config().expect("tls")), identity.clone(), settings));
+    let socket = root.path().join("escalate.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
+    let session_key = ed25519_dalek::SigningKey::from_bytes(&random_bytes());
+    let session_id = "relay-session".to_owned();
+    let domain = Arc::new(EscalationDomain {
+        session_id: session_id.clone(),
+        session_key: session_key.verifying_key(),
+        broker: Broker::default(),
+        records: Mutex::default(),
+    });
+    tokio::spawn(server::serve(listener, server, domain.clone()));
+
+    // The client and its TLS material go in over exec stdin, into the pod's memory-backed /run/lazaret.
+    let client = lazaret_coordinator::helper_binaries::find("lazaret-escalate").expect("the static lazaret-escalate (scripts/build)");
+    let binary = std::fs::read(&client).expect("read lazaret-escalate");
+    scratch
+        .shell(
+            &pod_name,
+            "mkdir -p /run/lazaret/bin && cat > /run/lazaret/bin/lazaret-escalate && chmod 755 /run/lazaret/bin/lazaret-escalate",
+            &binary,
+        )
+        .await;
+    let install_bundle = "mkdir -p /run/lazaret/tls && umask 077 && cat > /run/lazaret/tls/bundle.pem";
+    scratch.shell(&pod_name, install_bundle, &good_bundle).await;
+
+    // The relay: one long-lived exec, its streams to the Escalation Socket.
+    let attached = scratch.cluster.exec_attached(&pod_name, &["/run/lazaret/bin/lazaret-escalate", "--relay"]).await.expect("relay");
+    let (to_relay, from_relay, guard) = attached.into_parts();
+    let relay_task = tokio::spawn(relay::serve(from_relay, to_relay, socket.clone()));
+    let mut serving = false;
+    for _ in 0..100 {
+        if scratch.cluster.exec(&pod_name, &["test", "-S", "/run/lazaret/escalate.sock"], b"").await.expect("exec").code == Some(0) {
+            serving = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(serving, "the relay serves the Escalation Socket in the pod");
+
+    // Auto-approved: runs on the host, its output comes back through the relay.
+    let good = credential(&session_key, &session_id);
+    let output = escalate(&scratch, &pod_name, &session_id, &good, &["echo", "relayed"]).await;
+    assert_eq!((output.code, output.stdout.as_slice()), (Some(0), &b"relayed\n"[..]), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = escalate(&scratch, &pod_name, &session_id, &good, &["touch", &approved]).await;
+    assert_eq!(output.code, Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(Path::new(&approved).exists(), "the approved command ran on the host");
+
+    // A human's answer: the request waits in the queue, the approval runs it.
+    let waiting = {
+        let (scratch, pod_name, session_id, good, human) = (&scratch, &pod_name, &session_id, &good, &human);
+        async move { escalate(scratch, pod_name, session_id, good, &["touch", human]).await }
+    };
+    let answering = async {
+        for _ in 0..300 {
+            if let Some(pending) = domain.broker.pending().into_iter().next() {
+                assert_eq!(pending.argv, vec!["touch".to_owned(), human.clone()]);
+                assert!(domain
+                    .broker
+                    .answer(&pending.request_id, Answer::Approve { decided_by: DecisionSource::Rpc { client: Some("test".into()) } }));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the relayed request never reached the queue");
+    };
+    let (output, ()) = tokio::join!(waiting, answering);
+    assert_eq!(output.code, Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(Path::new(&human).exists(), "the human-approved command ran on the host");
+
+    // Forged: a credential the session never delegated.
+    let stranger = ed25519_dalek::SigningKey::from_bytes(&random_bytes());
+    let output = escalate(&scratch, &pod_name, &session_id, &credential(&stranger, &session_id), &["touch", &forged_key]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.code, Some(99), "refused: {stderr}");
+    assert!(stderr.contains("the delegation is not signed by the session's key"), "refused by the coordinator's check: {stderr}");
+    assert!(!Path::new(&forged_key).exists(), "a forged delegation runs nothing on the host");
+    // Forged: a client certificate from another CA with the same identity
+    // (the client trusts the real coordinator: the coordinator refuses it).
+    let other = TrustAnchor::generate().expect("another trust anchor");
+    scratch.shell(&pod_name, install_bundle, &bundle(&other, &anchor, &identity, &root.path().join("other-tls"))).await;
+    let output = escalate(&scratch, &pod_name, &session_id, &good, &["touch", &forged_certificate]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.code, Some(99), "refused: {stderr}");
+    assert!(!stderr.contains("cannot connect"), "the relay was up; the handshake refused it: {stderr}");
+    assert!(!Path::new(&forged_certificate).exists(), "a certificate of another CA runs nothing on the host");
+    // The refusals were the coordinator's: the relay still carries a good request.
+    scratch.shell(&pod_name, install_bundle, &good_bundle).await;
+    let output = escalate(&scratch, &pod_name, &session_id, &good, &["echo", "relayed"]).await;
+    assert_eq!((output.code, output.stdout.as_slice()), (Some(0), &b"relayed\n"[..]), "{}", String::from_utf8_lossy(&output.stderr));
+    let records = domain.records.lock().expect("records").clone();
+    let rejected = records.iter().filter(|record| record.outcome == Outcome::Rejected).count();
+    assert!(rejected >= 1, "the forged delegation is audited as rejected: {records:?}");
+    assert!(records.iter().all(|record| record.executed_argv.as_ref().is_none_or(|argv| !argv.contains(&forged_key))));
+
+    // The exec ends: the relay's stream ends, and the host side with it.
+    drop(guard);
+    tokio::time::timeout(Duration::from_secs(30), relay_task).await.expect("the relay ends").expect("task").expect("a clean end");
+    // In the pod, the relay loses its stdin, removes the socket and exits.
+    let mut gone = false;
+    for _ in 0..300 {
+        let check = scratch
+            .cluster
+            .exec(&pod_name, &["sh", "-c", "test ! -e /run/lazaret/escalate.sock && ! grep -qs -e '-[-]relay' /proc/[0-9]*/cmdline"], b"")
+            .await;
+        if check.expect("exec").code == Some(0) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "the relay in the pod is gone with its exec");
     scratch.cluster.delete_domain(&plan.domain_hash, GONE).await.expect("teardown");
     assert_eq!(scratch.cluster.domain_objects(&plan.domain_hash).await.expect("list"), Vec::<String>::new());
 }

@@ -59,7 +59,8 @@ pub const RESERVED_CONTAINER_PATHS: [&str; 3] = ["/workspace", "/workspace/.git"
 /// socket, `lazaret-escalate`).
 pub const IN_CONTAINER_ROOT: &str = "/run/lazaret";
 /// Inside the sandbox: where the host's seed bundle of the agent branch is
-/// (the sandbox only reads it), and where the agent's bundles go.
+/// (read-only in a local sandbox; in a pod, writable like all of it), and
+/// where the agent's bundles go.
 pub const TRANSFER_IN_CONTAINER: &str = "/run/lazaret/transfer";
 pub const OUTBOX_IN_CONTAINER: &str = "/run/lazaret/outbox";
 

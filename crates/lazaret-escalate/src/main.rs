@@ -5,7 +5,8 @@
 //! delegated key (DECISIONS D9), talks mTLS to the coordinator over the
 //! Escalation Socket, streams the host command's output back, and exits with
 //! its status; a denial, timeout or refusal gives a distinct status and a
-//! one-line reason on stderr.
+//! one-line reason on stderr. With `--relay` ([`relay`]) it is instead the
+//! Escalation Socket inside a pod on a cluster, relaying to the coordinator.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -24,6 +25,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 mod arena;
+mod relay;
 
 #[global_allocator]
 static ALLOCATOR: arena::Arena = arena::Arena::new();
@@ -33,12 +35,16 @@ lazaret-escalate: ask the host to run a command (Lazaret Host Escalation)
 
 Usage: lazaret-escalate [--justification TEXT] -- PROGRAM ARGS...
        lazaret-escalate --version
+       lazaret-escalate --relay
 
 The exact argv is signed and sent; the host runs it (in your project
 directory on the host, never through a shell) if its policy allows it or a
 human approves, denies or edits it. Output and exit status come back.
-Exit status: the host command's, or 97 denied, 98 timed out, 99 refused.";
+Exit status: the host command's, or 97 denied, 98 timed out, 99 refused.
 
+--relay serves the Escalation Socket inside a pod on a cluster and carries
+its connections over stdin and stdout to the coordinator, which starts it;
+it holds no secret (TLS and the signed request run end to end).";
 struct Arguments {
     justification: Option<String>,
     argv: Vec<String>,
@@ -46,6 +52,7 @@ struct Arguments {
 
 enum Parsed {
     Run(Arguments),
+    Relay,
     Exit(u8),
 }
 
@@ -63,6 +70,7 @@ fn parse_arguments() -> Parsed {
                 return Parsed::Exit(0);
             }
             "--justification" | "-j" => justification = arguments.next(),
+            "--relay" => return Parsed::Relay,
             "--" => {
                 let argv: Vec<String> = arguments.collect();
                 if argv.is_empty() {
@@ -83,6 +91,15 @@ fn parse_arguments() -> Parsed {
 fn main() -> ExitCode {
     let arguments = match parse_arguments() {
         Parsed::Run(arguments) => arguments,
+        Parsed::Relay => {
+            return match relay::run() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(reason) => {
+                    eprintln!("lazaret-escalate: {reason}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Parsed::Exit(status) => return ExitCode::from(status),
     };
     match escalate(&arguments) {

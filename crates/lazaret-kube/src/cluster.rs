@@ -49,6 +49,101 @@ pub struct ExecStatus {
     pub code: Option<i32>,
 }
 
+/// A running exec with its stdin and stdout open ([`Cluster::exec_attached`]).
+pub struct AttachedExec {
+    stdin: tokio::io::WriteHalf<tokio::io::SimplexStream>,
+    stdout: AttachedOutput,
+    process: kube::api::AttachedProcess,
+}
+
+/// Keeps an attached exec's connection; dropping it ends the exec (its
+/// process in the pod loses stdin and stdout).
+pub struct ExecGuard(kube::api::AttachedProcess);
+
+impl Drop for ExecGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl AttachedExec {
+    /// The exec's stdin, its stdout, and what keeps it running.
+    pub fn into_parts(self) -> (tokio::io::WriteHalf<tokio::io::SimplexStream>, AttachedOutput, ExecGuard) {
+        (self.stdin, self.stdout, ExecGuard(self.process))
+    }
+}
+
+/// The exec's status, watched once for all its streams. The `kube`
+/// client's stdout and stderr do not end by themselves when its connection
+/// fails or is aborted: only the status says so (it resolves, with `None`,
+/// when the client's task is gone).
+#[derive(Clone)]
+struct ExitWatch(tokio::sync::watch::Receiver<Option<Option<i32>>>);
+
+impl ExitWatch {
+    fn new(
+        status: impl std::future::Future<Output = Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>> + Send + 'static,
+    ) -> ExitWatch {
+        let (sender, receiver) = tokio::sync::watch::channel(None);
+        tokio::spawn(async move {
+            let status = status.await;
+            let _ = sender.send(Some(status.map(|status| exit_code(&status))));
+        });
+        ExitWatch(receiver)
+    }
+
+    /// Resolves once the exec has ended.
+    async fn ended(&self) {
+        let mut receiver = self.0.clone();
+        let _ = receiver.wait_for(Option::is_some).await;
+    }
+
+    /// The exit code, once the exec has ended (`None`: none was reported).
+    async fn code(&self) -> Option<i32> {
+        let mut receiver = self.0.clone();
+        receiver.wait_for(Option::is_some).await.ok().and_then(|status| *status).flatten()
+    }
+
+    /// `stream`, ending when the exec does.
+    fn output(&self, stream: tokio::io::ReadHalf<tokio::io::SimplexStream>) -> AttachedOutput {
+        let watch = self.clone();
+        AttachedOutput { inner: stream, ended: Box::pin(async move { watch.ended().await }), done: false }
+    }
+}
+
+/// An exec's stdout or stderr, which ends when the exec does ([`ExitWatch`]).
+pub struct AttachedOutput {
+    inner: tokio::io::ReadHalf<tokio::io::SimplexStream>,
+    ended: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    done: bool,
+}
+
+impl AsyncRead for AttachedOutput {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buffer: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let before = buffer.filled().len();
+        match std::pin::Pin::new(&mut this.inner).poll_read(context, buffer) {
+            std::task::Poll::Ready(result) => return std::task::Poll::Ready(result),
+            std::task::Poll::Pending if buffer.filled().len() > before => return std::task::Poll::Ready(Ok(())),
+            std::task::Poll::Pending => {}
+        }
+        if this.done || this.ended.as_mut().poll(context).is_pending() {
+            return if this.done { std::task::Poll::Ready(Ok(())) } else { std::task::Poll::Pending };
+        }
+        this.done = true;
+        // The client writes all of a stream before it reports the status:
+        // what came in between the two polls is read now, then it is the end.
+        match std::pin::Pin::new(&mut this.inner).poll_read(context, buffer) {
+            std::task::Poll::Ready(result) => std::task::Poll::Ready(result),
+            std::task::Poll::Pending => std::task::Poll::Ready(Ok(())),
+        }
+    }
+}
+
 /// What a finished exec gave back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecOutput {
@@ -173,7 +268,7 @@ impl Cluster {
 
     /// Runs `command` in the pod's agent container with `stdin` as its
     /// input: what it printed (stdout up to [`MAX_EXEC_OUTPUT`], stderr up
-    /// to [`MAX_EXEC_STDERR`]) and its exit code.
+    /// to [`MAX_EXEC_STDERR`]) and its exit code (see [`Cluster::exec_streaming`]).
     pub async fn exec(&self, pod: &str, command: &[&str], stdin: &[u8]) -> Result<ExecOutput> {
         let mut stdout = Vec::new();
         let status = self.exec_streaming(pod, command, stdin, &mut stdout, MAX_EXEC_OUTPUT).await?;
@@ -185,6 +280,10 @@ impl Cluster {
     /// holding either whole. The pod is untrusted: more than `output_limit`
     /// bytes on stdout ends the exec with [`Error::Exec`], and stderr is
     /// kept up to [`MAX_EXEC_STDERR`] bytes (the rest is read and dropped).
+    /// Input the command does not read is dropped once it has ended; but
+    /// while the connection's buffers are full, the `kube` client reads
+    /// nothing (its status included), so a command that stops reading a
+    /// large input can hold the call: bound it (`tokio::time::timeout`).
     pub async fn exec_streaming<R, W>(
         &self,
         pod: &str,
@@ -204,13 +303,20 @@ impl Cluster {
             .exec(pod, command.iter().map(|word| word.to_string()).collect::<Vec<_>>(), &parameters)
             .await
             .map_err(Error::api(format!("exec in Pod {}/{pod}", self.namespace)))?;
-        let status = process.take_status().ok_or_else(|| exec_error("no status channel".into()))?;
+        let status = ExitWatch::new(process.take_status().ok_or_else(|| exec_error("no status channel".into()))?);
         let mut stdin = process.stdin().ok_or_else(|| exec_error("no stdin".into()))?;
-        let stdout = process.stdout().ok_or_else(|| exec_error("no stdout".into()))?;
-        let mut errors = process.stderr().ok_or_else(|| exec_error("no stderr".into()))?;
+        let stdout = status.output(process.stdout().ok_or_else(|| exec_error("no stdout".into()))?);
+        let mut errors = status.output(process.stderr().ok_or_else(|| exec_error("no stderr".into()))?);
+        // Input stops when the command has ended: the rest would never be read.
         let writer = async {
-            tokio::io::copy(&mut input, &mut stdin).await.map_err(|error| exec_error(format!("writing stdin: {error}")))?;
-            stdin.shutdown().await.map_err(|error| exec_error(format!("closing stdin: {error}")))
+            let copy = async {
+                tokio::io::copy(&mut input, &mut stdin).await?;
+                stdin.shutdown().await
+            };
+            tokio::select! {
+                copied = copy => copied.map_err(|error| exec_error(format!("writing stdin: {error}"))),
+                () = status.ended() => Ok(()),
+            }
         };
         let reader = async {
             let copied = tokio::io::copy(&mut stdout.take(output_limit.saturating_add(1)), &mut output)
@@ -230,9 +336,45 @@ impl Cluster {
             read.await.map_err(|error| exec_error(format!("reading stderr: {error}")))
         };
         tokio::try_join!(writer, reader, error_reader)?;
-        let status = status.await;
-        process.join().await.map_err(|error| exec_error(error.to_string()))?;
-        Ok(ExecStatus { stderr, code: status.map(|status| exit_code(&status)) })
+        let code = status.code().await;
+        drop(stdin);
+        // Input the command never read can make the client's end fail once
+        // the command is gone (the pod resets the stream); with its status
+        // in hand, that is no failure of the exec.
+        match process.join().await {
+            Err(error) if code.is_none() => return Err(exec_error(error.to_string())),
+            Err(error) => tracing::debug!(%error, "the exec's connection ended with an error after its status"),
+            Ok(()) => {}
+        }
+        Ok(ExecStatus { stderr, code })
+    }
+
+    /// Starts `command` in the pod's agent container and leaves its stdin
+    /// and stdout open as streams (the escalation relay's one long-lived
+    /// exec). Its stderr is read and dropped but for a bounded log line.
+    pub async fn exec_attached(&self, pod: &str, command: &[&str]) -> Result<AttachedExec> {
+        let parameters = AttachParams::default().container(AGENT_CONTAINER).stdin(true).stdout(true).stderr(true);
+        let exec_error = |message: &str| Error::Exec { pod: pod.to_owned(), message: message.to_owned() };
+        let mut process = self
+            .pods()
+            .exec(pod, command.iter().map(|word| word.to_string()).collect::<Vec<_>>(), &parameters)
+            .await
+            .map_err(Error::api(format!("exec in Pod {}/{pod}", self.namespace)))?;
+        let status = ExitWatch::new(process.take_status().ok_or_else(|| exec_error("no status channel"))?);
+        let stdin = process.stdin().ok_or_else(|| exec_error("no stdin"))?;
+        let stdout = status.output(process.stdout().ok_or_else(|| exec_error("no stdout"))?);
+        let mut errors = status.output(process.stderr().ok_or_else(|| exec_error("no stderr"))?);
+        let pod_name = pod.to_owned();
+        // Ends with the exec (its status), as every stream of it does.
+        tokio::spawn(async move {
+            let mut kept = Vec::new();
+            let _ = (&mut errors).take(MAX_EXEC_STDERR).read_to_end(&mut kept).await;
+            let _ = tokio::io::copy(&mut errors, &mut tokio::io::sink()).await;
+            if !kept.is_empty() {
+                tracing::info!(pod = %pod_name, stderr = %String::from_utf8_lossy(&kept).escape_debug(), "attached exec's stderr");
+            }
+        });
+        Ok(AttachedExec { stdin, stdout, process })
     }
 
     /// Creates or updates the domain's `CiliumNetworkPolicy` (server-side

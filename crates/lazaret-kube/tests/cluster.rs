@@ -50,6 +50,18 @@ async fn a_domain_runs_under_gvisor_and_bytes_cross_exec_exactly() {
     let failed = scratch.cluster.exec(&pod, &["sh", "-c", "echo to-stderr >&2; exit 3"], b"").await.expect("exec");
     assert_eq!(failed.code, Some(3));
     assert_eq!(failed.stderr, b"to-stderr\n");
+    // A command that ends without reading its input ends the exec with its
+    // status: the input left over is dropped, not waited on, and the
+    // stream the pod then resets is no failure. (Input past what the
+    // connection buffers cannot be helped: the kube client reads nothing,
+    // the status included, while its send waits; callers bound their execs.)
+    let unread = vec![b'x'; 256 << 10];
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(60), scratch.cluster.exec(&pod, &["true"], &unread)).await;
+    assert_eq!(ended.expect("the exec ends with its command").expect("exec").code, Some(0));
+    // Past its bound, output ends the exec with an error naming it.
+    let flood =
+        scratch.cluster.exec_streaming(&pod, &["head", "-c", "300000", "/dev/zero"], tokio::io::empty(), tokio::io::sink(), 100_000).await;
+    assert!(flood.expect_err("bounded").to_string().contains("printed more than 100000 bytes"));
     // The pod holds what the security model says, as the kubelet ran it.
     let status = scratch.shell(&pod, "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status", b"").await;
     assert!(status.contains("NoNewPrivs:\t1"), "{status}");

@@ -11,14 +11,17 @@
 //! (`Content-Length: N\r\n\r\n`), see `docs/rpc.md`. Nothing else in
 //! Lazaret knows these names.
 //!
-//! Two more wire formats live here, built without the `rpc` feature: the
+//! Three more wire formats live here, built without the `rpc` feature: the
 //! `escalation` module is what `lazaret-escalate` sends from inside the
-//! sandbox, the `sidecar` module the Network Sidecar's control protocol
-//! (spoken by the coordinator and `lazaret-sidecar`).
+//! sandbox, the `relay` module the frames that carry a pod's Escalation
+//! Socket connections over one exec stream (the Kubernetes backend), the
+//! `sidecar` module the Network Sidecar's control protocol (spoken by the
+//! coordinator and `lazaret-sidecar`).
 
 #[cfg(feature = "rpc")]
 pub mod api;
 pub mod escalation;
+pub mod relay;
 pub mod sidecar;
 mod types;
 

@@ -5,6 +5,7 @@
 
 pub mod execute;
 pub mod limits;
+pub mod relay;
 pub mod server;
 pub mod trust_anchor;
 pub mod verify;

@@ -28,7 +28,7 @@ use crate::bail;
 use crate::error::{Context, Result};
 
 /// The exit status of the export exec when there is nothing to import (no
-/// agent branch inside, or git could not bundle it).
+/// agent branch inside).
 const NO_BRANCH: i32 = 3;
 
 /// Seeds the agent's repository in `pod` from the host: the seed bundle in
@@ -89,9 +89,14 @@ pub async fn export(cluster: &Cluster, pod: &str, layout: &GitLayout) -> Result<
             commits.push(hex(&commit)?.to_owned());
         }
     }
+    // No branch inside is not a failure (nothing to import); a branch that
+    // cannot be bundled (a full outbox, a broken repository) is.
     let script = format!(
-        "{}lazaret_export \"$@\" </dev/null >/dev/null 2>&1 || exit {NO_BRANCH}\nexec cat {OUTBOX_IN_CONTAINER}/agent.bundle\n",
-        layout.export_function()
+        "{}git -C /workspace rev-parse --verify --quiet {} >/dev/null || exit {NO_BRANCH}\n\
+         lazaret_export \"$@\" </dev/null >/dev/null || exit 1\n\
+         exec cat {OUTBOX_IN_CONTAINER}/agent.bundle\n",
+        layout.export_function(),
+        layout.branch_ref()
     );
     let mut command = vec!["sh", "-c", script.as_str(), "lazaret-export"];
     command.extend(commits.iter().map(String::as_str));

@@ -150,27 +150,40 @@ impl Checker<'_> {
                 }
             }
         }
-        for (key, value) in [("namespace", &kubernetes.namespace), ("runtime_class", &kubernetes.runtime_class)] {
+        if let Some(value) = &kubernetes.kubeconfig {
+            if !value.get_ref().starts_with('/') {
+                self.error(
+                    &format!("{field}.kubeconfig"),
+                    format!(
+                        "`{}` is not an absolute path (leave the key out for $KUBECONFIG or ~/.kube/config)",
+                        value.get_ref().escape_debug()
+                    ),
+                    Some(self.locate(value.span())),
+                );
+            }
+        }
+        if let Some(namespace) = &kubernetes.namespace {
+            if !is_dns_label(namespace.get_ref()) {
+                self.error(
+                    &format!("{field}.namespace"),
+                    format!(
+                        "`{}` is not a valid name: lowercase letters, digits and `-`, at most 63, starting and ending with a letter or digit",
+                        namespace.get_ref().escape_debug()
+                    ),
+                    Some(self.locate(namespace.span())),
+                );
+            }
+        }
+        // RuntimeClass and StorageClass names are DNS subdomains.
+        for (key, value) in [("runtime_class", &kubernetes.runtime_class), ("storage_class", &kubernetes.storage_class)] {
             if let Some(value) = value {
-                if !is_dns_label(value.get_ref()) {
+                if !is_dns_subdomain(value.get_ref()) {
                     self.error(
                         &format!("{field}.{key}"),
-                        format!("`{}` is not a valid name: lowercase letters, digits and `-`, at most 63, starting and ending with a letter or digit", value.get_ref().escape_debug()),
+                        format!("`{}` is not a valid name: DNS labels separated by `.`, at most 253", value.get_ref().escape_debug()),
                         Some(self.locate(value.span())),
                     );
                 }
-            }
-        }
-        if let Some(class) = &kubernetes.storage_class {
-            if !is_dns_subdomain(class.get_ref()) {
-                self.error(
-                    &format!("{field}.storage_class"),
-                    format!(
-                        "`{}` is not a valid StorageClass name: DNS labels separated by `.`, at most 253",
-                        class.get_ref().escape_debug()
-                    ),
-                    Some(self.locate(class.span())),
-                );
             }
         }
         if let Some(image) = &kubernetes.image {

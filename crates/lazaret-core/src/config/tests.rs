@@ -503,7 +503,7 @@ fn the_backend_is_podman_unless_a_profile_names_a_cluster() {
     assert_eq!(resolved.backend, Backend::Podman);
     // Every key of the table, then the defaults.
     let text = "[profiles.ab]\nimage = \"i:1\"\nallow_egress = [\"github.com\"]\n\
-                backend = { kubernetes = { kubeconfig = \"/k/config\", context = \"team\", namespace = \"agents\", runtime_class = \"gvisor-x\", \
+                backend = { kubernetes = { kubeconfig = \"/k/config\", context = \"team\", namespace = \"agents\", runtime_class = \"gvisor.example\", \
                 storage_class = \"fast.ssd\", image = \"registry.example/agent:2\", egress = \"cilium\" } }\n";
     let Backend::Kubernetes(cluster) = resolve(text, "ab").expect("resolves").backend else { panic!("kubernetes") };
     assert_eq!(
@@ -512,7 +512,7 @@ fn the_backend_is_podman_unless_a_profile_names_a_cluster() {
             kubeconfig: Some("/k/config".into()),
             context: Some("team".into()),
             namespace: "agents".into(),
-            runtime_class: "gvisor-x".into(),
+            runtime_class: "gvisor.example".into(),
             storage_class: Some("fast.ssd".into()),
             image: Some("registry.example/agent:2".into()),
             egress: KubernetesEgress::Cilium,
@@ -542,6 +542,12 @@ fn a_bad_backend_is_named_with_its_location_and_egress_is_never_silently_open() 
             ":3:40",
         ),
         ("backend = { kubernetes = { runtime_class = \"-x\" } }\n", "profiles.ab.backend.kubernetes.runtime_class", "`-x`", ":3:44"),
+        (
+            "backend = { kubernetes = { kubeconfig = \"k/config\" } }\n",
+            "profiles.ab.backend.kubernetes.kubeconfig",
+            "not an absolute path",
+            ":3:41",
+        ),
         ("backend = { kubernetes = { storage_class = \"a..b\" } }\n", "profiles.ab.backend.kubernetes.storage_class", "`a..b`", ":3:44"),
         ("backend = { kubernetes = { context = \"\" } }\n", "profiles.ab.backend.kubernetes.context", "context `` is empty", ":3:38"),
         (
