@@ -11,21 +11,20 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lazaret_coordinator::escalation::server::{self, EscalationServer};
-use lazaret_coordinator::escalation::trust_anchor::{self, TrustAnchor};
-use lazaret_coordinator::escalation::verify::delegate;
-use lazaret_coordinator::escalation::{relay, Answer, Broker, EscalationSettings};
+use lazaret_coordinator::escalation::trust_anchor::TrustAnchor;
+use lazaret_coordinator::escalation::Answer;
 use lazaret_coordinator::git_sentry::pod;
 use lazaret_coordinator::git_sentry::sync::Export;
 use lazaret_coordinator::git_sentry::{agent_branch, GitLayout, HostRepository};
-use lazaret_kube::cluster::ExecOutput;
-use lazaret_protocol::{AuditRecord, DecisionSource, Outcome};
+use lazaret_protocol::{DecisionSource, Outcome};
 use lazaret_test_support::cluster::{Scratch, GONE};
 use lazaret_test_support::git;
-use tokio_rustls::TlsAcceptor;
+use support::Relay;
+
+#[path = "support/relay.rs"]
+mod support;
 
 const BRANCH: &str = "refs/heads/lazaret/agent-default";
 
@@ -162,71 +161,6 @@ async fn an_agent_commit_reaches_the_host_through_the_quarantine_and_crafted_com
     assert_eq!(scratch.cluster.domain_objects(&plan.domain_hash).await.expect("list"), Vec::<String>::new());
 }
 
-/// The coordinator's side of escalation for one domain, as the server
-/// sees it: one live session, the queue, and what was emitted and audited.
-struct EscalationDomain {
-    session_id: String,
-    session_key: ed25519_dalek::VerifyingKey,
-    broker: Broker,
-    records: Mutex<Vec<AuditRecord>>,
-}
-
-impl lazaret_coordinator::escalation::EscalationDomain for EscalationDomain {
-    fn session_public_key(&self, session_id: &str) -> Option<ed25519_dalek::VerifyingKey> {
-        (session_id == self.session_id).then_some(self.session_key)
-    }
-
-    fn broker(&self) -> &Broker {
-        &self.broker
-    }
-
-    fn emit(&self, _event: lazaret_protocol::Event) {}
-
-    fn audit(&self, record: AuditRecord) -> impl std::future::Future<Output = ()> + Send {
-        self.records.lock().expect("records").push(record);
-        std::future::ready(())
-    }
-
-    fn revoked_auto_approve_rules(&self) -> Vec<usize> {
-        Vec::new()
-    }
-}
-
-fn random_bytes() -> [u8; 32] {
-    let hex = lazaret_test_support::cluster::random_hex(32);
-    let mut bytes = [0u8; 32];
-    for (index, byte) in bytes.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[index * 2..index * 2 + 2], 16).expect("hex");
-    }
-    bytes
-}
-
-/// A session credential as `lazaret run` hands it to the command inside:
-/// base64 of its JSON, delegated by `session_key`.
-fn credential(session_key: &ed25519_dalek::SigningKey, session_id: &str) -> String {
-    use base64::Engine;
-    let issued = delegate::issue(session_key, session_id, random_bytes(), lazaret_core::time::now_ms() + 3_600_000);
-    base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&issued).expect("json"))
-}
-
-/// The client's TLS bundle: a certificate for `identity` signed by
-/// `signer`, trusting the coordinator's CA `trusted`.
-fn bundle(signer: &TrustAnchor, trusted: &TrustAnchor, identity: &str, dir: &Path) -> Vec<u8> {
-    let credentials = signer.client_credentials(identity).expect("client credentials");
-    trust_anchor::write_credentials(dir, trusted.ca_pem(), &credentials).expect("write");
-    std::fs::read(dir.join(trust_anchor::bundle_location().1)).expect("bundle")
-}
-
-/// `lazaret-escalate -- ARGV` in the pod, the session id and credential
-/// given over stdin (never on a command line the API server sees).
-async fn escalate(scratch: &Scratch, pod: &str, session_id: &str, credential: &str, argv: &[&str]) -> ExecOutput {
-    let script = "IFS= read -r id; IFS= read -r credential; \
-                  LAZARET_SESSION_ID=$id LAZARET_SESSION_CREDENTIAL=$credential exec /run/lazaret/bin/lazaret-escalate -- \"$@\"";
-    let mut command = vec!["sh", "-c", script, "escalate"];
-    command.extend_from_slice(argv);
-    scratch.cluster.exec(pod, &command, format!("{session_id}\n{credential}\n").as_bytes()).await.expect("exec")
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn an_escalation_from_the_pod_crosses_the_relay_end_to_end_and_forged_ones_are_refused() {
     let scratch = Scratch::new().await;
@@ -236,96 +170,46 @@ async fn an_escalation_from_the_pod_crosses_the_relay_end_to_end_and_forged_ones
     let marker = |name: &str| root.path().join(name).display().to_string();
     let (approved, human, forged_key, forged_certificate) =
         (marker("approved"), marker("human"), marker("forged-key"), marker("forged-cert"));
-
-    // The coordinator's Escalation Socket, as for a local sandbox.
-    let anchor = TrustAnchor::generate().expect("trust anchor");
-    let identity = trust_anchor::sandbox_identity("default", &plan.domain_hash, "relay");
-    let good_bundle = bundle(&anchor, &anchor, &identity, &root.path().join("tls"));
-    let rules = ["echo relayed", &format!("touch {approved}"), &format!("touch {forged_key}"), &format!("touch {forged_certificate}")]
-        .iter()
-        .map(|entry| lazaret_core::policy::parse_auto_approve_entry(entry).expect("rule"))
-        .collect();
-    let settings = EscalationSettings {
-        domain_hash: plan.domain_hash.clone(),
-        profile: "default".into(),
-        workspace: root.path().to_path_buf(),
-        auto_approve_rules: rules,
-        approval_timeout: Duration::from_secs(120),
-        command_timeout: Duration::from_secs(30),
-    };
-    let server = Arc::new(EscalationServer::new(TlsAcceptor::from(anchor.server_config().expect("tls")), identity.clone(), settings));
-    let socket = root.path().join("escalate.sock");
-    let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
-    let session_key = ed25519_dalek::SigningKey::from_bytes(&random_bytes());
-    let session_id = "relay-session".to_owned();
-    let domain = Arc::new(EscalationDomain {
-        session_id: session_id.clone(),
-        session_key: session_key.verifying_key(),
-        broker: Broker::default(),
-        records: Mutex::default(),
-    });
-    tokio::spawn(server::serve(listener, server, domain.clone()));
-
-    // The client and its TLS material go in over exec stdin, into the pod's memory-backed /run/lazaret.
-    let client = lazaret_coordinator::helper_binaries::find("lazaret-escalate").expect("the static lazaret-escalate (scripts/build)");
-    let binary = std::fs::read(&client).expect("read lazaret-escalate");
-    scratch
-        .shell(
-            &pod_name,
-            "mkdir -p /run/lazaret/bin && cat > /run/lazaret/bin/lazaret-escalate && chmod 755 /run/lazaret/bin/lazaret-escalate",
-            &binary,
-        )
-        .await;
-    let install_bundle = "mkdir -p /run/lazaret/tls && umask 077 && cat > /run/lazaret/tls/bundle.pem";
-    scratch.shell(&pod_name, install_bundle, &good_bundle).await;
-
-    // The relay: one long-lived exec, its streams to the Escalation Socket.
-    let attached = scratch.cluster.exec_attached(&pod_name, &["/run/lazaret/bin/lazaret-escalate", "--relay"]).await.expect("relay");
-    let (to_relay, from_relay, guard) = attached.into_parts();
-    let relay_task = tokio::spawn(relay::serve(from_relay, to_relay, socket.clone()));
-    let mut serving = false;
-    for _ in 0..100 {
-        if scratch.cluster.exec(&pod_name, &["test", "-S", "/run/lazaret/escalate.sock"], b"").await.expect("exec").code == Some(0) {
-            serving = true;
-            break;
+    let rules =
+        ["echo relayed".to_owned(), format!("touch {approved}"), format!("touch {forged_key}"), format!("touch {forged_certificate}")];
+    let relay = Relay::start(&scratch.cluster, &pod_name, &plan.domain_hash, root.path(), &rules).await;
+    let escalate = |credential: String, argv: Vec<String>| {
+        let (cluster, pod_name, session_id) = (&scratch.cluster, &pod_name, &relay.session_id);
+        async move {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            support::escalate(cluster, pod_name, session_id, &credential, &argv).await
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(serving, "the relay serves the Escalation Socket in the pod");
+    };
+    let words = |argv: &[&str]| argv.iter().map(|word| word.to_string()).collect::<Vec<_>>();
 
     // Auto-approved: runs on the host, its output comes back through the relay.
-    let good = credential(&session_key, &session_id);
-    let output = escalate(&scratch, &pod_name, &session_id, &good, &["echo", "relayed"]).await;
+    let good = relay.credential();
+    let output = escalate(good.clone(), words(&["echo", "relayed"])).await;
     assert_eq!((output.code, output.stdout.as_slice()), (Some(0), &b"relayed\n"[..]), "{}", String::from_utf8_lossy(&output.stderr));
-    let output = escalate(&scratch, &pod_name, &session_id, &good, &["touch", &approved]).await;
+    let output = escalate(good.clone(), words(&["touch", &approved])).await;
     assert_eq!(output.code, Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(Path::new(&approved).exists(), "the approved command ran on the host");
 
     // A human's answer: the request waits in the queue, the approval runs it.
-    let waiting = {
-        let (scratch, pod_name, session_id, good, human) = (&scratch, &pod_name, &session_id, &good, &human);
-        async move { escalate(scratch, pod_name, session_id, good, &["touch", human]).await }
-    };
     let answering = async {
         for _ in 0..300 {
-            if let Some(pending) = domain.broker.pending().into_iter().next() {
+            if let Some(pending) = relay.domain.broker.pending().into_iter().next() {
                 assert_eq!(pending.argv, vec!["touch".to_owned(), human.clone()]);
-                assert!(domain
-                    .broker
-                    .answer(&pending.request_id, Answer::Approve { decided_by: DecisionSource::Rpc { client: Some("test".into()) } }));
+                let decided_by = DecisionSource::Rpc { client: Some("test".into()) };
+                assert!(relay.domain.broker.answer(&pending.request_id, Answer::Approve { decided_by }));
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("the relayed request never reached the queue");
     };
-    let (output, ()) = tokio::join!(waiting, answering);
+    let (output, ()) = tokio::join!(escalate(good.clone(), words(&["touch", &human])), answering);
     assert_eq!(output.code, Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(Path::new(&human).exists(), "the human-approved command ran on the host");
 
     // Forged: a credential the session never delegated.
-    let stranger = ed25519_dalek::SigningKey::from_bytes(&random_bytes());
-    let output = escalate(&scratch, &pod_name, &session_id, &credential(&stranger, &session_id), &["touch", &forged_key]).await;
+    let stranger = ed25519_dalek::SigningKey::from_bytes(&support::random_bytes());
+    let output = escalate(support::credential(&stranger, &relay.session_id), words(&["touch", &forged_key])).await;
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert_eq!(output.code, Some(99), "refused: {stderr}");
     assert!(stderr.contains("the delegation is not signed by the session's key"), "refused by the coordinator's check: {stderr}");
@@ -333,25 +217,24 @@ async fn an_escalation_from_the_pod_crosses_the_relay_end_to_end_and_forged_ones
     // Forged: a client certificate from another CA with the same identity
     // (the client trusts the real coordinator: the coordinator refuses it).
     let other = TrustAnchor::generate().expect("another trust anchor");
-    scratch.shell(&pod_name, install_bundle, &bundle(&other, &anchor, &identity, &root.path().join("other-tls"))).await;
-    let output = escalate(&scratch, &pod_name, &session_id, &good, &["touch", &forged_certificate]).await;
+    let forged_bundle = support::bundle(&other, &relay.anchor, &relay.identity, &root.path().join("other-tls"));
+    scratch.shell(&pod_name, support::INSTALL_BUNDLE, &forged_bundle).await;
+    let output = escalate(good.clone(), words(&["touch", &forged_certificate])).await;
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert_eq!(output.code, Some(99), "refused: {stderr}");
     assert!(!stderr.contains("cannot connect"), "the relay was up; the handshake refused it: {stderr}");
     assert!(!Path::new(&forged_certificate).exists(), "a certificate of another CA runs nothing on the host");
     // The refusals were the coordinator's: the relay still carries a good request.
-    scratch.shell(&pod_name, install_bundle, &good_bundle).await;
-    let output = escalate(&scratch, &pod_name, &session_id, &good, &["echo", "relayed"]).await;
+    scratch.shell(&pod_name, support::INSTALL_BUNDLE, &relay.good_bundle).await;
+    let output = escalate(good.clone(), words(&["echo", "relayed"])).await;
     assert_eq!((output.code, output.stdout.as_slice()), (Some(0), &b"relayed\n"[..]), "{}", String::from_utf8_lossy(&output.stderr));
-    let records = domain.records.lock().expect("records").clone();
-    let rejected = records.iter().filter(|record| record.outcome == Outcome::Rejected).count();
-    assert!(rejected >= 1, "the forged delegation is audited as rejected: {records:?}");
+    let records = relay.domain.records.lock().expect("records").clone();
+    assert!(records.iter().any(|record| record.outcome == Outcome::Rejected), "the forged delegation is audited as rejected: {records:?}");
     assert!(records.iter().all(|record| record.executed_argv.as_ref().is_none_or(|argv| !argv.contains(&forged_key))));
 
-    // The exec ends: the relay's stream ends, and the host side with it.
-    drop(guard);
-    tokio::time::timeout(Duration::from_secs(30), relay_task).await.expect("the relay ends").expect("task").expect("a clean end");
-    // In the pod, the relay loses its stdin, removes the socket and exits.
+    // The exec ends: the host side ends cleanly, and in the pod the relay
+    // loses its stdin, removes the socket and exits.
+    relay.stop().await;
     let mut gone = false;
     for _ in 0..300 {
         let check = scratch

@@ -16,23 +16,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 use kube::api::{Api, ListParams};
-use lazaret_core::limits::Limits;
 use lazaret_kube::cluster::Cluster;
 use lazaret_kube::objects::{sandbox, SandboxPlan};
 
 fn plan(namespace: &str, image: &str, hash: String) -> SandboxPlan {
-    SandboxPlan {
-        domain_hash: hash,
-        profile: "bench".into(),
-        namespace: namespace.into(),
-        image: image.into(),
-        image_pull_policy: "Never".into(),
-        runtime_class: "gvisor".into(),
-        storage_class: None,
-        state_size: "1Gi".into(),
-        persistent_dirs: Vec::new(),
-        limits: Limits::default(),
-    }
+    lazaret_test_support::cluster::bench_plan(namespace, image, hash)
 }
 
 fn fail(message: String) -> ! {

@@ -43,6 +43,23 @@ pub fn random_hex(bytes: usize) -> String {
     lazaret_core::ids::random_hex(bytes).expect("random bytes")
 }
 
+/// The plan of a bench's domain `domain_hash` in `namespace`: profile
+/// `bench`, the cluster's defaults for limits and storage, no State Anchor.
+pub fn bench_plan(namespace: &str, image: &str, domain_hash: String) -> SandboxPlan {
+    SandboxPlan {
+        domain_hash,
+        profile: "bench".into(),
+        namespace: namespace.into(),
+        image: image.into(),
+        image_pull_policy: "Never".into(),
+        runtime_class: "gvisor".into(),
+        storage_class: None,
+        state_size: "1Gi".into(),
+        persistent_dirs: Vec::new(),
+        limits: Limits::default(),
+    }
+}
+
 /// A namespace of the test's own, deleted (with everything in it) on drop.
 pub struct Scratch {
     pub cluster: Cluster,
