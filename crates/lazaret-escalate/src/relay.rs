@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use lazaret_protocol::escalation::paths;
-use lazaret_protocol::relay::{RelayFrame, MAX_DATA_BYTES};
+use lazaret_protocol::relay::{RelayFrame, RelayReader, MAX_DATA_BYTES};
 
 type Streams = Arc<Mutex<HashMap<u32, UnixStream>>>;
 type Output = Arc<Mutex<std::io::Stdout>>;
@@ -96,17 +96,15 @@ fn to_coordinator(stream: u32, mut reader: UnixStream, streams: &Streams, output
 /// The coordinator's frames, to their clients, until stdin ends.
 fn from_coordinator(streams: &Streams) -> Result<(), String> {
     let mut stdin = std::io::stdin().lock();
-    let mut buffer: Vec<u8> = Vec::new();
+    let mut reader = RelayReader::default();
     let mut chunk = vec![0u8; MAX_DATA_BYTES];
     loop {
         let read = stdin.read(&mut chunk).map_err(|error| format!("reading stdin: {error}"))?;
         if read == 0 {
             return Ok(());
         }
-        buffer.extend_from_slice(&chunk[..read]);
-        let mut offset = 0;
-        while let Some((frame, used)) = RelayFrame::decode(&buffer[offset..]).map_err(|error| error.to_string())? {
-            offset += used;
+        reader.push(&chunk[..read]);
+        while let Some(frame) = reader.next_frame().map_err(|error| error.to_string())? {
             match frame {
                 RelayFrame::Data { stream, bytes } => {
                     // Written without the lock: a slow client holds up only this thread.
@@ -125,7 +123,6 @@ fn from_coordinator(streams: &Streams) -> Result<(), String> {
                 RelayFrame::Open { stream } => return Err(format!("the coordinator opened stream {stream}; only the relay opens streams")),
             }
         }
-        buffer.drain(..offset);
     }
 }
 

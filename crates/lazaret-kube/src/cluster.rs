@@ -51,26 +51,31 @@ pub struct ExecStatus {
 
 /// A running exec with its stdin and stdout open ([`Cluster::exec_attached`]).
 pub struct AttachedExec {
+    pub stdin: tokio::io::WriteHalf<tokio::io::SimplexStream>,
+    pub stdout: AttachedOutput,
+    /// Dropping it ends the exec (its process in the pod loses stdin and stdout).
+    pub guard: ExecGuard,
+}
+
+/// Keeps an attached exec's connection: the `kube` client aborts it when
+/// its process handle is dropped.
+pub struct ExecGuard(#[allow(dead_code)] kube::api::AttachedProcess);
+
+/// An exec just started: its process and its streams.
+struct Started {
+    process: kube::api::AttachedProcess,
+    status: ExitWatch,
     stdin: tokio::io::WriteHalf<tokio::io::SimplexStream>,
     stdout: AttachedOutput,
-    process: kube::api::AttachedProcess,
+    stderr: AttachedOutput,
 }
 
-/// Keeps an attached exec's connection; dropping it ends the exec (its
-/// process in the pod loses stdin and stdout).
-pub struct ExecGuard(kube::api::AttachedProcess);
-
-impl Drop for ExecGuard {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl AttachedExec {
-    /// The exec's stdin, its stdout, and what keeps it running.
-    pub fn into_parts(self) -> (tokio::io::WriteHalf<tokio::io::SimplexStream>, AttachedOutput, ExecGuard) {
-        (self.stdin, self.stdout, ExecGuard(self.process))
-    }
+/// Reads `stream` to its end, keeping its first [`MAX_EXEC_STDERR`] bytes.
+async fn read_bounded(stream: &mut AttachedOutput) -> std::io::Result<Vec<u8>> {
+    let mut kept = Vec::new();
+    stream.take(MAX_EXEC_STDERR).read_to_end(&mut kept).await?;
+    tokio::io::copy(stream, &mut tokio::io::sink()).await?;
+    Ok(kept)
 }
 
 /// The exec's status, watched once for all its streams. The `kube`
@@ -296,17 +301,8 @@ impl Cluster {
         R: AsyncRead + Unpin + Send,
         W: AsyncWrite + Unpin + Send,
     {
-        let parameters = AttachParams::default().container(AGENT_CONTAINER).stdin(true).stdout(true).stderr(true);
         let exec_error = |message: String| Error::Exec { pod: pod.to_owned(), message };
-        let mut process = self
-            .pods()
-            .exec(pod, command.iter().map(|word| word.to_string()).collect::<Vec<_>>(), &parameters)
-            .await
-            .map_err(Error::api(format!("exec in Pod {}/{pod}", self.namespace)))?;
-        let status = ExitWatch::new(process.take_status().ok_or_else(|| exec_error("no status channel".into()))?);
-        let mut stdin = process.stdin().ok_or_else(|| exec_error("no stdin".into()))?;
-        let stdout = status.output(process.stdout().ok_or_else(|| exec_error("no stdout".into()))?);
-        let mut errors = status.output(process.stderr().ok_or_else(|| exec_error("no stderr".into()))?);
+        let Started { process, status, mut stdin, stdout, mut stderr } = self.start_exec(pod, command).await?;
         // Input stops when the command has ended: the rest would never be read.
         let writer = async {
             let copy = async {
@@ -327,15 +323,8 @@ impl Cluster {
             }
             output.flush().await.map_err(|error| exec_error(format!("writing its output: {error}")))
         };
-        let mut stderr = Vec::new();
-        let error_reader = async {
-            let read = async {
-                (&mut errors).take(MAX_EXEC_STDERR).read_to_end(&mut stderr).await?;
-                tokio::io::copy(&mut errors, &mut tokio::io::sink()).await
-            };
-            read.await.map_err(|error| exec_error(format!("reading stderr: {error}")))
-        };
-        tokio::try_join!(writer, reader, error_reader)?;
+        let error_reader = async { read_bounded(&mut stderr).await.map_err(|error| exec_error(format!("reading stderr: {error}"))) };
+        let ((), (), stderr) = tokio::try_join!(writer, reader, error_reader)?;
         let code = status.code().await;
         drop(stdin);
         // Input the command never read can make the client's end fail once
@@ -353,6 +342,22 @@ impl Cluster {
     /// and stdout open as streams (the escalation relay's one long-lived
     /// exec). Its stderr is read and dropped but for a bounded log line.
     pub async fn exec_attached(&self, pod: &str, command: &[&str]) -> Result<AttachedExec> {
+        let Started { process, stdin, stdout, mut stderr, .. } = self.start_exec(pod, command).await?;
+        let pod_name = pod.to_owned();
+        // Ends with the exec (its status), as every stream of it does.
+        tokio::spawn(async move {
+            if let Ok(kept) = read_bounded(&mut stderr).await.map(|kept| String::from_utf8_lossy(&kept).into_owned()) {
+                if !kept.is_empty() {
+                    tracing::info!(pod = %pod_name, stderr = %kept.escape_debug(), "attached exec's stderr");
+                }
+            }
+        });
+        Ok(AttachedExec { stdin, stdout, guard: ExecGuard(process) })
+    }
+
+    /// Starts `command` in the pod's agent container with stdin, stdout and
+    /// stderr, each output ending with the exec ([`ExitWatch`]).
+    async fn start_exec(&self, pod: &str, command: &[&str]) -> Result<Started> {
         let parameters = AttachParams::default().container(AGENT_CONTAINER).stdin(true).stdout(true).stderr(true);
         let exec_error = |message: &str| Error::Exec { pod: pod.to_owned(), message: message.to_owned() };
         let mut process = self
@@ -363,18 +368,8 @@ impl Cluster {
         let status = ExitWatch::new(process.take_status().ok_or_else(|| exec_error("no status channel"))?);
         let stdin = process.stdin().ok_or_else(|| exec_error("no stdin"))?;
         let stdout = status.output(process.stdout().ok_or_else(|| exec_error("no stdout"))?);
-        let mut errors = status.output(process.stderr().ok_or_else(|| exec_error("no stderr"))?);
-        let pod_name = pod.to_owned();
-        // Ends with the exec (its status), as every stream of it does.
-        tokio::spawn(async move {
-            let mut kept = Vec::new();
-            let _ = (&mut errors).take(MAX_EXEC_STDERR).read_to_end(&mut kept).await;
-            let _ = tokio::io::copy(&mut errors, &mut tokio::io::sink()).await;
-            if !kept.is_empty() {
-                tracing::info!(pod = %pod_name, stderr = %String::from_utf8_lossy(&kept).escape_debug(), "attached exec's stderr");
-            }
-        });
-        Ok(AttachedExec { stdin, stdout, process })
+        let stderr = status.output(process.stderr().ok_or_else(|| exec_error("no stderr"))?);
+        Ok(Started { process, status, stdin, stdout, stderr })
     }
 
     /// Creates or updates the domain's `CiliumNetworkPolicy` (server-side

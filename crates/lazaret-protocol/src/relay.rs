@@ -100,6 +100,31 @@ impl RelayFrame {
     }
 }
 
+/// Frames out of a byte stream that arrives in pieces: [`RelayReader::push`]
+/// what was read, then take [`RelayReader::next_frame`] until `Ok(None)`. It
+/// holds at most one incomplete frame (a refused length is an error before
+/// its bytes arrive).
+#[derive(Debug, Default)]
+pub struct RelayReader {
+    buffer: Vec<u8>,
+    offset: usize,
+}
+
+impl RelayReader {
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buffer.drain(..self.offset);
+        self.offset = 0;
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// The next complete frame, `Ok(None)` until more bytes are pushed.
+    pub fn next_frame(&mut self) -> Result<Option<RelayFrame>, RelayError> {
+        let Some((frame, used)) = RelayFrame::decode(&self.buffer[self.offset..])? else { return Ok(None) };
+        self.offset += used;
+        Ok(Some(frame))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,21 +142,15 @@ mod tests {
             frame.encode(&mut wire);
         }
         for split in 0..wire.len() {
-            // Nothing decodes from a prefix that ends inside the first frame.
-            let mut buffer = wire[..split].to_vec();
+            let mut reader = RelayReader::default();
             let mut decoded = Vec::new();
-            let mut offset = 0;
-            while let Some((frame, used)) = RelayFrame::decode(&buffer[offset..]).expect("valid") {
-                decoded.push(frame);
-                offset += used;
-            }
-            buffer.extend_from_slice(&wire[split..]);
-            while let Some((frame, used)) = RelayFrame::decode(&buffer[offset..]).expect("valid") {
-                decoded.push(frame);
-                offset += used;
+            for piece in [&wire[..split], &wire[split..]] {
+                reader.push(piece);
+                while let Some(frame) = reader.next_frame().expect("valid") {
+                    decoded.push(frame);
+                }
             }
             assert_eq!(decoded, frames, "split at {split}");
-            assert_eq!(offset, wire.len());
         }
     }
 

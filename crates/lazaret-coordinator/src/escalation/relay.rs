@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lazaret_protocol::relay::{RelayFrame, MAX_DATA_BYTES, MAX_STREAMS};
+use lazaret_protocol::relay::{RelayFrame, RelayReader, MAX_DATA_BYTES, MAX_STREAMS};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
@@ -50,7 +50,7 @@ where
     let (closed_sender, mut closed) = mpsc::unbounded_channel::<u32>();
     let mut streams: HashMap<u32, mpsc::Sender<Vec<u8>>> = HashMap::new();
     let mut last_opened: u32 = 0;
-    let mut buffer: Vec<u8> = Vec::new();
+    let mut reader = RelayReader::default();
     let mut chunk = vec![0u8; MAX_DATA_BYTES];
     let outcome = loop {
         let read = tokio::select! {
@@ -66,15 +66,13 @@ where
             Ok(read) => read,
             Err(error) => break Err(crate::Error::from(error)),
         };
-        buffer.extend_from_slice(&chunk[..read]);
-        let mut offset = 0;
+        reader.push(&chunk[..read]);
         let handled: Result<()> = loop {
-            let (frame, used) = match RelayFrame::decode(&buffer[offset..]) {
-                Ok(Some(decoded)) => decoded,
+            let frame = match reader.next_frame() {
+                Ok(Some(frame)) => frame,
                 Ok(None) => break Ok(()),
                 Err(error) => break Err(crate::format_err!("the escalation relay broke its protocol: {error}")),
             };
-            offset += used;
             let close = match frame {
                 RelayFrame::Open { stream } => {
                     if stream <= last_opened {
@@ -120,7 +118,6 @@ where
                 }
             }
         };
-        buffer.drain(..offset);
         if let Err(error) = handled {
             break Err(error);
         }
@@ -215,11 +212,11 @@ mod tests {
         let outcome = serve(std::io::Cursor::new(input), to_relay, socket).await;
         let mut bytes = Vec::new();
         from_coordinator.read_to_end(&mut bytes).await.expect("read");
+        let mut reader = RelayReader::default();
+        reader.push(&bytes);
         let mut decoded = Vec::new();
-        let mut offset = 0;
-        while let Some((frame, used)) = RelayFrame::decode(&bytes[offset..]).expect("the coordinator's frames") {
+        while let Some(frame) = reader.next_frame().expect("the coordinator's frames") {
             decoded.push(frame);
-            offset += used;
         }
         (outcome, decoded)
     }
@@ -285,14 +282,13 @@ mod tests {
         }
         relay_end.write_all(&frames(&sent)).await.expect("write");
         let mut echoed: HashMap<u32, Vec<u8>> = HashMap::new();
-        let mut buffer = Vec::new();
+        let mut reader = RelayReader::default();
         while echoed.values().map(Vec::len).sum::<usize>() < payload.len() {
             let mut chunk = vec![0u8; 1 << 16];
             let read = from_coordinator.read(&mut chunk).await.expect("read");
             assert_ne!(read, 0, "the coordinator's stream ended early");
-            buffer.extend_from_slice(&chunk[..read]);
-            while let Some((frame, used)) = RelayFrame::decode(&buffer).expect("frame") {
-                buffer.drain(..used);
+            reader.push(&chunk[..read]);
+            while let Some(frame) = reader.next_frame().expect("frame") {
                 if let RelayFrame::Data { stream, bytes } = frame {
                     echoed.entry(stream).or_default().extend(bytes);
                 }

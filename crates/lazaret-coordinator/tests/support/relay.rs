@@ -145,8 +145,8 @@ impl Relay {
         .await;
         shell(cluster, pod, INSTALL_BUNDLE, &good_bundle).await;
         let attached = cluster.exec_attached(pod, &["/run/lazaret/bin/lazaret-escalate", "--relay"]).await.expect("relay");
-        let (to_relay, from_relay, guard) = attached.into_parts();
-        let task = tokio::spawn(relay::serve(from_relay, to_relay, socket));
+        let guard = attached.guard;
+        let task = tokio::spawn(relay::serve(attached.stdout, attached.stdin, socket));
         for _ in 0..100 {
             if cluster.exec(pod, &["test", "-S", "/run/lazaret/escalate.sock"], b"").await.expect("exec").code == Some(0) {
                 return Relay { anchor, identity, session_key, session_id, domain, good_bundle, guard, task };
