@@ -95,23 +95,22 @@ fn bad_configurations_name_the_value_and_its_location_and_create_nothing() {
 }
 
 #[test]
-fn a_cluster_profile_is_checked_and_refused_by_run_without_starting_anything() {
+fn a_cluster_profile_whose_cluster_cannot_be_reached_is_refused_before_anything_starts() {
     let env = TestEnv::new();
-    env.write_config(
+    let kubeconfig = env.path().join("absent/kubeconfig");
+    env.write_config(&format!(
         "[profiles.ab]\nimage = \"i:1\"\nallow_egress = [\"github.com\"]\n\
-         backend = { kubernetes = { namespace = \"agents\", runtime_class = \"gvisor\" } }\n",
-    );
-    let workspace = env.workspace("ws");
+         backend = {{ kubernetes = {{ kubeconfig = \"{}\", namespace = \"agents\", runtime_class = \"gvisor\" }} }}\n",
+        kubeconfig.display()
+    ));
+    let workspace = git_repository(&env, "ws");
     let check = run(env.lazaret().args(["config", "check"]).arg("--workspace").arg(&workspace));
     assert!(check.status.success(), "a cluster profile is a valid configuration: {}", stderr(&check));
     let before = list_tree(env.path());
     let output = run(env.lazaret().args(["run", "--profile", "ab", "--workspace"]).arg(&workspace).args(["--", "true"]));
     let message = stderr(&output);
-    assert_eq!(output.status.code(), Some(78), "{message}");
-    assert!(
-        message.contains("profiles.ab.backend") && message.contains("namespace `agents`") && message.contains("nothing was started"),
-        "{message}"
-    );
+    assert_eq!(output.status.code(), Some(1), "{message}");
+    assert!(message.contains("kubeconfig") && message.contains(&kubeconfig.display().to_string()), "the file is named: {message}");
     assert_eq!(list_tree(env.path()), before, "nothing may be created");
 }
 

@@ -10,44 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use lazaret_test_support::tmux::Tmux;
 use lazaret_test_support::*;
-
-struct Terminal {
-    socket: std::path::PathBuf,
-}
-
-impl Terminal {
-    fn tmux(&self, arguments: &[&str]) -> String {
-        stdout(&Command::new("tmux").arg("-S").arg(&self.socket).args(arguments).output().expect("tmux"))
-    }
-
-    /// The pane as text, wrapped lines joined (`-J`): what a raw terminal
-    /// prints from the middle of a line (after the CLI was killed) wraps at
-    /// the window's edge, and a word split there is still one line.
-    fn screen(&self, window: &str) -> String {
-        self.tmux(&["capture-pane", "-p", "-J", "-t", window])
-    }
-
-    /// Types `text` and Enter (tmux sends CR for it, as a terminal does).
-    fn line(&self, window: &str, text: &str) {
-        self.tmux(&["send-keys", "-t", window, "-l", text]);
-        self.tmux(&["send-keys", "-t", window, "Enter"]);
-    }
-
-    /// Waits until a line of the screen is the output `line`: alone, or
-    /// after the prompt when its command was typed ahead (as a terminal
-    /// shows type-ahead), never the typed command itself.
-    fn shows_line(&self, window: &str, line: &str, within: Duration) -> bool {
-        let after_prompt = format!("# {line}");
-        wait_until(within, || self.screen(window).lines().any(|shown| shown.trim_end() == line || shown.trim_end() == after_prompt))
-    }
-}
-
-impl Drop for Terminal {
-    fn drop(&mut self) {
-        self.tmux(&["kill-server"]);
-    }
-}
 
 /// The flags of `stty -a` a sane terminal has (as `podman exec -it` gives).
 const SANE: [&str; 6] = ["icrnl", "onlcr", "isig", "icanon", "echo", "iutf8"];
@@ -64,7 +28,7 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
     subject.write_config("[escalation]\nenabled = true\n");
     let workspace = subject.repository("ws");
     subject.hand_over();
-    let terminal = Terminal { socket: subject.env.path().join("tmux.sock") };
+    let terminal = Tmux::new(subject.env.path().join("tmux.sock"));
     let window = "lzt";
     // The pane's own terminal settings before and after the session. Once
     // the CLI is killed its guard puts them back, a moment later (a process

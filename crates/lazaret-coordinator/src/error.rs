@@ -91,6 +91,7 @@ impl Error {
         match self {
             Error::Core(error) => Some(error.exit_status()),
             Error::Context { source, .. } => source.exit_status(),
+            Error::Kube(error) if error.is_security_refusal() => Some(lazaret_core::exit_status::SECURITY_ABORT),
             _ => None,
         }
     }

@@ -259,6 +259,19 @@ impl Cluster {
         Ok(())
     }
 
+    /// Suspends the domain's `Sandbox` and gives it `sandbox`'s pod
+    /// template (a profile's image or limits changed since it was made):
+    /// the next resume starts a pod from it, on the same claim.
+    pub async fn suspend_with_template(&self, domain_hash: &str, sandbox: &Sandbox) -> Result<()> {
+        let name = sandbox_name(domain_hash);
+        let patch = serde_json::json!({ "spec": { "podTemplate": sandbox.spec.pod_template, "operatingMode": OperatingMode::Suspended } });
+        self.sandboxes()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::api(format!("updating Sandbox {}/{name}", self.namespace)))?;
+        Ok(())
+    }
+
     /// Waits until the domain has no pod (after a suspend or a teardown).
     pub async fn wait_no_pod(&self, domain_hash: &str, within: Duration) -> Result<()> {
         let name = sandbox_name(domain_hash);
@@ -336,6 +349,56 @@ impl Cluster {
             Ok(()) => {}
         }
         Ok(ExecStatus { stderr, code })
+    }
+
+    /// Runs a session's `command` in the pod's agent container: `input` to
+    /// its stdin (closed when `input` ends, dropped once the command has
+    /// ended), its stdout and stderr into `output` and `errors` as they
+    /// come, unbounded (they are the user's session, as a local exec's
+    /// are). Gives the exit code, `None` when the API server reported none.
+    pub async fn exec_session<R, W, E>(
+        &self,
+        pod: &str,
+        command: &[&str],
+        mut input: R,
+        mut output: W,
+        mut errors: E,
+    ) -> Result<Option<i32>>
+    where
+        R: AsyncRead + Unpin + Send,
+        W: AsyncWrite + Unpin + Send,
+        E: AsyncWrite + Unpin + Send,
+    {
+        let exec_error = |message: String| Error::Exec { pod: pod.to_owned(), message };
+        let Started { process, status, mut stdin, mut stdout, mut stderr } = self.start_exec(pod, command).await?;
+        let writer = async {
+            let copy = async {
+                tokio::io::copy(&mut input, &mut stdin).await?;
+                stdin.shutdown().await
+            };
+            tokio::select! {
+                // A failed write is the command gone: its status says the rest.
+                _ = copy => {}
+                () = status.ended() => {}
+            }
+        };
+        let copy_out = |stream: &'static str| move |error: std::io::Error| exec_error(format!("relaying {stream}: {error}"));
+        let reader = async {
+            tokio::io::copy(&mut stdout, &mut output).await.map_err(copy_out("stdout"))?;
+            output.flush().await.map_err(copy_out("stdout"))
+        };
+        let error_reader = async {
+            tokio::io::copy(&mut stderr, &mut errors).await.map_err(copy_out("stderr"))?;
+            errors.flush().await.map_err(copy_out("stderr"))
+        };
+        let ((), outputs) = tokio::join!(writer, async { tokio::try_join!(reader, error_reader) });
+        outputs?;
+        let code = status.code().await;
+        drop(stdin);
+        match process.join().await {
+            Err(error) if code.is_none() => Err(exec_error(error.to_string())),
+            _ => Ok(code),
+        }
     }
 
     /// Starts `command` in the pod's agent container and leaves its stdin

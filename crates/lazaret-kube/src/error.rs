@@ -32,6 +32,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// The cluster cannot give the sandbox gVisor: a refusal for safety
+    /// (`lazaret_core::exit_status::SECURITY_ABORT`), not a failure.
+    pub fn is_security_refusal(&self) -> bool {
+        matches!(self, Error::NotGvisor { .. } | Error::NoRuntimeClass(_))
+    }
+
     pub(crate) fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
         let what = what.into();
         move |source| Error::Api { what, source }

@@ -9,8 +9,6 @@
 //! `LAZARET_TEST_ETCD_ENDPOINT`, to read every key and value the cluster
 //! stored.
 
-use std::process::Command;
-
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -18,21 +16,7 @@ use lazaret_core::egress::EgressRule;
 use lazaret_kube::egress::{cilium_policy, no_egress_policy, CiliumNetworkPolicy};
 use lazaret_kube::objects::{sandbox, OperatingMode};
 use lazaret_kube::Error;
-use lazaret_test_support::cluster::{random_hex, Scratch, GONE, READY};
-
-/// Every key and value etcd holds, as one text.
-fn etcd_dump() -> Vec<u8> {
-    let etcdctl = std::env::var("LAZARET_TEST_ETCDCTL").expect("LAZARET_TEST_ETCDCTL");
-    let endpoint = std::env::var("LAZARET_TEST_ETCD_ENDPOINT").expect("LAZARET_TEST_ETCD_ENDPOINT");
-    let output =
-        Command::new(etcdctl).env("ETCDCTL_API", "3").args(["--endpoints", &endpoint, "get", "", "--prefix"]).output().expect("etcdctl");
-    assert!(output.status.success(), "etcdctl: {}", String::from_utf8_lossy(&output.stderr));
-    output.stdout
-}
-
-fn contains(haystack: &[u8], needle: &str) -> bool {
-    haystack.windows(needle.len()).any(|window| window == needle.as_bytes())
-}
+use lazaret_test_support::cluster::{contains, etcd_dump, random_hex, Scratch, GONE, READY};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_domain_runs_under_gvisor_and_bytes_cross_exec_exactly() {

@@ -110,7 +110,7 @@ impl Scratch {
         let volume = PersistentVolume {
             metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
             spec: Some(PersistentVolumeSpec {
-                capacity: Some([("storage".to_owned(), Quantity("1Gi".into()))].into()),
+                capacity: Some([("storage".to_owned(), Quantity(plan.state_size.clone()))].into()),
                 access_modes: Some(vec!["ReadWriteOnce".into()]),
                 persistent_volume_reclaim_policy: Some("Retain".into()),
                 storage_class_name: Some("lazaret-test-local".into()),
@@ -141,6 +141,12 @@ impl Scratch {
         self.cluster.wait_ready(&plan.domain_hash, READY).await.expect("the pod is ready")
     }
 
+    /// The domain's `CiliumNetworkPolicy` as the API server stores it.
+    pub async fn stored_cilium_policy(&self, domain_hash: &str) -> Option<lazaret_kube::egress::CiliumNetworkPolicy> {
+        let policies: Api<lazaret_kube::egress::CiliumNetworkPolicy> = Api::namespaced(self.cluster.client().clone(), &self.namespace);
+        policies.get_opt(&lazaret_kube::egress::policy_name(domain_hash)).await.expect("get the policy")
+    }
+
     /// `sh -c script` in the pod, which must exit 0: its stdout.
     pub async fn shell(&self, pod: &str, script: &str, stdin: &[u8]) -> String {
         let output = self.cluster.exec(pod, &["sh", "-c", script], stdin).await.expect("exec");
@@ -156,4 +162,21 @@ impl Drop for Scratch {
             .args(["delete", "namespace", &self.namespace, "--wait=false", "--ignore-not-found"])
             .output();
     }
+}
+
+/// Every key and value the test cluster's etcd holds, as one text
+/// (`LAZARET_TEST_ETCDCTL`, `LAZARET_TEST_ETCD_ENDPOINT`): where a secret
+/// that reached any object would be.
+pub fn etcd_dump() -> Vec<u8> {
+    let etcdctl = std::env::var("LAZARET_TEST_ETCDCTL").expect("LAZARET_TEST_ETCDCTL");
+    let endpoint = std::env::var("LAZARET_TEST_ETCD_ENDPOINT").expect("LAZARET_TEST_ETCD_ENDPOINT");
+    let output =
+        Command::new(etcdctl).env("ETCDCTL_API", "3").args(["--endpoints", &endpoint, "get", "", "--prefix"]).output().expect("etcdctl");
+    assert!(output.status.success(), "etcdctl: {}", String::from_utf8_lossy(&output.stderr));
+    output.stdout
+}
+
+/// Whether `needle` occurs in `haystack`.
+pub fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|window| window == needle.as_bytes())
 }

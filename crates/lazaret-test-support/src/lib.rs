@@ -27,6 +27,7 @@ use std::sync::Once;
 mod agent;
 #[cfg(feature = "cluster")]
 pub mod cluster;
+pub mod tmux;
 
 pub use agent::{agent, Agent};
 

@@ -71,6 +71,8 @@ pub enum Command {
     },
     /// Print the Domain Anchor hash and every resource name of a domain.
     Domain {
+        #[command(subcommand)]
+        action: Option<DomainCommand>,
         #[command(flatten)]
         target: DomainTarget,
         /// Machine-readable output.
@@ -257,6 +259,27 @@ pub enum Command {
     /// back (started by `run` before it makes the terminal raw).
     #[command(hide = true)]
     TerminalGuard,
+    /// Internal: run one session's command in a domain's pod over
+    /// `pods/exec` (started by `run` for a profile whose sandbox is on a
+    /// cluster): stdin, stdout and stderr relayed, the command's exit
+    /// status ours. The variables named by --pass (values from this
+    /// process's environment) reach the command over its stdin, before
+    /// anything else, never on a command line the API server sees.
+    #[command(hide = true)]
+    PodExec {
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: PathBuf,
+        #[arg(long)]
+        context: Option<String>,
+        #[arg(long)]
+        namespace: String,
+        #[arg(long)]
+        pod: String,
+        #[arg(long = "pass", value_name = "NAME")]
+        pass: Vec<String>,
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// Internal: run as a domain's Session Coordinator (started by `run`).
     #[command(hide = true)]
     Coordinator {
@@ -373,6 +396,18 @@ pub enum AuditCommand {
     /// Check that no stored record was edited, removed or reordered; exits
     /// 1 naming the first broken record.
     Verify {
+        #[command(flatten)]
+        target: DomainTarget,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DomainCommand {
+    /// Delete a cluster profile's domain from its cluster: its `Sandbox`
+    /// (which the end of a domain only suspends), pod, volume claim with the
+    /// persistent directories, and egress policy. Refused while the domain
+    /// runs, and for a `Sandbox` another machine's coordinator made.
+    Rm {
         #[command(flatten)]
         target: DomainTarget,
     },

@@ -5,6 +5,7 @@ mod agents;
 mod cli;
 mod commands;
 mod hold_to_bind;
+mod pod_exec;
 mod process;
 mod prompt;
 mod session;

@@ -36,6 +36,7 @@ use anyhow::{Context, Result};
 use lazaret_coordinator::exec_target::{ExecTarget, SessionProcess};
 use lazaret_coordinator::podman::{self, Podman};
 
+use crate::pod_exec::PodTarget;
 use crate::prompt::{keys, PromptAction, PromptState};
 
 /// The user's screen as the sandbox drew it (a vt100 emulator fed with all
@@ -144,6 +145,27 @@ pub struct SessionCommand<'a> {
     pub argv: &'a [String],
     /// `runsc exec` of the running sandbox, if the coordinator recorded it.
     pub exec: Option<&'a ExecTarget>,
+    /// The pod, when the sandbox runs on a cluster (`lazaret pod-exec`).
+    pub pod: Option<&'a PodTarget>,
+    /// Variables the pod's sessions get beside the session's own (the
+    /// profile's `env`: a pod's objects carry none).
+    pub pod_environment: &'a [(String, String)],
+}
+
+/// Where a session's helper commands (an interrupt, a window size) run.
+#[derive(Clone)]
+enum Inside {
+    Container(String),
+    Pod(PodTarget),
+}
+
+impl Inside {
+    fn of(session: &SessionCommand<'_>) -> Inside {
+        match session.pod {
+            Some(pod) => Inside::Pod(pod.clone()),
+            None => Inside::Container(session.container.to_owned()),
+        }
+    }
 }
 
 /// A process to start on the host for a session, and the process spec that
@@ -159,7 +181,15 @@ struct Launch {
 /// started: `runsc exec` with the recorded target, else `podman exec`.
 fn launch(session: &SessionCommand<'_>, term: Option<&str>, inner: Vec<String>) -> Result<Launch> {
     let mut environment = podman::environment();
-    let variables = session_environment(session, term);
+    let mut variables = session_environment(session, term);
+    if let Some(pod) = session.pod {
+        variables.extend(session.pod_environment.iter().cloned());
+        let names: Vec<String> = variables.iter().map(|(name, _)| name.clone()).collect();
+        environment.extend(variables.into_iter().map(|(name, value)| (name.into(), value.into())));
+        let program = std::env::current_exe().context("cannot find this program, to run pod-exec")?;
+        let arguments = pod.arguments(&names, &inner).into_iter().map(OsString::from).collect();
+        return Ok(Launch { program: program.into_os_string(), arguments, environment, feed: None });
+    }
     let Some(target) = session.exec else {
         let mut arguments: Vec<OsString> = exec_arguments(session, &variables).into_iter().map(OsString::from).collect();
         arguments.extend(inner.into_iter().map(OsString::from));
@@ -297,6 +327,8 @@ pub async fn run(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSend
         let credential = session.credential.to_owned();
         let argv = session.argv.to_vec();
         let exec = session.exec.cloned();
+        let pod = session.pod.cloned();
+        let pod_environment = session.pod_environment.to_vec();
         tokio::task::spawn_blocking(move || {
             run_interactive(
                 &SessionCommand {
@@ -305,6 +337,8 @@ pub async fn run(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSend
                     credential: &credential,
                     argv: &argv,
                     exec: exec.as_ref(),
+                    pod: pod.as_ref(),
+                    pod_environment: &pod_environment,
                 },
                 ui,
                 actions,
@@ -363,7 +397,7 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
         _ = interrupt.recv() => {
             // Deliver the interrupt inside the sandbox as well: podman exec
             // without a terminal does not forward signals.
-            signal_inside(session.container, &format!("kill -INT \"$(cat {state})\""));
+            signal_inside(&Inside::of(session), &format!("kill -INT \"$(cat {state})\""));
             let _ = child.kill().await;
             return Ok(128 + 2);
         }
@@ -460,9 +494,11 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
     });
     // Where runsc's terminal does not signal (old builds, podman exec), a
     // typed ^C is delivered by the CLI.
-    let stand_in = match session.exec {
-        Some(target) if target.terminal_signals => None,
-        _ => Some((session.container.to_owned(), state_file(session.session_id))),
+    // A pod's gVisor is the same release as our runsc (the shim is built from it).
+    let stand_in = match (session.exec, session.pod) {
+        (Some(target), _) if target.terminal_signals => None,
+        (_, Some(_)) => None,
+        _ => Some((Inside::of(session), state_file(session.session_id))),
     };
     // The input thread blocks on our stdin; it ends with the process.
     let input_ui = ui.clone();
@@ -498,16 +534,16 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
             if writer.write_all(&forwarded).and_then(|()| writer.flush()).is_err() {
                 break;
             }
-            if let Some((container, state)) = stand_in.as_ref().filter(|_| interrupted) {
-                let (container, script) = (container.clone(), interrupt_script(state));
-                std::thread::spawn(move || signal_inside(&container, &script));
+            if let Some((inside, state)) = stand_in.as_ref().filter(|_| interrupted) {
+                let (inside, script) = (inside.clone(), interrupt_script(state));
+                std::thread::spawn(move || signal_inside(&inside, &script));
             }
         }
     });
     let resize_master = pair.master;
-    let resize_container = session.container.to_owned();
+    let resize_inside = Inside::of(session);
     let resize_state = state_file(session.session_id);
-    let resizer = std::thread::spawn(move || watch_window_size(&*resize_master, &resize_container, &resize_state, &ui));
+    let resizer = std::thread::spawn(move || watch_window_size(&*resize_master, &resize_inside, &resize_state, &ui));
 
     let status = child.wait().context("waiting for the session's exec")?;
     let _ = output.join();
@@ -540,10 +576,20 @@ fn interrupt_script(state: &str) -> String {
 /// [`lazaret_core::bounds::IN_SANDBOX_SIGNAL`]: the sandbox's `sh`, `ps`
 /// and `stty` are the agent's to replace, and a hung one must not hold the
 /// session's terminal.
-fn signal_inside(container: &str, script: &str) {
-    let mut command = Podman::default().command();
-    command.args(["exec", container, "sh", "-c", script]);
-    let what = format!("podman exec in {container}");
+fn signal_inside(inside: &Inside, script: &str) {
+    let (command, what) = match inside {
+        Inside::Container(container) => {
+            let mut command = Podman::default().command();
+            command.args(["exec", container, "sh", "-c", script]);
+            (command, format!("podman exec in {container}"))
+        }
+        Inside::Pod(pod) => {
+            let Ok(program) = std::env::current_exe() else { return };
+            let mut command = std::process::Command::new(program);
+            command.args(pod.arguments(&[], &["sh".to_owned(), "-c".to_owned(), script.to_owned()]));
+            (command, format!("an exec in Pod {}/{}", pod.namespace, pod.pod))
+        }
+    };
     if let Err(error) = lazaret_coordinator::podman::output_bounded_blocking(command, lazaret_core::bounds::IN_SANDBOX_SIGNAL, &what) {
         tracing::debug!(error = %error.chained(), "signal or terminal size inside the sandbox");
     }
@@ -551,7 +597,7 @@ fn signal_inside(container: &str, script: &str) {
 
 /// Polls the terminal size (SIGWINCH cannot be waited for from a plain
 /// thread without a signal crate) and applies changes to both terminals.
-fn watch_window_size(master: &dyn portable_pty::MasterPty, container: &str, state: &str, ui: &SharedUi) {
+fn watch_window_size(master: &dyn portable_pty::MasterPty, inside: &Inside, state: &str, ui: &SharedUi) {
     let mut last = terminal_size();
     loop {
         std::thread::sleep(std::time::Duration::from_millis(250));
@@ -568,7 +614,7 @@ fn watch_window_size(master: &dyn portable_pty::MasterPty, container: &str, stat
                 }
             }
             let _ = master.resize(portable_pty::PtySize { rows, cols: columns, pixel_width: 0, pixel_height: 0 });
-            signal_inside(container, &format!("read sid tty < {state} && stty -F \"$tty\" rows {rows} cols {columns}"));
+            signal_inside(inside, &format!("read sid tty < {state} && stty -F \"$tty\" rows {rows} cols {columns}"));
         }
     }
 }

@@ -81,6 +81,11 @@ pub struct Domain {
     revoked_auto_approve: Mutex<std::collections::BTreeSet<usize>>,
     /// One export of the agent branch at a time.
     export_lock: tokio::sync::Mutex<ExportState>,
+    /// The pod, when the sandbox runs on a cluster (`cluster`), once it runs.
+    pod: std::sync::OnceLock<super::cluster::PodSandbox>,
+    /// A cluster domain's allowlist, which `net` changes in its policy
+    /// object (there is no sidecar).
+    cluster_egress: Option<tokio::sync::Mutex<super::cluster::ClusterEgress>>,
 }
 
 /// The export's state: the branch's fingerprint as last exported (or as
@@ -88,11 +93,15 @@ pub struct Domain {
 struct ExportState {
     last_exported: Option<git_sentry::sync::BranchFingerprint>,
     exporter: git_sentry::exporter::Exporter,
+    /// A pod's last refused export: said once, not at every poll.
+    last_refusal: Option<String>,
 }
 
 impl Domain {
     pub fn new(resolved: ResolvedProfile, store: Arc<Store>, git: Option<GitLayout>) -> Domain {
         let exporter = git_sentry::exporter::Exporter::new(&resolved.domain.container_name);
+        let cluster_egress = matches!(resolved.backend, lazaret_core::config::Backend::Kubernetes(_))
+            .then(|| tokio::sync::Mutex::new(super::cluster::ClusterEgress::new(&resolved)));
         Domain {
             resolved,
             git,
@@ -112,7 +121,9 @@ impl Domain {
             broker: crate::escalation::Broker::default(),
             network_requests: Mutex::default(),
             revoked_auto_approve: Mutex::default(),
-            export_lock: tokio::sync::Mutex::new(ExportState { last_exported: None, exporter }),
+            export_lock: tokio::sync::Mutex::new(ExportState { last_exported: None, exporter, last_refusal: None }),
+            pod: std::sync::OnceLock::new(),
+            cluster_egress,
         }
     }
 
@@ -167,6 +178,9 @@ impl Domain {
     /// export (one export at a time), and announces the outcome.
     pub async fn export_agent_branch(&self) {
         let Some(layout) = &self.git else { return };
+        if let Some(pod) = self.pod.get() {
+            return self.export_from_pod(pod, layout).await;
+        }
         if !self.container_is_running() {
             return;
         }
@@ -178,6 +192,39 @@ impl Domain {
         let result = git_sentry::sync::export_once(layout, &mut state.exporter).await;
         state.last_exported = Some(fingerprint);
         self.report_export(&layout.branch, result);
+    }
+
+    /// One export from the pod ([`git_sentry::pod::export`]: an exec, which
+    /// finds out whether anything changed). A refusal is announced once
+    /// until the next different outcome.
+    async fn export_from_pod(&self, pod: &super::cluster::PodSandbox, layout: &GitLayout) {
+        let mut state = self.export_lock.lock().await;
+        let result = git_sentry::pod::export(&pod.cluster, &pod.pod, layout).await;
+        let refusal = result.as_ref().err().map(crate::Error::chained);
+        if refusal.is_some() && refusal == state.last_refusal {
+            return;
+        }
+        state.last_refusal = refusal;
+        self.report_export(&layout.branch, result);
+    }
+
+    /// The sandbox is the pod `pod` (on a cluster): exports and sessions go there.
+    pub fn set_pod(&self, pod: super::cluster::PodSandbox) {
+        let _ = self.pod.set(pod);
+    }
+
+    /// Where reads of the sandbox's working tree run: the pod, once there
+    /// is one, else the local container.
+    pub fn inside(&self) -> git_sentry::inside::Inside<'_> {
+        match self.pod.get() {
+            Some(pod) => git_sentry::inside::Inside::Pod(pod),
+            None => git_sentry::inside::Inside::Container(&self.resolved.domain.container_name),
+        }
+    }
+
+    /// Teardown has begun: no session joins any more.
+    pub fn is_shutting_down(&self) -> bool {
+        self.sessions().shutting_down
     }
 
     /// Announces (and logs) the outcome of an export of the agent branch.
@@ -265,6 +312,11 @@ impl Domain {
 
     /// Sends one request to the Network Sidecar (on the blocking pool).
     async fn sidecar(&self, request: SidecarRequest) -> RpcResult<NetworkPolicy> {
+        if let Some(egress) = &self.cluster_egress {
+            return super::cluster::change_egress(egress, &self.resolved, self.pod.get(), &request)
+                .await
+                .map_err(|message| rpc_error(error_code::NETWORK_FAILED, message));
+        }
         let socket = self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or_else(|| {
             rpc_error(
                 error_code::NETWORK_FAILED,
@@ -877,7 +929,7 @@ impl LazaretApiServer for Api {
         .await
         .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))??;
         if self.0.container_is_running() {
-            git_sentry::diff::add_uncommitted(&mut diff, &self.0.resolved.domain.container_name, with_patch).await.map_err(git_failed)?;
+            git_sentry::diff::add_uncommitted(&mut diff, &self.0.inside(), with_patch).await.map_err(git_failed)?;
         }
         Ok(diff)
     }
@@ -916,7 +968,7 @@ impl LazaretApiServer for Api {
         .await
         .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))??;
         if self.0.container_is_running() {
-            let working = git_sentry::contents::working(&self.0.resolved.domain.container_name, &path)
+            let working = git_sentry::contents::working(&self.0.inside(), &path)
                 .await
                 .map_err(|error| rpc_error(error_code::SANDBOX_NOT_RUNNING, error.chained()))?;
             contents.working = Some(working);

@@ -5,6 +5,7 @@
 //! count reaches zero or on SIGINT/SIGTERM/SIGHUP (NFR-2).
 
 pub mod api;
+pub mod cluster;
 pub mod sandbox;
 
 use std::os::unix::fs::PermissionsExt;
@@ -113,26 +114,8 @@ async fn watch_sidecar(domain: Arc<Domain>, started: crate::network::StartedSide
     }
 }
 
-/// Refuses a profile whose sandbox runs on a cluster: the Kubernetes
-/// backend (`lazaret-kube`, `git_sentry::pod`) is not yet what the
-/// coordinator starts sessions on, and nothing may start in its place.
-pub fn refuse_cluster_backend(resolved: &ResolvedProfile) -> Result<()> {
-    let lazaret_core::config::Backend::Kubernetes(cluster) = &resolved.backend else { return Ok(()) };
-    Err(lazaret_core::Error::invalid(
-        format!("profiles.{}.backend", resolved.profile),
-        format!(
-            "profile `{}` runs its sandbox on Kubernetes (namespace `{}`, RuntimeClass `{}`), and this version cannot start \
-             sessions on a cluster yet (docs/cluster.md, \"Status\"); nothing was started. Use backend = \"podman\" to run it here",
-            resolved.profile, cluster.namespace, cluster.runtime_class
-        ),
-        None,
-    )
-    .into())
-}
-
 /// Runs the coordinator of `resolved` until teardown. Blocking.
 pub fn run(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::EgressReloader) -> Result<u8> {
-    refuse_cluster_backend(&resolved)?;
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the async runtime")?;
     let (status, lock) = runtime.block_on(serve(resolved, mode, reloader))?;
@@ -160,7 +143,10 @@ fn prepare_workspace(resolved: &ResolvedProfile, mode: WorkspaceMode) -> Result<
 }
 
 async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::EgressReloader) -> Result<(u8, Option<DomainLock>)> {
-    let mut running = start_up(resolved, mode, reloader).await?;
+    let mut running = match resolved.backend.clone() {
+        lazaret_core::config::Backend::Podman => start_up(resolved, mode, reloader).await?,
+        lazaret_core::config::Backend::Kubernetes(backend) => start_up_on_cluster(resolved, mode, backend).await?,
+    };
     let reason = wait_for_teardown(&running.domain, &mut running.connection_events).await?;
     Ok((0, tear_down(running, reason).await))
 }
@@ -177,6 +163,8 @@ struct Running {
     start_task: tokio::task::JoinHandle<()>,
     escalation: Option<(Arc<crate::escalation::server::EscalationServer>, tokio::task::JoinHandle<()>)>,
     server_task: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// A sandbox on a cluster: its backend and what its start left.
+    cluster: Option<(lazaret_core::config::KubernetesBackend, Arc<cluster::Started>)>,
 }
 
 /// What the sandbox's start needs beyond the domain.
@@ -253,7 +241,81 @@ async fn start_up(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api:
         let server = prepared.server.clone();
         (server, tokio::spawn(crate::escalation::server::serve(prepared.listener, prepared.server, domain.clone())))
     });
-    Ok(Running { domain, podman, resources, connection_events, state_anchor, sidecar_tasks, start_task, escalation, server_task })
+    Ok(Running {
+        domain,
+        podman,
+        resources,
+        connection_events,
+        state_anchor,
+        sidecar_tasks,
+        start_task,
+        escalation,
+        server_task,
+        cluster: None,
+    })
+}
+
+/// Start-up of a domain whose sandbox is a pod ([`cluster`]): the domain's
+/// directories and store, the agent branch's host side, the Escalation
+/// Socket, the control socket, then (in the background) the pod. Nothing
+/// runs here but git and the coordinator: no State Anchor, no sidecar (the
+/// cluster enforces the egress policy).
+async fn start_up_on_cluster(
+    resolved: ResolvedProfile,
+    mode: WorkspaceMode,
+    backend: lazaret_core::config::KubernetesBackend,
+) -> Result<Running> {
+    if mode == WorkspaceMode::Direct {
+        return Err(lazaret_core::Error::invalid(
+            format!("profiles.{}.backend", resolved.profile),
+            "a workspace cannot be mounted into a pod on a cluster (--mount-workspace): run in a git repository, whose agent branch \
+             the pod gets"
+                .to_owned(),
+            None,
+        )
+        .into());
+    }
+    let resources = resolved.domain.clone();
+    prepare_domain_root(&resources)?;
+    let mut startup = StartupCleanup { resources: resources.clone(), armed: true, state_anchor: None };
+    let store_path = resources.domain_dir.join(STORE_FILE);
+    let store = tokio::task::spawn_blocking(move || Store::open(&store_path)).await.context("store task failed")??;
+    let prepare_resolved = resolved.clone();
+    let (git, _) =
+        tokio::task::spawn_blocking(move || prepare_workspace(&prepare_resolved, mode)).await.context("workspace task failed")??;
+    let domain = Arc::new(Domain::new(resolved, Arc::new(store), git));
+    let _ = std::fs::remove_file(&resources.control_socket);
+    let escalation = if domain.resolved.escalation_enabled { Some(prepare_escalation(&domain.resolved)?) } else { None };
+    let listener = bind_private(&resources.control_socket)?;
+    tracing::info!(socket = %resources.control_socket.display(), namespace = %backend.namespace, "control socket bound");
+    let (connection_events_tx, connection_events) = tokio::sync::mpsc::unbounded_channel();
+    let methods = Api(domain.clone()).into_rpc();
+    let server_task = tokio::spawn(server::serve(listener, methods.into(), server::Config::default(), connection_events_tx));
+    startup.armed = false;
+
+    let started = Arc::new(cluster::Started::default());
+    let files = escalation.as_ref().map(|prepared| cluster::EscalationFiles {
+        client: prepared.client.clone(),
+        bundle: prepared.bundle.clone(),
+        socket: resources.escalation_socket.clone(),
+    });
+    let start_task = tokio::spawn(cluster::start_sandbox(domain.clone(), backend.clone(), files, started.clone()));
+    let escalation = escalation.map(|prepared| {
+        let server = prepared.server.clone();
+        (server, tokio::spawn(crate::escalation::server::serve(prepared.listener, prepared.server, domain.clone())))
+    });
+    Ok(Running {
+        domain,
+        podman: Podman::default(),
+        resources,
+        connection_events,
+        state_anchor: None,
+        sidecar_tasks: None,
+        start_task,
+        escalation,
+        server_task,
+        cluster: Some((backend, started)),
+    })
 }
 
 /// The Domain Root and socket directories (private), and what sessions of
@@ -444,7 +506,7 @@ async fn wait_for_teardown(
 /// files go. Every step is bounded and logs its failure, so teardown always
 /// ends and hands the lock back for `run` to release.
 async fn tear_down(running: Running, reason: &'static str) -> Option<DomainLock> {
-    let Running { domain, podman, resources, state_anchor, sidecar_tasks, start_task, escalation, server_task, .. } = running;
+    let Running { domain, podman, resources, state_anchor, sidecar_tasks, start_task, escalation, server_task, cluster, .. } = running;
     tracing::info!(reason, "tearing down");
     // No new session joins a sandbox that is going; what its sessions left
     // running is ended once it is gone.
@@ -458,7 +520,10 @@ async fn tear_down(running: Running, reason: &'static str) -> Option<DomainLock>
     // The agent's last commits reach the host before the sandbox goes.
     domain.export_agent_branch().await;
     domain.set_container_state(ContainerState::Stopping, None);
-    remove_container(&podman, &resources.container_name, "the sandbox").await;
+    match &cluster {
+        Some((backend, started)) => cluster::tear_down(&domain, backend, started).await,
+        None => remove_container(&podman, &resources.container_name, "the sandbox").await,
+    }
     if let Some(recorded) = recorded {
         recorded.end_execs();
     }
@@ -532,6 +597,9 @@ struct PreparedEscalation {
     listener: tokio::net::UnixListener,
     server: Arc<crate::escalation::server::EscalationServer>,
     podman_arguments: Vec<String>,
+    /// The static client, and its TLS bundle here (a pod gets both over exec).
+    client: std::path::PathBuf,
+    bundle: std::path::PathBuf,
 }
 
 /// Trust Anchor, client credentials in the domain's private socket directory, the
@@ -562,7 +630,8 @@ fn prepare_escalation(resolved: &ResolvedProfile) -> Result<PreparedEscalation> 
         format!("--volume={}:{}", domain.escalation_socket.display(), lazaret_protocol::escalation::paths::SOCKET),
         format!("--volume={}:/run/lazaret/bin/lazaret-escalate:ro", helper.display()),
     ];
-    Ok(PreparedEscalation { listener, server: Arc::new(server), podman_arguments })
+    let bundle = tls_dir.join(trust_anchor::bundle_location().1);
+    Ok(PreparedEscalation { listener, server: Arc::new(server), podman_arguments, client: helper, bundle })
 }
 
 /// Exports the agent branch whenever its ref files change: woken by inotify

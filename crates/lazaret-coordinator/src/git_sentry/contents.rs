@@ -11,7 +11,6 @@ use lazaret_protocol::{FileContents, FileVersion, MAX_FILE_TEXT};
 
 use super::HostRepository;
 use crate::error::{Context, Result};
-use crate::podman::Podman;
 
 /// Longest path accepted, in bytes.
 const MAX_PATH: usize = 4096;
@@ -132,15 +131,13 @@ fn committed_between(host: &HostRepository, endpoints: Option<(String, String)>,
 /// `path` in the sandbox's `/workspace`, read inside the sandbox by its own
 /// `wc` and `head` (which the agent may have replaced: the output is capped
 /// and parsed defensively, and whatever it says is the agent's word).
-pub async fn working(container: &str, path: &str) -> Result<FileVersion> {
+pub async fn working(inside: &super::inside::Inside<'_>, path: &str) -> Result<FileVersion> {
     let script = "f=\"/workspace/$1\"; if [ -f \"$f\" ]; then wc -c < \"$f\" && head -c \"$2\" \"$f\"; \
                   elif [ -e \"$f\" ] || [ -L \"$f\" ]; then echo other; else echo absent; fi";
-    let mut command = tokio::process::Command::from(Podman::default().command());
-    command.args(["exec", container, "sh", "-c", script, "lazaret-file", path, &MAX_FILE_TEXT.to_string()]);
+    let most = MAX_FILE_TEXT.to_string();
     let output =
-        crate::podman::output_capped(command, lazaret_core::bounds::EXPORT, MAX_FILE_TEXT + 64, "reading a file inside the sandbox")
-            .await?;
-    if output.status.is_some_and(|status| !status.success()) {
+        inside.shell(script, "lazaret-file", &[path, &most], Some(MAX_FILE_TEXT + 64), "reading a file inside the sandbox").await?;
+    if output.success == Some(false) {
         crate::bail!("reading {path:?} inside the sandbox failed");
     }
     let newline = output.stdout.iter().position(|byte| *byte == b'\n').unwrap_or(output.stdout.len());

@@ -7,7 +7,6 @@ use lazaret_protocol::{BranchDiff, FileChange, PathWarning, UncommittedChanges};
 
 use super::HostRepository;
 use crate::error::Result;
-use crate::podman::Podman;
 
 /// Largest patch text returned; longer ones are cut with a note.
 const MAX_PATCH_BYTES: usize = 4 << 20;
@@ -63,16 +62,18 @@ fn between(host: &HostRepository, branch: &str, endpoints: Option<(String, Strin
 }
 
 /// Adds the agent's uncommitted changes, read by git inside the sandbox.
-pub async fn add_uncommitted(diff: &mut BranchDiff, container: &str, with_patch: bool) -> Result<()> {
+pub async fn add_uncommitted(diff: &mut BranchDiff, inside: &super::inside::Inside<'_>, with_patch: bool) -> Result<()> {
     let script = "cd /workspace && git diff --no-ext-diff --numstat -z HEAD && printf '\\0\\036\\0' && \
                   git diff --no-ext-diff --name-status -z HEAD && printf '\\0\\036\\0' && \
                   git ls-files --others --exclude-standard -z && printf '\\0\\036\\0' && \
                   { [ \"$1\" = patch ] && git diff --no-ext-diff --no-color HEAD || true; }";
-    let mut command = tokio::process::Command::from(Podman::default().command());
-    command.args(["exec", container, "sh", "-c", script, "lazaret-diff", if with_patch { "patch" } else { "no-patch" }]);
-    let output = crate::podman::output_within(command, lazaret_core::bounds::EXPORT, "git diff of the uncommitted changes").await?;
-    if !output.status.success() {
-        crate::bail!("git inside the sandbox failed: {}", String::from_utf8_lossy(&output.stderr).trim());
+    let patch = if with_patch { "patch" } else { "no-patch" };
+    let output = inside.shell(script, "lazaret-diff", &[patch], None, "git diff of the uncommitted changes").await?;
+    if output.success != Some(true) {
+        crate::bail!(
+            "git inside the sandbox failed: {}",
+            lazaret_core::terminal_text::block(String::from_utf8_lossy(&output.stderr).trim())
+        );
     }
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     let parts: Vec<&str> = text.split("\0\u{1e}\0").collect();

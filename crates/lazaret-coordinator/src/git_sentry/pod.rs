@@ -30,6 +30,9 @@ use crate::error::{Context, Result};
 /// The exit status of the export exec when there is nothing to import (no
 /// agent branch inside).
 const NO_BRANCH: i32 = 3;
+/// The exit status of the export exec when the branch is still at the
+/// host's tip.
+const UNCHANGED: i32 = 4;
 
 /// Seeds the agent's repository in `pod` from the host: the seed bundle in
 /// over exec stdin, then the seed script. Returns the commits it seeded
@@ -90,15 +93,21 @@ pub async fn export(cluster: &Cluster, pod: &str, layout: &GitLayout) -> Result<
         }
     }
     // No branch inside is not a failure (nothing to import); a branch that
-    // cannot be bundled (a full outbox, a broken repository) is.
+    // cannot be bundled (a full outbox, a broken repository) is. A branch
+    // still at the host's tip ($1) is left alone: no bundle is made (git
+    // would refuse an empty one, and the fallback bundles the whole
+    // history), which makes the poll and each session's end one short exec.
     let script = format!(
-        "{}git -C /workspace rev-parse --verify --quiet {} >/dev/null || exit {NO_BRANCH}\n\
+        "{}tip=$(git -C /workspace rev-parse --verify --quiet {}) || exit {NO_BRANCH}\n\
+         previous=$1; shift\n\
+         [ -n \"$previous\" ] && [ \"$tip\" = \"$previous\" ] && exit {UNCHANGED}\n\
          lazaret_export \"$@\" </dev/null >/dev/null || exit 1\n\
          exec cat {OUTBOX_IN_CONTAINER}/agent.bundle\n",
         layout.export_function(),
         layout.branch_ref()
     );
-    let mut command = vec!["sh", "-c", script.as_str(), "lazaret-export"];
+    let previous_word = previous.as_deref().map(hex).transpose()?.unwrap_or_default();
+    let mut command = vec!["sh", "-c", script.as_str(), "lazaret-export", previous_word];
     command.extend(commits.iter().map(String::as_str));
     crate::private_dirs::ensure_private_dir(&layout.import)?;
     let target = layout.import.join("agent.bundle");
@@ -125,6 +134,10 @@ pub async fn export(cluster: &Cluster, pod: &str, layout: &GitLayout) -> Result<
         Some(NO_BRANCH) => {
             let _ = std::fs::remove_file(&target);
             return Ok(Export::NoBranch);
+        }
+        Some(UNCHANGED) => {
+            let _ = std::fs::remove_file(&target);
+            return Ok(Export::Unchanged);
         }
         code => {
             let _ = std::fs::remove_file(&target);

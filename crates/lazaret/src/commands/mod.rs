@@ -20,12 +20,13 @@ mod status;
 use anyhow::Result;
 use lazaret_protocol::Decision;
 
-use crate::cli::{AuditCommand, Cli, Command, ConfigCommand, ImageCommand, NetCommand, StateCommand};
+use crate::cli::{AuditCommand, Cli, Command, ConfigCommand, DomainCommand, ImageCommand, NetCommand, StateCommand};
 
 pub fn dispatch(cli: Cli) -> Result<u8> {
     let config_path = cli.config.as_deref();
     match cli.command {
-        Command::Domain { target, json } => domain::run(config_path, &target, json),
+        Command::Domain { action: None, target, json } => domain::run(config_path, &target, json),
+        Command::Domain { action: Some(DomainCommand::Rm { target }), .. } => domain::remove(config_path, &target),
         Command::Config(ConfigCommand::Check { workspace }) => config::check(config_path, workspace.as_deref()),
         Command::Config(ConfigCommand::Show { target, json }) => config::show(config_path, &target, json),
         Command::Config(ConfigCommand::Path) => config::path(config_path),
@@ -77,6 +78,10 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             Ok(0)
         }
         Command::TerminalGuard => crate::session::guard_terminal(),
+        Command::PodExec { kubeconfig, context, namespace, pod, pass, command } => {
+            let target = crate::pod_exec::PodTarget { kubeconfig, context, namespace, pod };
+            crate::pod_exec::run(&target, &pass, &command)
+        }
         Command::Coordinator { target, mount_workspace } => {
             let config = crate::workspace::load_config(config_path)?;
             let resolved = crate::workspace::resolve_target(&config, &target)?;

@@ -1,0 +1,486 @@
+//! A domain whose sandbox is a pod on Kubernetes (a profile's `backend =
+//! { kubernetes = ... }`, issue 32): what the coordinator does in place of
+//! `podman run`, and undoes at teardown.
+//!
+//! Start ([`start_sandbox`]), in the background once the control socket
+//! serves: the RuntimeClass is checked to run gVisor, the domain's `Sandbox`
+//! is created suspended (the cluster-wide lock, with no pod yet: one held
+//! by another coordinator is refused and nothing of it touched; one this
+//! machine's coordinators made, recorded in the Domain Root, is resumed
+//! with the profile's current pod template), the egress policy applied,
+//! and only then the `Sandbox` set running; its pod is awaited, the escalation client
+//! and its TLS bundle sent in over exec, the relay started
+//! (`escalation::relay`, restarted while the domain runs), the agent's
+//! repository seeded (`git_sentry::pod`), and the branch then exported by
+//! polling. Sessions exec into the pod themselves (`lazaret pod-exec`).
+//!
+//! Teardown suspends the `Sandbox` (its pod goes; its claim, the State
+//! Anchor, stays) and keeps the record; `lazaret domain rm` ([`remove`])
+//! deletes every object of the domain.
+//!
+//! Invariants: nothing leaves the host but the policy, the `Sandbox` and
+//! what goes over exec stdin (bundles, the static client, its TLS bundle;
+//! never a credential in an object or on a command line); only a
+//! `Sandbox` this machine recorded making is ever changed, suspended or
+//! deleted.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lazaret_core::config::{KubernetesBackend, KubernetesEgress, ResolvedProfile};
+use lazaret_kube::cluster::Cluster;
+use lazaret_kube::objects::{self, OperatingMode, SandboxPlan};
+use lazaret_protocol::ContainerState;
+
+use super::api::Domain;
+use crate::error::{Context, Result};
+
+/// The Domain Root's record of the `Sandbox` this machine's coordinator
+/// created (its UID): a start that finds it still there, under the domain
+/// lock, knows it is its own, left by a killed coordinator.
+const SANDBOX_RECORD: &str = "cluster-sandbox";
+
+/// How long the domain's pod may take to be ready.
+const POD_READY: Duration = Duration::from_secs(300);
+/// How long teardown waits for the domain's objects to be gone.
+const DELETE: Duration = Duration::from_secs(120);
+/// How often the agent branch is looked at (one exec each time).
+const EXPORT_POLL: Duration = Duration::from_secs(2);
+/// The State Anchor's claim.
+const STATE_SIZE: &str = "10Gi";
+/// Where the escalation client goes in the pod (memory-backed `/run/lazaret`).
+const INSTALL_CLIENT: &str =
+    "mkdir -p /run/lazaret/bin && cat > /run/lazaret/bin/lazaret-escalate.tmp && chmod 755 /run/lazaret/bin/lazaret-escalate.tmp && \
+     mv -f /run/lazaret/bin/lazaret-escalate.tmp /run/lazaret/bin/lazaret-escalate";
+const INSTALL_BUNDLE: &str = "mkdir -p /run/lazaret/tls && umask 077 && cat > /run/lazaret/tls/bundle.pem";
+
+/// The pod a domain's sessions run in.
+#[derive(Clone)]
+pub struct PodSandbox {
+    pub cluster: Cluster,
+    pub pod: String,
+}
+
+/// The kubeconfig a profile names, else `$KUBECONFIG` (its first file),
+/// else `~/.kube/config`.
+pub fn kubeconfig(backend: &KubernetesBackend) -> Result<PathBuf> {
+    if let Some(path) = &backend.kubeconfig {
+        return Ok(PathBuf::from(path));
+    }
+    if let Some(first) =
+        std::env::var_os("KUBECONFIG").and_then(|list| std::env::split_paths(&list).find(|path| !path.as_os_str().is_empty()))
+    {
+        return Ok(first);
+    }
+    let home = std::env::var_os("HOME").context("neither the profile's kubeconfig, $KUBECONFIG nor $HOME is set")?;
+    Ok(Path::new(&home).join(".kube/config"))
+}
+
+/// The cluster and namespace of `backend`.
+pub async fn connect(backend: &KubernetesBackend) -> Result<Cluster> {
+    let path = kubeconfig(backend)?;
+    Ok(Cluster::connect(&path, backend.context.as_deref(), &backend.namespace).await?)
+}
+
+/// The pod of a domain (the `Sandbox`'s name, which the controller gives its pod).
+pub fn pod_name(domain_hash: &str) -> String {
+    objects::sandbox_name(domain_hash)
+}
+
+/// The `Sandbox` a profile's domain is made from.
+pub fn plan(resolved: &ResolvedProfile, backend: &KubernetesBackend) -> SandboxPlan {
+    SandboxPlan {
+        domain_hash: resolved.domain.domain_hash.clone(),
+        profile: resolved.profile.clone(),
+        namespace: backend.namespace.clone(),
+        image: backend.image.clone().unwrap_or_else(|| resolved.image.clone()),
+        image_pull_policy: "IfNotPresent".into(),
+        runtime_class: backend.runtime_class.clone(),
+        storage_class: backend.storage_class.clone(),
+        state_size: STATE_SIZE.into(),
+        persistent_dirs: resolved.persistent_dirs.iter().map(|dir| dir.display().to_string()).collect(),
+        limits: resolved.limits,
+    }
+}
+
+/// What the escalation relay needs: the static client and the TLS bundle
+/// to send into the pod, and the domain's Escalation Socket here.
+pub struct EscalationFiles {
+    pub client: PathBuf,
+    pub bundle: PathBuf,
+    pub socket: PathBuf,
+}
+
+/// What the start leaves for teardown.
+#[derive(Default)]
+pub struct Started {
+    /// This coordinator created the domain's `Sandbox`: teardown deletes
+    /// it and every other object of the domain.
+    owns_objects: std::sync::atomic::AtomicBool,
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Started {
+    fn keep(&self, task: tokio::task::JoinHandle<()>) {
+        self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(task);
+    }
+
+    fn owns(&self) -> bool {
+        self.owns_objects.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Starts the domain's pod and lets sessions in; or records why it failed.
+pub async fn start_sandbox(domain: Arc<Domain>, backend: KubernetesBackend, escalation: Option<EscalationFiles>, started: Arc<Started>) {
+    match start(&domain, &backend, escalation, &started).await {
+        Ok(()) => {
+            tracing::info!("sandbox running (pod)");
+            domain.set_container_state(ContainerState::Running, None);
+        }
+        Err(error) => {
+            tracing::error!(error = %error.chained(), "sandbox failed to start");
+            domain.set_container_state(ContainerState::Failed, Some(error.chained()));
+        }
+    }
+}
+
+async fn start(
+    domain: &Arc<Domain>,
+    backend: &KubernetesBackend,
+    escalation: Option<EscalationFiles>,
+    started: &Arc<Started>,
+) -> Result<()> {
+    let resolved = &domain.resolved;
+    let hash = &resolved.domain.domain_hash;
+    let cluster = connect(backend).await?;
+    cluster.check_runtime_class(&backend.runtime_class).await?;
+    // The lock first, then the policy: no pod of the domain runs without
+    // it, and another coordinator's policy is never overwritten.
+    create(&cluster, domain, backend, started).await?;
+    apply_policy(&cluster, resolved, backend).await?;
+    cluster.set_operating_mode(hash, OperatingMode::Running).await?;
+    // The image's own command, when this machine has the image (as the
+    // test cluster's loaded images are); a shell otherwise.
+    let image = resolved.image.clone();
+    let default_command = tokio::spawn(async move { super::sandbox::default_command(&crate::podman::Podman::default(), &image).await });
+    let pod = cluster.wait_ready(hash, POD_READY).await?;
+    tracing::info!(pod, namespace = %backend.namespace, "pod ready");
+    // The escalation client, its bundle and the seed go in side by side.
+    let escalation_ready = async {
+        if let Some(files) = &escalation {
+            tokio::try_join!(
+                install(&cluster, &pod, INSTALL_CLIENT, &files.client),
+                install(&cluster, &pod, INSTALL_BUNDLE, &files.bundle)
+            )?;
+        }
+        Ok::<(), crate::Error>(())
+    };
+    let seeded = async {
+        if let Some(layout) = &domain.git {
+            crate::git_sentry::pod::seed(&cluster, &pod, layout).await.context("cannot set up the agent's repository in the pod")?;
+        }
+        Ok::<(), crate::Error>(())
+    };
+    tokio::try_join!(escalation_ready, seeded)?;
+    if let Some(files) = escalation {
+        started.keep(tokio::spawn(relay_loop(domain.clone(), cluster.clone(), pod.clone(), files.socket)));
+    }
+    domain.set_default_command(default_command.await.unwrap_or_else(|_| vec!["/bin/sh".to_owned()]));
+    domain.set_pod(PodSandbox { cluster, pod });
+    if domain.git.is_some() {
+        let domain = domain.clone();
+        started.keep(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(EXPORT_POLL).await;
+                domain.export_agent_branch().await;
+            }
+        }));
+    }
+    Ok(())
+}
+
+/// The domain's egress policy: a `CiliumNetworkPolicy` from the allowlist,
+/// or a deny-all `NetworkPolicy`.
+async fn apply_policy(cluster: &Cluster, resolved: &ResolvedProfile, backend: &KubernetesBackend) -> Result<()> {
+    let hash = &resolved.domain.domain_hash;
+    match backend.egress {
+        KubernetesEgress::Cilium => {
+            cluster.apply_cilium_policy(&lazaret_kube::egress::cilium_policy(hash, &backend.namespace, &resolved.allow_egress)).await?
+        }
+        KubernetesEgress::None => cluster.apply_network_policy(&lazaret_kube::egress::no_egress_policy(hash, &backend.namespace)).await?,
+    }
+    Ok(())
+}
+
+/// Creates the domain's `Sandbox`, suspended (no pod). One that exists is
+/// another coordinator's (refused, and nothing of its domain is touched),
+/// unless this Domain Root recorded creating it: under the domain lock
+/// that is this machine's, suspended by the last teardown or left running
+/// by a killed coordinator. It is suspended with the profile's current pod
+/// template (its claim, the State Anchor, stays) and resumed by the start.
+async fn create(cluster: &Cluster, domain: &Domain, backend: &KubernetesBackend, started: &Started) -> Result<()> {
+    let resolved = &domain.resolved;
+    let hash = &resolved.domain.domain_hash;
+    let mut sandbox = objects::sandbox(&plan(resolved, backend));
+    sandbox.spec.operating_mode = Some(OperatingMode::Suspended);
+    let record = resolved.domain.domain_dir.join(SANDBOX_RECORD);
+    let created = match cluster.create_sandbox(&sandbox).await {
+        Err(lazaret_kube::Error::Held { namespace, name }) => {
+            let recorded = std::fs::read_to_string(&record).ok();
+            let existing = cluster.sandbox(hash).await?.and_then(|existing| existing.metadata.uid);
+            if recorded.is_none() || recorded.as_deref().map(str::trim) != existing.as_deref() {
+                return Err(lazaret_kube::Error::Held { namespace, name }.into());
+            }
+            tracing::info!(sandbox = name, "resuming the domain's Sandbox");
+            cluster.suspend_with_template(hash, &sandbox).await?;
+            started.owns_objects.store(true, std::sync::atomic::Ordering::SeqCst);
+            // A killed coordinator's pod ends before one of the current template starts.
+            return Ok(cluster.wait_no_pod(hash, DELETE).await?);
+        }
+        other => other?,
+    };
+    started.owns_objects.store(true, std::sync::atomic::Ordering::SeqCst);
+    let uid = created.metadata.uid.unwrap_or_default();
+    std::fs::write(&record, uid).with_context(|| format!("cannot record the Sandbox in {}", record.display()))?;
+    Ok(())
+}
+
+/// Sends `file` into the pod as the stdin of `script`, which must succeed.
+async fn install(cluster: &Cluster, pod: &str, script: &str, file: &Path) -> Result<()> {
+    let input = tokio::fs::File::open(file).await.with_context(|| format!("cannot open {}", file.display()))?;
+    let mut output = Vec::new();
+    let command = ["sh", "-c", script];
+    let run = cluster.exec_streaming(pod, &command, input, &mut output, 64 << 10);
+    let status = tokio::time::timeout(lazaret_core::bounds::SEED, run).await.map_err(|_| crate::Error::TimedOut {
+        what: format!("sending {} into Pod {pod}", file.display()),
+        bound: lazaret_core::bounds::SEED,
+    })??;
+    if status.code != Some(0) {
+        crate::bail!(
+            "sending {} into Pod {pod} failed: {}",
+            file.display(),
+            lazaret_core::terminal_text::block(String::from_utf8_lossy(&status.stderr).trim())
+        );
+    }
+    Ok(())
+}
+
+/// Keeps `lazaret-escalate --relay` running in the pod and its streams
+/// connected to the Escalation Socket, starting it again when it ends
+/// (a lost connection, a killed relay) while the domain runs.
+async fn relay_loop(domain: Arc<Domain>, cluster: Cluster, pod: String, socket: PathBuf) {
+    loop {
+        match cluster.exec_attached(&pod, &["/run/lazaret/bin/lazaret-escalate", "--relay"]).await {
+            Ok(attached) => {
+                let guard = attached.guard;
+                if let Err(error) = crate::escalation::relay::serve(attached.stdout, attached.stdin, socket.clone()).await {
+                    tracing::warn!(error = %error.chained(), "the escalation relay ended");
+                }
+                drop(guard);
+            }
+            Err(error) => tracing::warn!(error = %error, "cannot start the escalation relay"),
+        }
+        if domain.is_shutting_down() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Teardown's part: the tasks end, and the domain's `Sandbox` (when this
+/// coordinator holds it) is suspended: the pod goes, the claim with the
+/// State Anchor stays, for the next start to resume.
+pub async fn tear_down(domain: &Domain, backend: &KubernetesBackend, started: &Started) {
+    for task in started.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
+        task.abort();
+    }
+    if !started.owns() {
+        return;
+    }
+    let hash = &domain.resolved.domain.domain_hash;
+    let suspended = async {
+        let cluster = connect(backend).await?;
+        cluster.set_operating_mode(hash, OperatingMode::Suspended).await?;
+        cluster.wait_no_pod(hash, DELETE).await?;
+        Ok::<(), crate::Error>(())
+    };
+    match suspended.await {
+        Ok(()) => tracing::info!("the domain's Sandbox is suspended"),
+        Err(error) => {
+            tracing::error!(error = %error.chained(), "could not suspend the domain's Sandbox; the next start replaces its pod")
+        }
+    }
+}
+
+/// `lazaret domain rm` of a cluster profile's domain, whose coordinator
+/// does not run (the caller holds the domain lock): every object of the
+/// domain is deleted (its `Sandbox`, pod, claim and policy) and awaited,
+/// and the record goes. A `Sandbox` this machine did not record making is
+/// another coordinator's, and is refused. Gives what was deleted.
+pub async fn remove(resolved: &ResolvedProfile, backend: &KubernetesBackend) -> Result<Vec<String>> {
+    let hash = &resolved.domain.domain_hash;
+    let cluster = connect(backend).await?;
+    let record = resolved.domain.domain_dir.join(SANDBOX_RECORD);
+    if let Some(existing) = cluster.sandbox(hash).await? {
+        let recorded = std::fs::read_to_string(&record).ok();
+        if recorded.as_deref().map(str::trim) != existing.metadata.uid.as_deref() {
+            crate::bail!(
+                "Sandbox {}/{} was not made by this machine's coordinators (another one holds the domain); nothing was deleted",
+                backend.namespace,
+                objects::sandbox_name(hash)
+            );
+        }
+    }
+    let objects = cluster.domain_objects(hash).await?;
+    cluster.delete_domain(hash, DELETE).await?;
+    let _ = std::fs::remove_file(&record);
+    Ok(objects)
+}
+
+/// A cluster domain's egress as `net allow/deny/reload` change it: the
+/// allowlist the domain's policy object is made from.
+pub struct ClusterEgress {
+    allow: Vec<lazaret_core::egress::EgressRule>,
+}
+
+impl ClusterEgress {
+    pub fn new(resolved: &ResolvedProfile) -> ClusterEgress {
+        ClusterEgress { allow: resolved.allow_egress.clone() }
+    }
+
+    /// The allowlist after `request`, or why the cluster cannot do it. A
+    /// policy object cannot carve a name out of a wider allow, so a deny
+    /// (or revoke) removes an allow entry exactly as written, and is an
+    /// error naming the entry otherwise; timed entries, holds and the
+    /// sidecar's protections are the local sidecar's.
+    pub fn after(
+        &self,
+        request: &lazaret_protocol::sidecar::SidecarRequest,
+    ) -> std::result::Result<Vec<lazaret_core::egress::EgressRule>, String> {
+        use lazaret_protocol::sidecar::SidecarRequest;
+        let parse = |entries: &[String]| -> std::result::Result<Vec<lazaret_core::egress::EgressRule>, String> {
+            entries.iter().map(|entry| entry.parse::<lazaret_core::egress::EgressRule>()).collect()
+        };
+        let mut allow = self.allow.clone();
+        let remove = |allow: &mut Vec<lazaret_core::egress::EgressRule>, entries: &[String]| -> std::result::Result<(), String> {
+            for entry in parse(entries)? {
+                let Some(index) = allow.iter().position(|known| *known == entry) else {
+                    return Err(format!(
+                        "`{entry}` is not an allow entry: on a cluster the policy object cannot carve it out of a wider one, so a deny \
+                         removes an allow entry exactly as written"
+                    ));
+                };
+                allow.remove(index);
+            }
+            Ok(())
+        };
+        match request {
+            SidecarRequest::Show {} => {}
+            SidecarRequest::Allow { for_ms: Some(_), .. } | SidecarRequest::Deny { for_ms: Some(_), .. } => {
+                return Err("timed entries (--for) are not supported on a cluster: the policy object has no expiry".to_owned())
+            }
+            SidecarRequest::Allow { entries, .. } => {
+                for entry in parse(entries)? {
+                    if !allow.contains(&entry) {
+                        allow.push(entry);
+                    }
+                }
+            }
+            SidecarRequest::Deny { entries, .. } | SidecarRequest::Revoke { entries } => remove(&mut allow, entries)?,
+            SidecarRequest::Set { allow: entries, deny, .. } => {
+                allow = parse(entries)?;
+                remove(&mut allow, deny)?;
+            }
+            _ => return Err("the cluster's policy object has no such setting (it is the local Network Sidecar's)".to_owned()),
+        }
+        Ok(allow)
+    }
+
+    /// What `net show` says of the allowlist.
+    pub fn policy(&self) -> lazaret_protocol::NetworkPolicy {
+        lazaret_protocol::NetworkPolicy {
+            allow: self.allow.iter().map(ToString::to_string).collect(),
+            deny: Vec::new(),
+            learned: Vec::new(),
+            upstreams: Vec::new(),
+            rules: self.allow.len() as u64,
+            private_answers: lazaret_protocol::sidecar::PrivateAnswers::Refuse,
+            hold_ms: 0,
+            expiring: Vec::new(),
+            credentials: Vec::new(),
+        }
+    }
+}
+
+/// Applies `request` to the domain's allowlist and its policy object on
+/// the cluster: the new object first, the allowlist only once the API
+/// server took it. A profile without egress (`egress = "none"`) takes no
+/// allow entry.
+pub async fn change_egress(
+    egress: &tokio::sync::Mutex<ClusterEgress>,
+    resolved: &ResolvedProfile,
+    pod: Option<&PodSandbox>,
+    request: &lazaret_protocol::sidecar::SidecarRequest,
+) -> std::result::Result<lazaret_protocol::NetworkPolicy, String> {
+    let lazaret_core::config::Backend::Kubernetes(backend) = &resolved.backend else {
+        return Err("this domain's sandbox is not on a cluster".to_owned());
+    };
+    let mut egress = egress.lock().await;
+    let allow = egress.after(request)?;
+    if allow != egress.allow {
+        if backend.egress == KubernetesEgress::None && !allow.is_empty() {
+            return Err(format!(
+                "profile `{}` has no egress on its cluster (egress = \"none\"): nothing can be allowed; Lazaret never opens it silently",
+                resolved.profile
+            ));
+        }
+        let pod = pod.ok_or_else(|| "the domain's pod is not running yet; change the policy once it is".to_owned())?;
+        let hash = &resolved.domain.domain_hash;
+        pod.cluster
+            .apply_cilium_policy(&lazaret_kube::egress::cilium_policy(hash, &backend.namespace, &allow))
+            .await
+            .map_err(|error| format!("the cluster refused the new policy: {error}"))?;
+        egress.allow = allow;
+    }
+    Ok(egress.policy())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lazaret_protocol::sidecar::SidecarRequest;
+
+    fn egress(entries: &[&str]) -> ClusterEgress {
+        ClusterEgress { allow: entries.iter().map(|entry| entry.parse().expect("rule")).collect() }
+    }
+
+    fn words(rules: &[lazaret_core::egress::EgressRule]) -> Vec<String> {
+        rules.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn net_changes_become_the_allowlist_of_the_policy_object() {
+        let start = egress(&["github.com", "10.0.0.0/8"]);
+        let allow = |entries: &[&str]| SidecarRequest::Allow { entries: entries.iter().map(|e| e.to_string()).collect(), for_ms: None };
+        let deny = |entries: &[&str]| SidecarRequest::Deny { entries: entries.iter().map(|e| e.to_string()).collect(), for_ms: None };
+        assert_eq!(
+            words(&start.after(&allow(&["*.example.org", "github.com"])).expect("allow")),
+            ["github.com", "10.0.0.0/8", "*.example.org"]
+        );
+        assert_eq!(words(&start.after(&deny(&["github.com"])).expect("deny")), ["10.0.0.0/8"]);
+        let carved = start.after(&deny(&["10.1.0.0/16"])).expect_err("a hole in a wider allow");
+        assert!(carved.contains("10.1.0.0/16"), "{carved}");
+        let timed = SidecarRequest::Allow { entries: vec!["example.org".into()], for_ms: Some(1000) };
+        assert!(start.after(&timed).is_err());
+        assert!(start.after(&allow(&["not a rule!"])).is_err());
+        let set = SidecarRequest::Set {
+            allow: vec!["a.org".into(), "b.org".into()],
+            deny: vec!["b.org".into()],
+            private_answers: Default::default(),
+        };
+        assert_eq!(words(&start.after(&set).expect("set")), ["a.org"]);
+        assert_eq!(words(&start.after(&SidecarRequest::Show {}).expect("show")), ["github.com", "10.0.0.0/8"]);
+        assert_eq!(start.policy().allow, ["github.com", "10.0.0.0/8"]);
+    }
+}

@@ -1,0 +1,52 @@
+//! A real terminal for the suites: a tmux server of the test's own (its
+//! socket in the test's directory), typed into as a person types (tmux
+//! sends CR for Enter, a byte for Ctrl-C) and read back as the screen
+//! shows it. The server is killed on drop.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// A tmux server and the windows a test opens in it.
+pub struct Tmux {
+    pub socket: PathBuf,
+}
+
+impl Tmux {
+    /// A server whose socket is `socket` (started by the first `new-session`).
+    pub fn new(socket: PathBuf) -> Tmux {
+        Tmux { socket }
+    }
+
+    /// Runs `tmux ARGUMENTS` on this server and gives its stdout.
+    pub fn tmux(&self, arguments: &[&str]) -> String {
+        crate::stdout(&Command::new("tmux").arg("-S").arg(&self.socket).args(arguments).output().expect("tmux"))
+    }
+
+    /// The pane as text, wrapped lines joined (`-J`): what a raw terminal
+    /// prints from the middle of a line (after the CLI was killed) wraps at
+    /// the window's edge, and a word split there is still one line.
+    pub fn screen(&self, window: &str) -> String {
+        self.tmux(&["capture-pane", "-p", "-J", "-t", window])
+    }
+
+    /// Types `text` and Enter (tmux sends CR for it, as a terminal does).
+    pub fn line(&self, window: &str, text: &str) {
+        self.tmux(&["send-keys", "-t", window, "-l", text]);
+        self.tmux(&["send-keys", "-t", window, "Enter"]);
+    }
+
+    /// Waits until a line of the screen is the output `line`: alone, or
+    /// after the prompt when its command was typed ahead (as a terminal
+    /// shows type-ahead), never the typed command itself.
+    pub fn shows_line(&self, window: &str, line: &str, within: Duration) -> bool {
+        let after_prompt = format!("# {line}");
+        crate::wait_until(within, || self.screen(window).lines().any(|shown| shown.trim_end() == line || shown.trim_end() == after_prompt))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        self.tmux(&["kill-server"]);
+    }
+}

@@ -1,0 +1,386 @@
+//! `lazaret run` with a profile whose sandbox is a pod on the real test
+//! cluster (issue 32), driven as a person uses it: the real CLI in a real
+//! terminal (tmux: Enter is CR, Ctrl-C a byte, the window resized), the
+//! approval prompt answered with a key, the agent's commit reaching the
+//! host's branch while the session runs, a second session joining the same
+//! pod, the end of the domain suspending its `Sandbox`, and `lazaret domain
+//! rm` leaving nothing on the cluster. Piped sessions keep
+//! bytes, streams and the exit status, and the session's credential never
+//! reaches etcd. A domain held by another coordinator is refused and left
+//! alone; one a killed coordinator of this machine left is taken over.
+//! Started by `tests/cluster/run` (feature `cluster-tests`; environment as
+//! in `lazaret_test_support::cluster`).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use lazaret_test_support::cluster::{contains, etcd_dump, image, kubeconfig, Scratch, GONE};
+use lazaret_test_support::tmux::Tmux;
+use lazaret_test_support::*;
+
+/// A configuration whose default profile runs on the test cluster, in the
+/// test's own namespace (no egress: the test cluster enforces none anyway,
+/// and nothing here needs it), `echo` auto-approved.
+fn cluster_config(env: &TestEnv, scratch: &Scratch) {
+    env.write_config(&format!(
+        "[escalation]\nenabled = true\nauto_approve = [\"echo *\"]\n\n\
+         [profiles.default]\nimage = \"{image}\"\npersistent_dirs = []\nenv = {{ PROJECT_MODE = \"on-the-cluster\" }}\n\
+         backend = {{ kubernetes = {{ kubeconfig = \"{kubeconfig}\", namespace = \"{namespace}\", egress = \"none\" }} }}\n",
+        image = image(),
+        kubeconfig = kubeconfig().display(),
+        namespace = scratch.namespace,
+    ));
+}
+
+fn domain_hash(env: &TestEnv, workspace: &Path) -> String {
+    domain_json(env, "default", workspace)["domain_hash"].as_str().expect("hash").to_owned()
+}
+
+/// The shell line that runs `lazaret ARGUMENTS` with the test's environment.
+fn shell_line(env: &TestEnv, arguments: &str) -> String {
+    let path = env.path();
+    format!(
+        "env XDG_CONFIG_HOME={config} XDG_DATA_HOME={data} XDG_RUNTIME_DIR={run} {lazaret} {arguments}",
+        config = path.join("config").display(),
+        data = path.join("data").display(),
+        run = path.join("run").display(),
+        lazaret = lazaret_bin().display(),
+    )
+}
+
+/// `lazaret run --workspace WORKSPACE -- ARGV`, run to its end.
+fn lazaret_run(env: &TestEnv, workspace: &Path, argv: &[&str]) -> std::process::Output {
+    run(env.lazaret().args(["run", "--workspace"]).arg(workspace).arg("--").args(argv))
+}
+
+/// Once the domain's last session ended: its coordinator gone, its pod
+/// gone, its `Sandbox` suspended; then `lazaret domain rm` leaves nothing
+/// of it on the cluster.
+async fn ends_suspended_then_removed(env: &TestEnv, scratch: &Scratch, workspace: &Path, hash: &str) {
+    assert!(wait_until(Duration::from_secs(60), || coordinator_pids(workspace).is_empty()), "the coordinator ends");
+    scratch.cluster.wait_no_pod(hash, GONE).await.expect("the pod goes with the domain");
+    let kept = scratch.cluster.sandbox(hash).await.expect("get").expect("the Sandbox stays, suspended");
+    assert_eq!(kept.spec.operating_mode, Some(lazaret_kube::objects::OperatingMode::Suspended));
+    let removed = run(env.lazaret().args(["domain", "rm", "--workspace"]).arg(workspace));
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    assert!(stdout(&removed).contains(&format!("Sandbox/lazaret-{hash}")), "{}", stdout(&removed));
+    assert!(cluster_is_clean(scratch, hash).await, "`lazaret domain rm` leaves nothing of the domain on the cluster");
+}
+
+/// A session that keeps the domain up (`sleep 300`), once its command runs in the pod.
+fn keep_up(env: &TestEnv, workspace: &Path) -> std::process::Child {
+    let mut session = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(workspace)
+        .args(["--", "sh", "-c", "echo up; sleep 300"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("lazaret run");
+    let mut first = [0u8; 3];
+    std::io::Read::read_exact(session.stdout.as_mut().expect("stdout"), &mut first).expect("the session starts");
+    assert_eq!(&first, b"up\n");
+    session
+}
+
+/// Waits until nothing of the domain is left on the cluster.
+async fn cluster_is_clean(scratch: &Scratch, hash: &str) -> bool {
+    let deadline = std::time::Instant::now() + GONE;
+    while std::time::Instant::now() < deadline {
+        if scratch.cluster.domain_objects(hash).await.expect("list").is_empty() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_on_a_cluster_behaves_in_a_real_terminal_as_a_local_one() {
+    let scratch = Scratch::new().await;
+    let env = TestEnv::new();
+    cluster_config(&env, &scratch);
+    let workspace = git_repository(&env, "ws");
+    let hash = domain_hash(&env, &workspace);
+    let terminal = Tmux::new(env.path().join("tmux.sock"));
+    let window = "lzc";
+    let command =
+        format!("{}; echo LAZARET-EXIT=$?; sleep 600", shell_line(&env, &format!("run --workspace {} -- sh", workspace.display())));
+    terminal.tmux(&["new-session", "-d", "-s", window, "-x", "100", "-y", "30", &command]);
+    assert!(terminal.shows_line(window, "#", Duration::from_secs(180)), "the shell's prompt in the pod:\n{}", terminal.screen(window));
+
+    // Typed lines run (Enter is CR), in gVisor, with the profile's env.
+    terminal.line(window, "echo ready-$((1+1)) kernel-$(dmesg | grep -c 'Starting gVisor') $PROJECT_MODE");
+    assert!(
+        terminal.shows_line(window, "ready-2 kernel-1 on-the-cluster", Duration::from_secs(30)),
+        "a typed command runs under gVisor:\n{}",
+        terminal.screen(window)
+    );
+    // Ctrl-C stops the foreground job, and the shell goes on.
+    terminal.line(window, "echo started-$((1+1)); sleep 100");
+    assert!(terminal.shows_line(window, "started-2", Duration::from_secs(30)), "{}", terminal.screen(window));
+    terminal.tmux(&["send-keys", "-t", window, "C-c"]);
+    terminal.line(window, "echo after-$((2+3))");
+    assert!(terminal.shows_line(window, "after-5", Duration::from_secs(30)), "Ctrl-C stops sleep 100:\n{}", terminal.screen(window));
+    // The window's size reaches the pod's terminal.
+    terminal.tmux(&["resize-window", "-t", window, "-x", "90", "-y", "25"]);
+    let resized = (0..10).any(|_| {
+        terminal.line(window, "stty size");
+        terminal.shows_line(window, "25 90", Duration::from_secs(3))
+    });
+    assert!(resized, "the new size in the pod:\n{}", terminal.screen(window));
+
+    // An escalation from the pod: the prompt takes the screen, [A] runs it here.
+    let marker = workspace.join("from-the-pod");
+    terminal.line(window, &format!("clear; lazaret-escalate -- touch {}; echo escalate-$?", marker.display()));
+    assert!(
+        wait_until(Duration::from_secs(30), || terminal.screen(window).contains("Approve & Run")),
+        "the prompt:\n{}",
+        terminal.screen(window)
+    );
+    assert!(!marker.exists(), "nothing runs before the answer");
+    terminal.tmux(&["send-keys", "-t", window, "a"]);
+    assert!(terminal.shows_line(window, "escalate-0", Duration::from_secs(30)), "approved:\n{}", terminal.screen(window));
+    assert!(marker.exists(), "the approved command ran on the host");
+    // Answered elsewhere (`lazaret approve`: the JSON-RPC call the editors
+    // make): the command runs, and the prompt leaves the screen.
+    let second = workspace.join("approved-elsewhere");
+    terminal.line(window, &format!("clear; lazaret-escalate -- touch {}; echo elsewhere-$?", second.display()));
+    assert!(
+        wait_until(Duration::from_secs(30), || terminal.screen(window).contains("Approve & Run")),
+        "the prompt:\n{}",
+        terminal.screen(window)
+    );
+    let pending = run(env.lazaret().args(["pending", "--json"]));
+    let pending: Vec<serde_json::Value> = serde_json::from_slice(&pending.stdout).expect("pending --json");
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let request = pending[0]["requestId"].as_str().expect("requestId").to_owned();
+    let approved = run(env.lazaret().args(["approve", &request]));
+    assert!(approved.status.success(), "{}", stderr(&approved));
+    assert!(terminal.shows_line(window, "elsewhere-0", Duration::from_secs(30)), "{}", terminal.screen(window));
+    assert!(second.exists(), "the command approved elsewhere ran on the host");
+    assert!(!terminal.screen(window).contains("Approve & Run"), "the prompt left the screen:\n{}", terminal.screen(window));
+    // Auto-approved: no prompt.
+    terminal.line(window, "lazaret-escalate -- echo auto-$((3+4))");
+    assert!(terminal.shows_line(window, "auto-7", Duration::from_secs(30)), "{}", terminal.screen(window));
+
+    // The agent's commit reaches the host's branch while the session runs.
+    terminal.line(
+        window,
+        "echo agent > agent.txt && git add agent.txt && git -c user.name=Agent -c user.email=agent@example.invalid commit -qm agent \
+         && echo committed-$((1+1))",
+    );
+    assert!(terminal.shows_line(window, "committed-2", Duration::from_secs(30)), "{}", terminal.screen(window));
+    let exported = wait_until(Duration::from_secs(30), || {
+        Command::new("git")
+            .arg("-C")
+            .arg(&workspace)
+            .args(["show", "lazaret/agent-default:agent.txt"])
+            .output()
+            .is_ok_and(|output| output.stdout == b"agent\n")
+    });
+    assert!(exported, "the agent's commit is on the host's branch during the session");
+    assert_eq!(git(&workspace, &["symbolic-ref", "HEAD"]).trim(), "refs/heads/main", "the user's HEAD stays");
+    // `lazaret diff` (and the editors' `branch/diff`) sees the pod's
+    // uncommitted work beside the committed one.
+    terminal.line(window, "echo draft > draft.txt && echo drafted-$((1+1))");
+    assert!(terminal.shows_line(window, "drafted-2", Duration::from_secs(30)), "{}", terminal.screen(window));
+    let diff = run(env.lazaret().args(["diff", "--json", "--workspace"]).arg(&workspace));
+    assert!(diff.status.success(), "{}", stderr(&diff));
+    let diff: serde_json::Value = serde_json::from_slice(&diff.stdout).expect("diff --json");
+    assert!(diff["files"].as_array().expect("files").iter().any(|file| file["path"] == "agent.txt"), "{diff}");
+    let uncommitted = diff["uncommitted"]["files"].as_array().expect("uncommitted files");
+    assert!(uncommitted.iter().any(|file| file["path"] == "draft.txt" && file["status"] == "??"), "{diff}");
+
+    // A second `lazaret run` joins the same pod.
+    terminal.line(window, "echo shared-$((6*7)) > /tmp/shared; echo wrote-$((1+1))");
+    assert!(terminal.shows_line(window, "wrote-2", Duration::from_secs(30)), "{}", terminal.screen(window));
+    let second = lazaret_run(&env, &workspace, &["sh", "-c", "cat /tmp/shared; hostname"]);
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    assert_eq!(stdout(&second), format!("shared-42\nlazaret-{hash}\n"), "the second session runs in the first one's pod");
+    assert!(scratch.cluster.sandbox(&hash).await.expect("get").is_some());
+
+    // Not while it runs.
+    let refused = run(env.lazaret().args(["domain", "rm", "--workspace"]).arg(&workspace));
+    assert!(!refused.status.success() && stderr(&refused).contains("is running"), "{}", stderr(&refused));
+    terminal.line(window, "exit 3");
+    assert!(terminal.shows_line(window, "LAZARET-EXIT=3", Duration::from_secs(60)), "the inner status:\n{}", terminal.screen(window));
+    ends_suspended_then_removed(&env, &scratch, &workspace, &hash).await;
+    // The last export happened; the branch stays on the host.
+    assert_eq!(git(&workspace, &["show", "lazaret/agent-default:agent.txt"]), "agent\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_piped_session_keeps_bytes_streams_and_status_and_its_credential_never_reaches_the_cluster() {
+    let scratch = Scratch::new().await;
+    let env = TestEnv::new();
+    cluster_config(&env, &scratch);
+    let workspace = git_repository(&env, "ws");
+    let hash = domain_hash(&env, &workspace);
+    let mut child = env
+        .lazaret()
+        .args(["run", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "sh", "-c", "cat; echo to-stderr >&2; printf '%s\\n' \"$LAZARET_SESSION_CREDENTIAL\" \"$(pwd)\"; exit 5"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lazaret run");
+    // Every byte value but the line ends, which `cat` gives back as they are.
+    let input: Vec<u8> = (0..=255u8).cycle().take(64 << 10).collect();
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer = {
+        let input = input.clone();
+        std::thread::spawn(move || stdin.write_all(&input))
+    };
+    let output = child.wait_with_output().expect("wait");
+    writer.join().expect("writer").expect("write");
+    assert_eq!(output.status.code(), Some(5), "{}", stderr(&output));
+    assert!(output.stdout.starts_with(&input), "stdin crossed to the pod and back unchanged");
+    let rest = String::from_utf8_lossy(&output.stdout[input.len()..]).into_owned();
+    let lines: Vec<&str> = rest.lines().collect();
+    assert_eq!(lines.len(), 2, "{rest}");
+    let credential = lines[0];
+    assert!(credential.len() > 40, "the session's credential reached its process: {credential}");
+    assert_eq!(lines[1], "/workspace");
+    assert!(stderr(&output).contains("to-stderr"), "stderr is its own stream: {}", stderr(&output));
+    assert!(!contains(&output.stdout, "to-stderr"));
+    ends_suspended_then_removed(&env, &scratch, &workspace, &hash).await;
+    assert!(!contains(&etcd_dump(), credential), "the session's credential is in etcd");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_domain_held_elsewhere_is_refused_and_one_a_killed_coordinator_left_is_taken_over() {
+    let scratch = Scratch::new().await;
+    let env = TestEnv::new();
+    cluster_config(&env, &scratch);
+    let workspace = git_repository(&env, "ws");
+    let hash = domain_hash(&env, &workspace);
+
+    // Another coordinator's Sandbox of the same domain (created here, as
+    // another machine would): refused, and left exactly as it was.
+    let mut plan = scratch.plan(&[]);
+    plan.domain_hash = hash.clone();
+    let theirs = scratch.cluster.create_sandbox(&lazaret_kube::objects::sandbox(&plan)).await.expect("create");
+    let refused = lazaret_run(&env, &workspace, &["true"]);
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(stderr(&refused).contains("another coordinator holds this domain"), "{}", stderr(&refused));
+    let still = scratch.cluster.sandbox(&hash).await.expect("get").expect("their Sandbox stays");
+    assert_eq!(still.metadata.uid, theirs.metadata.uid, "their Sandbox is not replaced");
+    assert!(still.metadata.deletion_timestamp.is_none(), "their Sandbox is not deleted");
+    // Nor does `lazaret domain rm` delete it (once the refused start's coordinator is gone).
+    assert!(wait_until(Duration::from_secs(60), || coordinator_pids(&workspace).is_empty()), "the refused domain ends");
+    let removed = run(env.lazaret().args(["domain", "rm", "--workspace"]).arg(&workspace));
+    assert!(!removed.status.success() && stderr(&removed).contains("nothing was deleted"), "{}", stderr(&removed));
+    let still = scratch.cluster.sandbox(&hash).await.expect("get").expect("their Sandbox stays");
+    assert_eq!(still.metadata.uid, theirs.metadata.uid);
+    assert!(still.metadata.deletion_timestamp.is_none(), "their Sandbox is not deleted");
+    scratch.cluster.delete_domain(&hash, GONE).await.expect("delete theirs");
+
+    // Ours, left running by a coordinator killed with SIGKILL: the next run
+    // takes it over (a new pod of the same Sandbox).
+    let mut session = keep_up(&env, &workspace);
+    assert!(scratch.cluster.sandbox(&hash).await.expect("get").is_some(), "the domain's Sandbox");
+    for pid in coordinator_pids(&workspace) {
+        assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill").success());
+    }
+    let _ = session.kill();
+    let _ = session.wait();
+    assert!(wait_until(Duration::from_secs(10), || coordinator_pids(&workspace).is_empty()));
+    assert!(scratch.cluster.sandbox(&hash).await.expect("get").is_some(), "a killed coordinator leaves its Sandbox");
+    let again = lazaret_run(&env, &workspace, &["echo", "again"]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert_eq!(stdout(&again), "again\n");
+    ends_suspended_then_removed(&env, &scratch, &workspace, &hash).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_agent_installs_in_a_persistent_directory_survives_the_domain_on_a_cluster() {
+    let scratch = Scratch::new().await;
+    let env = TestEnv::new();
+    env.write_config(&format!(
+        "[profiles.default]\nimage = \"{image}\"\npersistent_dirs = [\"/usr/local\"]\n\
+         backend = {{ kubernetes = {{ kubeconfig = \"{kubeconfig}\", namespace = \"{namespace}\", storage_class = \"lazaret-test-local\", \
+         egress = \"none\" }} }}\n",
+        image = image(),
+        kubeconfig = kubeconfig().display(),
+        namespace = scratch.namespace,
+    ));
+    let workspace = git_repository(&env, "ws");
+    let hash = domain_hash(&env, &workspace);
+    // The test cluster has no provisioner: the claim's volume, made by hand.
+    let mut plan = scratch.plan(&["/usr/local"]);
+    plan.domain_hash = hash.clone();
+    plan.state_size = "10Gi".into();
+    let host = tempfile::tempdir().expect("tempdir");
+    let volume = scratch.volume_for(&plan, host.path()).await;
+
+    let first = lazaret_run(&env, &workspace, &["sh", "-c", "ls -A /usr/local; echo installed > /usr/local/tool-marker"]);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert_eq!(stdout(&first), "bin\n", "seeded from the image");
+    assert!(wait_until(Duration::from_secs(60), || coordinator_pids(&workspace).is_empty()), "the first domain ends");
+    // The pod is gone; the Sandbox is suspended and its claim kept.
+    assert!(scratch.cluster.wait_no_pod(&hash, GONE).await.is_ok());
+    let kept = scratch.cluster.sandbox(&hash).await.expect("get").expect("the Sandbox is kept");
+    assert_eq!(kept.spec.operating_mode, Some(lazaret_kube::objects::OperatingMode::Suspended));
+
+    let second = lazaret_run(&env, &workspace, &["sh", "-c", "ls -A /usr/local; cat /usr/local/tool-marker"]);
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    assert_eq!(stdout(&second), "bin\ntool-marker\ninstalled\n", "what the agent installed is there, and nothing was seeded over it");
+    ends_suspended_then_removed(&env, &scratch, &workspace, &hash).await;
+    scratch.delete_volume(&volume).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn net_allow_and_deny_change_the_domains_policy_object_on_the_cluster() {
+    let scratch = Scratch::new().await;
+    let env = TestEnv::new();
+    env.write_config(&format!(
+        "[profiles.default]\nimage = \"{image}\"\npersistent_dirs = []\nallow_egress = [\"github.com\"]\n\
+         backend = {{ kubernetes = {{ kubeconfig = \"{kubeconfig}\", namespace = \"{namespace}\" }} }}\n",
+        image = image(),
+        kubeconfig = kubeconfig().display(),
+        namespace = scratch.namespace,
+    ));
+    let workspace = git_repository(&env, "ws");
+    let hash = domain_hash(&env, &workspace);
+    let expected = |entries: &[&str]| {
+        let rules: Vec<lazaret_core::egress::EgressRule> = entries.iter().map(|entry| entry.parse().expect("rule")).collect();
+        lazaret_kube::egress::cilium_policy(&hash, &scratch.namespace, &rules).spec
+    };
+    let mut session = keep_up(&env, &workspace);
+    assert_eq!(scratch.stored_cilium_policy(&hash).await.expect("the policy").spec, expected(&["github.com"]), "the profile's allowlist");
+    let net = |arguments: &[&str]| run(env.lazaret().arg("net").args(arguments).arg("--workspace").arg(&workspace));
+
+    let allowed = net(&["allow", "*.example.org"]);
+    assert!(allowed.status.success(), "{}", stderr(&allowed));
+    assert_eq!(scratch.stored_cilium_policy(&hash).await.expect("the policy").spec, expected(&["github.com", "*.example.org"]));
+    let denied = net(&["deny", "github.com"]);
+    assert!(denied.status.success(), "{}", stderr(&denied));
+    assert_eq!(scratch.stored_cilium_policy(&hash).await.expect("the policy").spec, expected(&["*.example.org"]));
+    // A name inside a wider allow cannot be carved out of a policy object: refused by name, nothing changes.
+    let carved = net(&["deny", "api.example.org"]);
+    assert!(!carved.status.success() && stderr(&carved).contains("api.example.org"), "{}", stderr(&carved));
+    assert_eq!(scratch.stored_cilium_policy(&hash).await.expect("the policy").spec, expected(&["*.example.org"]));
+    let shown = net(&["show", "--json"]);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("net show --json");
+    assert_eq!(shown["allow"], serde_json::json!(["*.example.org"]));
+    // Audited as locally.
+    let audit = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(&workspace));
+    let audit = stdout(&audit);
+    assert!(audit.contains("*.example.org") && audit.contains("github.com"), "{audit}");
+
+    let _ = session.kill();
+    let _ = session.wait();
+    for pid in coordinator_pids(&workspace) {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+    assert!(wait_until(Duration::from_secs(60), || coordinator_pids(&workspace).is_empty()), "the domain ends");
+    let removed = run(env.lazaret().args(["domain", "rm", "--workspace"]).arg(&workspace));
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    assert!(cluster_is_clean(&scratch, &hash).await);
+}
