@@ -7,7 +7,9 @@
 //! rm` leaving nothing on the cluster. Piped sessions keep
 //! bytes, streams and the exit status, and the session's credential never
 //! reaches etcd. A domain held by another coordinator is refused and left
-//! alone; one a killed coordinator of this machine left is taken over.
+//! alone; one a killed coordinator of this machine left is taken over. A
+//! profile changed between runs reaches its suspended domain whole, and no
+//! old allowlist stays in force.
 //! Started by `tests/cluster/run` (feature `cluster-tests`; environment as
 //! in `lazaret_test_support::cluster`).
 
@@ -20,13 +22,18 @@ use lazaret_test_support::cluster::{contains, etcd_dump, image, kubeconfig, Scra
 use lazaret_test_support::tmux::Tmux;
 use lazaret_test_support::*;
 
+/// A value that would break out of naive quoting on its way into the pod
+/// (as a TOML basic string; its value is [`TRICKY`]).
+const TRICKY_TOML: &str = r#"a b'c\"d $(touch /tmp/pwned) `touch /tmp/pwned` back\\slash =e; exit 9"#;
+const TRICKY: &str = r#"a b'c"d $(touch /tmp/pwned) `touch /tmp/pwned` back\slash =e; exit 9"#;
+
 /// A configuration whose default profile runs on the test cluster, in the
 /// test's own namespace (no egress: the test cluster enforces none anyway,
 /// and nothing here needs it), `echo` auto-approved.
 fn cluster_config(env: &TestEnv, scratch: &Scratch) {
     env.write_config(&format!(
         "[escalation]\nenabled = true\nauto_approve = [\"echo *\"]\n\n\
-         [profiles.default]\nimage = \"{image}\"\npersistent_dirs = []\nenv = {{ PROJECT_MODE = \"on-the-cluster\" }}\n\
+         [profiles.default]\nimage = \"{image}\"\npersistent_dirs = []\nenv = {{ PROJECT_MODE = \"on-the-cluster\", TRICKY = \"{TRICKY_TOML}\" }}\n\
          backend = {{ kubernetes = {{ kubeconfig = \"{kubeconfig}\", namespace = \"{namespace}\", egress = \"none\" }} }}\n",
         image = image(),
         kubeconfig = kubeconfig().display(),
@@ -84,6 +91,18 @@ fn keep_up(env: &TestEnv, workspace: &Path) -> std::process::Child {
     std::io::Read::read_exact(session.stdout.as_mut().expect("stdout"), &mut first).expect("the session starts");
     assert_eq!(&first, b"up\n");
     session
+}
+
+/// The credential a session printed as `CRED=...` on the terminal.
+fn wait_for_credential(terminal: &Tmux, window: &str) -> String {
+    let mut found = String::new();
+    let shown = wait_until(Duration::from_secs(30), || {
+        let screen = terminal.screen(window);
+        found = screen.lines().filter_map(|line| line.trim_end().strip_prefix("CRED=")).last().unwrap_or("").to_owned();
+        found.len() > 40
+    });
+    assert!(shown, "the credential on the screen:\n{}", terminal.screen(window));
+    found
 }
 
 /// Waits until nothing of the domain is left on the cluster.
@@ -203,6 +222,14 @@ async fn a_session_on_a_cluster_behaves_in_a_real_terminal_as_a_local_one() {
     assert_eq!(stdout(&second), format!("shared-42\nlazaret-{hash}\n"), "the second session runs in the first one's pod");
     assert!(scratch.cluster.sandbox(&hash).await.expect("get").is_some());
 
+    // The session's credential, while the session runs: in no object (all
+    // of etcd) and on no command line in the pod.
+    terminal.line(window, "clear; printf 'CRED=%s\\n' \"$LAZARET_SESSION_CREDENTIAL\"");
+    let credential = wait_for_credential(&terminal, window);
+    assert!(!contains(&etcd_dump(), &credential), "the running session's credential is in etcd");
+    let command_lines = scratch.shell(&format!("lazaret-{hash}"), "cat /proc/[0-9]*/cmdline | tr '\\0' ' '", b"").await;
+    assert!(command_lines.contains("sleep") || command_lines.contains("sh"), "the pod's command lines were read: {command_lines}");
+    assert!(!command_lines.contains(&credential), "the credential is on a command line in the pod");
     // Not while it runs.
     let refused = run(env.lazaret().args(["domain", "rm", "--workspace"]).arg(&workspace));
     assert!(!refused.status.success() && stderr(&refused).contains("is running"), "{}", stderr(&refused));
@@ -224,7 +251,13 @@ async fn a_piped_session_keeps_bytes_streams_and_status_and_its_credential_never
         .lazaret()
         .args(["run", "--workspace"])
         .arg(&workspace)
-        .args(["--", "sh", "-c", "cat; echo to-stderr >&2; printf '%s\\n' \"$LAZARET_SESSION_CREDENTIAL\" \"$(pwd)\"; exit 5"])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "cat; echo to-stderr >&2; printf '%s\\n' \"$LAZARET_SESSION_CREDENTIAL\" \"$(pwd)\" \"$TRICKY\"; \
+             if [ -e /tmp/pwned ]; then echo PWNED; fi; exit 5",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -243,10 +276,11 @@ async fn a_piped_session_keeps_bytes_streams_and_status_and_its_credential_never
     assert!(output.stdout.starts_with(&input), "stdin crossed to the pod and back unchanged");
     let rest = String::from_utf8_lossy(&output.stdout[input.len()..]).into_owned();
     let lines: Vec<&str> = rest.lines().collect();
-    assert_eq!(lines.len(), 2, "{rest}");
+    assert_eq!(lines.len(), 3, "{rest}");
     let credential = lines[0];
     assert!(credential.len() > 40, "the session's credential reached its process: {credential}");
     assert_eq!(lines[1], "/workspace");
+    assert_eq!(lines[2], TRICKY, "a profile env value crosses into the pod exactly, and runs nothing");
     assert!(stderr(&output).contains("to-stderr"), "stderr is its own stream: {}", stderr(&output));
     assert!(!contains(&output.stdout, "to-stderr"));
     ends_suspended_then_removed(&env, &scratch, &workspace, &hash).await;
@@ -272,6 +306,10 @@ async fn a_domain_held_elsewhere_is_refused_and_one_a_killed_coordinator_left_is
     let still = scratch.cluster.sandbox(&hash).await.expect("get").expect("their Sandbox stays");
     assert_eq!(still.metadata.uid, theirs.metadata.uid, "their Sandbox is not replaced");
     assert!(still.metadata.deletion_timestamp.is_none(), "their Sandbox is not deleted");
+    assert_eq!(still.metadata.generation, theirs.metadata.generation, "their Sandbox's spec is not changed");
+    assert_eq!(still.spec, theirs.spec);
+    let objects = scratch.cluster.domain_objects(&hash).await.expect("list");
+    assert!(!objects.iter().any(|object| object.contains("Policy")), "no policy is put beside their Sandbox: {objects:?}");
     // Nor does `lazaret domain rm` delete it (once the refused start's coordinator is gone).
     assert!(wait_until(Duration::from_secs(60), || coordinator_pids(&workspace).is_empty()), "the refused domain ends");
     let removed = run(env.lazaret().args(["domain", "rm", "--workspace"]).arg(&workspace));
@@ -383,4 +421,46 @@ async fn net_allow_and_deny_change_the_domains_policy_object_on_the_cluster() {
     let removed = run(env.lazaret().args(["domain", "rm", "--workspace"]).arg(&workspace));
     assert!(removed.status.success(), "{}", stderr(&removed));
     assert!(cluster_is_clean(&scratch, &hash).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_profile_reaches_its_suspended_domain_and_no_old_allowlist_stays() {
+    let scratch = Scratch::new().await;
+    let env = TestEnv::new();
+    let config = |memory: &str, egress: &str| {
+        env.write_config(&format!(
+            "[profiles.default]\nimage = \"{image}\"\npersistent_dirs = []\nallow_egress = [{allow}]\nlimits = {{ memory = \"{memory}\" }}\n\
+             backend = {{ kubernetes = {{ kubeconfig = \"{kubeconfig}\", namespace = \"{namespace}\", egress = \"{egress}\" }} }}\n",
+            image = image(),
+            allow = if egress == "cilium" { "\"github.com\"" } else { "" },
+            kubeconfig = kubeconfig().display(),
+            namespace = scratch.namespace,
+        ));
+    };
+    config("512M", "cilium");
+    let workspace = git_repository(&env, "ws");
+    let hash = domain_hash(&env, &workspace);
+    let first = lazaret_run(&env, &workspace, &["true"]);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert!(wait_until(Duration::from_secs(60), || coordinator_pids(&workspace).is_empty()), "the first domain ends");
+    assert!(scratch.stored_cilium_policy(&hash).await.is_some(), "the allowlist's policy");
+    let template = |sandbox: &lazaret_kube::objects::Sandbox| serde_json::to_string(&sandbox.spec.pod_template).expect("json");
+    let before = scratch.cluster.sandbox(&hash).await.expect("get").expect("the suspended Sandbox");
+    assert!(template(&before).contains(&(512u64 << 20).to_string()), "{}", template(&before));
+
+    // The profile loses its egress and half its memory; the next run resumes the same Sandbox with both.
+    config("256M", "none");
+    let second = lazaret_run(&env, &workspace, &["true"]);
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    let after = scratch.cluster.sandbox(&hash).await.expect("get").expect("the Sandbox");
+    assert_eq!(after.metadata.uid, before.metadata.uid, "the same Sandbox, resumed");
+    assert!(
+        template(&after).contains(&(256u64 << 20).to_string()) && !template(&after).contains(&(512u64 << 20).to_string()),
+        "the whole pod template follows the profile: {}",
+        template(&after)
+    );
+    assert!(scratch.stored_cilium_policy(&hash).await.is_none(), "the old allowlist's policy is gone (Cilium adds policies up)");
+    let objects = scratch.cluster.domain_objects(&hash).await.expect("list");
+    assert!(objects.iter().any(|object| object.starts_with("NetworkPolicy/")), "the deny-all policy: {objects:?}");
+    ends_suspended_then_removed(&env, &scratch, &workspace, &hash).await;
 }

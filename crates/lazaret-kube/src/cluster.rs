@@ -259,16 +259,56 @@ impl Cluster {
         Ok(())
     }
 
-    /// Suspends the domain's `Sandbox` and gives it `sandbox`'s pod
-    /// template (a profile's image or limits changed since it was made):
-    /// the next resume starts a pod from it, on the same claim.
-    pub async fn suspend_with_template(&self, domain_hash: &str, sandbox: &Sandbox) -> Result<()> {
+    /// Sets the operating mode of the domain's `Sandbox` only if it is
+    /// still the one whose UID is `uid` (the API server refuses the patch
+    /// otherwise): a `Sandbox` made meanwhile by another coordinator is
+    /// never changed.
+    pub async fn set_operating_mode_of(&self, domain_hash: &str, uid: &str, mode: OperatingMode) -> Result<()> {
         let name = sandbox_name(domain_hash);
-        let patch = serde_json::json!({ "spec": { "podTemplate": sandbox.spec.pod_template, "operatingMode": OperatingMode::Suspended } });
+        let patch = serde_json::json!({ "metadata": { "uid": uid }, "spec": { "operatingMode": mode } });
         self.sandboxes()
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
+            .map_err(Error::api(format!("setting Sandbox {}/{name} to {mode:?}", self.namespace)))?;
+        Ok(())
+    }
+
+    /// Replaces `existing` (as read, with its UID and resourceVersion: the
+    /// API server refuses the update if either changed) by itself with
+    /// `sandbox`'s pod template, suspended: the next resume starts a pod of
+    /// the profile as it is now, on the same claim. The whole template is
+    /// replaced (a merge patch would keep keys the new one leaves out).
+    pub async fn suspend_with_template(&self, mut existing: Sandbox, sandbox: &Sandbox) -> Result<()> {
+        let name = existing.metadata.name.clone().unwrap_or_default();
+        existing.spec.pod_template = sandbox.spec.pod_template.clone();
+        existing.spec.operating_mode = Some(OperatingMode::Suspended);
+        existing.status = None;
+        self.sandboxes()
+            .replace(&name, &PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() }, &existing)
+            .await
             .map_err(Error::api(format!("updating Sandbox {}/{name}", self.namespace)))?;
+        Ok(())
+    }
+
+    /// Deletes the domain's `Sandbox` only if its UID is `uid`, and waits
+    /// until it (and with it its pod) is gone.
+    pub async fn delete_sandbox_of(&self, domain_hash: &str, uid: &str, within: Duration) -> Result<()> {
+        let name = sandbox_name(domain_hash);
+        let namespace = &self.namespace;
+        let mut delete = DeleteParams::foreground();
+        delete.preconditions = Some(kube::api::Preconditions { uid: Some(uid.to_owned()), resource_version: None });
+        match self.sandboxes().delete(&name, &delete).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+            other => {
+                other.map_err(Error::api(format!("deleting Sandbox {namespace}/{name}")))?;
+            }
+        }
+        let mut poll = Poll::new(within, Duration::from_millis(50), Duration::from_secs(1));
+        while self.sandboxes().get_opt(&name).await.map_err(Error::api(format!("Sandbox {namespace}/{name}")))?.is_some() {
+            if !poll.next().await {
+                return Err(Error::Timeout(format!("Sandbox {namespace}/{name} still exists after {}s", within.as_secs())));
+            }
+        }
         Ok(())
     }
 
@@ -464,6 +504,31 @@ impl Cluster {
         Ok(())
     }
 
+    /// Deletes the domain's `NetworkPolicy` objects (the deny-all of a
+    /// profile without egress, when its egress is now Cilium's).
+    pub async fn delete_network_policies(&self, domain_hash: &str) -> Result<()> {
+        let selector = ListParams::default().labels(&format!("{DOMAIN_LABEL}={domain_hash}"));
+        let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
+        policies
+            .delete_collection(&DeleteParams::default(), &selector)
+            .await
+            .map_err(Error::api(format!("deleting the policies of {domain_hash}")))?;
+        Ok(())
+    }
+
+    /// Deletes the domain's `CiliumNetworkPolicy` objects (a profile whose
+    /// egress is now `none`: Cilium adds up the allows of every policy, so
+    /// an old one would stay in force beside a deny-all). A cluster without
+    /// Cilium's CRDs has none.
+    pub async fn delete_cilium_policies(&self, domain_hash: &str) -> Result<()> {
+        let selector = ListParams::default().labels(&format!("{DOMAIN_LABEL}={domain_hash}"));
+        let cilium: Api<CiliumNetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
+        match cilium.delete_collection(&DeleteParams::default(), &selector).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            other => other.map(|_| ()).map_err(Error::api(format!("deleting the CiliumNetworkPolicy of {domain_hash}"))),
+        }
+    }
+
     /// Deletes every object of the domain (its `Sandbox`, and with it its
     /// pod; its claims; its policies) and waits until none is left.
     pub async fn delete_domain(&self, domain_hash: &str, within: Duration) -> Result<()> {
@@ -479,19 +544,8 @@ impl Cluster {
             .delete_collection(&DeleteParams::default(), &selector)
             .await
             .map_err(Error::api(format!("deleting the claims of {domain_hash}")))?;
-        let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), namespace);
-        policies
-            .delete_collection(&DeleteParams::default(), &selector)
-            .await
-            .map_err(Error::api(format!("deleting the policies of {domain_hash}")))?;
-        let cilium: Api<CiliumNetworkPolicy> = Api::namespaced(self.client.clone(), namespace);
-        match cilium.delete_collection(&DeleteParams::default(), &selector).await {
-            // A cluster without Cilium's CRDs has no such policy.
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            other => {
-                other.map_err(Error::api(format!("deleting the CiliumNetworkPolicy of {domain_hash}")))?;
-            }
-        }
+        self.delete_network_policies(domain_hash).await?;
+        self.delete_cilium_policies(domain_hash).await?;
         // The Sandbox goes last (foreground deletion waits for its pod):
         // one GET at a time until it has, backing off, so that many domains
         // torn down at once do not flood the API server with lists.

@@ -183,8 +183,14 @@ fn launch(session: &SessionCommand<'_>, term: Option<&str>, inner: Vec<String>) 
     let mut environment = podman::environment();
     let mut variables = session_environment(session, term);
     if let Some(pod) = session.pod {
+        // `pod-exec` authenticates to the cluster as the user does: a
+        // kubeconfig's credential plugin (EKS, GKE, AKS) and proxy settings
+        // read the user's environment. None of it reaches the pod: only
+        // the variables it is told to pass.
+        let mut environment: Vec<(OsString, OsString)> = std::env::vars_os().collect();
         variables.extend(session.pod_environment.iter().cloned());
         let names: Vec<String> = variables.iter().map(|(name, _)| name.clone()).collect();
+        environment.retain(|(name, _)| !names.iter().any(|passed| name.as_os_str() == passed.as_str()));
         environment.extend(variables.into_iter().map(|(name, value)| (name.into(), value.into())));
         let program = std::env::current_exe().context("cannot find this program, to run pod-exec")?;
         let arguments = pod.arguments(&names, &inner).into_iter().map(OsString::from).collect();

@@ -978,6 +978,12 @@ impl LazaretApiServer for Api {
 
     async fn state_diff(&self, dir: Option<String>) -> RpcResult<Vec<StateChange>> {
         let resolved = self.0.resolved.clone();
+        if matches!(resolved.backend, lazaret_core::config::Backend::Kubernetes(_)) {
+            return Err(rpc_error(
+                error_code::INVALID_VALUE,
+                "this domain keeps its persistent directories in its Sandbox's volume claim on the cluster, which cannot be listed yet",
+            ));
+        }
         let dirs = crate::state_anchor::selected_dirs(&resolved.persistent_dirs, dir.as_deref().map(std::path::Path::new))
             .map_err(|error| rpc_error(error_code::INVALID_VALUE, error.chained()))?;
         let changes = tokio::task::spawn_blocking(move || crate::state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, &dirs))

@@ -49,6 +49,8 @@ const DELETE: Duration = Duration::from_secs(120);
 const WATCH_EXPORT_GAP: Duration = Duration::from_secs(1);
 /// The pause before a branch watcher that ended is started again.
 const WATCH_RESTART: Duration = Duration::from_secs(5);
+/// How often the branch watcher says it is alive.
+const WATCH_HEARTBEAT: Duration = Duration::from_secs(30);
 /// The State Anchor's claim.
 const STATE_SIZE: &str = "10Gi";
 /// Where the escalation client goes in the pod (memory-backed `/run/lazaret`).
@@ -117,9 +119,10 @@ pub struct EscalationFiles {
 /// What the start leaves for teardown.
 #[derive(Default)]
 pub struct Started {
-    /// This coordinator created the domain's `Sandbox`: teardown deletes
-    /// it and every other object of the domain.
-    owns_objects: std::sync::atomic::AtomicBool,
+    /// The UID of the domain's `Sandbox` once this coordinator holds it
+    /// (made it, or took over one this machine made): teardown suspends
+    /// that one, and no other.
+    held: std::sync::Mutex<Option<String>>,
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -128,8 +131,12 @@ impl Started {
         self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(task);
     }
 
-    fn owns(&self) -> bool {
-        self.owns_objects.load(std::sync::atomic::Ordering::SeqCst)
+    fn hold(&self, uid: &str) {
+        *self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(uid.to_owned());
+    }
+
+    fn held(&self) -> Option<String> {
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }
 
@@ -159,12 +166,12 @@ async fn start(
     cluster.check_runtime_class(&backend.runtime_class).await?;
     // The lock first, then the policy: no pod of the domain runs without
     // it, and another coordinator's policy is never overwritten.
-    create(&cluster, domain, backend, started).await?;
+    let uid = create(&cluster, domain, backend, started).await?;
     apply_policy(&cluster, resolved, backend).await?;
-    cluster.set_operating_mode(hash, OperatingMode::Running).await?;
-    // The image's own command, when this machine has the image (as the
-    // test cluster's loaded images are); a shell otherwise.
-    let image = resolved.image.clone();
+    cluster.set_operating_mode_of(hash, &uid, OperatingMode::Running).await?;
+    // The pod's image's own command, when this machine has the image (as
+    // the test cluster's loaded images are); a shell otherwise.
+    let image = backend.image.clone().unwrap_or_else(|| resolved.image.clone());
     let default_command = tokio::spawn(async move { super::sandbox::default_command(&crate::podman::Podman::default(), &image).await });
     let pod = cluster.wait_ready(hash, POD_READY).await?;
     tracing::info!(pod, namespace = %backend.namespace, "pod ready");
@@ -198,21 +205,29 @@ async fn start(
 
 /// The branch watcher in the pod: one long-lived exec whose shell reads
 /// the agent branch's ref (a loose ref file, else `packed-refs`) with
-/// builtins once a second and prints it when it changed. A poll by exec
-/// costs the cluster an exec each time (kubelet, containerd, runsc: 4 % of
-/// a core per idle domain at one every 2 s); this costs one `sleep` a
-/// second inside the sandbox.
+/// builtins once a second and prints it when it changed, and a `.` line
+/// every [`WATCH_HEARTBEAT`] (a watcher whose exec is gone dies at that
+/// write, and a host that hears nothing for long starts a new one). A poll
+/// by exec costs the cluster an exec each time (kubelet, containerd, runsc:
+/// 4 % of a core per idle domain at one every 2 s); this costs one `sleep`
+/// a second inside the sandbox.
 fn watch_script(branch_ref: &str) -> String {
+    let quoted = format!("'{}'", branch_ref.replace('\'', r"'\''"));
+    let heartbeat = WATCH_HEARTBEAT.as_secs();
     format!(
         "git_dir=$(git -C /workspace rev-parse --absolute-git-dir 2>/dev/null) || git_dir=/workspace/.git\n\
+         ref={quoted}\n\
          last=none\n\
+         beat=0\n\
          while :; do\n\
          \x20 tip=\n\
-         \x20 if [ -f \"$git_dir/{branch_ref}\" ]; then read -r tip < \"$git_dir/{branch_ref}\"\n\
+         \x20 if [ -f \"$git_dir/$ref\" ]; then read -r tip < \"$git_dir/$ref\"\n\
          \x20 elif [ -f \"$git_dir/packed-refs\" ]; then\n\
-         \x20   while read -r id name; do if [ \"$name\" = {branch_ref} ]; then tip=$id; fi; done < \"$git_dir/packed-refs\"\n\
+         \x20   while read -r id name; do if [ \"$name\" = \"$ref\" ]; then tip=$id; fi; done < \"$git_dir/packed-refs\"\n\
          \x20 fi\n\
          \x20 if [ \"$tip\" != \"$last\" ]; then echo \"$tip\" || exit 0; last=$tip; fi\n\
+         \x20 beat=$((beat + 1))\n\
+         \x20 if [ \"$beat\" -ge {heartbeat} ]; then echo . || exit 0; beat=0; fi\n\
          \x20 sleep 1\n\
          done\n"
     )
@@ -223,8 +238,8 @@ fn watch_script(branch_ref: &str) -> String {
 /// watcher prints is only a nudge (the export itself finds out what
 /// changed), read in bounded chunks and acted on at most once a second: a
 /// pod cannot make the host export faster than that. A watcher that ends
-/// (killed inside, a lost connection) is followed by one export and, after
-/// a pause, a new watcher.
+/// (killed inside, a lost connection) or says nothing for three
+/// heartbeats is followed by one export and, after a pause, a new watcher.
 async fn branch_watch_loop(domain: Arc<Domain>, cluster: Cluster, pod: String) {
     use tokio::io::AsyncReadExt;
     let Some(layout) = domain.git.clone() else { return };
@@ -235,9 +250,13 @@ async fn branch_watch_loop(domain: Arc<Domain>, cluster: Cluster, pod: String) {
                 let (guard, mut stdout) = (attached.guard, attached.stdout);
                 drop(attached.stdin);
                 let mut chunk = [0u8; 4096];
-                while let Ok(read) = stdout.read(&mut chunk).await {
+                while let Ok(Ok(read)) = tokio::time::timeout(WATCH_HEARTBEAT * 3, stdout.read(&mut chunk)).await {
                     if read == 0 {
                         break;
+                    }
+                    // Heartbeats only: nothing changed.
+                    if chunk[..read].iter().all(|byte| matches!(byte, b'.' | b'\n')) {
+                        continue;
                     }
                     domain.export_agent_branch().await;
                     tokio::time::sleep(WATCH_EXPORT_GAP).await;
@@ -255,14 +274,20 @@ async fn branch_watch_loop(domain: Arc<Domain>, cluster: Cluster, pod: String) {
 }
 
 /// The domain's egress policy: a `CiliumNetworkPolicy` from the allowlist,
-/// or a deny-all `NetworkPolicy`.
+/// or a deny-all `NetworkPolicy`; a policy of the other kind, left by a
+/// run before the profile's `egress` changed, is deleted (Cilium adds up
+/// the allows of every policy: an old allowlist would stay in force).
 async fn apply_policy(cluster: &Cluster, resolved: &ResolvedProfile, backend: &KubernetesBackend) -> Result<()> {
     let hash = &resolved.domain.domain_hash;
     match backend.egress {
         KubernetesEgress::Cilium => {
-            cluster.apply_cilium_policy(&lazaret_kube::egress::cilium_policy(hash, &backend.namespace, &resolved.allow_egress)).await?
+            cluster.apply_cilium_policy(&lazaret_kube::egress::cilium_policy(hash, &backend.namespace, &resolved.allow_egress)).await?;
+            cluster.delete_network_policies(hash).await?;
         }
-        KubernetesEgress::None => cluster.apply_network_policy(&lazaret_kube::egress::no_egress_policy(hash, &backend.namespace)).await?,
+        KubernetesEgress::None => {
+            cluster.apply_network_policy(&lazaret_kube::egress::no_egress_policy(hash, &backend.namespace)).await?;
+            cluster.delete_cilium_policies(hash).await?;
+        }
     }
     Ok(())
 }
@@ -273,7 +298,7 @@ async fn apply_policy(cluster: &Cluster, resolved: &ResolvedProfile, backend: &K
 /// that is this machine's, suspended by the last teardown or left running
 /// by a killed coordinator. It is suspended with the profile's current pod
 /// template (its claim, the State Anchor, stays) and resumed by the start.
-async fn create(cluster: &Cluster, domain: &Domain, backend: &KubernetesBackend, started: &Started) -> Result<()> {
+async fn create(cluster: &Cluster, domain: &Domain, backend: &KubernetesBackend, started: &Started) -> Result<String> {
     let resolved = &domain.resolved;
     let hash = &resolved.domain.domain_hash;
     let mut sandbox = objects::sandbox(&plan(resolved, backend));
@@ -282,22 +307,33 @@ async fn create(cluster: &Cluster, domain: &Domain, backend: &KubernetesBackend,
     let created = match cluster.create_sandbox(&sandbox).await {
         Err(lazaret_kube::Error::Held { namespace, name }) => {
             let recorded = std::fs::read_to_string(&record).ok();
-            let existing = cluster.sandbox(hash).await?.and_then(|existing| existing.metadata.uid);
-            if recorded.is_none() || recorded.as_deref().map(str::trim) != existing.as_deref() {
+            let Some(existing) = cluster.sandbox(hash).await? else {
+                return Err(lazaret_kube::Error::Held { namespace, name }.into());
+            };
+            let uid = existing.metadata.uid.clone().unwrap_or_default();
+            if recorded.as_deref().map(str::trim) != Some(uid.as_str()) {
                 return Err(lazaret_kube::Error::Held { namespace, name }.into());
             }
+            if existing.spec.volume_claim_templates != sandbox.spec.volume_claim_templates {
+                crate::bail!(
+                    "the persistent directories of profile `{}` changed since its Sandbox {namespace}/{name} was made, and its volume \
+                     claim cannot follow: `lazaret domain rm` (which discards what the agent kept there), then run again",
+                    resolved.profile
+                );
+            }
             tracing::info!(sandbox = name, "resuming the domain's Sandbox");
-            cluster.suspend_with_template(hash, &sandbox).await?;
-            started.owns_objects.store(true, std::sync::atomic::Ordering::SeqCst);
+            cluster.suspend_with_template(existing, &sandbox).await?;
+            started.hold(&uid);
             // A killed coordinator's pod ends before one of the current template starts.
-            return Ok(cluster.wait_no_pod(hash, DELETE).await?);
+            cluster.wait_no_pod(hash, DELETE).await?;
+            return Ok(uid);
         }
         other => other?,
     };
-    started.owns_objects.store(true, std::sync::atomic::Ordering::SeqCst);
     let uid = created.metadata.uid.unwrap_or_default();
-    std::fs::write(&record, uid).with_context(|| format!("cannot record the Sandbox in {}", record.display()))?;
-    Ok(())
+    started.hold(&uid);
+    std::fs::write(&record, &uid).with_context(|| format!("cannot record the Sandbox in {}", record.display()))?;
+    Ok(uid)
 }
 
 /// Sends `file` into the pod as the stdin of `script`, which must succeed.
@@ -349,13 +385,11 @@ pub async fn tear_down(domain: &Domain, backend: &KubernetesBackend, started: &S
     for task in started.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
         task.abort();
     }
-    if !started.owns() {
-        return;
-    }
+    let Some(uid) = started.held() else { return };
     let hash = &domain.resolved.domain.domain_hash;
     let suspended = async {
         let cluster = connect(backend).await?;
-        cluster.set_operating_mode(hash, OperatingMode::Suspended).await?;
+        cluster.set_operating_mode_of(hash, &uid, OperatingMode::Suspended).await?;
         cluster.wait_no_pod(hash, DELETE).await?;
         Ok::<(), crate::Error>(())
     };
@@ -376,17 +410,20 @@ pub async fn remove(resolved: &ResolvedProfile, backend: &KubernetesBackend) -> 
     let hash = &resolved.domain.domain_hash;
     let cluster = connect(backend).await?;
     let record = resolved.domain.domain_dir.join(SANDBOX_RECORD);
+    let objects = cluster.domain_objects(hash).await?;
     if let Some(existing) = cluster.sandbox(hash).await? {
         let recorded = std::fs::read_to_string(&record).ok();
-        if recorded.as_deref().map(str::trim) != existing.metadata.uid.as_deref() {
+        let uid = existing.metadata.uid.unwrap_or_default();
+        if recorded.as_deref().map(str::trim) != Some(uid.as_str()) {
             crate::bail!(
                 "Sandbox {}/{} was not made by this machine's coordinators (another one holds the domain); nothing was deleted",
                 backend.namespace,
                 objects::sandbox_name(hash)
             );
         }
+        // Only that Sandbox (the API server checks its UID), then what is left.
+        cluster.delete_sandbox_of(hash, &uid, DELETE).await?;
     }
-    let objects = cluster.domain_objects(hash).await?;
     cluster.delete_domain(hash, DELETE).await?;
     let _ = std::fs::remove_file(&record);
     Ok(objects)

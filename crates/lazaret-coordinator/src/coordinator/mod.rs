@@ -145,7 +145,7 @@ fn prepare_workspace(resolved: &ResolvedProfile, mode: WorkspaceMode) -> Result<
 async fn serve(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::EgressReloader) -> Result<(u8, Option<DomainLock>)> {
     let mut running = match resolved.backend.clone() {
         lazaret_core::config::Backend::Podman => start_up(resolved, mode, reloader).await?,
-        lazaret_core::config::Backend::Kubernetes(backend) => start_up_on_cluster(resolved, mode, backend).await?,
+        lazaret_core::config::Backend::Kubernetes(backend) => start_up_on_cluster(resolved, mode, backend, reloader).await?,
     };
     let reason = wait_for_teardown(&running.domain, &mut running.connection_events).await?;
     Ok((0, tear_down(running, reason).await))
@@ -264,6 +264,7 @@ async fn start_up_on_cluster(
     resolved: ResolvedProfile,
     mode: WorkspaceMode,
     backend: lazaret_core::config::KubernetesBackend,
+    reloader: api::EgressReloader,
 ) -> Result<Running> {
     if mode == WorkspaceMode::Direct {
         return Err(lazaret_core::Error::invalid(
@@ -286,6 +287,8 @@ async fn start_up_on_cluster(
     let domain = Arc::new(Domain::new(resolved, Arc::new(store), git));
     let _ = std::fs::remove_file(&resources.control_socket);
     let escalation = if domain.resolved.escalation_enabled { Some(prepare_escalation(&domain.resolved)?) } else { None };
+    // `net reload` re-reads the allowlist into the policy object.
+    domain.set_egress_reloader(reloader);
     let listener = bind_private(&resources.control_socket)?;
     tracing::info!(socket = %resources.control_socket.display(), namespace = %backend.namespace, "control socket bound");
     let (connection_events_tx, connection_events) = tokio::sync::mpsc::unbounded_channel();

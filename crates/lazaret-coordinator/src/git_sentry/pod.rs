@@ -114,7 +114,8 @@ pub async fn export(cluster: &Cluster, pod: &str, layout: &GitLayout) -> Result<
     let file = tokio::fs::File::create(&target).await.with_context(|| format!("cannot create {}", target.display()))?;
     let mut writer = tokio::io::BufWriter::new(file);
     let run = cluster.exec_streaming(pod, &command, tokio::io::empty(), &mut writer, MAX_BUNDLE_BYTES);
-    let status = match tokio::time::timeout(lazaret_core::bounds::SEED, run).await {
+    // As a local export: the agent controls how long it runs.
+    let status = match tokio::time::timeout(lazaret_core::bounds::EXPORT, run).await {
         Ok(Ok(status)) => status,
         failed => {
             drop(writer);
@@ -123,7 +124,7 @@ pub async fn export(cluster: &Cluster, pod: &str, layout: &GitLayout) -> Result<
                 Ok(Err(error)) => Err(crate::Error::from(error)).context("the agent's bundle was not imported"),
                 _ => Err(crate::Error::TimedOut {
                     what: format!("exporting the agent branch from Pod {pod}"),
-                    bound: lazaret_core::bounds::SEED,
+                    bound: lazaret_core::bounds::EXPORT,
                 }),
             };
         }

@@ -18,6 +18,14 @@ use crate::workspace::{load_config, resolve_target};
 fn target_dirs(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>) -> Result<Option<(ResolvedProfile, Vec<PathBuf>)>> {
     let config = load_config(config_path)?;
     let resolved = resolve_target(&config, target)?;
+    if let lazaret_core::config::Backend::Kubernetes(backend) = &resolved.backend {
+        bail!(
+            "profile `{}` keeps its persistent directories in its Sandbox's volume claim on the cluster (namespace {}), which this \
+             version cannot list or reset; `lazaret domain rm` deletes the claim with the domain",
+            resolved.profile,
+            backend.namespace
+        );
+    }
     let dirs = state_anchor::selected_dirs(&resolved.persistent_dirs, dir)?;
     if dirs.is_empty() {
         println!("profile `{}` has no persistent directories", resolved.profile);
