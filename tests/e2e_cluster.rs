@@ -98,7 +98,7 @@ fn wait_for_credential(terminal: &Tmux, window: &str) -> String {
     let mut found = String::new();
     let shown = wait_until(Duration::from_secs(30), || {
         let screen = terminal.screen(window);
-        found = screen.lines().filter_map(|line| line.trim_end().strip_prefix("CRED=")).last().unwrap_or("").to_owned();
+        found = screen.lines().rev().find_map(|line| line.trim_end().strip_prefix("CRED=")).unwrap_or("").to_owned();
         found.len() > 40
     });
     assert!(shown, "the credential on the screen:\n{}", terminal.screen(window));
