@@ -11,8 +11,9 @@
 //! and only then the `Sandbox` set running; its pod is awaited, the escalation client
 //! and its TLS bundle sent in over exec, the relay started
 //! (`escalation::relay`, restarted while the domain runs), the agent's
-//! repository seeded (`git_sentry::pod`), and the branch then exported by
-//! polling. Sessions exec into the pod themselves (`lazaret pod-exec`).
+//! repository seeded (`git_sentry::pod`), and the branch then watched from
+//! inside the pod, each change exported (`branch_watch_loop`). Sessions
+//! exec into the pod themselves (`lazaret pod-exec`).
 //!
 //! Teardown suspends the `Sandbox` (its pod goes; its claim, the State
 //! Anchor, stays) and keeps the record; `lazaret domain rm` ([`remove`])
