@@ -180,7 +180,6 @@ struct Launch {
 /// How a session's `inner` command (run by `sh` or `script` inside) is
 /// started: `runsc exec` with the recorded target, else `podman exec`.
 fn launch(session: &SessionCommand<'_>, term: Option<&str>, inner: Vec<String>) -> Result<Launch> {
-    let mut environment = podman::environment();
     let mut variables = session_environment(session, term);
     if let Some(pod) = session.pod {
         // `pod-exec` authenticates to the cluster as the user does: a
@@ -196,6 +195,7 @@ fn launch(session: &SessionCommand<'_>, term: Option<&str>, inner: Vec<String>) 
         let arguments = pod.arguments(&names, &inner).into_iter().map(OsString::from).collect();
         return Ok(Launch { program: program.into_os_string(), arguments, environment, feed: None });
     }
+    let mut environment = podman::environment();
     let Some(target) = session.exec else {
         let mut arguments: Vec<OsString> = exec_arguments(session, &variables).into_iter().map(OsString::from).collect();
         arguments.extend(inner.into_iter().map(OsString::from));
@@ -500,7 +500,8 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
     });
     // Where runsc's terminal does not signal (old builds, podman exec), a
     // typed ^C is delivered by the CLI.
-    // A pod's gVisor is the same release as our runsc (the shim is built from it).
+    // In a pod, gVisor's line discipline signals as our runsc's does when the
+    // cluster's gVisor is 20260905 or later (docs/cluster.md, "Limits").
     let stand_in = match (session.exec, session.pod) {
         (Some(target), _) if target.terminal_signals => None,
         (_, Some(_)) => None,
