@@ -9,7 +9,10 @@
 //! reaches etcd. A domain held by another coordinator is refused and left
 //! alone; one a killed coordinator of this machine left is taken over. A
 //! profile changed between runs reaches its suspended domain whole, and no
-//! old allowlist stays in force.
+//! old allowlist stays in force. What the agent installs in a persistent
+//! directory survives the domain; `lazaret state diff` lists it (the pod
+//! now, or as the last teardown left it) and `state reset` has the next
+//! start seed the image's directory again.
 //! Started by `tests/cluster/run` (feature `cluster-tests`; environment as
 //! in `lazaret_test_support::cluster`).
 
@@ -288,7 +291,7 @@ async fn a_piped_session_keeps_bytes_streams_and_status_and_its_credential_never
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_domain_held_elsewhere_is_refused_and_one_a_killed_coordinator_left_is_taken_over() {
+async fn a_domain_held_elsewhere_is_refused_and_one_a_killed_coordinator_left_is_taken_over_even_unrecorded() {
     let scratch = Scratch::new().await;
     let env = TestEnv::new();
     cluster_config(&env, &scratch);
@@ -299,7 +302,9 @@ async fn a_domain_held_elsewhere_is_refused_and_one_a_killed_coordinator_left_is
     // another machine would): refused, and left exactly as it was.
     let mut plan = scratch.plan(&[]);
     plan.domain_hash = hash.clone();
-    let theirs = scratch.cluster.create_sandbox(&lazaret_kube::objects::sandbox(&plan)).await.expect("create");
+    let mut sandbox = lazaret_kube::objects::sandbox(&plan);
+    sandbox.metadata.annotations = Some([("lazaret.dev/holder".to_owned(), "another-machine".to_owned())].into());
+    let theirs = scratch.cluster.create_sandbox(&sandbox).await.expect("create");
     let refused = lazaret_run(&env, &workspace, &["true"]);
     assert_ne!(refused.status.code(), Some(0));
     assert!(stderr(&refused).contains("another coordinator holds this domain"), "{}", stderr(&refused));
@@ -333,11 +338,20 @@ async fn a_domain_held_elsewhere_is_refused_and_one_a_killed_coordinator_left_is
     let again = lazaret_run(&env, &workspace, &["echo", "again"]);
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     assert_eq!(stdout(&again), "again\n");
+    // Ours, made by a coordinator killed after the API server created it and
+    // before it recorded its UID (the record is removed here, as that kill
+    // leaves it): the holder token it carries says it is ours.
+    assert!(wait_until(Duration::from_secs(60), || coordinator_pids(&workspace).is_empty()), "the domain ends");
+    let domain_dir = std::path::PathBuf::from(domain_json(&env, "default", &workspace)["domain_dir"].as_str().expect("domain_dir"));
+    std::fs::remove_file(domain_dir.join("cluster-sandbox")).expect("the Sandbox's record");
+    let once_more = lazaret_run(&env, &workspace, &["echo", "once more"]);
+    assert_eq!(once_more.status.code(), Some(0), "{}", stderr(&once_more));
+    assert_eq!(stdout(&once_more), "once more\n");
     ends_suspended_then_removed(&env, &scratch, &workspace, &hash).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn what_the_agent_installs_in_a_persistent_directory_survives_the_domain_on_a_cluster() {
+async fn persistent_directories_on_a_cluster_survive_the_domain_and_state_diff_and_reset_see_the_agents_changes() {
     let scratch = Scratch::new().await;
     let env = TestEnv::new();
     env.write_config(&format!(
@@ -357,7 +371,17 @@ async fn what_the_agent_installs_in_a_persistent_directory_survives_the_domain_o
     let host = tempfile::tempdir().expect("tempdir");
     let volume = scratch.volume_for(&plan, host.path()).await;
 
-    let first = lazaret_run(&env, &workspace, &["sh", "-c", "ls -A /usr/local; echo installed > /usr/local/tool-marker"]);
+    let state = |arguments: &[&str]| run(env.lazaret().arg("state").args(arguments).arg("--workspace").arg(&workspace));
+    // What the agent did: added a file, deleted one of the image's, made a
+    // directory private.
+    let changed = "M  /usr/local/bin\nD  /usr/local/bin/stat\nA  /usr/local/tool-marker\n";
+    // Then, a second session added one more.
+    let changed_later = "M  /usr/local/bin\nD  /usr/local/bin/stat\nA  /usr/local/second\nA  /usr/local/tool-marker\n";
+    let first = lazaret_run(
+        &env,
+        &workspace,
+        &["sh", "-c", "ls -A /usr/local; echo installed > /usr/local/tool-marker; rm /usr/local/bin/stat; chmod 700 /usr/local/bin"],
+    );
     assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
     assert_eq!(stdout(&first), "bin\n", "seeded from the image");
     assert!(wait_until(Duration::from_secs(60), || coordinator_pids(&workspace).is_empty()), "the first domain ends");
@@ -365,10 +389,42 @@ async fn what_the_agent_installs_in_a_persistent_directory_survives_the_domain_o
     assert!(scratch.cluster.wait_no_pod(&hash, GONE).await.is_ok());
     let kept = scratch.cluster.sandbox(&hash).await.expect("get").expect("the Sandbox is kept");
     assert_eq!(kept.spec.operating_mode, Some(lazaret_kube::objects::OperatingMode::Suspended));
+    // `state diff` with the domain down: as its teardown listed the pod.
+    let diff = state(&["diff"]);
+    assert_eq!(stdout(&diff), changed, "{}", stderr(&diff));
 
-    let second = lazaret_run(&env, &workspace, &["sh", "-c", "ls -A /usr/local; cat /usr/local/tool-marker"]);
+    // A later session finds what the agent installed, and nothing seeded
+    // over it; while the domain runs, `state diff` lists the pod now.
+    let mut session = keep_up(&env, &workspace);
+    let second =
+        lazaret_run(&env, &workspace, &["sh", "-c", "ls -A /usr/local; cat /usr/local/tool-marker; echo more > /usr/local/second"]);
     assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
     assert_eq!(stdout(&second), "bin\ntool-marker\ninstalled\n", "what the agent installed is there, and nothing was seeded over it");
+    let diff = state(&["diff"]);
+    assert_eq!(stdout(&diff), changed_later, "{}", stderr(&diff));
+    let json = state(&["diff", "--json", "--dir", "/usr/local"]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("state diff --json");
+    assert_eq!(json[1], serde_json::json!({ "dir": "/usr/local", "path": "/usr/local/bin/stat", "kind": "deleted" }));
+    let refused = state(&["reset", "--yes"]);
+    assert!(!refused.status.success() && stderr(&refused).contains("is running"), "{}", stderr(&refused));
+    let _ = session.kill();
+    let _ = session.wait();
+    for pid in coordinator_pids(&workspace) {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+    assert!(wait_until(Duration::from_secs(60), || coordinator_pids(&workspace).is_empty()), "the domain ends");
+    let diff = state(&["diff"]);
+    assert_eq!(stdout(&diff), changed_later, "{}", stderr(&diff));
+
+    // `state reset`: the next start seeds the directory from the image again.
+    let reset = state(&["reset", "--yes"]);
+    assert!(reset.status.success(), "{}", stderr(&reset));
+    assert_eq!(stdout(&state(&["diff"])), "no changes in /usr/local\n");
+    let third = lazaret_run(&env, &workspace, &["sh", "-c", "ls -A /usr/local /usr/local/bin; stat -c %a /usr/local/bin"]);
+    assert_eq!(third.status.code(), Some(0), "{}", stderr(&third));
+    assert_eq!(stdout(&third), "/usr/local:\nbin\n\n/usr/local/bin:\nls\nstat\n755\n", "the image's directory again");
+    assert!(wait_until(Duration::from_secs(60), || coordinator_pids(&workspace).is_empty()), "the third domain ends");
+    assert_eq!(stdout(&state(&["diff"])), "no changes in /usr/local\n", "listed at the teardown: nothing changed since the seed");
     ends_suspended_then_removed(&env, &scratch, &workspace, &hash).await;
     scratch.delete_volume(&volume).await;
 }

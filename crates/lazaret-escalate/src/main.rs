@@ -6,7 +6,8 @@
 //! Escalation Socket, streams the host command's output back, and exits with
 //! its status; a denial, timeout or refusal gives a distinct status and a
 //! one-line reason on stderr. With `--relay` ([`relay`]) it is instead the
-//! Escalation Socket inside a pod on a cluster, relaying to the coordinator.
+//! Escalation Socket inside a pod on a cluster, relaying to the coordinator;
+//! with `--list-state` ([`list`]) it lists a pod's persistent directories.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -25,6 +26,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 mod arena;
+mod list;
 mod relay;
 
 #[global_allocator]
@@ -36,6 +38,7 @@ lazaret-escalate: ask the host to run a command (Lazaret Host Escalation)
 Usage: lazaret-escalate [--justification TEXT] -- PROGRAM ARGS...
        lazaret-escalate --version
        lazaret-escalate --relay
+       lazaret-escalate --list-state DIR...
 
 The exact argv is signed and sent; the host runs it (in your project
 directory on the host, never through a shell) if its policy allows it or a
@@ -44,7 +47,10 @@ Exit status: the host command's, or 97 denied, 98 timed out, 99 refused.
 
 --relay serves the Escalation Socket inside a pod on a cluster and carries
 its connections over stdin and stdout to the coordinator, which starts it;
-it holds no secret (TLS and the signed request run end to end).";
+it holds no secret (TLS and the signed request run end to end).
+
+--list-state prints the facts of every path under each DIR (NUL-separated
+records) for the coordinator's `lazaret state diff` of a pod.";
 struct Arguments {
     justification: Option<String>,
     argv: Vec<String>,
@@ -53,6 +59,7 @@ struct Arguments {
 enum Parsed {
     Run(Arguments),
     Relay,
+    ListState(Vec<String>),
     Exit(u8),
 }
 
@@ -71,6 +78,7 @@ fn parse_arguments() -> Parsed {
             }
             "--justification" | "-j" => justification = arguments.next(),
             "--relay" => return Parsed::Relay,
+            "--list-state" => return Parsed::ListState(arguments.collect()),
             "--" => {
                 let argv: Vec<String> = arguments.collect();
                 if argv.is_empty() {
@@ -93,6 +101,15 @@ fn main() -> ExitCode {
         Parsed::Run(arguments) => arguments,
         Parsed::Relay => {
             return match relay::run() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(reason) => {
+                    eprintln!("lazaret-escalate: {reason}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Parsed::ListState(dirs) => {
+            return match list::run(&dirs) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(reason) => {
                     eprintln!("lazaret-escalate: {reason}");

@@ -147,6 +147,10 @@ pub struct SandboxPlan {
     /// Absolute paths in the sandbox kept across restarts, each seeded from
     /// the image once.
     pub persistent_dirs: Vec<String>,
+    /// Each persistent directory's seed epoch (missing: 0). The seeding init
+    /// container seeds a directory again, from the image, when its epoch is
+    /// not the one it last seeded: `lazaret state reset` raises it.
+    pub seed_epochs: Vec<u64>,
     pub limits: Limits,
 }
 
@@ -317,28 +321,41 @@ fn resources(limits: &Limits) -> Option<ResourceRequirements> {
 }
 
 /// Seeds each persistent directory's part of the State Anchor from the
-/// image, once: a directory already seeded (its marker exists) is left as
-/// the agent left it. The paths are arguments, never part of the script.
+/// image, once per seed epoch: a directory whose marker holds its current
+/// epoch is left as the agent left it; any other (new, or reset since) is
+/// emptied and copied from the image. The paths and epochs are arguments,
+/// never part of the script, and the markers are outside what the agent's
+/// container mounts.
 fn seed_container(plan: &SandboxPlan) -> Container {
     // $1 is where the State Anchor's directory parts are (STATE_MOUNT /
-    // STATE_DIRS, as `state_subdir` names them), then the directories.
+    // STATE_DIRS, as `state_subdir` names them), then each directory and
+    // its epoch.
     const SCRIPT: &str = r#"set -eu
 parts=$1
 shift
 index=0
-for dir in "$@"; do
+while [ "$#" -ge 2 ]; do
+  dir=$1
+  epoch=$2
+  shift 2
   part=$parts/$index
-  if [ ! -e "$part.seeded" ]; then
+  seeded=
+  if [ -e "$part.seeded" ]; then read -r seeded < "$part.seeded" || seeded=0; seeded=${seeded:-0}; fi
+  if [ ! -e "$part.seeded" ] || [ "$seeded" != "$epoch" ]; then
+    rm -f "$part.seeded"
     rm -rf "$part" && mkdir -p "$part"
     if [ -d "$dir" ]; then cp -a "$dir/." "$part/"; fi
-    touch "$part.seeded"
+    echo "$epoch" > "$part.seeded"
   fi
   index=$((index + 1))
 done
 "#;
     let mut command =
         vec!["sh".to_owned(), "-c".to_owned(), SCRIPT.to_owned(), "lazaret-seed".to_owned(), format!("{STATE_MOUNT}/{STATE_DIRS}")];
-    command.extend(plan.persistent_dirs.iter().cloned());
+    for (index, dir) in plan.persistent_dirs.iter().enumerate() {
+        command.push(dir.clone());
+        command.push(plan.seed_epochs.get(index).copied().unwrap_or(0).to_string());
+    }
     Container {
         name: "seed".into(),
         image: Some(plan.image.clone()),

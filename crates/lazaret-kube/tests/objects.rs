@@ -32,6 +32,8 @@ fn plan() -> SandboxPlan {
         storage_class: Some("standard".into()),
         state_size: "10Gi".into(),
         persistent_dirs: vec!["/root".into(), "/usr/local".into()],
+        // `/usr/local` was reset twice.
+        seed_epochs: vec![0, 2],
         limits: Limits { memory: Some(2 << 30), processes: Some(512), cpus: Some(1.5) },
     }
 }
@@ -82,10 +84,10 @@ fn the_sandbox_pod_has_nothing_it_does_not_need() {
     let run = volumes.iter().find(|volume| volume.name == "run").expect("run volume");
     assert_eq!(run.empty_dir.as_ref().and_then(|dir| dir.medium.as_deref()), Some("Memory"));
     // The persistent directories are the claim's parts, seeded by paths
-    // passed as arguments (never spliced into the script).
+    // and seed epochs passed as arguments (never spliced into the script).
     let seed = &pod.init_containers.as_ref().expect("a seed container")[0];
     let command = seed.command.as_ref().expect("command");
-    assert_eq!(&command[command.len() - 2..], ["/root", "/usr/local"]);
+    assert_eq!(&command[command.len() - 4..], ["/root", "0", "/usr/local", "2"]);
     assert!(!command[2].contains("/usr/local"));
 }
 
@@ -149,4 +151,39 @@ fn only_a_profile_that_keeps_directories_claims_a_volume() {
     assert!(keeps_nothing.spec.volume_claim_templates.is_empty());
     let volumes = keeps_nothing.spec.pod_template.spec.volumes.expect("volumes");
     assert!(volumes.iter().all(|volume| volume.persistent_volume_claim.is_none()));
+}
+
+/// The seeding script, run by a real `sh` over a directory standing in
+/// for the image's: it seeds once per epoch and keeps the agent's changes
+/// in between; a marker of before epochs (empty) counts as epoch 0.
+#[test]
+fn the_seed_script_seeds_once_per_epoch() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let image_dir = root.path().join("image");
+    let parts = root.path().join("parts");
+    std::fs::create_dir_all(image_dir.join("bin")).expect("image dir");
+    std::fs::write(image_dir.join("bin/tool"), "image's").expect("image file");
+    let seed = |epoch: u64| {
+        let sandbox = sandbox(&SandboxPlan { persistent_dirs: vec![image_dir.display().to_string()], seed_epochs: vec![epoch], ..plan() });
+        let init = sandbox.spec.pod_template.spec.init_containers.expect("a seed container");
+        let mut command = init[0].command.clone().expect("command");
+        // The parts' place in the claim, here a directory of the test's.
+        command[4] = parts.display().to_string();
+        let status = std::process::Command::new(&command[0]).args(&command[1..]).status().expect("sh");
+        assert!(status.success());
+    };
+    let part = parts.join("0");
+    seed(0);
+    assert_eq!(std::fs::read_to_string(part.join("bin/tool")).expect("seeded"), "image's");
+    std::fs::write(part.join("bin/tool"), "agent's").expect("the agent writes");
+    seed(0);
+    assert_eq!(std::fs::read_to_string(part.join("bin/tool")).expect("kept"), "agent's", "the same epoch keeps the agent's");
+    seed(1);
+    assert_eq!(std::fs::read_to_string(part.join("bin/tool")).expect("reseeded"), "image's", "a new epoch seeds again");
+    std::fs::write(part.join("extra"), "agent's").expect("the agent writes");
+    std::fs::write(parts.join("0.seeded"), "").expect("a marker of before epochs");
+    seed(0);
+    assert!(part.join("extra").exists(), "an empty marker is epoch 0");
+    seed(2);
+    assert!(!part.join("extra").exists(), "what the agent added goes with a reseed");
 }

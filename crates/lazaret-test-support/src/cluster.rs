@@ -56,6 +56,7 @@ pub fn bench_plan(namespace: &str, image: &str, domain_hash: String) -> SandboxP
         storage_class: None,
         state_size: "1Gi".into(),
         persistent_dirs: Vec::new(),
+        seed_epochs: Vec::new(),
         limits: Limits::default(),
     }
 }
@@ -99,6 +100,7 @@ impl Scratch {
             storage_class: Some("lazaret-test-local".into()),
             state_size: "1Gi".into(),
             persistent_dirs: persistent_dirs.iter().map(|dir| dir.to_string()).collect(),
+            seed_epochs: Vec::new(),
             limits: Limits { memory: Some(512 << 20), processes: None, cpus: Some(1.0) },
         }
     }

@@ -368,7 +368,9 @@ pub enum NetCommand {
 pub enum StateCommand {
     /// List what the agent added (A), changed (M) or deleted (D) in each
     /// persistent directory; `!` marks files the base image changed too
-    /// (the agent's version wins).
+    /// (the agent's version wins). On a cluster: against the directory as
+    /// seeded, listed in the pod while the domain runs, else as its last
+    /// teardown listed it.
     Diff {
         #[command(flatten)]
         target: DomainTarget,
@@ -379,7 +381,8 @@ pub enum StateCommand {
         json: bool,
     },
     /// Discard the agent's changes (all persistent directories, or --dir).
-    /// Refused while the domain runs.
+    /// Refused while the domain runs. On a cluster the domain's next start
+    /// seeds the directories again from the image.
     Reset {
         #[command(flatten)]
         target: DomainTarget,

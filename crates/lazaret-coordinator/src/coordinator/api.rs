@@ -208,6 +208,11 @@ impl Domain {
         self.report_export(&layout.branch, result);
     }
 
+    /// The pod, once the sandbox runs on one (a cluster's domain).
+    pub fn pod(&self) -> Option<&super::cluster::PodSandbox> {
+        self.pod.get()
+    }
+
     /// The sandbox is the pod `pod` (on a cluster): exports and sessions go there.
     pub fn set_pod(&self, pod: super::cluster::PodSandbox) {
         let _ = self.pod.set(pod);
@@ -978,14 +983,22 @@ impl LazaretApiServer for Api {
 
     async fn state_diff(&self, dir: Option<String>) -> RpcResult<Vec<StateChange>> {
         let resolved = self.0.resolved.clone();
-        if matches!(resolved.backend, lazaret_core::config::Backend::Kubernetes(_)) {
-            return Err(rpc_error(
-                error_code::INVALID_VALUE,
-                "this domain keeps its persistent directories in its Sandbox's volume claim on the cluster, which cannot be listed yet",
-            ));
-        }
         let dirs = crate::state_anchor::selected_dirs(&resolved.persistent_dirs, dir.as_deref().map(std::path::Path::new))
             .map_err(|error| rpc_error(error_code::INVALID_VALUE, error.chained()))?;
+        if matches!(resolved.backend, lazaret_core::config::Backend::Kubernetes(_)) {
+            // The pod's listing now, else what the last teardown listed.
+            let domain_dir = resolved.domain.domain_dir.clone();
+            let changes = match self.0.pod() {
+                Some(pod) => crate::state_anchor::pod::diff_live(&pod.cluster, &pod.pod, &domain_dir, &dirs)
+                    .await
+                    .map_err(|error| rpc_error(error_code::SANDBOX_NOT_RUNNING, error.chained()))?,
+                None => tokio::task::spawn_blocking(move || crate::state_anchor::pod::diff_recorded(&domain_dir, &dirs))
+                    .await
+                    .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
+                    .map_err(|error| rpc_error(error_code::STORE_FAILED, error.chained()))?,
+            };
+            return Ok(changes.iter().map(|change| change.wire()).collect());
+        }
         let changes = tokio::task::spawn_blocking(move || crate::state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, &dirs))
             .await
             .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?

@@ -36,11 +36,20 @@ use lazaret_protocol::ContainerState;
 
 use super::api::Domain;
 use crate::error::{Context, Result};
+use crate::state_anchor;
 
 /// The Domain Root's record of the `Sandbox` this machine's coordinator
 /// created (its UID): a start that finds it still there, under the domain
 /// lock, knows it is its own, left by a killed coordinator.
 const SANDBOX_RECORD: &str = "cluster-sandbox";
+/// The Domain Root's holder token (random, made once, written before the
+/// first creation): the `Sandbox` carries it as [`HOLDER_ANNOTATION`], so
+/// one created by a coordinator killed before it wrote [`SANDBOX_RECORD`]
+/// is still known as this machine's. It tells cooperating coordinators
+/// apart and guards nothing (anyone who can read the `Sandbox` can read it).
+const HOLDER_RECORD: &str = "cluster-holder";
+/// The annotation that carries the holder token.
+pub const HOLDER_ANNOTATION: &str = "lazaret.dev/holder";
 
 /// How long the domain's pod may take to be ready.
 const POD_READY: Duration = Duration::from_secs(300);
@@ -105,6 +114,7 @@ pub fn plan(resolved: &ResolvedProfile, backend: &KubernetesBackend) -> SandboxP
         storage_class: backend.storage_class.clone(),
         state_size: STATE_SIZE.into(),
         persistent_dirs: resolved.persistent_dirs.iter().map(|dir| dir.display().to_string()).collect(),
+        seed_epochs: Vec::new(),
         limits: resolved.limits,
     }
 }
@@ -176,13 +186,35 @@ async fn start(
     let default_command = tokio::spawn(async move { super::sandbox::default_command(&crate::podman::Podman::default(), &image).await });
     let pod = cluster.wait_ready(hash, POD_READY).await?;
     tracing::info!(pod, namespace = %backend.namespace, "pod ready");
-    // The escalation client, its bundle and the seed go in side by side.
+    // The static client (the escalation client, and the persistent
+    // directories' lister), its bundle and the seed go in side by side.
+    let keeps_dirs = !resolved.persistent_dirs.is_empty();
+    let client = match &escalation {
+        Some(files) => Some(files.client.clone()),
+        None if keeps_dirs => Some(static_client()?),
+        None => None,
+    };
     let escalation_ready = async {
-        if let Some(files) = &escalation {
-            tokio::try_join!(
-                install(&cluster, &pod, INSTALL_CLIENT, &files.client),
-                install(&cluster, &pod, INSTALL_BUNDLE, &files.bundle)
-            )?;
+        tokio::try_join!(
+            async {
+                match &client {
+                    Some(client) => install(&cluster, &pod, INSTALL_CLIENT, client).await,
+                    None => Ok(()),
+                }
+            },
+            async {
+                match &escalation {
+                    Some(files) => install(&cluster, &pod, INSTALL_BUNDLE, &files.bundle).await,
+                    None => Ok(()),
+                }
+            }
+        )?;
+        // What the persistent directories hold as seeded, before any
+        // session joins (`state diff` compares with it).
+        if keeps_dirs {
+            state_anchor::pod::record_base(&cluster, &pod, &resolved.domain.domain_dir, &resolved.persistent_dirs)
+                .await
+                .context("cannot list the persistent directories as seeded")?;
         }
         Ok::<(), crate::Error>(())
     };
@@ -302,19 +334,23 @@ async fn apply_policy(cluster: &Cluster, resolved: &ResolvedProfile, backend: &K
 async fn create(cluster: &Cluster, domain: &Domain, backend: &KubernetesBackend, started: &Started) -> Result<String> {
     let resolved = &domain.resolved;
     let hash = &resolved.domain.domain_hash;
-    let mut sandbox = objects::sandbox(&plan(resolved, backend));
+    let domain_dir = &resolved.domain.domain_dir;
+    let mut plan = plan(resolved, backend);
+    plan.seed_epochs = state_anchor::pod::epochs(domain_dir, &resolved.persistent_dirs)?;
+    let mut sandbox = objects::sandbox(&plan);
     sandbox.spec.operating_mode = Some(OperatingMode::Suspended);
-    let record = resolved.domain.domain_dir.join(SANDBOX_RECORD);
+    sandbox.metadata.annotations = Some([(HOLDER_ANNOTATION.to_owned(), holder_token(domain_dir)?)].into());
+    let record = domain_dir.join(SANDBOX_RECORD);
     let created = match cluster.create_sandbox(&sandbox).await {
         Err(lazaret_kube::Error::Held { namespace, name }) => {
-            let recorded = std::fs::read_to_string(&record).ok();
             let Some(existing) = cluster.sandbox(hash).await? else {
                 return Err(lazaret_kube::Error::Held { namespace, name }.into());
             };
             let uid = existing.metadata.uid.clone().unwrap_or_default();
-            if recorded.as_deref().map(str::trim) != Some(uid.as_str()) {
+            if !made_here(&existing, domain_dir) {
                 return Err(lazaret_kube::Error::Held { namespace, name }.into());
             }
+            std::fs::write(&record, &uid).with_context(|| format!("cannot record the Sandbox in {}", record.display()))?;
             if existing.spec.volume_claim_templates != sandbox.spec.volume_claim_templates {
                 crate::bail!(
                     "the persistent directories of profile `{}` changed since its Sandbox {namespace}/{name} was made, and its volume \
@@ -334,7 +370,16 @@ async fn create(cluster: &Cluster, domain: &Domain, backend: &KubernetesBackend,
     let uid = created.metadata.uid.unwrap_or_default();
     started.hold(&uid);
     std::fs::write(&record, &uid).with_context(|| format!("cannot record the Sandbox in {}", record.display()))?;
+    // A new claim, seeded afresh: what was listed of an old one is void.
+    state_anchor::pod::forget_listings(domain_dir, &resolved.persistent_dirs)?;
     Ok(uid)
+}
+
+/// The static `lazaret-escalate` (a pod's lister when escalation is off).
+fn static_client() -> Result<PathBuf> {
+    crate::helper_binaries::find("lazaret-escalate")
+        .filter(|path| crate::helper_binaries::linkage(path).is_ok_and(|linkage| linkage == crate::helper_binaries::Linkage::Static))
+        .context("the static lazaret-escalate binary, which lists the persistent directories in the pod, was not found (build it: scripts/build)")
 }
 
 /// Sends `file` into the pod as the stdin of `script`, which must succeed.
@@ -387,7 +432,18 @@ pub async fn tear_down(domain: &Domain, backend: &KubernetesBackend, started: &S
         task.abort();
     }
     let Some(uid) = started.held() else { return };
-    let hash = &domain.resolved.domain.domain_hash;
+    let resolved = &domain.resolved;
+    let hash = &resolved.domain.domain_hash;
+    // What the persistent directories hold now, for `state diff` while the
+    // domain is down.
+    if let (Some(pod), false) = (domain.pod(), resolved.persistent_dirs.is_empty()) {
+        match state_anchor::pod::record_latest(&pod.cluster, &pod.pod, &resolved.domain.domain_dir, &resolved.persistent_dirs).await {
+            Ok(()) => tracing::info!("persistent directories listed"),
+            Err(error) => {
+                tracing::warn!(error = %error.chained(), "cannot list the persistent directories; `state diff` shows the last listing")
+            }
+        }
+    }
     let suspended = async {
         let cluster = connect(backend).await?;
         cluster.set_operating_mode_of(hash, &uid, OperatingMode::Suspended).await?;
@@ -402,6 +458,47 @@ pub async fn tear_down(domain: &Domain, backend: &KubernetesBackend, started: &S
     }
 }
 
+/// The Domain Root's holder token, made (0600) on first use.
+fn holder_token(domain_dir: &Path) -> Result<String> {
+    let path = domain_dir.join(HOLDER_RECORD);
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
+        Ok(_) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error).with_context(|| format!("cannot read {}", path.display())),
+    }
+    let token = lazaret_core::ids::random_hex(16).context("cannot make a holder token")?;
+    let temporary = path.with_extension("tmp");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temporary)
+            .with_context(|| format!("cannot write {}", temporary.display()))?;
+        file.write_all(token.as_bytes()).and_then(|()| file.sync_all()).with_context(|| format!("cannot write {}", temporary.display()))?;
+    }
+    std::fs::rename(&temporary, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(token)
+}
+
+/// Whether this machine's coordinators made `existing`: its UID is the one
+/// recorded, or it carries this Domain Root's holder token (a coordinator
+/// killed between the creation and the record).
+fn made_here(existing: &objects::Sandbox, domain_dir: &Path) -> bool {
+    let uid = existing.metadata.uid.as_deref().unwrap_or_default();
+    let recorded = std::fs::read_to_string(domain_dir.join(SANDBOX_RECORD)).ok();
+    if !uid.is_empty() && recorded.as_deref().map(str::trim) == Some(uid) {
+        return true;
+    }
+    let token = std::fs::read_to_string(domain_dir.join(HOLDER_RECORD)).ok();
+    let carried = existing.metadata.annotations.as_ref().and_then(|annotations| annotations.get(HOLDER_ANNOTATION));
+    matches!((token.as_deref().map(str::trim), carried), (Some(token), Some(carried)) if !token.is_empty() && token == carried)
+}
+
 /// `lazaret domain rm` of a cluster profile's domain, whose coordinator
 /// does not run (the caller holds the domain lock): every object of the
 /// domain is deleted (its `Sandbox`, pod, claim and policy) and awaited,
@@ -413,9 +510,9 @@ pub async fn remove(resolved: &ResolvedProfile, backend: &KubernetesBackend) -> 
     let record = resolved.domain.domain_dir.join(SANDBOX_RECORD);
     let objects = cluster.domain_objects(hash).await?;
     if let Some(existing) = cluster.sandbox(hash).await? {
-        let recorded = std::fs::read_to_string(&record).ok();
+        let here = made_here(&existing, &resolved.domain.domain_dir);
         let uid = existing.metadata.uid.unwrap_or_default();
-        if recorded.as_deref().map(str::trim) != Some(uid.as_str()) {
+        if !here {
             crate::bail!(
                 "Sandbox {}/{} was not made by this machine's coordinators (another one holds the domain); nothing was deleted",
                 backend.namespace,
@@ -427,6 +524,7 @@ pub async fn remove(resolved: &ResolvedProfile, backend: &KubernetesBackend) -> 
     }
     cluster.delete_domain(hash, DELETE).await?;
     let _ = std::fs::remove_file(&record);
+    state_anchor::pod::remove_records(&resolved.domain.domain_dir, &resolved.persistent_dirs)?;
     Ok(objects)
 }
 

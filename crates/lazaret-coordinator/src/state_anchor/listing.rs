@@ -172,7 +172,7 @@ pub(super) fn parse_find_output(output: &[u8]) -> Result<Vec<(PathBuf, Fingerpri
 }
 
 /// `%T@`: seconds, a dot and up to 10 fractional digits.
-fn parse_find_time(text: &str) -> Result<(i64, u32)> {
+pub(super) fn parse_find_time(text: &str) -> Result<(i64, u32)> {
     let (seconds, fraction) = text.split_once('.').unwrap_or((text, ""));
     let seconds: i64 = seconds.parse().map_err(|_| crate::format_err!("unexpected time {text:?} in find output"))?;
     let mut digits: String = fraction.chars().take(9).collect();

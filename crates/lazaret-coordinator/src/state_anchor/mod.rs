@@ -95,6 +95,7 @@ mod image;
 mod listing;
 mod mounts;
 mod names;
+pub mod pod;
 mod reach;
 
 use std::collections::BTreeSet;

@@ -92,6 +92,23 @@ pub(super) fn escape_bytes(bytes: &[u8]) -> String {
     text
 }
 
+/// The bytes [`escape_bytes`] escaped; `None` for a text it cannot have made.
+pub(super) fn unescape_bytes(text: &str) -> Option<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(byte);
+            rest = tail;
+        }
+    }
+    Some(bytes)
+}
+
 /// fuse-overlayfs splits `-o` on `,` and its layer lists on `:`, libfuse
 /// treats `\` as an escape and a leading `//` as a plugin; podman splits
 /// `--mount` on `,`. Such paths are refused rather than escaped.

@@ -1,5 +1,7 @@
 //! `lazaret state diff|reset`: the agent's changes to the profile's
-//! persistent directories (the State Anchor's upper directories).
+//! persistent directories (the State Anchor's upper directories; on a
+//! cluster, its `Sandbox`'s volume claim, listed by the coordinator:
+//! `lazaret_coordinator::state_anchor::pod`).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -7,7 +9,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use lazaret_coordinator::domain_lock::DomainLock;
 use lazaret_coordinator::state_anchor;
+use lazaret_core::bounds;
 use lazaret_core::config::ResolvedProfile;
+use lazaret_protocol::LazaretApiClient;
 
 use crate::cli::DomainTarget;
 use crate::hold_to_bind::socket_is_live;
@@ -18,14 +22,6 @@ use crate::workspace::{load_config, resolve_target};
 fn target_dirs(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>) -> Result<Option<(ResolvedProfile, Vec<PathBuf>)>> {
     let config = load_config(config_path)?;
     let resolved = resolve_target(&config, target)?;
-    if let lazaret_core::config::Backend::Kubernetes(backend) = &resolved.backend {
-        bail!(
-            "profile `{}` keeps its persistent directories in its Sandbox's volume claim on the cluster (namespace {}), which this \
-             version cannot list or reset; `lazaret domain rm` deletes the claim with the domain",
-            resolved.profile,
-            backend.namespace
-        );
-    }
     let dirs = state_anchor::selected_dirs(&resolved.persistent_dirs, dir)?;
     if dirs.is_empty() {
         println!("profile `{}` has no persistent directories", resolved.profile);
@@ -36,10 +32,10 @@ fn target_dirs(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&P
 
 pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>, json: bool) -> Result<u8> {
     let Some((resolved, dirs)) = target_dirs(config_path, target, dir)? else { return Ok(0) };
-    let changes = state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, &dirs)?;
+    let changes = if on_cluster(&resolved) { diff_on_cluster(&resolved, dir)? } else { local_diff(&resolved, &dirs)? };
     if json {
         // The wire form: `state/diff` answers the same.
-        super::print_json(&changes.iter().map(|change| change.wire()).collect::<Vec<_>>())?;
+        super::print_json(&changes.iter().map(Change::wire).collect::<Vec<_>>())?;
         return Ok(0);
     }
     if changes.is_empty() {
@@ -50,6 +46,57 @@ pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path
         println!("{}", lazaret_core::terminal_text::block(&change.to_string()));
     }
     Ok(0)
+}
+
+fn on_cluster(resolved: &ResolvedProfile) -> bool {
+    matches!(resolved.backend, lazaret_core::config::Backend::Kubernetes(_))
+}
+
+/// One line of the diff, in the local and the cluster case alike.
+struct Change {
+    text: String,
+    wire: lazaret_protocol::StateChange,
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.text)
+    }
+}
+
+impl Change {
+    fn wire(&self) -> &lazaret_protocol::StateChange {
+        &self.wire
+    }
+}
+
+fn local_diff(resolved: &ResolvedProfile, dirs: &[PathBuf]) -> Result<Vec<Change>> {
+    let changes = state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, dirs)?;
+    Ok(changes.iter().map(|change| Change { text: change.to_string(), wire: change.wire() }).collect())
+}
+
+/// A cluster domain's diff: its coordinator's (`state/diff`: the pod's
+/// listing now) while it runs, else what its last teardown listed.
+fn diff_on_cluster(resolved: &ResolvedProfile, dir: Option<&Path>) -> Result<Vec<Change>> {
+    let domain = &resolved.domain;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let wire = runtime.block_on(async {
+        if !socket_is_live(&domain.control_socket).await {
+            return Ok::<_, anyhow::Error>(None);
+        }
+        let client = lazaret_rpc::client::connect(&domain.control_socket, bounds::ORDINARY_CALL).await?;
+        let dir = dir.map(|dir| dir.display().to_string());
+        // A listing of a large directory in the pod takes a while.
+        Ok(Some(lazaret_rpc::client::within("state_diff", bounds::ORDINARY_CALL * 4, client.state_diff(dir)).await?))
+    })?;
+    let wire = match wire {
+        Some(wire) => wire,
+        None => {
+            let dirs = state_anchor::selected_dirs(&resolved.persistent_dirs, dir)?;
+            state_anchor::pod::diff_recorded(&domain.domain_dir, &dirs)?.iter().map(|change| change.wire()).collect()
+        }
+    };
+    Ok(wire.into_iter().map(|wire| Change { text: format!("{:<2} {}", wire.kind.code(), wire.path), wire }).collect())
 }
 
 pub fn reset(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>, yes: bool) -> Result<u8> {
@@ -78,6 +125,14 @@ pub fn reset(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Pat
             println!("nothing discarded");
             return Ok(1);
         }
+    }
+    if on_cluster(&resolved) {
+        // The claim is on the cluster: the next start seeds it again.
+        let result = state_anchor::pod::reset(&domain.domain_dir, &dirs);
+        lock.unlock();
+        result?;
+        println!("discarded the agent's changes in {listing}: the domain's next start seeds them again from the image");
+        return Ok(0);
     }
     let result = state_anchor::reset(&domain.domain_dir, &dirs);
     lock.unlock();
