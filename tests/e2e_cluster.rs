@@ -343,10 +343,18 @@ async fn a_domain_held_elsewhere_is_refused_and_one_a_killed_coordinator_left_is
     // leaves it): the holder token it carries says it is ours.
     assert!(wait_until(Duration::from_secs(60), || coordinator_pids(&workspace).is_empty()), "the domain ends");
     let domain_dir = std::path::PathBuf::from(domain_json(&env, "default", &workspace)["domain_dir"].as_str().expect("domain_dir"));
+    let ours = scratch.cluster.sandbox(&hash).await.expect("get").expect("our Sandbox");
+    let token = ours.metadata.annotations.as_ref().and_then(|annotations| annotations.get("lazaret.dev/holder")).expect("its holder token");
+    assert!(!domain_dir.join("cluster-holder").exists(), "the pending token goes once the UID is recorded");
     std::fs::remove_file(domain_dir.join("cluster-sandbox")).expect("the Sandbox's record");
+    std::fs::write(domain_dir.join("cluster-holder"), token).expect("the pending token, as the killed coordinator left it");
     let once_more = lazaret_run(&env, &workspace, &["echo", "once more"]);
     assert_eq!(once_more.status.code(), Some(0), "{}", stderr(&once_more));
     assert_eq!(stdout(&once_more), "once more\n");
+    let taken = scratch.cluster.sandbox(&hash).await.expect("get").expect("our Sandbox");
+    assert_eq!(taken.metadata.uid, ours.metadata.uid, "the same Sandbox, taken over");
+    assert_eq!(std::fs::read_to_string(domain_dir.join("cluster-sandbox")).ok(), ours.metadata.uid, "its UID recorded again");
+    assert!(!domain_dir.join("cluster-holder").exists());
     ends_suspended_then_removed(&env, &scratch, &workspace, &hash).await;
 }
 

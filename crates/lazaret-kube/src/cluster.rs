@@ -19,7 +19,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::egress::CiliumNetworkPolicy;
-use crate::objects::{sandbox_name, OperatingMode, Sandbox, AGENT_CONTAINER, DOMAIN_LABEL};
+use crate::objects::{self, sandbox_name, OperatingMode, Sandbox, AGENT_CONTAINER, DOMAIN_LABEL};
 use crate::{Error, Result};
 
 /// The RuntimeClass handlers that run gVisor: `runsc` (containerd's gVisor
@@ -245,6 +245,22 @@ impl Cluster {
                 )));
             }
         }
+    }
+
+    /// The persistent directories' parts the pod's seeding container seeded
+    /// (emptied and copied from the image) in this pod, as its termination
+    /// message says ([`objects::seeded_parts`]); `None` when the pod has no
+    /// such message (no seeding container, or a runtime that keeps none).
+    pub async fn seeded_parts(&self, pod: &str) -> Result<Option<Vec<usize>>> {
+        let found = self.pods().get_opt(pod).await.map_err(Error::api(format!("Pod {}/{pod}", self.namespace)))?;
+        let message = found
+            .and_then(|pod| pod.status)
+            .and_then(|status| status.init_container_statuses)
+            .and_then(|statuses| statuses.into_iter().find(|status| status.name == objects::SEED_CONTAINER))
+            .and_then(|status| status.state)
+            .and_then(|state| state.terminated)
+            .and_then(|terminated| terminated.message);
+        Ok(message.as_deref().and_then(objects::seeded_parts))
     }
 
     /// Sets the `Sandbox`'s operating mode: `Suspended` stops its pod and

@@ -38,6 +38,22 @@ pub const RUN_DIR: &str = lazaret_core::config::IN_CONTAINER_ROOT;
 /// accepts, so that git can write a new bundle beside the old one.
 const OUTBOX_SIZE: &str = "2Gi";
 
+/// How the seeding init container's termination message starts; the
+/// indices of the parts it seeded follow, separated by spaces.
+pub const SEEDED_PREFIX: &str = "lazaret-seeded";
+/// The seeding init container.
+pub const SEED_CONTAINER: &str = "seed";
+
+/// The parts a seeding container's termination `message` says it seeded
+/// in this pod; `None` for a message it cannot have written.
+pub fn seeded_parts(message: &str) -> Option<Vec<usize>> {
+    let mut words = message.trim_end_matches('\n').split(' ');
+    if words.next()? != SEEDED_PREFIX {
+        return None;
+    }
+    words.map(|word| word.parse().ok()).collect()
+}
+
 /// `Sandbox.spec.operatingMode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OperatingMode {
@@ -321,11 +337,13 @@ fn resources(limits: &Limits) -> Option<ResourceRequirements> {
 }
 
 /// Seeds each persistent directory's part of the State Anchor from the
-/// image, once per seed epoch: a directory whose marker holds its current
-/// epoch is left as the agent left it; any other (new, or reset since) is
-/// emptied and copied from the image. The paths and epochs are arguments,
-/// never part of the script, and the markers are outside what the agent's
-/// container mounts.
+/// image, once per seed epoch: a part whose marker names its current epoch
+/// and directory is left as the agent left it; any other (new, reset since,
+/// or a part that now stands for another directory) is emptied and copied
+/// from the image. The paths and epochs are arguments, never part of the
+/// script; the markers lie beside the parts, outside what the agent's
+/// container mounts. The indices it seeded go to the termination message
+/// ([`SEEDED_PREFIX`], read by [`seeded_parts`]).
 fn seed_container(plan: &SandboxPlan) -> Container {
     // $1 is where the State Anchor's directory parts are (STATE_MOUNT /
     // STATE_DIRS, as `state_subdir` names them), then each directory and
@@ -334,21 +352,30 @@ fn seed_container(plan: &SandboxPlan) -> Container {
 parts=$1
 shift
 index=0
+seeded=
 while [ "$#" -ge 2 ]; do
   dir=$1
   epoch=$2
   shift 2
   part=$parts/$index
-  seeded=
-  if [ -e "$part.seeded" ]; then read -r seeded < "$part.seeded" || seeded=0; seeded=${seeded:-0}; fi
-  if [ ! -e "$part.seeded" ] || [ "$seeded" != "$epoch" ]; then
-    rm -f "$part.seeded"
-    rm -rf "$part" && mkdir -p "$part"
+  want="$epoch $dir"
+  have=
+  if [ -f "$part.seeded" ]; then
+    have=$(cat "$part.seeded")
+    # An empty marker is of before epochs: epoch 0 of its directory.
+    if [ -z "$have" ]; then have="0 $dir"; fi
+  fi
+  if [ "$have" != "$want" ]; then
+    rm -rf "$part.seeded"
+    rm -rf "$part"
+    mkdir -p "$part"
     if [ -d "$dir" ]; then cp -a "$dir/." "$part/"; fi
-    echo "$epoch" > "$part.seeded"
+    printf '%s\n' "$want" > "$part.seeded"
+    seeded="$seeded $index"
   fi
   index=$((index + 1))
 done
+printf 'lazaret-seeded%s\n' "$seeded" > /dev/termination-log || true
 "#;
     let mut command =
         vec!["sh".to_owned(), "-c".to_owned(), SCRIPT.to_owned(), "lazaret-seed".to_owned(), format!("{STATE_MOUNT}/{STATE_DIRS}")];
@@ -357,7 +384,7 @@ done
         command.push(plan.seed_epochs.get(index).copied().unwrap_or(0).to_string());
     }
     Container {
-        name: "seed".into(),
+        name: SEED_CONTAINER.into(),
         image: Some(plan.image.clone()),
         image_pull_policy: Some(plan.image_pull_policy.clone()),
         command: Some(command),

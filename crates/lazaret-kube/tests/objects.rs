@@ -153,37 +153,63 @@ fn only_a_profile_that_keeps_directories_claims_a_volume() {
     assert!(volumes.iter().all(|volume| volume.persistent_volume_claim.is_none()));
 }
 
-/// The seeding script, run by a real `sh` over a directory standing in
-/// for the image's: it seeds once per epoch and keeps the agent's changes
-/// in between; a marker of before epochs (empty) counts as epoch 0.
+/// The seeding script, run by a real `sh` over directories standing in
+/// for the image's: it seeds a part once per epoch and directory and keeps
+/// the agent's changes in between, says in its termination message which
+/// parts it seeded, and reads an empty marker (of before epochs) as epoch 0.
 #[test]
-fn the_seed_script_seeds_once_per_epoch() {
+fn the_seed_script_seeds_once_per_epoch_and_directory() {
     let root = tempfile::tempdir().expect("tempdir");
-    let image_dir = root.path().join("image");
     let parts = root.path().join("parts");
-    std::fs::create_dir_all(image_dir.join("bin")).expect("image dir");
-    std::fs::write(image_dir.join("bin/tool"), "image's").expect("image file");
-    let seed = |epoch: u64| {
-        let sandbox = sandbox(&SandboxPlan { persistent_dirs: vec![image_dir.display().to_string()], seed_epochs: vec![epoch], ..plan() });
+    let message = root.path().join("termination-log");
+    let image_dirs: Vec<std::path::PathBuf> = ["usr-local", "root"].iter().map(|name| root.path().join(name)).collect();
+    for (dir, content) in image_dirs.iter().zip(["image's tool", "image's profile"]) {
+        std::fs::create_dir_all(dir.join("sub")).expect("image dir");
+        std::fs::write(dir.join("sub/file"), content).expect("image file");
+    }
+    // Seeds with `dirs` (indices into `image_dirs`) and their epochs; gives
+    // the parts the termination message names.
+    let seed = |dirs: &[usize], epochs: &[u64]| -> Vec<usize> {
+        let sandbox = sandbox(&SandboxPlan {
+            persistent_dirs: dirs.iter().map(|&index| image_dirs[index].display().to_string()).collect(),
+            seed_epochs: epochs.to_vec(),
+            ..plan()
+        });
         let init = sandbox.spec.pod_template.spec.init_containers.expect("a seed container");
         let mut command = init[0].command.clone().expect("command");
-        // The parts' place in the claim, here a directory of the test's.
+        // The parts' place in the claim and the termination message, here
+        // the test's own.
+        command[2] = command[2].replace("/dev/termination-log", &message.display().to_string());
         command[4] = parts.display().to_string();
         let status = std::process::Command::new(&command[0]).args(&command[1..]).status().expect("sh");
         assert!(status.success());
+        lazaret_kube::objects::seeded_parts(&std::fs::read_to_string(&message).expect("message")).expect("a seeded message")
     };
-    let part = parts.join("0");
-    seed(0);
-    assert_eq!(std::fs::read_to_string(part.join("bin/tool")).expect("seeded"), "image's");
-    std::fs::write(part.join("bin/tool"), "agent's").expect("the agent writes");
-    seed(0);
-    assert_eq!(std::fs::read_to_string(part.join("bin/tool")).expect("kept"), "agent's", "the same epoch keeps the agent's");
-    seed(1);
-    assert_eq!(std::fs::read_to_string(part.join("bin/tool")).expect("reseeded"), "image's", "a new epoch seeds again");
-    std::fs::write(part.join("extra"), "agent's").expect("the agent writes");
+    let read = |part: usize| std::fs::read_to_string(parts.join(part.to_string()).join("sub/file")).expect("seeded file");
+    assert_eq!(seed(&[0, 1], &[0, 0]), [0, 1]);
+    assert_eq!((read(0), read(1)), ("image's tool".to_owned(), "image's profile".to_owned()));
+    std::fs::write(parts.join("0/sub/file"), "agent's").expect("the agent writes");
+    std::fs::write(parts.join("1/sub/file"), "agent's").expect("the agent writes");
+    assert_eq!(seed(&[0, 1], &[0, 0]), Vec::<usize>::new(), "the same epochs seed nothing");
+    assert_eq!(read(0), "agent's");
+    assert_eq!(seed(&[0, 1], &[0, 7]), [1], "only the reset directory is seeded again");
+    assert_eq!((read(0), read(1)), ("agent's".to_owned(), "image's profile".to_owned()));
+    // The profile's directories reordered: each part now stands for the
+    // other directory, so both are seeded from their new directory.
+    assert_eq!(seed(&[1, 0], &[7, 0]), [0, 1]);
+    assert_eq!((read(0), read(1)), ("image's profile".to_owned(), "image's tool".to_owned()));
+    std::fs::write(parts.join("0/sub/file"), "agent's").expect("the agent writes");
     std::fs::write(parts.join("0.seeded"), "").expect("a marker of before epochs");
-    seed(0);
-    assert!(part.join("extra").exists(), "an empty marker is epoch 0");
-    seed(2);
-    assert!(!part.join("extra").exists(), "what the agent added goes with a reseed");
+    assert_eq!(seed(&[1, 0], &[0, 0]), Vec::<usize>::new(), "an empty marker is epoch 0 of its directory");
+    assert_eq!(read(0), "agent's");
+}
+
+#[test]
+fn a_seed_message_is_read_strictly() {
+    use lazaret_kube::objects::seeded_parts;
+    assert_eq!(seeded_parts("lazaret-seeded 0 2\n"), Some(vec![0, 2]));
+    assert_eq!(seeded_parts("lazaret-seeded\n"), Some(Vec::new()));
+    for bad in ["", "seeded 0", "lazaret-seeded x", "lazaret-seeded  0", "lazaret-seeded -1", "lazaret-seeded 0\n1"] {
+        assert_eq!(seeded_parts(bad), None, "{bad:?}");
+    }
 }

@@ -989,9 +989,13 @@ impl LazaretApiServer for Api {
             // The pod's listing now, else what the last teardown listed.
             let domain_dir = resolved.domain.domain_dir.clone();
             let changes = match self.0.pod() {
-                Some(pod) => crate::state_anchor::pod::diff_live(&pod.cluster, &pod.pod, &domain_dir, &dirs)
-                    .await
-                    .map_err(|error| rpc_error(error_code::SANDBOX_NOT_RUNNING, error.chained()))?,
+                Some(pod) => {
+                    let bases = crate::state_anchor::pod::bases(&domain_dir, &dirs)
+                        .map_err(|error| rpc_error(error_code::INVALID_VALUE, error.chained()))?;
+                    crate::state_anchor::pod::diff_live(&pod.cluster, &pod.pod, &dirs, bases)
+                        .await
+                        .map_err(|error| rpc_error(error_code::SANDBOX_NOT_RUNNING, error.chained()))?
+                }
                 None => tokio::task::spawn_blocking(move || crate::state_anchor::pod::diff_recorded(&domain_dir, &dirs))
                     .await
                     .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?

@@ -42,11 +42,12 @@ use crate::state_anchor;
 /// created (its UID): a start that finds it still there, under the domain
 /// lock, knows it is its own, left by a killed coordinator.
 const SANDBOX_RECORD: &str = "cluster-sandbox";
-/// The Domain Root's holder token (random, made once, written before the
-/// first creation): the `Sandbox` carries it as [`HOLDER_ANNOTATION`], so
-/// one created by a coordinator killed before it wrote [`SANDBOX_RECORD`]
-/// is still known as this machine's. It tells cooperating coordinators
-/// apart and guards nothing (anyone who can read the `Sandbox` can read it).
+/// The Domain Root's pending holder token: random, written before a
+/// creation is tried and removed once [`SANDBOX_RECORD`] is written; the
+/// `Sandbox` carries it as [`HOLDER_ANNOTATION`], so one created by a
+/// coordinator killed before it wrote the record is still known as this
+/// machine's. Nobody sees it before that `Sandbox` exists, so nobody can
+/// put it on one of theirs first; it is no secret and guards nothing else.
 const HOLDER_RECORD: &str = "cluster-holder";
 /// The annotation that carries the holder token.
 pub const HOLDER_ANNOTATION: &str = "lazaret.dev/holder";
@@ -191,7 +192,7 @@ async fn start(
     let keeps_dirs = !resolved.persistent_dirs.is_empty();
     let client = match &escalation {
         Some(files) => Some(files.client.clone()),
-        None if keeps_dirs => Some(static_client()?),
+        None if keeps_dirs => static_client(),
         None => None,
     };
     let escalation_ready = async {
@@ -210,11 +211,12 @@ async fn start(
             }
         )?;
         // What the persistent directories hold as seeded, before any
-        // session joins (`state diff` compares with it).
-        if keeps_dirs {
-            state_anchor::pod::record_base(&cluster, &pod, &resolved.domain.domain_dir, &resolved.persistent_dirs)
-                .await
-                .context("cannot list the persistent directories as seeded")?;
+        // session joins (`state diff` compares with it). Without it the
+        // domain still runs; `state diff` then says the base is unknown.
+        if keeps_dirs && client.is_some() {
+            if let Err(error) = record_base(&cluster, &pod, resolved).await {
+                tracing::warn!(error = %error.chained(), "cannot list the persistent directories as seeded");
+            }
         }
         Ok::<(), crate::Error>(())
     };
@@ -339,8 +341,7 @@ async fn create(cluster: &Cluster, domain: &Domain, backend: &KubernetesBackend,
     plan.seed_epochs = state_anchor::pod::epochs(domain_dir, &resolved.persistent_dirs)?;
     let mut sandbox = objects::sandbox(&plan);
     sandbox.spec.operating_mode = Some(OperatingMode::Suspended);
-    sandbox.metadata.annotations = Some([(HOLDER_ANNOTATION.to_owned(), holder_token(domain_dir)?)].into());
-    let record = domain_dir.join(SANDBOX_RECORD);
+    sandbox.metadata.annotations = Some([(HOLDER_ANNOTATION.to_owned(), pending_holder_token(domain_dir)?)].into());
     let created = match cluster.create_sandbox(&sandbox).await {
         Err(lazaret_kube::Error::Held { namespace, name }) => {
             let Some(existing) = cluster.sandbox(hash).await? else {
@@ -350,7 +351,7 @@ async fn create(cluster: &Cluster, domain: &Domain, backend: &KubernetesBackend,
             if !made_here(&existing, domain_dir) {
                 return Err(lazaret_kube::Error::Held { namespace, name }.into());
             }
-            std::fs::write(&record, &uid).with_context(|| format!("cannot record the Sandbox in {}", record.display()))?;
+            record_sandbox(domain_dir, &uid)?;
             if existing.spec.volume_claim_templates != sandbox.spec.volume_claim_templates {
                 crate::bail!(
                     "the persistent directories of profile `{}` changed since its Sandbox {namespace}/{name} was made, and its volume \
@@ -369,17 +370,45 @@ async fn create(cluster: &Cluster, domain: &Domain, backend: &KubernetesBackend,
     };
     let uid = created.metadata.uid.unwrap_or_default();
     started.hold(&uid);
-    std::fs::write(&record, &uid).with_context(|| format!("cannot record the Sandbox in {}", record.display()))?;
-    // A new claim, seeded afresh: what was listed of an old one is void.
-    state_anchor::pod::forget_listings(domain_dir, &resolved.persistent_dirs)?;
+    record_sandbox(domain_dir, &uid)?;
     Ok(uid)
 }
 
-/// The static `lazaret-escalate` (a pod's lister when escalation is off).
-fn static_client() -> Result<PathBuf> {
-    crate::helper_binaries::find("lazaret-escalate")
-        .filter(|path| crate::helper_binaries::linkage(path).is_ok_and(|linkage| linkage == crate::helper_binaries::Linkage::Static))
-        .context("the static lazaret-escalate binary, which lists the persistent directories in the pod, was not found (build it: scripts/build)")
+/// Records the UID of the `Sandbox` this machine holds; the pending holder
+/// token is then done with.
+fn record_sandbox(domain_dir: &Path, uid: &str) -> Result<()> {
+    let record = domain_dir.join(SANDBOX_RECORD);
+    std::fs::write(&record, uid).with_context(|| format!("cannot record the Sandbox in {}", record.display()))?;
+    remove_holder_token(domain_dir)
+}
+
+fn remove_holder_token(domain_dir: &Path) -> Result<()> {
+    let path = domain_dir.join(HOLDER_RECORD);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error).with_context(|| format!("cannot remove {}", path.display())),
+    }
+}
+
+/// The base listing of each persistent directory the pod's seeding
+/// container seeded in this pod (`lazaret_coordinator::state_anchor::pod`).
+async fn record_base(cluster: &Cluster, pod: &str, resolved: &ResolvedProfile) -> Result<()> {
+    let Some(seeded) = cluster.seeded_parts(pod).await? else {
+        crate::bail!("the pod's seeding container left no word of what it seeded");
+    };
+    state_anchor::pod::record_base(cluster, pod, &resolved.domain.domain_dir, &resolved.persistent_dirs, &seeded).await
+}
+
+/// The static `lazaret-escalate` (a pod's lister when escalation is off);
+/// without it `state diff` cannot list the pod (said in the log).
+fn static_client() -> Option<PathBuf> {
+    let found = crate::helper_binaries::find("lazaret-escalate")
+        .filter(|path| crate::helper_binaries::linkage(path).is_ok_and(|linkage| linkage == crate::helper_binaries::Linkage::Static));
+    if found.is_none() {
+        tracing::warn!("the static lazaret-escalate binary, which lists the persistent directories in the pod, was not found (build it: scripts/build)");
+    }
+    found
 }
 
 /// Sends `file` into the pod as the stdin of `script`, which must succeed.
@@ -458,8 +487,9 @@ pub async fn tear_down(domain: &Domain, backend: &KubernetesBackend, started: &S
     }
 }
 
-/// The Domain Root's holder token, made (0600) on first use.
-fn holder_token(domain_dir: &Path) -> Result<String> {
+/// The pending holder token: the one a killed coordinator left (its
+/// `Sandbox` may carry it), else a new one, written (0600) before use.
+fn pending_holder_token(domain_dir: &Path) -> Result<String> {
     let path = domain_dir.join(HOLDER_RECORD);
     match std::fs::read_to_string(&path) {
         Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
@@ -486,8 +516,8 @@ fn holder_token(domain_dir: &Path) -> Result<String> {
 }
 
 /// Whether this machine's coordinators made `existing`: its UID is the one
-/// recorded, or it carries this Domain Root's holder token (a coordinator
-/// killed between the creation and the record).
+/// recorded, or it carries the pending holder token (a coordinator killed
+/// between the creation and the record).
 fn made_here(existing: &objects::Sandbox, domain_dir: &Path) -> bool {
     let uid = existing.metadata.uid.as_deref().unwrap_or_default();
     let recorded = std::fs::read_to_string(domain_dir.join(SANDBOX_RECORD)).ok();
@@ -524,6 +554,7 @@ pub async fn remove(resolved: &ResolvedProfile, backend: &KubernetesBackend) -> 
     }
     cluster.delete_domain(hash, DELETE).await?;
     let _ = std::fs::remove_file(&record);
+    remove_holder_token(&resolved.domain.domain_dir)?;
     state_anchor::pod::remove_records(&resolved.domain.domain_dir, &resolved.persistent_dirs)?;
     Ok(objects)
 }

@@ -3,27 +3,34 @@
 //! directories that live in its `Sandbox`'s volume claim.
 //!
 //! There is no overlay there to read: each directory is a copy of the
-//! image's, made once by the pod's seeding init container
-//! (`lazaret_kube::objects`). So the host records, in the Domain Root, per
-//! persistent directory named `<name>` ([`dir_name`]), `<name>_pod.json`:
-//! - `base`: the listing of the directory as seeded, taken once the pod is
-//!   ready and before any session joins (nothing of the agent has run);
-//! - `latest`: the listing taken at each teardown, before the pod goes;
-//! - `epoch`: the seed epoch (`lazaret state reset` raises it; the seeding
-//!   container seeds a directory again when its marker holds another).
+//! image's, made by the pod's seeding init container
+//! (`lazaret_kube::objects`) once per seed epoch. So the host keeps, in the
+//! Domain Root, per persistent directory named `<name>` ([`dir_name`]):
+//! - `<name>_pod_epoch`: its seed epoch (`lazaret state reset` draws a new
+//!   one; the seeding container seeds a part again when its marker names
+//!   another epoch or directory);
+//! - `<name>_pod_base.json`: its listing as seeded, taken once the pod is
+//!   ready and before any session joins, and only when the seeding
+//!   container says (its termination message) that it seeded that part in
+//!   this very pod: nothing of the agent has run in it since. A part it did
+//!   not seed keeps the base recorded with it; one without is "unknown"
+//!   (a claim this Domain Root did not see seeded), which `diff` says,
+//!   naming `state reset`;
+//! - `<name>_pod_latest.json`: the listing taken at each teardown, before
+//!   the pod goes.
 //!
 //! `diff` compares the base with the pod's listing now (while it runs) or
 //! with the latest one: `A` added, `M` modified (kind, size, times, mode,
 //! owner or link target; a directory by kind, mode and owner, as locally),
 //! `D` deleted (the top of a deleted tree only). The image is not
 //! consulted again (the copy does not follow a rebuilt image), so there is
-//! no `M!`/`D!`. A listing comes from `lazaret-escalate --list-state`
-//! in the pod, bounded in bytes and entries.
+//! no `M!`/`D!`. A listing comes from `lazaret-escalate --list-state` in
+//! the pod.
 //!
 //! Invariant: what a listing says is the pod's word, as untrusted as the
-//! pod; it is parsed strictly, bounded, and its paths are the agent's names
-//! (escaped wherever they are shown). The base is taken before the agent
-//! runs, so what the agent did since is measured against the image's copy.
+//! pod: parsed strictly and lazily (never more than [`MAX_ENTRIES`]
+//! records held, [`MAX_LISTING_BYTES`] read), its fields cut short in
+//! errors, its paths the agent's names (escaped wherever shown).
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
@@ -44,12 +51,14 @@ pub const LISTER: &str = "/run/lazaret/bin/lazaret-escalate";
 /// Fields of one listing record (see `lazaret-escalate`'s `list`).
 const FIELDS: usize = 10;
 /// The most a listing may print.
-const MAX_LISTING_BYTES: u64 = 256 << 20;
+const MAX_LISTING_BYTES: u64 = 128 << 20;
 /// The most paths a listing may name, over all directories.
 const MAX_ENTRIES: usize = 1_000_000;
-/// How long a listing may take.
-const LISTING_TIME: Duration = Duration::from_secs(120);
-const RECORD_VERSION: u32 = 1;
+/// How long a listing may take (`state/diff` waits this long).
+pub const LISTING_TIME: Duration = Duration::from_secs(120);
+/// A pod's field, as an error shows it.
+const SHOWN_FIELD: usize = 64;
+const LISTING_VERSION: u32 = 1;
 
 /// What a listing says of one path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,102 +73,124 @@ struct Facts {
 /// Escaped relative path ([`escape_bytes`]) -> its facts.
 type Listing = BTreeMap<String, Facts>;
 
-/// `<name>_pod.json`.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Record {
+/// A stored listing (`<name>_pod_base.json`, `<name>_pod_latest.json`).
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredListing {
     version: u32,
-    epoch: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    base: Option<Listing>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    latest: Option<Listing>,
+    entries: Listing,
 }
 
-fn record_path(domain_dir: &Path, dir: &Path) -> Result<PathBuf> {
-    Ok(domain_dir.join(format!("{}_pod.json", dir_name(dir)?)))
+#[derive(Clone, Copy)]
+enum Kept {
+    Base,
+    Latest,
 }
 
-fn load(domain_dir: &Path, dir: &Path) -> Result<Record> {
-    let path = record_path(domain_dir, dir)?;
+fn kept_path(domain_dir: &Path, dir: &Path, kept: Kept) -> Result<PathBuf> {
+    let suffix = match kept {
+        Kept::Base => "base",
+        Kept::Latest => "latest",
+    };
+    Ok(domain_dir.join(format!("{}_pod_{suffix}.json", dir_name(dir)?)))
+}
+
+fn epoch_path(domain_dir: &Path, dir: &Path) -> Result<PathBuf> {
+    Ok(domain_dir.join(format!("{}_pod_epoch", dir_name(dir)?)))
+}
+
+fn load(domain_dir: &Path, dir: &Path, kept: Kept) -> Result<Option<Listing>> {
+    let path = kept_path(domain_dir, dir, kept)?;
     match std::fs::read(&path) {
         Ok(bytes) => {
-            let record: Record = serde_json::from_slice(&bytes).with_context(|| format!("{} is malformed", path.display()))?;
-            if record.version != RECORD_VERSION {
-                crate::bail!("{} has version {}, this Lazaret reads {RECORD_VERSION}", path.display(), record.version);
+            let stored: StoredListing = serde_json::from_slice(&bytes).with_context(|| format!("{} is malformed", path.display()))?;
+            if stored.version != LISTING_VERSION {
+                crate::bail!("{} has version {}, this Lazaret reads {LISTING_VERSION}", path.display(), stored.version);
             }
-            Ok(record)
+            Ok(Some(stored.entries))
         }
-        Err(error) if error.kind() == ErrorKind::NotFound => Ok(Record { version: RECORD_VERSION, ..Record::default() }),
+        Err(error) if error.kind() == ErrorKind::NotFound => Ok(None),
         Err(error) => Err(error).with_context(|| format!("cannot read {}", path.display())),
     }
 }
 
-fn save(domain_dir: &Path, dir: &Path, record: &Record) -> Result<()> {
-    let path = record_path(domain_dir, dir)?;
-    let temporary = path.with_extension("json.tmp");
-    std::fs::write(&temporary, serde_json::to_vec(record)?).with_context(|| format!("cannot write {}", temporary.display()))?;
-    std::fs::rename(&temporary, &path).with_context(|| format!("cannot write {}", path.display()))
+fn save(domain_dir: &Path, dir: &Path, kept: Kept, entries: Listing) -> Result<()> {
+    let path = kept_path(domain_dir, dir, kept)?;
+    write_replacing(&path, &serde_json::to_vec(&StoredListing { version: LISTING_VERSION, entries })?)
 }
 
-/// Each directory's seed epoch, for the pod's seeding container.
-pub fn epochs(domain_dir: &Path, dirs: &[PathBuf]) -> Result<Vec<u64>> {
-    dirs.iter().map(|dir| Ok(load(domain_dir, dir)?.epoch)).collect()
+fn forget(domain_dir: &Path, dir: &Path, kept: Kept) -> Result<()> {
+    remove_if_present(&kept_path(domain_dir, dir, kept)?)
 }
 
-/// The listings are forgotten (a new claim: seeded afresh, its base taken
-/// at the start); the epochs stay.
-pub fn forget_listings(domain_dir: &Path, dirs: &[PathBuf]) -> Result<()> {
-    for dir in dirs {
-        let mut record = load(domain_dir, dir)?;
-        if record.base.is_some() || record.latest.is_some() {
-            record.base = None;
-            record.latest = None;
-            save(domain_dir, dir, &record)?;
-        }
+fn write_replacing(path: &Path, bytes: &[u8]) -> Result<()> {
+    let temporary = path.with_extension("tmp");
+    std::fs::write(&temporary, bytes).with_context(|| format!("cannot write {}", temporary.display()))?;
+    std::fs::rename(&temporary, path).with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error).with_context(|| format!("cannot remove {}", path.display())),
     }
-    Ok(())
+}
+
+/// Each directory's seed epoch (0 until a reset), for the pod's seeding
+/// container.
+pub fn epochs(domain_dir: &Path, dirs: &[PathBuf]) -> Result<Vec<u64>> {
+    dirs.iter()
+        .map(|dir| {
+            let path = epoch_path(domain_dir, dir)?;
+            match std::fs::read_to_string(&path) {
+                Ok(text) => text.trim().parse().map_err(|_| crate::format_err!("{} is malformed", path.display())),
+                Err(error) if error.kind() == ErrorKind::NotFound => Ok(0),
+                Err(error) => Err(error).with_context(|| format!("cannot read {}", path.display())),
+            }
+        })
+        .collect()
 }
 
 /// `lazaret domain rm`: the claim is gone, and with it what was recorded.
 pub fn remove_records(domain_dir: &Path, dirs: &[PathBuf]) -> Result<()> {
     for dir in dirs {
-        let path = record_path(domain_dir, dir)?;
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(error) if error.kind() == ErrorKind::NotFound => {}
-            Err(error) => return Err(error).with_context(|| format!("cannot remove {}", path.display())),
-        }
+        forget(domain_dir, dir, Kept::Base)?;
+        forget(domain_dir, dir, Kept::Latest)?;
+        remove_if_present(&epoch_path(domain_dir, dir)?)?;
     }
     Ok(())
 }
 
 /// `lazaret state reset` (the domain is not running; the caller holds its
-/// lock): the directories' epochs are raised, so the next start seeds them
-/// again from the image, and what was recorded of them is forgotten.
+/// lock): each directory gets a new random epoch, so the next start seeds
+/// it again from the image, and what was recorded of it is forgotten.
 pub fn reset(domain_dir: &Path, dirs: &[PathBuf]) -> Result<()> {
-    for dir in dirs {
-        let record = load(domain_dir, dir)?;
-        save(domain_dir, dir, &Record { version: RECORD_VERSION, epoch: record.epoch + 1, base: None, latest: None })?;
+    let current = epochs(domain_dir, dirs)?;
+    for (dir, current) in dirs.iter().zip(current) {
+        let mut epoch = current;
+        while epoch == current {
+            let random = lazaret_core::ids::random_hex(8).context("cannot draw a seed epoch")?;
+            epoch = u64::from_str_radix(&random, 16).map_err(|_| crate::format_err!("a malformed random value"))?;
+        }
+        forget(domain_dir, dir, Kept::Base)?;
+        forget(domain_dir, dir, Kept::Latest)?;
+        write_replacing(&epoch_path(domain_dir, dir)?, epoch.to_string().as_bytes())?;
     }
     Ok(())
 }
 
-/// At the start, before any session: the base of each directory that has
-/// none (a new claim, or one seeded again after a reset).
-pub async fn record_base(cluster: &Cluster, pod: &str, domain_dir: &Path, dirs: &[PathBuf]) -> Result<()> {
-    let mut records = Vec::new();
-    for dir in dirs {
-        records.push(load(domain_dir, dir)?);
-    }
-    let missing: Vec<usize> = (0..dirs.len()).filter(|&index| records[index].base.is_none()).collect();
-    if missing.is_empty() {
+/// At the start, before any session: the base of each directory the pod's
+/// seeding container seeded (`seeded`: their indices), replacing what was
+/// recorded of the part before. The others keep theirs, or have none.
+pub async fn record_base(cluster: &Cluster, pod: &str, domain_dir: &Path, dirs: &[PathBuf], seeded: &[usize]) -> Result<()> {
+    let wanted: Vec<PathBuf> = seeded.iter().filter_map(|&index| dirs.get(index).cloned()).collect();
+    if wanted.is_empty() {
         return Ok(());
     }
-    let wanted: Vec<PathBuf> = missing.iter().map(|&index| dirs[index].clone()).collect();
     let listings = list(cluster, pod, &wanted).await?;
-    for (index, listing) in missing.into_iter().zip(listings) {
-        records[index].base = Some(listing);
-        save(domain_dir, &dirs[index], &records[index])?;
+    for (dir, listing) in wanted.iter().zip(listings) {
+        forget(domain_dir, dir, Kept::Latest)?;
+        save(domain_dir, dir, Kept::Base, listing)?;
     }
     Ok(())
 }
@@ -168,34 +199,56 @@ pub async fn record_base(cluster: &Cluster, pod: &str, domain_dir: &Path, dirs: 
 pub async fn record_latest(cluster: &Cluster, pod: &str, domain_dir: &Path, dirs: &[PathBuf]) -> Result<()> {
     let listings = list(cluster, pod, dirs).await?;
     for (dir, listing) in dirs.iter().zip(listings) {
-        let mut record = load(domain_dir, dir)?;
-        record.latest = Some(listing);
-        save(domain_dir, dir, &record)?;
+        save(domain_dir, dir, Kept::Latest, listing)?;
     }
     Ok(())
 }
 
-/// `state diff` while the pod runs: its listing now against the base.
-pub async fn diff_live(cluster: &Cluster, pod: &str, domain_dir: &Path, dirs: &[PathBuf]) -> Result<Vec<StateChange>> {
+/// What the persistent directories held as seeded, for [`diff_live`].
+#[derive(Debug)]
+pub struct Bases(Vec<Listing>);
+
+/// The bases of `dirs`; an error naming the first directory without one.
+pub fn bases(domain_dir: &Path, dirs: &[PathBuf]) -> Result<Bases> {
+    let bases: Result<Vec<Listing>> = dirs
+        .iter()
+        .map(|dir| {
+            load(domain_dir, dir, Kept::Base)?.ok_or_else(|| {
+                crate::format_err!(
+                    "what {dir} held as seeded is unknown (its part of the claim was not seeded while this machine watched, or \
+                     could not be listed then): `lazaret state reset --dir {dir}` has the next start seed it again from the image",
+                    dir = dir.display()
+                )
+            })
+        })
+        .collect();
+    Ok(Bases(bases?))
+}
+
+/// `state diff` while the pod runs: its listing of `dirs` now against
+/// their `bases`.
+pub async fn diff_live(cluster: &Cluster, pod: &str, dirs: &[PathBuf], bases: Bases) -> Result<Vec<StateChange>> {
     let listings = list(cluster, pod, dirs).await?;
-    let mut changes = Vec::new();
-    for (dir, listing) in dirs.iter().zip(listings) {
-        let Some(base) = load(domain_dir, dir)?.base else {
-            crate::bail!("no listing of {} as seeded was recorded at the domain's start (see the coordinator's log)", dir.display());
-        };
-        changes.extend(compare(dir, &base, &listing));
-    }
-    Ok(changes)
+    Ok(dirs.iter().zip(bases.0).zip(listings).flat_map(|((dir, base), listing)| compare(dir, &base, &listing)).collect())
 }
 
 /// `state diff` while the domain is down: the listing its last teardown
-/// took against the base; nothing for a directory not listed since it was
-/// seeded (or reset).
+/// took against the base. Nothing for a directory with neither (never
+/// started, or reset since); an error for one with only one of them.
 pub fn diff_recorded(domain_dir: &Path, dirs: &[PathBuf]) -> Result<Vec<StateChange>> {
     let mut changes = Vec::new();
     for dir in dirs {
-        if let Record { base: Some(base), latest: Some(latest), .. } = load(domain_dir, dir)? {
-            changes.extend(compare(dir, &base, &latest));
+        match (load(domain_dir, dir, Kept::Base)?, load(domain_dir, dir, Kept::Latest)?) {
+            (None, None) => {}
+            (Some(base), Some(latest)) => changes.extend(compare(dir, &base, &latest)),
+            (Some(_), None) => crate::bail!(
+                "{} was not listed at the domain's last teardown (it failed, or the coordinator was killed): run the domain for a \
+                 diff of the pod as it is",
+                dir.display()
+            ),
+            (None, Some(_)) => {
+                bases(domain_dir, std::slice::from_ref(dir))?;
+            }
         }
     }
     Ok(changes)
@@ -220,37 +273,65 @@ async fn list(cluster: &Cluster, pod: &str, dirs: &[PathBuf]) -> Result<Vec<List
     parse(&output, dirs.len())
 }
 
-/// The lister's records, one listing per directory. Strict: a malformed
-/// record, an index out of range, a path that is not a plain relative one,
-/// or more than [`MAX_ENTRIES`] paths is an error.
+/// A pod's field as an error shows it: escaped, and cut short.
+fn shown(field: &[u8]) -> String {
+    let cut = &field[..field.len().min(SHOWN_FIELD)];
+    let ellipsis = if field.len() > SHOWN_FIELD { "..." } else { "" };
+    format!("`{}{ellipsis}`", escape_bytes(cut))
+}
+
+/// The lister's records, one listing per directory, read one record at a
+/// time. Strict: a malformed or cut record, an index out of range, a path
+/// that is not a plain relative one, one listed twice, or more than
+/// [`MAX_ENTRIES`] records is an error.
 fn parse(output: &[u8], dirs: usize) -> Result<Vec<Listing>> {
-    let mut fields: Vec<&[u8]> = output.split(|&byte| byte == 0).collect();
-    if fields.last().is_some_and(|last| last.is_empty()) {
-        fields.pop();
-    }
-    let records = fields.chunks_exact(FIELDS);
-    if !records.remainder().is_empty() {
-        crate::bail!("the pod's listing is malformed ({} fields)", fields.len());
-    }
-    if records.len() > MAX_ENTRIES {
-        crate::bail!("the persistent directories hold more than {MAX_ENTRIES} paths; `state diff` does not list so many");
-    }
-    let text = |field: &[u8]| String::from_utf8_lossy(field).into_owned();
-    let number = |field: &[u8], radix: u32| -> Result<u64> {
-        u64::from_str_radix(&text(field), radix).map_err(|_| crate::format_err!("unexpected number {:?} in the pod's listing", text(field)))
-    };
+    parse_at_most(output, dirs, MAX_ENTRIES)
+}
+
+fn parse_at_most(output: &[u8], dirs: usize, max_entries: usize) -> Result<Vec<Listing>> {
+    let body = output.strip_suffix(b"\0").unwrap_or(output);
+    let mut fields = body.split(|&byte| byte == 0);
     let mut listings = vec![Listing::new(); dirs];
-    for record in records {
+    let mut records = 0usize;
+    let number = |field: &[u8], radix: u32| -> Result<u64> {
+        std::str::from_utf8(field)
+            .ok()
+            .and_then(|text| u64::from_str_radix(text, radix).ok())
+            .ok_or_else(|| crate::format_err!("unexpected number {} in the pod's listing", shown(field)))
+    };
+    let time = |field: &[u8]| -> Result<(i64, u32)> {
+        std::str::from_utf8(field)
+            .ok()
+            .and_then(|text| parse_find_time(text).ok())
+            .ok_or_else(|| crate::format_err!("unexpected time {} in the pod's listing", shown(field)))
+    };
+    if body.is_empty() {
+        return Ok(listings);
+    }
+    loop {
+        let mut record: [&[u8]; FIELDS] = [&[]; FIELDS];
+        for (index, slot) in record.iter_mut().enumerate() {
+            *slot = match fields.next() {
+                Some(field) => field,
+                None if index == 0 => return Ok(listings),
+                None => crate::bail!("the pod's listing ends within a record"),
+            };
+        }
+        records += 1;
+        if records > max_entries {
+            crate::bail!("the persistent directories hold more than {max_entries} paths; `state diff` does not list so many");
+        }
         let index = usize::try_from(number(record[0], 10)?)?;
         let listing = listings.get_mut(index).ok_or_else(|| crate::format_err!("the pod's listing names directory {index}"))?;
         let kind = match record[1] {
             [kind] if b"fdlcbps?".contains(kind) => char::from(*kind),
-            other => crate::bail!("unexpected kind {:?} in the pod's listing", text(other)),
+            other => crate::bail!("unexpected kind {} in the pod's listing", shown(other)),
         };
-        let (mtime_sec, mtime_nsec) = parse_find_time(&text(record[3]))?;
-        let (ctime_sec, ctime_nsec) = parse_find_time(&text(record[4]))?;
-        if record[9].split(|&byte| byte == b'/').any(|segment| matches!(segment, b"" | b"." | b"..")) {
-            crate::bail!("unexpected path {} in the pod's listing", escape_bytes(record[9]));
+        let (mtime_sec, mtime_nsec) = time(record[3])?;
+        let (ctime_sec, ctime_nsec) = time(record[4])?;
+        let path = record[9];
+        if path.split(|&byte| byte == b'/').any(|segment| matches!(segment, b"" | b"." | b"..")) {
+            crate::bail!("unexpected path {} in the pod's listing", shown(path));
         }
         let fingerprint = Fingerprint {
             kind,
@@ -263,9 +344,10 @@ fn parse(output: &[u8], dirs: usize) -> Result<Vec<Listing>> {
             target: if kind == 'l' { escape_bytes(record[8]) } else { String::new() },
             sha256: None,
         };
-        listing.insert(escape_bytes(record[9]), Facts { fingerprint, ctime_sec, ctime_nsec });
+        if listing.insert(escape_bytes(path), Facts { fingerprint, ctime_sec, ctime_nsec }).is_some() {
+            crate::bail!("the pod's listing names {} twice", shown(path));
+        }
     }
-    Ok(listings)
 }
 
 /// What changed in `dir` from `base` to `current`, sorted by path.
@@ -372,6 +454,32 @@ mod tests {
     }
 
     #[test]
+    fn a_flood_of_fields_or_records_is_refused_without_holding_it() {
+        // 2 MiB of empty fields: refused at the first record, not collected.
+        assert!(parse(&vec![0u8; 2 << 20], 1).is_err());
+        let one = record(0, 'f', 1, ("1.0", "1.0"), "644", "", b"a");
+        assert!(parse(&[one.clone(), one].concat(), 1).is_err(), "a path listed twice");
+        // A kind of 1 MiB.
+        let mut bad_kind = b"0\0".to_vec();
+        bad_kind.extend(vec![b'k'; 1 << 20]);
+        bad_kind.extend_from_slice(b"\x001\x001.0\x001.0\x00644\x000\x000\x00\x00a\x00");
+        let error = parse(&bad_kind, 1).expect_err("a long kind").to_string();
+        assert!(error.len() < 200, "the pod's field is cut short: {} bytes", error.len());
+        assert!(parse(b"", 1).expect("empty").iter().all(BTreeMap::is_empty), "an empty listing");
+    }
+
+    #[test]
+    fn more_than_the_most_paths_is_refused() {
+        let mut output = Vec::new();
+        for index in 0..=10 {
+            output.extend(record(0, 'f', 1, ("1.0", "1.0"), "644", "", format!("f{index}").as_bytes()));
+        }
+        let error = parse_at_most(&output, 1, 10).expect_err("too many").to_string();
+        assert!(error.contains("more than 10 paths"), "{error}");
+        assert_eq!(parse_at_most(&output, 1, 11).expect("as many as allowed")[0].len(), 11);
+    }
+
+    #[test]
     fn records_follow_the_epochs() {
         let domain = tempfile::tempdir().expect("tempdir");
         let dirs = [PathBuf::from("/usr/local"), PathBuf::from("/root")];
@@ -379,18 +487,27 @@ mod tests {
         let base = listing(&[record(0, 'f', 3, ("1.0", "1.0"), "644", "", b"a")]);
         let latest = listing(&[record(0, 'f', 3, ("1.0", "1.0"), "644", "", b"b")]);
         for dir in &dirs {
-            save(domain.path(), dir, &Record { version: RECORD_VERSION, epoch: 0, base: Some(base.clone()), latest: Some(latest.clone()) })
-                .expect("save");
+            save(domain.path(), dir, Kept::Base, base.clone()).expect("save");
+            save(domain.path(), dir, Kept::Latest, latest.clone()).expect("save");
         }
         assert_eq!(codes(&diff_recorded(domain.path(), &dirs[..1]).expect("diff")), ["D  /usr/local/a", "A  /usr/local/b"]);
         reset(domain.path(), &dirs[..1]).expect("reset");
-        assert_eq!(epochs(domain.path(), &dirs).expect("epochs"), [1, 0]);
+        let after = epochs(domain.path(), &dirs).expect("epochs");
+        assert!(after[0] != 0 && after[1] == 0, "a reset draws a new epoch for its directory only: {after:?}");
         assert!(diff_recorded(domain.path(), &dirs[..1]).expect("diff").is_empty(), "nothing recorded since the reset");
-        assert_eq!(diff_recorded(domain.path(), &dirs[1..]).expect("diff").len(), 2, "the other directory keeps its record");
-        forget_listings(domain.path(), &dirs).expect("forget");
-        assert!(diff_recorded(domain.path(), &dirs).expect("diff").is_empty());
-        assert_eq!(epochs(domain.path(), &dirs).expect("epochs"), [1, 0], "a new claim keeps the epochs");
+        let unknown = diff_live_bases(domain.path(), &dirs[..1]);
+        assert!(unknown.contains("state reset --dir /usr/local"), "{unknown}");
+        assert_eq!(diff_recorded(domain.path(), &dirs[1..]).expect("diff").len(), 2, "the other directory keeps its records");
+        forget(domain.path(), &dirs[1], Kept::Latest).expect("forget");
+        let unlisted = diff_recorded(domain.path(), &dirs[1..]).expect_err("no latest listing").to_string();
+        assert!(unlisted.contains("not listed at the domain's last teardown"), "{unlisted}");
         remove_records(domain.path(), &dirs).expect("remove");
         assert_eq!(std::fs::read_dir(domain.path()).expect("list").count(), 0);
+    }
+
+    /// What `diff_live` says before it lists anything, for directories
+    /// without a base.
+    fn diff_live_bases(domain_dir: &Path, dirs: &[PathBuf]) -> String {
+        bases(domain_dir, dirs).expect_err("no base").to_string()
     }
 }

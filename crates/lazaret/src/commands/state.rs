@@ -87,7 +87,8 @@ fn diff_on_cluster(resolved: &ResolvedProfile, dir: Option<&Path>) -> Result<Vec
         let client = lazaret_rpc::client::connect(&domain.control_socket, bounds::ORDINARY_CALL).await?;
         let dir = dir.map(|dir| dir.display().to_string());
         // A listing of a large directory in the pod takes a while.
-        Ok(Some(lazaret_rpc::client::within("state_diff", bounds::ORDINARY_CALL * 4, client.state_diff(dir)).await?))
+        let bound = state_anchor::pod::LISTING_TIME + bounds::ORDINARY_CALL;
+        Ok(Some(lazaret_rpc::client::within("state_diff", bound, client.state_diff(dir)).await?))
     })?;
     let wire = match wire {
         Some(wire) => wire,
