@@ -58,6 +58,23 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Replaces `path` with `bytes` as a whole: written 0600 beside it, then
+/// renamed over it (a reader sees the old file or the new one).
+pub fn replace_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    let temporary = path.with_extension("tmp");
+    write_private(&temporary, bytes)?;
+    std::fs::rename(&temporary, path).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Removes the file `path`; one that is not there is fine.
+pub fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error).with_context(|| format!("cannot remove {}", path.display())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -383,12 +383,7 @@ fn record_sandbox(domain_dir: &Path, uid: &str) -> Result<()> {
 }
 
 fn remove_holder_token(domain_dir: &Path) -> Result<()> {
-    let path = domain_dir.join(HOLDER_RECORD);
-    match std::fs::remove_file(&path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(error).with_context(|| format!("cannot remove {}", path.display())),
-    }
+    crate::private_dirs::remove_if_present(&domain_dir.join(HOLDER_RECORD))
 }
 
 /// The base listing of each persistent directory the pod's seeding
@@ -498,20 +493,7 @@ fn pending_holder_token(domain_dir: &Path) -> Result<String> {
         Err(error) => return Err(error).with_context(|| format!("cannot read {}", path.display())),
     }
     let token = lazaret_core::ids::random_hex(16).context("cannot make a holder token")?;
-    let temporary = path.with_extension("tmp");
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temporary)
-            .with_context(|| format!("cannot write {}", temporary.display()))?;
-        file.write_all(token.as_bytes()).and_then(|()| file.sync_all()).with_context(|| format!("cannot write {}", temporary.display()))?;
-    }
-    std::fs::rename(&temporary, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    crate::private_dirs::replace_private(&path, token.as_bytes())?;
     Ok(token)
 }
 

@@ -45,6 +45,7 @@ use super::classify::{is_runtime_file, ChangeKind, StateChange};
 use super::listing::{parse_find_time, Fingerprint};
 use super::names::{dir_name, escape_bytes, unescape_bytes};
 use crate::error::{Context, Result};
+use crate::private_dirs::{remove_if_present, replace_private};
 
 /// The lister in the pod (installed with the escalation client).
 pub const LISTER: &str = "/run/lazaret/bin/lazaret-escalate";
@@ -115,25 +116,11 @@ fn load(domain_dir: &Path, dir: &Path, kept: Kept) -> Result<Option<Listing>> {
 
 fn save(domain_dir: &Path, dir: &Path, kept: Kept, entries: Listing) -> Result<()> {
     let path = kept_path(domain_dir, dir, kept)?;
-    write_replacing(&path, &serde_json::to_vec(&StoredListing { version: LISTING_VERSION, entries })?)
+    replace_private(&path, &serde_json::to_vec(&StoredListing { version: LISTING_VERSION, entries })?)
 }
 
 fn forget(domain_dir: &Path, dir: &Path, kept: Kept) -> Result<()> {
     remove_if_present(&kept_path(domain_dir, dir, kept)?)
-}
-
-fn write_replacing(path: &Path, bytes: &[u8]) -> Result<()> {
-    let temporary = path.with_extension("tmp");
-    std::fs::write(&temporary, bytes).with_context(|| format!("cannot write {}", temporary.display()))?;
-    std::fs::rename(&temporary, path).with_context(|| format!("cannot write {}", path.display()))
-}
-
-fn remove_if_present(path: &Path) -> Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(error).with_context(|| format!("cannot remove {}", path.display())),
-    }
 }
 
 /// Each directory's seed epoch (0 until a reset), for the pod's seeding
@@ -174,7 +161,7 @@ pub fn reset(domain_dir: &Path, dirs: &[PathBuf]) -> Result<()> {
         }
         forget(domain_dir, dir, Kept::Base)?;
         forget(domain_dir, dir, Kept::Latest)?;
-        write_replacing(&epoch_path(domain_dir, dir)?, epoch.to_string().as_bytes())?;
+        replace_private(&epoch_path(domain_dir, dir)?, epoch.to_string().as_bytes())?;
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ use lazaret_coordinator::domain_lock::DomainLock;
 use lazaret_coordinator::state_anchor;
 use lazaret_core::bounds;
 use lazaret_core::config::ResolvedProfile;
-use lazaret_protocol::LazaretApiClient;
+use lazaret_protocol::{LazaretApiClient, StateChange};
 
 use crate::cli::DomainTarget;
 use crate::hold_to_bind::socket_is_live;
@@ -35,7 +35,7 @@ pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path
     let changes = if on_cluster(&resolved) { diff_on_cluster(&resolved, dir)? } else { local_diff(&resolved, &dirs)? };
     if json {
         // The wire form: `state/diff` answers the same.
-        super::print_json(&changes.iter().map(Change::wire).collect::<Vec<_>>())?;
+        super::print_json(&changes)?;
         return Ok(0);
     }
     if changes.is_empty() {
@@ -43,7 +43,7 @@ pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path
     }
     for change in &changes {
         // Paths under the persistent directories are the agent's names.
-        println!("{}", lazaret_core::terminal_text::block(&change.to_string()));
+        println!("{}", lazaret_core::terminal_text::block(&format!("{:<2} {}", change.kind.code(), change.path)));
     }
     Ok(0)
 }
@@ -52,32 +52,13 @@ fn on_cluster(resolved: &ResolvedProfile) -> bool {
     matches!(resolved.backend, lazaret_core::config::Backend::Kubernetes(_))
 }
 
-/// One line of the diff, in the local and the cluster case alike.
-struct Change {
-    text: String,
-    wire: lazaret_protocol::StateChange,
-}
-
-impl std::fmt::Display for Change {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(&self.text)
-    }
-}
-
-impl Change {
-    fn wire(&self) -> &lazaret_protocol::StateChange {
-        &self.wire
-    }
-}
-
-fn local_diff(resolved: &ResolvedProfile, dirs: &[PathBuf]) -> Result<Vec<Change>> {
-    let changes = state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, dirs)?;
-    Ok(changes.iter().map(|change| Change { text: change.to_string(), wire: change.wire() }).collect())
+fn local_diff(resolved: &ResolvedProfile, dirs: &[PathBuf]) -> Result<Vec<StateChange>> {
+    Ok(state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, dirs)?.iter().map(|change| change.wire()).collect())
 }
 
 /// A cluster domain's diff: its coordinator's (`state/diff`: the pod's
 /// listing now) while it runs, else what its last teardown listed.
-fn diff_on_cluster(resolved: &ResolvedProfile, dir: Option<&Path>) -> Result<Vec<Change>> {
+fn diff_on_cluster(resolved: &ResolvedProfile, dir: Option<&Path>) -> Result<Vec<StateChange>> {
     let domain = &resolved.domain;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let wire = runtime.block_on(async {
@@ -90,14 +71,13 @@ fn diff_on_cluster(resolved: &ResolvedProfile, dir: Option<&Path>) -> Result<Vec
         let bound = state_anchor::pod::LISTING_TIME + bounds::ORDINARY_CALL;
         Ok(Some(lazaret_rpc::client::within("state_diff", bound, client.state_diff(dir)).await?))
     })?;
-    let wire = match wire {
-        Some(wire) => wire,
+    match wire {
+        Some(wire) => Ok(wire),
         None => {
             let dirs = state_anchor::selected_dirs(&resolved.persistent_dirs, dir)?;
-            state_anchor::pod::diff_recorded(&domain.domain_dir, &dirs)?.iter().map(|change| change.wire()).collect()
+            Ok(state_anchor::pod::diff_recorded(&domain.domain_dir, &dirs)?.iter().map(|change| change.wire()).collect())
         }
-    };
-    Ok(wire.into_iter().map(|wire| Change { text: format!("{:<2} {}", wire.kind.code(), wire.path), wire }).collect())
+    }
 }
 
 pub fn reset(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>, yes: bool) -> Result<u8> {
