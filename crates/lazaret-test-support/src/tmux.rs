@@ -36,6 +36,29 @@ impl Tmux {
         self.tmux(&["send-keys", "-t", window, "Enter"]);
     }
 
+    /// Types a foreground job that waits for SIGINT, then Ctrl-C, then a
+    /// command for the shell: true when the job says it took the SIGINT
+    /// (`interrupted-7`) and the shell ran the command (`after-5`).
+    ///
+    /// The job traps SIGINT before it prints `started-2` (the typed line
+    /// shows `$((1+1))`), so a ^C typed once that shows has a handler to
+    /// meet. With `echo started; sleep 100` the shell can print and take
+    /// the SIGINT before `sleep` is its foreground process; dash's own
+    /// handler then holds it and `sleep` runs on (CI saw it once; typed so
+    /// in tmux, about 1 in 20; with the trap, 0 in 40).
+    pub fn interrupts_a_job(&self, window: &str) -> bool {
+        self.line(
+            window,
+            "clear; sh -c 'trap \"echo interrupted-$((6+1)); exit 130\" INT; echo started-$((1+1)); while :; do sleep 1; done'",
+        );
+        if !self.shows_line(window, "started-2", Duration::from_secs(30)) {
+            return false;
+        }
+        self.tmux(&["send-keys", "-t", window, "C-c"]);
+        self.line(window, "echo after-$((2+3))");
+        self.shows_line(window, "interrupted-7", Duration::from_secs(30)) && self.shows_line(window, "after-5", Duration::from_secs(30))
+    }
+
     /// Waits until a line of the screen is the output `line`: alone, or
     /// after the prompt when its command was typed ahead (as a terminal
     /// shows type-ahead), never the typed command itself.
