@@ -13,6 +13,7 @@
 //! - `podman`, `runsc`, `helper_binaries`: the programs it starts.
 //! - `limits`: how the profile's resource limits are enforced here.
 //! - `domain_lock`, `private_dirs`: the lockfile and private directories.
+//! - `memory`: free memory handed back at the coordinator's quiet points.
 //!
 //! It installs no tracing subscriber and knows nothing of the command line.
 
@@ -25,6 +26,7 @@ pub mod exec_target;
 pub mod git_sentry;
 pub mod helper_binaries;
 pub mod limits;
+pub mod memory;
 pub mod network;
 pub mod network_requests;
 pub mod podman;

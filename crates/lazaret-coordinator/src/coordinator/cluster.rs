@@ -158,6 +158,7 @@ pub async fn start_sandbox(domain: Arc<Domain>, backend: KubernetesBackend, esca
         Ok(()) => {
             tracing::info!("sandbox running (pod)");
             domain.set_container_state(ContainerState::Running, None);
+            crate::memory::release_free_memory();
         }
         Err(error) => {
             tracing::error!(error = %error.chained(), "sandbox failed to start");
@@ -294,6 +295,7 @@ async fn branch_watch_loop(domain: Arc<Domain>, cluster: Cluster, pod: String) {
                         continue;
                     }
                     domain.export_agent_branch().await;
+                    crate::memory::release_free_memory();
                     tokio::time::sleep(WATCH_EXPORT_GAP).await;
                 }
                 drop(guard);

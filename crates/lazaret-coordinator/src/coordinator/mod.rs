@@ -464,6 +464,7 @@ async fn sandbox_running(domain: &Arc<Domain>, runsc: &crate::runsc::Selected, i
         tokio::spawn(git_sentry::sync::mirror_config_loop(layout.clone()));
         tokio::spawn(export_loop(domain.clone(), layout));
     }
+    crate::memory::release_free_memory();
 }
 
 /// The main loop: serves connection events until the domain is idle (its
@@ -483,6 +484,7 @@ async fn wait_for_teardown(
             Some(event) = connection_events.recv() => {
                 if let ConnectionEvent::Closed { conn_id } = event {
                     domain.connection_closed(conn_id).await;
+                    crate::memory::release_free_memory();
                 }
             }
             _ = domain.idle.notified() => {
@@ -643,6 +645,7 @@ async fn export_loop(domain: Arc<Domain>, layout: GitLayout) {
     let mut watch = git_sentry::ref_watch::RefWatch::new(&layout);
     loop {
         domain.export_agent_branch().await;
+        crate::memory::release_free_memory();
         watch.changed().await;
     }
 }
