@@ -5,8 +5,8 @@
 //! start allocated for a moment (the configuration, podman's JSON, the
 //! agent branch's seed) is freed but stays resident: glibc returns only the
 //! top of a heap by itself, and each worker thread has an arena of its own.
-//! At 16 idle domains that was 1.7 MiB of each coordinator's 3.3 MiB of
-//! anonymous memory (docs/performance.md). `malloc_trim` hands every free
+//! In an idle coordinator that was 1.7 MiB of its 3.3 MiB of anonymous
+//! memory (docs/performance.md). `malloc_trim` hands every free
 //! page of every arena back; it is called after the sandbox is up, after an
 //! export of the agent branch and when a session ends, never on a timer (an
 //! idle coordinator stays asleep).
