@@ -295,14 +295,14 @@ def main():
             for place in places:
                 elapsed(place.run(JOBS["pip"]), place.name, "pip")
         times = {(place.name, job): [] for place in places for job in jobs}
-        for round in range(rounds):
+        for index in range(rounds):
             # Interleaved, so a slow minute of the machine hits every place.
             # The host runs once: it is the reference for gVisor's own cost,
             # not for the 1.1x goal, which compares the two sandboxes.
             for job in jobs:
                 script = JOBS[job]
                 for place in places:
-                    if place.name == "host" and round > 0:
+                    if place.name == "host" and index > 0:
                         continue
                     times[(place.name, job)].append(elapsed(place.run(script), place.name, job))
     finally:
