@@ -287,12 +287,15 @@ export interface LiveSession {
 }
 
 /** An answer to a network request. */
-export type NetworkDecision = "allow" | "deny";
+export type NetworkDecision = "allow" | "allowEveryPort" | "deny";
 
 /** A network grant or remembered refusal, made by answering a network request (`rules/list`). */
 export interface NetworkGrant {
   decidedBy: DecisionSource;
+  /** The name, or the address's host network (`10.9.0.7/32`). */
   destination: string;
+  /** For an address: the grant covers every protocol and port of it (an `allowEveryPort` answer, or a grant made before grants were scoped). */
+  everyPort?: boolean;
   /** When it ends on its own (`minutes` scope). */
   expiresAtMs?: number | null;
   grantedAtMs: number;
@@ -301,6 +304,8 @@ export interface NetworkGrant {
   /** What `rules/revoke` takes. */
   id: string;
   scope: GrantScope;
+  /** For an address: the one protocol and port the grant covers (`tcp/8081`); `None` for a name, or for an address when `everyPort`. */
+  service?: string | null;
   verdict: EntryVerdict;
 }
 
@@ -382,12 +387,14 @@ export interface PendingNetworkRequest {
   expiresAtMs: number;
   profile: string;
   receivedAtMs: number;
-  /** The record types asked for (`A`, `AAAA`); for an address, what was tried (`tcp/8080`, `udp/53`, or an IP protocol number). */
+  /** The record types asked for (`A`, `AAAA`); for an address, what was tried (`tcp/8080`, `udp/53`, or an IP protocol number), the same as `service`. */
   recordTypes: string[];
   /** Questions for it after the first, while it waits. */
   repeats: number;
   /** Minted by the coordinator, random per request. */
   requestId: string;
+  /** For an address: the protocol and port the connection tried (`tcp/8080`, `udp/53`, or an IP protocol number). `allow` opens exactly this service of the address; `allowEveryPort` is the wider answer; `deny` refuses this service. Each service of an address is a request of its own. `None` for a name. */
+  service?: string | null;
   /** The sessions live when it was first asked. The sandbox's network is shared by all its sessions, so which one asked cannot be told. */
   sessionIds: string[];
 }

@@ -5,17 +5,24 @@
 //! answer, and carries out what comes back (sidecar requests, audit
 //! records, events).
 //!
+//! A request is keyed by what an `allow` of it would open: a name, or one
+//! protocol and port of an address (`10.9.0.7/32 tcp/8081`, the sidecar
+//! entry [`lazaret_protocol::sidecar::service_entry`] writes), so that a
+//! grant opens exactly what the human saw; `allowEveryPort` opens the whole
+//! address and says so (docs/decisions.md D19).
+//!
 //! Invariants:
-//! - one pending request per destination; at most [`MAX_PENDING`] at once;
+//! - one pending request per key; at most [`MAX_PENDING`] at once;
 //! - a destination with a grant or remembered refusal is never asked again
 //!   (the sidecar answers or refuses it without holding it; a question that
 //!   raced the answer is dropped here);
-//! - every grant has exactly one sidecar entry: the destination, allowed or
-//!   denied, timed for the `minutes` scope.
+//! - every grant has exactly one sidecar entry ([`grant_entry`]): the name,
+//!   the address's service, or the whole address, allowed or denied, timed
+//!   for the `minutes` scope.
 
 use std::collections::BTreeMap;
 
-use lazaret_protocol::sidecar::SidecarRequest;
+use lazaret_protocol::sidecar::{service_entry, Service, SidecarRequest};
 use lazaret_protocol::{DecisionSource, EntryVerdict, GrantScope, NetworkDecision, NetworkGrant, PendingNetworkRequest};
 
 /// Most network requests pending at once in one domain. Beyond it a
@@ -53,11 +60,14 @@ pub struct NetworkRequests {
 }
 
 impl NetworkRequests {
-    /// Restores grants kept for the profile (read from the Domain Root).
+    /// Restores grants kept for the profile (read from the Domain Root). An
+    /// address grant kept before grants were scoped to a service covers
+    /// every port, and says so.
     pub fn with_profile_grants(grants: Vec<NetworkGrant>) -> NetworkRequests {
         let mut requests = NetworkRequests::default();
-        for grant in grants.into_iter().filter(|grant| grant.scope == GrantScope::Profile) {
-            requests.grants.insert(grant.destination.clone(), grant);
+        for mut grant in grants.into_iter().filter(|grant| grant.scope == GrantScope::Profile) {
+            grant.every_port = grant.service.is_none() && is_address_network(&grant.destination);
+            requests.grants.insert(grant_entry(&grant), grant);
         }
         requests
     }
@@ -66,10 +76,41 @@ impl NetworkRequests {
     /// allow entry covers it. `request_id` is a fresh id, used if a request
     /// is made; `sessions` are the live sessions.
     pub fn asked(&mut self, name: &str, record_type: &str, request_id: String, sessions: Vec<String>, now_ms: u64) -> Asked {
-        if self.grants.contains_key(name) {
+        self.asked_for(name, None, record_type, request_id, sessions, now_ms)
+    }
+
+    /// The sandbox connected straight to `service` of `network` (an
+    /// address's host network, `10.9.0.7/32`) and no entry covers it: a
+    /// request for exactly that service, like [`NetworkRequests::asked`].
+    pub fn connection_asked(
+        &mut self,
+        network: &str,
+        service: Service,
+        request_id: String,
+        sessions: Vec<String>,
+        now_ms: u64,
+    ) -> Asked {
+        self.asked_for(network, Some(service), &service.to_string(), request_id, sessions, now_ms)
+    }
+
+    fn asked_for(
+        &mut self,
+        destination: &str,
+        service: Option<Service>,
+        record_type: &str,
+        request_id: String,
+        sessions: Vec<String>,
+        now_ms: u64,
+    ) -> Asked {
+        let key = match service {
+            Some(service) => service_entry(destination, service),
+            None => destination.to_owned(),
+        };
+        // A grant of the service, or of the whole address, answers it.
+        if self.grants.contains_key(&key) || self.grants.contains_key(destination) {
             return Asked::Answered;
         }
-        if let Some(request) = self.pending.get_mut(name) {
+        if let Some(request) = self.pending.get_mut(&key) {
             request.repeats += 1;
             if !request.record_types.iter().any(|known| known == record_type) {
                 request.record_types.push(record_type.to_owned());
@@ -84,14 +125,15 @@ impl NetworkRequests {
             request_id,
             domain_hash: String::new(),
             profile: String::new(),
-            destination: name.to_owned(),
+            destination: destination.to_owned(),
             record_types: vec![record_type.to_owned()],
+            service: service.map(|service| service.to_string()),
             session_ids: sessions,
             repeats: 0,
             received_at_ms: now_ms,
             expires_at_ms: now_ms + REQUEST_LIFETIME_MS,
         };
-        self.pending.insert(name.to_owned(), request.clone());
+        self.pending.insert(key, request.clone());
         Asked::New(request)
     }
 
@@ -108,7 +150,8 @@ impl NetworkRequests {
     }
 
     /// Takes the request out of the queue and makes the grant its answer
-    /// asks for; `grant_id` is a fresh id. `None` when it is not pending.
+    /// asks for; `grant_id` is a fresh id. `Ok(None)` when it is not
+    /// pending; an error (the request stays) for `allowEveryPort` on a name.
     /// The caller puts it in force (see [`sidecar_request`]) and, if the
     /// sidecar refuses, hands both back with [`NetworkRequests::undo`].
     pub fn answer(
@@ -119,14 +162,26 @@ impl NetworkRequests {
         decided_by: DecisionSource,
         grant_id: String,
         now_ms: u64,
-    ) -> Option<(PendingNetworkRequest, NetworkGrant)> {
-        let destination = self.find(request_id)?.destination.clone();
-        let request = self.pending.remove(&destination)?;
+    ) -> Result<Option<(PendingNetworkRequest, NetworkGrant)>, String> {
+        let Some(key) = self.pending.iter().find(|(_, request)| request.request_id == request_id).map(|(key, _)| key.clone()) else {
+            return Ok(None);
+        };
+        let Some(request) = self.pending.get(&key) else { return Ok(None) };
+        let every_port = match (decision, &request.service) {
+            (NetworkDecision::AllowEveryPort, None) => {
+                return Err(format!("{} is a name: every port applies to an address only", request.destination));
+            }
+            (NetworkDecision::AllowEveryPort, Some(_)) => true,
+            (NetworkDecision::Allow | NetworkDecision::Deny, _) => false,
+        };
+        let Some(request) = self.pending.remove(&key) else { return Ok(None) };
         let grant = NetworkGrant {
             id: grant_id,
-            destination: destination.clone(),
+            destination: request.destination.clone(),
+            service: if every_port { None } else { request.service.clone() },
+            every_port,
             verdict: match decision {
-                NetworkDecision::Allow => EntryVerdict::Allow,
+                NetworkDecision::Allow | NetworkDecision::AllowEveryPort => EntryVerdict::Allow,
                 NetworkDecision::Deny => EntryVerdict::Deny,
             },
             scope,
@@ -138,14 +193,14 @@ impl NetworkRequests {
             },
             hits: 0,
         };
-        self.grants.insert(destination, grant.clone());
-        Some((request, grant))
+        self.grants.insert(grant_entry(&grant), grant.clone());
+        Ok(Some((request, grant)))
     }
 
     /// Puts back a request whose answer did not take.
     pub fn undo(&mut self, request: PendingNetworkRequest, grant: &NetworkGrant) {
-        self.grants.remove(&grant.destination);
-        self.pending.insert(request.destination.clone(), request);
+        self.grants.remove(&grant_entry(grant));
+        self.pending.insert(request_key(&request), request);
     }
 
     /// Whether the queue had overflowed, and by how much: reported once a
@@ -171,13 +226,13 @@ impl NetworkRequests {
 
     /// Removes grant `id`; the caller revokes its sidecar entry.
     pub fn revoke(&mut self, id: &str) -> Option<NetworkGrant> {
-        let destination = self.grants.values().find(|grant| grant.id == id)?.destination.clone();
-        self.grants.remove(&destination)
+        let entry = self.grants.iter().find(|(_, grant)| grant.id == id)?.0.clone();
+        self.grants.remove(&entry)
     }
 
     /// Puts back a grant whose revocation did not take.
     pub fn restore(&mut self, grant: NetworkGrant) {
-        self.grants.insert(grant.destination.clone(), grant);
+        self.grants.insert(grant_entry(&grant), grant);
     }
 
     /// Counts `count` questions for `name` answered (`Allow`) or refused
@@ -208,6 +263,29 @@ impl NetworkRequests {
     }
 }
 
+/// The sidecar entry of `grant`: its name, its address's service
+/// (`10.9.0.7/32 tcp/8081`), or its whole address.
+pub fn grant_entry(grant: &NetworkGrant) -> String {
+    entry_of(&grant.destination, grant.service.as_deref())
+}
+
+/// What a request is keyed by: the entry an `allow` of it would make.
+fn request_key(request: &PendingNetworkRequest) -> String {
+    entry_of(&request.destination, request.service.as_deref())
+}
+
+fn entry_of(destination: &str, service: Option<&str>) -> String {
+    match service {
+        Some(service) => format!("{destination} {service}"),
+        None => destination.to_owned(),
+    }
+}
+
+/// Whether `destination` is an address's network (`10.9.0.7/32`), not a name.
+pub fn is_address_network(destination: &str) -> bool {
+    destination.split_once('/').is_some_and(|(address, _)| address.parse::<std::net::IpAddr>().is_ok())
+}
+
 /// The sidecar request that puts `grant` in force at `now_ms`; `None` for a
 /// timed grant whose time is up.
 pub fn sidecar_request(grant: &NetworkGrant, now_ms: u64) -> Option<SidecarRequest> {
@@ -216,7 +294,7 @@ pub fn sidecar_request(grant: &NetworkGrant, now_ms: u64) -> Option<SidecarReque
         Some(end) => Some(end - now_ms),
         None => None,
     };
-    let entries = vec![grant.destination.clone()];
+    let entries = vec![grant_entry(grant)];
     Some(match grant.verdict {
         EntryVerdict::Allow => SidecarRequest::Allow { entries, for_ms },
         EntryVerdict::Deny => SidecarRequest::Deny { entries, for_ms },
@@ -314,13 +392,13 @@ mod tests {
         let id = new_id(ask(&mut requests, "grant.test", "r1", 1_000));
         let (request, grant) = requests
             .answer(&id, NetworkDecision::Allow, GrantScope::Minutes { minutes: 1 }, DecisionSource::rpc("cli"), "g1".into(), 2_000)
-            .expect("pending");
+            .expect("answerable").expect("pending");
         assert_eq!(request.destination, "grant.test");
         assert_eq!(grant.expires_at_ms, Some(62_000));
         assert_eq!(grant.verdict, EntryVerdict::Allow);
         assert!(requests.pending().is_empty());
         assert_eq!(ask(&mut requests, "grant.test", "r2", 3_000), Asked::Answered);
-        assert!(requests.answer(&id, NetworkDecision::Deny, GrantScope::Session, DecisionSource::rpc("cli"), "g2".into(), 2_000).is_none());
+        assert_eq!(requests.answer(&id, NetworkDecision::Deny, GrantScope::Session, DecisionSource::rpc("cli"), "g2".into(), 2_000), Ok(None));
         assert_eq!(
             sidecar_request(&grant, 2_500),
             Some(SidecarRequest::Allow { entries: vec!["grant.test".into()], for_ms: Some(59_500) })
@@ -334,7 +412,7 @@ mod tests {
         let id = new_id(ask(&mut requests, "deny.test", "r1", 1));
         let (_, grant) = requests
             .answer(&id, NetworkDecision::Deny, GrantScope::Session, DecisionSource::rpc("vscode"), "g1".into(), 2)
-            .expect("pending");
+            .expect("answerable").expect("pending");
         assert_eq!(sidecar_request(&grant, 3), Some(SidecarRequest::Deny { entries: vec!["deny.test".into()], for_ms: None }));
         for _ in 0..100 {
             assert_eq!(ask(&mut requests, "deny.test", "again", 4), Asked::Answered);
@@ -352,13 +430,72 @@ mod tests {
     fn only_a_timed_grant_is_ended_by_the_sidecars_expiry() {
         let mut requests = NetworkRequests::default();
         let id = new_id(ask(&mut requests, "a.test", "r1", 1));
-        requests.answer(&id, NetworkDecision::Allow, GrantScope::Session, DecisionSource::rpc("cli"), "g1".into(), 2);
+        requests.answer(&id, NetworkDecision::Allow, GrantScope::Session, DecisionSource::rpc("cli"), "g1".into(), 2).expect("answerable");
         assert!(requests.entry_expired("a.test", EntryVerdict::Allow).is_none(), "a session grant has no timer");
         let id = new_id(ask(&mut requests, "b.test", "r2", 1));
-        requests.answer(&id, NetworkDecision::Allow, GrantScope::Minutes { minutes: 5 }, DecisionSource::rpc("cli"), "g2".into(), 2);
+        requests.answer(&id, NetworkDecision::Allow, GrantScope::Minutes { minutes: 5 }, DecisionSource::rpc("cli"), "g2".into(), 2).expect("answerable");
         assert!(requests.entry_expired("b.test", EntryVerdict::Deny).is_none());
         assert_eq!(requests.entry_expired("b.test", EntryVerdict::Allow).map(|grant| grant.id), Some("g2".to_owned()));
         assert_eq!(requests.grants().len(), 1);
+    }
+
+    #[test]
+    fn an_address_request_is_one_service_and_its_grant_opens_that_service_or_says_every_port() {
+        let mut requests = NetworkRequests::default();
+        let tcp = Service::parse("tcp/8081").expect("service");
+        let udp = Service::parse("udp/9999").expect("service");
+        let first = match requests.connection_asked("10.9.0.7/32", tcp, "r1".into(), vec![], 1) {
+            Asked::New(request) => request,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((first.destination.as_str(), first.service.as_deref()), ("10.9.0.7/32", Some("tcp/8081")));
+        assert!(matches!(requests.connection_asked("10.9.0.7/32", tcp, "x".into(), vec![], 2), Asked::Repeat(_)));
+        let second = new_id(requests.connection_asked("10.9.0.7/32", udp, "r2".into(), vec![], 3));
+        assert_eq!(requests.pending().len(), 2, "another service of the address is a request of its own");
+        let (_, grant) = requests
+            .answer("r1", NetworkDecision::Allow, GrantScope::Session, DecisionSource::rpc("cli"), "g1".into(), 4)
+            .expect("answerable")
+            .expect("pending");
+        assert_eq!((grant.service.as_deref(), grant.every_port), (Some("tcp/8081"), false));
+        assert_eq!(
+            sidecar_request(&grant, 5),
+            Some(SidecarRequest::Allow { entries: vec!["10.9.0.7/32 tcp/8081".into()], for_ms: None }),
+            "the grant opens exactly the service shown"
+        );
+        assert_eq!(requests.connection_asked("10.9.0.7/32", tcp, "x".into(), vec![], 6), Asked::Answered);
+        assert!(matches!(requests.connection_asked("10.9.0.7/32", udp, "x".into(), vec![], 6), Asked::Repeat(_)));
+        let (_, wide) = requests
+            .answer(&second, NetworkDecision::AllowEveryPort, GrantScope::Session, DecisionSource::rpc("cli"), "g2".into(), 7)
+            .expect("answerable")
+            .expect("pending");
+        assert_eq!((wide.service.as_deref(), wide.every_port), (None, true));
+        assert_eq!(grant_entry(&wide), "10.9.0.7/32");
+        let other = Service::parse("tcp/22").expect("service");
+        assert_eq!(requests.connection_asked("10.9.0.7/32", other, "x".into(), vec![], 8), Asked::Answered, "every port covers it");
+        let name = new_id(ask(&mut requests, "grant.test", "r3", 9));
+        let refused = requests.answer(&name, NetworkDecision::AllowEveryPort, GrantScope::Session, DecisionSource::rpc("cli"), "g3".into(), 10);
+        assert!(refused.expect_err("a name has no ports").contains("grant.test"));
+        assert_eq!(requests.pending().len(), 1, "the name still waits");
+        assert_eq!(requests.revoke("g1").map(|grant| grant_entry(&grant)), Some("10.9.0.7/32 tcp/8081".to_owned()));
+    }
+
+    #[test]
+    fn an_address_grant_kept_before_services_covers_every_port_and_says_so() {
+        // As a file written before grants had a service reads (both fields default).
+        let grant = NetworkGrant {
+            id: "g1".into(),
+            destination: "10.9.0.7/32".into(),
+            service: None,
+            every_port: false,
+            verdict: EntryVerdict::Allow,
+            scope: GrantScope::Profile,
+            decided_by: DecisionSource::rpc("cli"),
+            granted_at_ms: 1,
+            expires_at_ms: None,
+            hits: 0,
+        };
+        let requests = NetworkRequests::with_profile_grants(vec![grant]);
+        assert!(requests.grants()[0].every_port);
     }
 
     #[test]
@@ -366,7 +503,7 @@ mod tests {
         let mut requests = NetworkRequests::default();
         let id = new_id(ask(&mut requests, "a.test", "r1", 0));
         let (request, grant) =
-            requests.answer(&id, NetworkDecision::Allow, GrantScope::Profile, DecisionSource::rpc("cli"), "g1".into(), 1).expect("pending");
+            requests.answer(&id, NetworkDecision::Allow, GrantScope::Profile, DecisionSource::rpc("cli"), "g1".into(), 1).expect("answerable").expect("pending");
         assert_eq!(requests.profile_grants().len(), 1);
         requests.undo(request, &grant);
         assert!(requests.grants().is_empty());
@@ -382,9 +519,9 @@ mod tests {
         assert_eq!(check_scope(GrantScope::Minutes { minutes: 30 }), Ok(GrantScope::Minutes { minutes: 30 }));
         let mut requests = NetworkRequests::default();
         let id = new_id(ask(&mut requests, "keep.test", "r1", 0));
-        requests.answer(&id, NetworkDecision::Allow, GrantScope::Profile, DecisionSource::rpc("cli"), "g1".into(), 1);
+        requests.answer(&id, NetworkDecision::Allow, GrantScope::Profile, DecisionSource::rpc("cli"), "g1".into(), 1).expect("answerable");
         let id = new_id(ask(&mut requests, "short.test", "r2", 0));
-        requests.answer(&id, NetworkDecision::Allow, GrantScope::Session, DecisionSource::rpc("cli"), "g2".into(), 1);
+        requests.answer(&id, NetworkDecision::Allow, GrantScope::Session, DecisionSource::rpc("cli"), "g2".into(), 1).expect("answerable");
         let dir = tempfile::tempdir().expect("tempdir");
         let path = profile_file::path(dir.path());
         assert_eq!(profile_file::read(&path), Ok(vec![]));

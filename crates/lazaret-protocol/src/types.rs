@@ -588,8 +588,16 @@ pub struct PendingNetworkRequest {
     /// `fd00::7/128`). Approving it allows exactly this entry.
     pub destination: String,
     /// The record types asked for (`A`, `AAAA`); for an address, what was
-    /// tried (`tcp/8080`, `udp/53`, or an IP protocol number).
+    /// tried (`tcp/8080`, `udp/53`, or an IP protocol number), the same as
+    /// `service`.
     pub record_types: Vec<String>,
+    /// For an address: the protocol and port the connection tried
+    /// (`tcp/8080`, `udp/53`, or an IP protocol number). `allow` opens
+    /// exactly this service of the address; `allowEveryPort` is the wider
+    /// answer; `deny` refuses this service. Each service of an address is a
+    /// request of its own. `None` for a name.
+    #[serde(default)]
+    pub service: Option<String>,
     /// The sessions live when it was first asked. The sandbox's network is
     /// shared by all its sessions, so which one asked cannot be told.
     pub session_ids: Vec<String>,
@@ -658,7 +666,12 @@ impl std::fmt::Display for GrantScope {
 #[serde(rename_all = "camelCase")]
 pub enum NetworkDecision {
     /// Allow the destination for the scope; a held question is answered.
+    /// For an address, only the protocol and port the request shows
+    /// (`service`).
     Allow,
+    /// For an address only: allow every protocol and port of it, wider
+    /// than the request shows; every client names it so. Refused for a name.
+    AllowEveryPort,
     /// Refuse it, and remember the refusal for the scope: no new request
     /// for it until then.
     Deny,
@@ -672,7 +685,16 @@ pub enum NetworkDecision {
 pub struct NetworkGrant {
     /// What `rules/revoke` takes.
     pub id: String,
+    /// The name, or the address's host network (`10.9.0.7/32`).
     pub destination: String,
+    /// For an address: the one protocol and port the grant covers
+    /// (`tcp/8081`); `None` for a name, or for an address when `everyPort`.
+    #[serde(default)]
+    pub service: Option<String>,
+    /// For an address: the grant covers every protocol and port of it (an
+    /// `allowEveryPort` answer, or a grant made before grants were scoped).
+    #[serde(default)]
+    pub every_port: bool,
     pub verdict: EntryVerdict,
     pub scope: GrantScope,
     pub decided_by: DecisionSource,

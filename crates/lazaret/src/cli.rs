@@ -190,7 +190,9 @@ pub enum Command {
     /// Approve a pending request (id or unique prefix, see `lazaret pending`).
     ///
     /// A network request is allowed for this session (until the sandbox
-    /// stops) unless --for or --profile says otherwise.
+    /// stops) unless --for or --profile says otherwise; a request to an
+    /// address opens only the protocol and port it shows, unless
+    /// --every-port.
     Approve {
         request_id: String,
         #[command(flatten)]
@@ -452,6 +454,11 @@ pub struct ScopeArguments {
     /// domain's data directory, never in the configuration file.
     #[arg(long)]
     pub profile: bool,
+    /// For a request to an address (approve only): allow every protocol and
+    /// port of the address, wider than the one protocol and port the
+    /// request shows (which is all an approval opens without it).
+    #[arg(long)]
+    pub every_port: bool,
 }
 
 /// `30m`, `30` (minutes) or `2h`, as minutes from 1 to 1440.

@@ -253,8 +253,11 @@ pub fn respond(
         let name = lazaret_core::terminal_text::name;
         match item {
             PendingItem::Command(escalation) => {
-                if scope.for_minutes.is_some() || scope.profile {
-                    bail!("{} is a host command: --for and --profile only apply to network requests", name(&escalation.request_id));
+                if scope.for_minutes.is_some() || scope.profile || scope.every_port {
+                    bail!(
+                        "{} is a host command: --for, --profile and --every-port only apply to network requests",
+                        name(&escalation.request_id)
+                    );
                 }
                 let respond = client.escalation_respond(escalation.request_id.clone(), decision, argv, reason, Some("cli".to_owned()));
                 lazaret_rpc::client::within("escalation_respond", bounds::ORDINARY_CALL, respond).await?;
@@ -267,21 +270,31 @@ pub fn respond(
                 println!("{done}: {} ({})", name(&escalation.request_id), name(&escalation.display));
             }
             PendingItem::Network(request) => {
-                let network_decision = match decision {
-                    Decision::Approve => NetworkDecision::Allow,
-                    Decision::Deny => NetworkDecision::Deny,
-                    Decision::Edit | Decision::Abort => {
+                let network_decision = match (decision, scope.every_port) {
+                    (Decision::Approve, false) => NetworkDecision::Allow,
+                    (Decision::Approve, true) if request.service.is_none() => {
+                        bail!("{} is a request for a name: --every-port applies to an address", name(&request.request_id))
+                    }
+                    (Decision::Approve, true) => NetworkDecision::AllowEveryPort,
+                    (Decision::Deny, false) => NetworkDecision::Deny,
+                    (Decision::Deny, true) => bail!("--every-port widens an approval; a denial refuses the protocol and port shown"),
+                    (Decision::Edit | Decision::Abort, _) => {
                         bail!("{} is a network request: approve or deny it", name(&request.request_id))
                     }
                 };
                 let scope = scope_of(scope);
                 let respond = client.network_respond(request.request_id.clone(), network_decision, scope, Some("cli".to_owned()));
                 lazaret_rpc::client::within("network_respond", bounds::ORDINARY_CALL, respond).await?;
+                let what = match (network_decision, &request.service) {
+                    (NetworkDecision::AllowEveryPort, _) => format!("{} (every protocol and port)", name(&request.destination)),
+                    (_, Some(service)) => format!("{} {}", name(&request.destination), name(service)),
+                    (_, None) => name(&request.destination).into_owned(),
+                };
                 let done = match network_decision {
-                    NetworkDecision::Allow => "allowed",
+                    NetworkDecision::Allow | NetworkDecision::AllowEveryPort => "allowed",
                     NetworkDecision::Deny => "denied",
                 };
-                println!("{done} for {scope}: {} ({})", name(&request.destination), name(&request.request_id));
+                println!("{done} for {scope}: {what} ({})", name(&request.request_id));
             }
         }
         Ok(0)

@@ -146,7 +146,7 @@ fn render_network(frame: &mut Frame<'_>, area: Rect, queued: usize, request: &Pe
             GrantScope::Profile => "profile (until revoked)".to_owned(),
         };
         let line = match decision {
-            NetworkDecision::Allow => &mut allow,
+            NetworkDecision::Allow | NetworkDecision::AllowEveryPort => &mut allow,
             NetworkDecision::Deny => &mut deny,
         };
         line.extend([Span::raw(" "), key_span(format!("[{k}]")), Span::raw(format!(" {what} "))]);

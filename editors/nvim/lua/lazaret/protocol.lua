@@ -161,16 +161,18 @@
 ---@field sessionId string
 ---@field startedAtMs integer
 
----@alias lazaret.NetworkDecision 'allow' | 'deny'
+---@alias lazaret.NetworkDecision 'allow' | 'allowEveryPort' | 'deny'
 
 ---@class lazaret.NetworkGrant
 ---@field decidedBy lazaret.DecisionSource
----@field destination string
+---@field destination string The name, or the address's host network (`10.9.0.7/32`).
+---@field everyPort? boolean For an address: the grant covers every protocol and port of it (an `allowEveryPort` answer, or a grant made before grants were scoped).
 ---@field expiresAtMs? integer When it ends on its own (`minutes` scope).
 ---@field grantedAtMs integer
 ---@field hits integer Questions for the destination since it was made (answered under an allow, refused under a deny), as the sidecar's events report them: past its rate limit (20/s, bursts of 50) some go uncounted.
 ---@field id string What `rules/revoke` takes.
 ---@field scope lazaret.GrantScope
+---@field service? string For an address: the one protocol and port the grant covers (`tcp/8081`); `None` for a name, or for an address when `everyPort`.
 ---@field verdict lazaret.EntryVerdict
 
 ---@class lazaret.NetworkPolicy
@@ -218,9 +220,10 @@
 ---@field expiresAtMs integer When the request goes away if nobody answers (the destination stays refused).
 ---@field profile string
 ---@field receivedAtMs integer
----@field recordTypes string[] The record types asked for (`A`, `AAAA`); for an address, what was tried (`tcp/8080`, `udp/53`, or an IP protocol number).
+---@field recordTypes string[] The record types asked for (`A`, `AAAA`); for an address, what was tried (`tcp/8080`, `udp/53`, or an IP protocol number), the same as `service`.
 ---@field repeats integer Questions for it after the first, while it waits.
 ---@field requestId string Minted by the coordinator, random per request.
+---@field service? string For an address: the protocol and port the connection tried (`tcp/8080`, `udp/53`, or an IP protocol number). `allow` opens exactly this service of the address; `allowEveryPort` is the wider answer; `deny` refuses this service. Each service of an address is a request of its own. `None` for a name.
 ---@field sessionIds string[] The sessions live when it was first asked. The sandbox's network is shared by all its sessions, so which one asked cannot be told.
 
 ---@alias lazaret.PrivateAnswers 'refuse' | 'allow'

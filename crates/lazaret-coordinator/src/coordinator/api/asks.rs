@@ -12,6 +12,8 @@ use lazaret_protocol::{
     PendingNetworkRequest, Rules,
 };
 
+use lazaret_protocol::sidecar::Service;
+
 use super::{network_audit_record, rpc_error, Domain, RpcResult};
 use crate::network_requests::{self, profile_file, Asked, NetworkRequests};
 
@@ -66,19 +68,27 @@ impl Domain {
     /// The sidecar holds (or, its hold full, refused) a question for a name
     /// on no allow entry.
     pub(super) async fn network_question_held(&self, name: String, record_type: String) {
-        self.ask_about_destination(name, record_type, "no allow entry covers it; waiting for a human").await
+        self.ask(Question::Name { name, record_type }, "no allow entry covers it; waiting for a human").await
     }
 
-    /// Makes `name` (a DNS name, or an address's host network) a network
-    /// request, or counts a repeat of the pending one; `reason` goes in the
-    /// audit record of a new one.
-    async fn ask_about_destination(&self, name: String, record_type: String, reason: &str) {
+    /// Makes `question` a network request, or counts a repeat of the
+    /// pending one; `reason` goes in the audit record of a new one.
+    async fn ask(&self, question: Question, reason: &str) {
         let sessions: Vec<String> = self.sessions().by_id.keys().cloned().collect();
         let request_id = match lazaret_core::ids::random_hex(8) {
             Ok(hex) => format!("net-{hex}"),
             Err(error) => return tracing::error!(%error, "cannot mint a network request id"),
         };
-        let asked = self.network_requests().asked(&name, &record_type, request_id, sessions, now_ms());
+        let (name, record_type, asked) = match question {
+            Question::Name { name, record_type } => {
+                let asked = self.network_requests().asked(&name, &record_type, request_id, sessions, now_ms());
+                (name, record_type, asked)
+            }
+            Question::Connection { network, service } => {
+                let asked = self.network_requests().connection_asked(&network, service, request_id, sessions, now_ms());
+                (network, service.to_string(), asked)
+            }
+        };
         match asked {
             Asked::New(mut request) => {
                 request.domain_hash = self.resolved.domain.domain_hash.clone();
@@ -124,11 +134,11 @@ impl Domain {
         if !self.resolved.ask {
             return;
         }
-        let Some((destination, tried)) = blocked_destination(address, protocol, port) else {
+        let Some((network, service)) = blocked_destination(address, protocol, port) else {
             return tracing::warn!(%address, %protocol, "the Network Sidecar reported a blocked connection that is not one");
         };
-        let reason = "no entry covers the address: the connection was refused; asking a human whether to allow it";
-        self.ask_about_destination(destination, tried, reason).await
+        let reason = "no entry covers the address's protocol and port: the connection was refused; asking a human whether to allow it";
+        self.ask(Question::Connection { network, service }, reason).await
     }
 
     /// A request left the queue: if it had overflowed, the audit trail says
@@ -214,7 +224,10 @@ impl Domain {
             .map(|hex| format!("grant-{hex}"))
             .map_err(|error| rpc_error(error_code::INVALID_VALUE, format!("cannot mint a grant id: {error}")))?;
         let now = now_ms();
-        let answered = self.network_requests().answer(request_id, decision, scope, decided_by.clone(), grant_id, now);
+        let answered = self
+            .network_requests()
+            .answer(request_id, decision, scope, decided_by.clone(), grant_id, now)
+            .map_err(|message| rpc_error(error_code::INVALID_VALUE, message))?;
         let Some((request, grant)) = answered else {
             return Err(rpc_error(
                 error_code::NETWORK_REQUEST_NOT_PENDING,
@@ -232,12 +245,12 @@ impl Domain {
         if let Err(error) = put.as_ref().map_err(|error| error.message().to_owned()).and(kept) {
             self.network_requests().undo(request, &grant);
             if grant.scope == GrantScope::Profile {
-                let _ = self.sidecar(SidecarRequest::Revoke { entries: vec![grant.destination.clone()] }).await;
+                let _ = self.sidecar(SidecarRequest::Revoke { entries: vec![network_requests::grant_entry(&grant)] }).await;
             }
             return Err(rpc_error(error_code::NETWORK_FAILED, format!("the answer did not take, the request still waits: {error}")));
         }
         let outcome = match decision {
-            NetworkDecision::Allow => Outcome::NetworkGranted,
+            NetworkDecision::Allow | NetworkDecision::AllowEveryPort => Outcome::NetworkGranted,
             NetworkDecision::Deny => Outcome::NetworkRefused,
         };
         tracing::info!(destination = %grant.destination, %outcome, %decided_by, scope = %scope, "network request answered");
@@ -300,7 +313,7 @@ impl Domain {
             return Ok(true);
         }
         let grant = self.network_requests().revoke(id).ok_or_else(|| unknown_rule(id))?;
-        let revoked = self.sidecar(SidecarRequest::Revoke { entries: vec![grant.destination.clone()] }).await;
+        let revoked = self.sidecar(SidecarRequest::Revoke { entries: vec![network_requests::grant_entry(&grant)] }).await;
         let kept = match (&revoked, grant.scope) {
             (Ok(_), GrantScope::Profile) => self.keep_profile_grants().await,
             _ => Ok(()),
@@ -341,24 +354,34 @@ fn grant_argv(grant: &NetworkGrant) -> Vec<String> {
         EntryVerdict::Allow => "allow",
         EntryVerdict::Deny => "deny",
     };
-    vec!["network".to_owned(), grant.destination.clone(), verdict.to_owned(), grant.scope.to_string()]
+    let mut argv = vec!["network".to_owned(), network_requests::grant_entry(grant), verdict.to_owned(), grant.scope.to_string()];
+    if grant.every_port {
+        argv.push("every port".to_owned());
+    }
+    argv
 }
 
-/// The request's destination and "record type" for a blocked connection to
-/// `address` (`10.9.0.7/32` and `tcp/8080`); `None` unless `address` is an IP
-/// address and `protocol` a protocol name or number as the sidecar writes them.
-fn blocked_destination(address: &str, protocol: &str, port: Option<u16>) -> Option<(String, String)> {
+/// What the sandbox asked for that no entry covers.
+enum Question {
+    /// A DNS question the sidecar held.
+    Name { name: String, record_type: String },
+    /// A direct connection to one service of an address's host network.
+    Connection { network: String, service: Service },
+}
+
+/// The host network and service of a blocked connection to `address`
+/// (`10.9.0.7/32` and `tcp/8080`); `None` unless `address` is an IP address
+/// and `protocol` and `port` a service as the sidecar reports them (`tcp` or
+/// `udp` with a port, another protocol's number without one).
+fn blocked_destination(address: &str, protocol: &str, port: Option<u16>) -> Option<(String, Service)> {
     let address: std::net::IpAddr = address.parse().ok()?;
-    let plain = matches!(protocol, "tcp" | "udp") || (protocol.bytes().all(|b| b.is_ascii_digit()) && protocol.parse::<u8>().is_ok());
-    if !plain {
-        return None;
-    }
-    let length = if address.is_ipv4() { 32 } else { 128 };
-    let tried = match port {
-        Some(port) => format!("{protocol}/{port}"),
-        None => protocol.to_owned(),
+    let service = match (protocol, port) {
+        ("tcp" | "udp", Some(port)) => Service::parse(&format!("{protocol}/{port}")).ok()?,
+        (number, None) => Service::parse(number).ok()?,
+        _ => return None,
     };
-    Some((format!("{address}/{length}"), tried))
+    let length = if address.is_ipv4() { 32 } else { 128 };
+    Some((format!("{address}/{length}"), service))
 }
 
 #[cfg(test)]
@@ -366,19 +389,22 @@ mod tests {
     use super::blocked_destination;
 
     #[test]
-    fn a_blocked_connection_asks_for_its_host_network() {
-        assert_eq!(blocked_destination("10.9.0.7", "tcp", Some(8080)), Some(("10.9.0.7/32".into(), "tcp/8080".into())));
-        assert_eq!(blocked_destination("fd00::7", "udp", Some(53)), Some(("fd00::7/128".into(), "udp/53".into())));
-        assert_eq!(blocked_destination("fd00::7", "132", None), Some(("fd00::7/128".into(), "132".into())));
-        for (address, protocol) in [
-            ("grant.test", "tcp"),
-            ("10.9.0.7/8", "tcp"),
-            ("10.9.0.7", "tcp\n"),
-            ("10.9.0.7", "sctp"),
-            ("10.9.0.7", "300"),
-            ("10.9.0.7", "+6"),
+    fn a_blocked_connection_asks_for_one_service_of_its_host_network() {
+        let shown = |address, protocol, port| blocked_destination(address, protocol, port).map(|(network, service)| (network, service.to_string()));
+        assert_eq!(shown("10.9.0.7", "tcp", Some(8080)), Some(("10.9.0.7/32".into(), "tcp/8080".into())));
+        assert_eq!(shown("fd00::7", "udp", Some(53)), Some(("fd00::7/128".into(), "udp/53".into())));
+        assert_eq!(shown("fd00::7", "132", None), Some(("fd00::7/128".into(), "132".into())));
+        for (address, protocol, port) in [
+            ("grant.test", "tcp", Some(80)),
+            ("10.9.0.7/8", "tcp", Some(80)),
+            ("10.9.0.7", "tcp\n", Some(80)),
+            ("10.9.0.7", "tcp", None),
+            ("10.9.0.7", "sctp", None),
+            ("10.9.0.7", "300", None),
+            ("10.9.0.7", "+6", None),
+            ("10.9.0.7", "132", Some(5)),
         ] {
-            assert_eq!(blocked_destination(address, protocol, None), None, "{address:?} {protocol:?}");
+            assert_eq!(shown(address, protocol, port), None, "{address:?} {protocol:?} {port:?}");
         }
     }
 }
