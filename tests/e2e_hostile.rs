@@ -319,6 +319,7 @@ fn the_terminal_prompt_shows_the_hostile_corpus_inert_and_still_answers() {
         assert!(shown.contains("[D] Deny"), "the actions stay on screen:\n{shown}");
         assert_eq!(terminal.title(&target), title, "request {index} changed the window title");
         assert_eq!(terminal.tmux(&["list-buffers"]).trim(), "", "request {index} wrote tmux's clipboard");
+        assert!(wait_until(Duration::from_secs(10), || screen().contains("Ready for your answer")), "the prompt arms:\n{}", screen());
         terminal.keys(&target, "d");
         assert!(wait_until(Duration::from_secs(10), || !screen().contains(&shown)), "the prompt moved on after D");
     }
@@ -327,8 +328,11 @@ fn the_terminal_prompt_shows_the_hostile_corpus_inert_and_still_answers() {
         "the plain request comes after the hostile ones:\n{}",
         screen()
     );
+    assert!(wait_until(Duration::from_secs(10), || screen().contains("Ready for your answer")), "the prompt arms:\n{}", screen());
     terminal.keys(&target, "a");
-    assert!(wait_until(Duration::from_secs(15), || repository.join("plain-request-ran").exists()), "A still approves");
+    assert!(wait_until(Duration::from_secs(10), || screen().contains("Run `touch plain-request-ran` on the host")), "{}", screen());
+    terminal.keys(&target, "Enter");
+    assert!(wait_until(Duration::from_secs(15), || repository.join("plain-request-ran").exists()), "A and Enter still approve");
     assert!(!marker.exists(), "nothing ran");
     let bytes = std::fs::read(&raw).unwrap_or_default();
     // The prompt draws with escape sequences of its own; what the agent
@@ -342,6 +346,50 @@ fn the_terminal_prompt_shows_the_hostile_corpus_inert_and_still_answers() {
     let mut expected = vec![("denied", "rpc:terminal"); requests.len()];
     expected.push(("approved", "rpc:terminal"));
     assert_eq!(answered, expected, "each hostile request was denied at the prompt, the plain one approved");
+}
+
+/// Issue 45 finding 6 (D19): a long name is cut in the middle, never at its
+/// end, which decides who controls it. Every entry of the corpus marked
+/// `network` is asked for by the sandbox as a DNS name (`[network] ask`);
+/// the terminal prompt and `lazaret pending` show its `tail`, inert.
+#[test]
+fn long_names_show_their_end_in_every_cli_surface() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    env.write_config("[network]\nask = true\nask_hold_seconds = 1\n");
+    let marker = env.path().join("MARKER");
+    let names: Vec<Hostile> = hostile_corpus(&marker).into_iter().filter(|entry| entry.network).collect();
+    assert!(!names.is_empty(), "the corpus has names to ask for");
+    let repository = git_repository(&env, "project");
+    let terminal = Terminal::new(&env);
+    let title = terminal.title("lzh:0");
+    let lookups: Vec<String> = names.iter().map(|entry| format!("busybox nslookup {} >/dev/null 2>&1;", entry.text)).collect();
+    let line = format!(
+        "{} run --workspace {} -- sh -c '{} exec sleep 600'; echo LAZARET-EXIT=$?; sleep 3600",
+        shell_line(&env, ""),
+        repository.display(),
+        lookups.join(" ")
+    );
+    terminal.tmux(&["new-window", "-d", "-t", "lzh", "-n", "names", &line]);
+    let screen = || terminal.tmux(&["capture-pane", "-p", "-t", "lzh:names"]);
+    for entry in &names {
+        let tail = entry.tail.as_deref().expect("a network entry says its tail");
+        assert!(
+            wait_until(Duration::from_secs(60), || screen().contains("network request") && screen().contains(tail)),
+            "{}: the prompt shows the name's end `{tail}`:\n{}",
+            entry.name,
+            screen()
+        );
+        assert!(terminal_hazards(screen().as_bytes()).is_empty(), "{}: inert on the prompt", entry.name);
+        let (bytes, listing) = terminal.run(&format!("pending-{}", entry.name), &shell_line(&env, "pending"));
+        assert_inert(&terminal, &format!("pending-{}", entry.name), "pending", &bytes, &marker, &title);
+        let shown = listing.lines().find(|line| line.contains("network: ")).unwrap_or_default();
+        assert!(shown.contains(tail), "{}: `lazaret pending` shows `{tail}`:\n{listing}", entry.name);
+        assert!(wait_until(Duration::from_secs(10), || screen().contains("Ready for your answer")), "{}", screen());
+        terminal.keys("lzh:names", "d");
+    }
+    assert!(!marker.exists(), "nothing ran");
 }
 
 impl Terminal {

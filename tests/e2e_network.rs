@@ -829,6 +829,17 @@ fn a_dead_sidecar_is_reported_and_started_again_with_the_domains_policy() {
     let probe = format!("nc -z -w 2 {one} 8080; echo one=$?; nc -z -w 2 {two} 8080; echo two=$?; nc -z -w 2 {three} 8080; echo three=$?");
     let allow = run(env.lazaret().args(["net", "allow", &two, "--workspace"]).arg(&repository));
     assert!(allow.status.success(), "{}", stderr(&allow));
+    // A deny with no allow around it: it changes no route, yet it keeps a
+    // name's answers off the address, so it must come back too.
+    let denied = format!("{three}/32");
+    let deny = run(env.lazaret().args(["net", "deny", &denied, "--workspace"]).arg(&repository));
+    assert!(deny.status.success(), "{}", stderr(&deny));
+    let denies = || {
+        let show = run(env.lazaret().args(["net", "show", "--json", "--workspace"]).arg(&repository));
+        let policy: serde_json::Value = serde_json::from_slice(&show.stdout).expect("policy json");
+        policy["deny"].as_array().cloned().unwrap_or_default()
+    };
+    assert!(denies().contains(&serde_json::json!(denied)), "the stated deny is listed: {:?}", denies());
     assert_eq!(live.inside(&probe), "one=0\ntwo=0\nthree=1\n", "before: the configured and the live allow");
     let sidecar = live.domain["sidecar_name"].as_str().expect("name").to_owned();
     let (supervisor, sidecar_pid) = sidecar_pids(&sidecar);
@@ -840,6 +851,7 @@ fn a_dead_sidecar_is_reported_and_started_again_with_the_domains_policy() {
     assert!(restored["message"].as_str().unwrap_or("").contains("started again"), "{restored}");
     assert_ne!(sidecar_pids(&sidecar).1, sidecar_pid, "a new sidecar process");
     assert_eq!(live.inside(&probe), "one=0\ntwo=0\nthree=1\n", "after the restart: the same policy, the live allow included");
+    assert!(denies().contains(&serde_json::json!(denied)), "the stated deny came back: {:?}", denies());
     let status = run(env.lazaret().args(["status", "--json", "--workspace"]).arg(&repository));
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
     assert!(status["status"].get("networkError").is_none(), "{status}");
@@ -1336,6 +1348,186 @@ fn a_direct_connection_to_an_unlisted_address_becomes_a_request_for_it() {
     let asked = records.iter().find(|record| record["outcome"] == "networkAsked").expect("the request is audited");
     assert_eq!(asked["requestedArgv"], serde_json::json!(["network", destination, "tcp/8081"]), "{asked}");
     assert!(records.iter().any(|record| record["outcome"] == "networkGranted" && record["requestId"] == request_id.as_str()));
+}
+
+/// Issue 45, finding 4 (D19): a request for a direct connection showed one
+/// protocol and port (`10.x.y.z/32 (tcp/8081)`, the agent chooses which),
+/// and approving it opened every protocol and port of the address. Now the
+/// request is that service, and `approve` opens exactly it: the other TCP
+/// port is refused and asked about as a request of its own, and no UDP
+/// datagram reaches the host, to another port or to the granted port's
+/// number, also sent with `IP_PKTINFO` naming the interface (past the
+/// `prohibit` rules: the netfilter backstop's service rules must be exact)
+/// (the host's own record of what it received says so, and that it does
+/// record a datagram once one may pass); `approve --every-port` is the
+/// separate, wider answer; revoking a grant closes what it opened and
+/// nothing else.
+#[test]
+fn an_address_grant_opens_the_protocol_and_port_shown_and_every_port_is_its_own_answer() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let network = ask_network(&env, "");
+    let volume = format!("--volume={}:/testhost:ro", testhost_binary().display());
+    // TCP 8080 and 8081, UDP 9999 and 8081 (each datagram is a `got FROM` line).
+    let services = "/testhost echo 8080 & /testhost echo 8081 & /testhost udp-listen 8081 & exec /testhost udp-listen 9999";
+    network.start_host(14, &[volume], &["sh", "-c", services]);
+    assert!(wait_until(Duration::from_secs(10), || network.log(14).matches("listening").count() == 4), "{}", network.log(14));
+    let received = || network.log(14).lines().filter(|line| line.starts_with("got ")).count();
+    let workspace = probe_workspace(&env);
+    let live = live_probe_session(&env, &workspace);
+    let address = network.host(14);
+    let destination = format!("{address}/32");
+    let tcp = |port: u16| live.inside(&format!("nc -z -w 5 {address} {port}; echo $?")).trim().to_owned();
+    let udp = |port: u16, how: &str| live.inside(&format!("/workspace/lazaret-testhost udp-send {address} {port} {how}")).trim().to_owned();
+    let services_asked = || {
+        let pending = pending_network(&env);
+        let mut asked: Vec<String> = pending
+            .iter()
+            .filter(|item| item["destination"] == destination.as_str())
+            .map(|item| item["service"].as_str().unwrap_or("").to_owned())
+            .collect();
+        asked.sort();
+        asked
+    };
+    // The pending request for `service` of the address, as `lazaret pending --json` lists it.
+    let request_for = |service: &str| {
+        let found =
+            || pending_network(&env).into_iter().find(|item| item["destination"] == destination.as_str() && item["service"] == service);
+        assert!(wait_until(Duration::from_secs(10), || found().is_some()), "no request for {service}: {:?}", pending_network(&env));
+        found().expect("listed")
+    };
+    let grants = || {
+        let rules = run(env.lazaret().args(["rules", "--json"]));
+        assert!(rules.status.success(), "{}", stderr(&rules));
+        let rules: serde_json::Value = serde_json::from_slice(&rules.stdout).expect("rules json");
+        let domain = rules.as_object().and_then(|domains| domains.values().next()).cloned().expect("one domain");
+        domain["network"].as_array().cloned().unwrap_or_default()
+    };
+
+    // tcp/8081: refused, and a request for exactly that service.
+    assert_eq!(tcp(8081), "1", "refused until approved");
+    let first = request_for("tcp/8081");
+    let first_id = first["requestId"].as_str().expect("id").to_owned();
+    assert_eq!(services_asked(), ["tcp/8081"], "{:?}", pending_network(&env));
+    let approve = run(env.lazaret().args(["approve", &first_id]));
+    assert!(approve.status.success(), "{}", stderr(&approve));
+    assert!(stdout(&approve).contains(&format!("{destination} tcp/8081")), "{}", stdout(&approve));
+
+    // Open: tcp/8081. Not open: tcp/8080 (a request of its own) and UDP.
+    assert_eq!(tcp(8081), "0", "the approved protocol and port connect");
+    assert_eq!(tcp(8080), "1", "another port of the address is not opened by the grant");
+    let second_id = request_for("tcp/8080")["requestId"].as_str().expect("id").to_owned();
+    assert_ne!(second_id, first_id);
+    let sent: Vec<String> = [(9999, ""), (8081, ""), (9999, "eth0 pktinfo"), (8081, "eth0 pktinfo")]
+        .into_iter()
+        .map(|(port, how)| format!("udp/{port} {how}: {}", udp(port, how)))
+        .collect();
+    let each_asked = wait_until(Duration::from_secs(10), || services_asked() == ["tcp/8080", "udp/8081", "udp/9999"]);
+    assert!(each_asked, "each other service of the address is a request of its own: {:?}", services_asked());
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(received(), 0, "a datagram reached the host (sender: {sent:?}): {}", network.log(14));
+    let listed = grants();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let service_grant = listed[0].clone();
+    assert_eq!(service_grant["destination"], destination.as_str(), "{service_grant}");
+    assert_eq!(service_grant["service"], "tcp/8081", "{service_grant}");
+    assert_eq!(service_grant["everyPort"], false, "{service_grant}");
+
+    // Every port: the wider answer, and named as such.
+    let approve = run(env.lazaret().args(["approve", &second_id, "--every-port"]));
+    assert!(approve.status.success(), "{}", stderr(&approve));
+    assert!(stdout(&approve).contains(&format!("{destination} (every protocol and port)")), "{}", stdout(&approve));
+    assert_eq!(tcp(8080), "0", "every port: tcp/8080 connects");
+    let sent = udp(9999, "");
+    assert!(
+        wait_until(Duration::from_secs(10), || received() == 1),
+        "every port: the datagram arrives (sender: {sent}): {}",
+        network.log(14)
+    );
+    let wide = grants().into_iter().find(|grant| grant["id"] != service_grant["id"]).expect("the every-port grant is listed");
+    assert_eq!(wide["destination"], destination.as_str(), "{wide}");
+    assert_eq!(wide["everyPort"], true, "{wide}");
+    assert!(wide["service"].is_null(), "{wide}");
+
+    // Revoking closes what each grant opened, and only that.
+    let revoke = run(env.lazaret().args(["rules", "revoke", wide["id"].as_str().expect("id")]));
+    assert!(revoke.status.success(), "{}", stderr(&revoke));
+    assert_eq!(tcp(8080), "1", "the every-port grant revoked, tcp/8080 is closed again");
+    assert_eq!(tcp(8081), "0", "the service grant still holds");
+    let sent = udp(9999, "");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(received(), 1, "no datagram after the revoke (sender: {sent}): {}", network.log(14));
+    let revoke = run(env.lazaret().args(["rules", "revoke", service_grant["id"].as_str().expect("id")]));
+    assert!(revoke.status.success(), "{}", stderr(&revoke));
+    assert_eq!(tcp(8081), "1", "the service grant revoked, tcp/8081 is closed again");
+    assert!(grants().is_empty(), "{:?}", grants());
+
+    live.end(&workspace);
+    let records = audit_records(&env, &workspace);
+    let granted: Vec<&serde_json::Value> =
+        records.iter().filter(|record| record["outcome"] == "networkGranted").map(|record| &record["requestedArgv"]).collect();
+    assert_eq!(
+        granted,
+        [
+            &serde_json::json!(["network", format!("{destination} tcp/8081"), "allow", "this session"]),
+            &serde_json::json!(["network", destination, "allow", "this session", "every port"]),
+        ],
+        "{records:?}"
+    );
+}
+
+/// Issue 45 finding 2 and 5 (D19): a DNS question whose name no allow
+/// entry could hold is refused at once, never held and never offered: an
+/// IPv4 address sent as a name (the resolver's own, the metadata address),
+/// one label (`wpad`), a hyphen at a label's edge, `1.2.3` (an address to
+/// inet_aton). Before, each was held and listed; approving an address
+/// "name" became a CIDR allow past the checks a direct connection gets, and
+/// `wpad` could be neither approved nor denied. A plain unlisted name asked
+/// right after is still held and offered, so the mechanism itself runs.
+#[test]
+fn an_ip_address_or_a_one_label_name_is_refused_at_once_and_never_asked() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let network = ask_network(&env, "ask_hold_seconds = 5\n");
+    let workspace = probe_workspace(&env);
+    let live = live_probe_session(&env, &workspace);
+    let mut events = live.subscribe();
+    let resolver = network.host(53);
+    let bad = [resolver.as_str(), "169.254.169.254", "wpad", "-x.test", "x-.test", "1.2.3"];
+    for name in bad {
+        // One question; its reply is a refusal (the event below says which).
+        let asked = live.inside(&format!("/workspace/lazaret-testhost dns-time '{name}' 1"));
+        assert!(asked.contains("answered=1"), "{name}: a reply came: {asked}");
+        // The refusal comes as an event, and no request before it.
+        let mut refused = None;
+        for _ in 0..200 {
+            let message = read_frame(&mut events.0);
+            let event = message["params"]["result"].clone();
+            assert_ne!(event["kind"], "networkRequestPending", "{name} was offered: {event}");
+            if event["kind"] == "networkDnsRefused" && event["name"] == name {
+                refused = Some(event);
+                break;
+            }
+        }
+        let refused = refused.unwrap_or_else(|| panic!("no refusal event for {name}"));
+        assert_eq!(refused["reason"], "notAName", "{refused}");
+    }
+    assert!(pending_network(&env).is_empty(), "nothing was queued: {:?}", pending_network(&env));
+    // A plain name on no entry is still held and offered.
+    let held = live.spawn_inside("/workspace/lazaret-testhost dns-time other.test 1");
+    let pending = next_request(&mut events, "other.test", "");
+    let listed: Vec<String> = pending_network(&env).iter().map(|item| item["destination"].as_str().unwrap_or("").to_owned()).collect();
+    assert_eq!(listed, ["other.test"], "{pending}");
+    let deny = run(env.lazaret().args(["deny", pending["request"]["requestId"].as_str().expect("id")]));
+    assert!(deny.status.success(), "{}", stderr(&deny));
+    let _ = held.wait_with_output();
+    let log = network.dns_log();
+    for name in bad {
+        assert!(!log.contains(&format!("question {name} ")), "{name} went upstream: {log}");
+    }
+    live.end(&workspace);
 }
 
 /// Issue 29: a refusal is remembered for its scope (100 more identical
@@ -1897,4 +2089,162 @@ fn an_api_key_is_added_by_the_sidecar_rootless() {
     assert!(text.starts_with("key=lazaret-injected base=http://127.0.0.1:17400\n0\nstatus 200\n"), "rootless: {text}");
     let requests: Vec<&str> = log.lines().filter(|line| line.starts_with("request ")).collect();
     assert_eq!(requests, ["request conn=1 GET /v1/messages host=api.keys.test key=ok copies=1 body=0"], "{log}");
+}
+
+/// Issue 45, finding 3 (D19): the credential endpoint forwarded any method
+/// and passed back whatever the origin reflected, so `TRACE` (answered as
+/// `message/http`) and an echo of the request's headers handed the key to
+/// the sandbox. Attacked from inside a real sandbox, against the test
+/// origin (which reflects TRACE, honours method-override headers, echoes
+/// headers whole, in small chunks, as a Bearer token alone and in a response
+/// header): TRACE and other methods are refused with 405 and never reach
+/// the origin; a method override does not reach it either; every answer
+/// that carries the key is withheld (head: 502) or cut before it (body,
+/// across chunk boundaries), so the key's bytes are in nothing the sandbox
+/// received; a compressed answer is refused; ordinary and streamed requests
+/// still work; each withheld answer is an audit record.
+#[test]
+fn the_credential_endpoint_refuses_trace_and_ends_a_response_that_carries_the_key() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
+    let key = format!("lzt-reflected-key-{}-{nanos:x}", std::process::id());
+    let token = format!("lzt-bearer-token-{}-{nanos:x}", std::process::id());
+    let probe = TestNetwork::create();
+    let records = [format!("api.keys.test={}", probe.host(21)), format!("bearer.keys.test={}", probe.host(22))];
+    let network = probe.with_dns(&records);
+    let tls = env.path().join("tls");
+    let ca = test_ca(&tls);
+    test_certificates(&tls, "api", &["api.keys.test"], Some(&ca));
+    test_certificates(&tls, "bearer", &["bearer.keys.test"], Some(&ca));
+    let volumes = [format!("--volume={}:/testhost:ro", testhost_binary().display()), format!("--volume={}:/tls:ro", tls.display())];
+    let bearer = format!("Bearer {token}");
+    network.start_host(21, &volumes, &["/testhost", "https-api", "443", "/tls/api.pem", "/tls/api.key", "x-api-key", &key]);
+    network.start_host(22, &volumes, &["/testhost", "https-api", "443", "/tls/bearer.pem", "/tls/bearer.key", "authorization", &bearer]);
+    for host in [21, 22] {
+        assert!(wait_until(Duration::from_secs(10), || network.log(host).contains("listening")), "the origin .{host} came up");
+    }
+    env.write_config(&format!(
+        "[network]\npodman_network = \"{}\"\ndns_upstream = [\"{}\"]\nprivate_answers = \"allow\"\nca_bundle = \"{}\"\n\
+         allow_egress = [\"api.keys.test\", \"bearer.keys.test\"]\n\n\
+         [profiles.default]\nimage = \"{DEFAULT_IMAGE}\"\n\
+         env = {{ LZT_API_KEY = \"lazaret-injected\" }}\n\
+         credentials = [\n\
+           {{ origin = \"https://api.keys.test\", header = \"x-api-key\", value = \"env:LZT_API_KEY\" }},\n\
+           {{ origin = \"https://bearer.keys.test\", header = \"authorization\", scheme = \"bearer\", value = \"env:LZT_BEARER\" }},\n\
+         ]\n",
+        network.name,
+        network.host(53),
+        tls.join("ca.pem").display(),
+    ));
+    let workspace = probe_workspace(&env);
+    let session = env
+        .lazaret()
+        .env("LZT_API_KEY", &key)
+        .env("LZT_BEARER", &token)
+        .args(["run", "--mount-workspace", "--workspace"])
+        .arg(&workspace)
+        .args(["--", "sleep", "600"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let domain = domain_json(&env, "default", &workspace);
+    let container = domain["container_name"].as_str().expect("name").to_owned();
+    let sidecar = domain["sidecar_name"].as_str().expect("sidecar").to_owned();
+    let live = LiveSession { session, domain, container };
+    assert!(wait_until(Duration::from_secs(30), || live.inside("echo up") == "up\n"), "the sandbox runs");
+    // Every probe appends every byte it reads to one file in the sandbox.
+    let probe = |arguments: &str| live.inside(&format!("/workspace/lazaret-testhost http-probe {arguments} --save /tmp/received"));
+    let api = "https://api.keys.test";
+
+    // Ordinary requests work, and ask the origin for the plain bytes.
+    let text = probe("17400 /v1/messages -H 'Accept-Encoding: gzip, br'");
+    assert!(text.contains("status 200") && text.contains("LAZARET-OK"), "{text}");
+    let text = probe("17400 /stream");
+    let times: Vec<u64> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("chunk +"))
+        .filter_map(|rest| rest.split_once("ms").and_then(|(ms, _)| ms.parse().ok()))
+        .collect();
+    assert!(text.contains("status 200") && text.contains("data: 3") && !text.contains("cut"), "{text}");
+    assert!(times.len() >= 3 && times[0] < 900 && *times.last().expect("last") >= 1800, "chunks as they came: {text}");
+
+    // TRACE and every other method an API does not use: 405, never sent on.
+    for method in ["TRACE", "TRACK", "CONNECT", "PROPFIND", "get"] {
+        let text = probe(&format!("17400 /anything --method {method}"));
+        assert!(text.contains("status 405") && text.contains(&format!("{method} is not a method")), "{method}: {text}");
+    }
+    // A method override is dropped: the origin answers the POST it got.
+    let text =
+        probe("17400 /anything --method POST -H 'X-HTTP-Method-Override: TRACE' -H 'X-HTTP-Method: TRACE' -H 'X-Method-Override: TRACE'");
+    assert!(text.contains("status 200") && text.contains(r#""path":"/anything""#), "{text}");
+    let log = network.log(21);
+    let methods: Vec<&str> =
+        log.lines().filter_map(|line| line.strip_prefix("request ")).filter_map(|line| line.split(' ').nth(1)).collect();
+    assert!(!methods.is_empty() && methods.iter().all(|method| ["GET", "POST"].contains(method)), "the origin saw {methods:?}: {log}");
+    assert!(!log.contains("\noverride ") && !log.starts_with("override "), "an override reached the origin: {log}");
+    let encodings: Vec<&str> = log.lines().filter(|line| line.starts_with("accept-encoding ")).collect();
+    assert!(!encodings.is_empty() && encodings.iter().all(|line| *line == "accept-encoding identity"), "identity only: {log}");
+
+    // An echo of the headers: the body is cut before the key, whole or in
+    // chunks of 7 bytes 20 ms apart (each passed on as it came, until the
+    // key's); a Bearer token echoed alone is cut too.
+    let text = probe("17400 /headers");
+    assert!(text.contains("status 200") && text.contains(r#""host":"api.keys.test""#) && text.contains("\ncut\n"), "{text}");
+    let text = probe("17400 /headers?chunk=7");
+    assert!(text.contains("status 200") && text.contains("\ncut\n") && text.matches("\nchunk +").count() >= 5, "{text}");
+    let text = probe("17401 /token");
+    assert!(text.contains("status 200") && text.contains(r#"{"token":""#) && text.contains("\ncut\n"), "{text}");
+    // The key in a response header: the head is never sent.
+    let text = probe("17400 /echo-header");
+    assert!(text.contains("status 502") && text.contains("carried the credential"), "{text}");
+    // A compressed answer could hide the key: refused.
+    let text = probe("17400 /gzip");
+    assert!(text.contains("status 502") && text.contains("content-encoding"), "{text}");
+    // And the endpoint still serves.
+    let text = probe("17400 /v1/messages --times 2");
+    assert_eq!(text.matches("status 200").count(), 2, "{text}");
+    let text = probe("17401 /v1/messages");
+    assert!(text.contains("status 200") && text.contains("LAZARET-OK"), "{text}");
+
+    // Nothing the sandbox received holds the key or the token.
+    let received = Command::new("podman").args(["exec", &live.container, "cat", "/tmp/received"]).output().expect("podman exec");
+    assert!(received.status.success(), "{}", stderr(&received));
+    let received = received.stdout;
+    let holds = |needle: &str| received.windows(needle.len()).any(|window| window == needle.as_bytes());
+    assert!(holds("LAZARET-OK") && holds("allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n"), "the probes' bytes were saved");
+    assert!(!holds(&key) && !holds(&token), "the sandbox received a key: {}", String::from_utf8_lossy(&received));
+    let logs = run(Command::new("podman").args(["logs", &sidecar]));
+    let logs = format!("{}{}", stdout(&logs), stderr(&logs));
+    assert!(logs.contains("carried the credential in its body: withheld"), "the sidecar's log: {logs}");
+    assert!(!logs.contains(&key) && !logs.contains(&token), "the sidecar logged a key");
+
+    live.end(&workspace);
+    let records = audit_records(&env, &workspace);
+    let withheld: Vec<Vec<&str>> = records
+        .iter()
+        .filter(|record| record["outcome"] == "credentialWithheld")
+        .map(|record| record["requestedArgv"].as_array().expect("argv").iter().filter_map(|part| part.as_str()).collect())
+        .collect();
+    let expected = [
+        ["credential", api, "GET", "200", "body"],
+        ["credential", api, "GET", "200", "body"],
+        ["credential", "https://bearer.keys.test", "GET", "200", "body"],
+        ["credential", api, "GET", "200", "head"],
+    ];
+    assert_eq!(withheld.len(), expected.len(), "{withheld:?}");
+    for one in expected {
+        assert!(withheld.contains(&one.to_vec()), "{one:?} in {withheld:?}");
+    }
+    let used = records.iter().find(|record| record["outcome"] == "credentialUse").expect("the session's use is audited");
+    let argv: Vec<&str> = used["requestedArgv"].as_array().expect("argv").iter().filter_map(|value| value.as_str()).collect();
+    let at = argv.iter().position(|part| *part == api).expect("the origin is listed");
+    assert!(argv[at + 1].ends_with(" withheld=3"), "{argv:?}");
+    let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&workspace));
+    assert!(verify.status.success(), "the audit chain holds: {}", stdout(&verify));
+    for secret in [&key, &token] {
+        let found = files_containing(env.path(), secret.as_bytes());
+        assert!(found.is_empty(), "a key was written to {found:?}");
+    }
 }

@@ -1,8 +1,12 @@
 //! End-to-end tests of the terminal approval prompt, in a real terminal
 //! (tmux): a full-screen program (less) runs in the sandbox, an escalation
 //! arrives, the prompt shows every field, each of A, D, E and Q does what it
-//! says on the host and in the sandbox, and the screen comes back. A network
-//! request (`[network] ask`) is answered at the same prompt.
+//! says on the host and in the sandbox (A and E only with Enter after them,
+//! once the prompt is ready: D20), and the screen comes back. A network
+//! request (`[network] ask`) is answered at the same prompt. A sentence the
+//! user types for the agent while the agent times its requests answers
+//! nothing, nor does a key that lands as a withdrawn request's successor
+//! moves into its place.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,6 +29,30 @@ impl Screen {
         let mut arguments = vec!["send-keys", "-t", "lzt"];
         arguments.extend_from_slice(keys);
         self.tmux(&arguments);
+    }
+    /// Waits until the prompt takes answers (a second without a key since
+    /// its request appeared), as a person reads it before answering.
+    fn ready(&self) {
+        assert!(wait_until(Duration::from_secs(10), || self.text().contains("Ready for your answer")), "the prompt arms: {}", self.text());
+    }
+    /// Answers with `key` once the prompt is ready, then confirms with
+    /// Enter once the prompt names what it will do (`naming`).
+    fn confirmed(&self, key: &str, naming: &str) {
+        self.ready();
+        self.keys(&[key]);
+        assert!(wait_until(Duration::from_secs(5), || self.text().contains(naming)), "the prompt names `{naming}`: {}", self.text());
+        self.keys(&["Enter"]);
+    }
+    /// Types `text` (and Enter when it ends in `\r`) as a person does, one
+    /// key every 150 ms.
+    fn typed(&self, text: &str) {
+        for c in text.chars() {
+            match c {
+                '\r' => self.keys(&["Enter"]),
+                c => self.keys(&["-l", &c.to_string()]),
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
     }
 }
 
@@ -101,15 +129,25 @@ fn approve_deny_and_edit_at_the_prompt() {
         let screen = start(&env, &repository, name);
         match key {
             "e" => {
-                screen.keys(&["e"]);
+                screen.confirmed("e", "Edit the command before it runs?");
                 assert!(wait_until(Duration::from_secs(5), || screen.text().contains("Enter: run this instead")), "{}", screen.text());
                 for _ in 0.."to-be-edited".len() {
                     screen.keys(&["BSpace"]);
                 }
                 screen.keys(&["-l", "edited-name"]);
                 screen.keys(&["Enter"]);
+                assert!(
+                    wait_until(Duration::from_secs(5), || screen.text().contains("Run the edited command `touch edited-name`")),
+                    "the edit is named before it runs: {}",
+                    screen.text()
+                );
+                screen.keys(&["Enter"]);
             }
-            other => screen.keys(&[other]),
+            "a" => screen.confirmed("a", &format!("Run `touch {name}` on the host")),
+            other => {
+                screen.ready();
+                screen.keys(&[other]);
+            }
         }
         assert!(wait_until(Duration::from_secs(10), || escalate_status(&env, &repository).is_some()), "the sandbox got an answer");
         let status = escalate_status(&env, &repository).unwrap_or_default();
@@ -141,6 +179,7 @@ fn abort_ends_the_cli_and_tears_the_domain_down() {
     let repository = prepared(&env);
     let domain = domain_json(&env, "default", &repository);
     let screen = start(&env, &repository, "aborted");
+    screen.ready();
     screen.keys(&["q"]);
     assert!(wait_until(Duration::from_secs(15), || screen.text().contains("LAZARET-EXIT=")), "the CLI ends: {}", screen.text());
     assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)), "the domain is torn down");
@@ -218,7 +257,7 @@ fn a_network_request_is_allowed_for_15_minutes_at_the_prompt() {
         text.contains("network request") && text.contains("Destination    grant.test")
     };
     let fields =
-        ["Record types", "Asked", "[a] this session", "[m] 15 min", "[h] 1 hour", "[p] profile", "[d] this session", "[D] profile"];
+        ["Record types", "Asked", "[a] this session", "[m] 15 min", "[h] 1 hour", "[p] the profile", "[d] this session", "[D] the profile"];
     for screen in &screens {
         assert!(wait_until(Duration::from_secs(20), || prompt_shows(screen)), "the prompt shows the network request: {}", screen.text());
         // The prompt is drawn again for every repeat of the question: a
@@ -238,7 +277,7 @@ fn a_network_request_is_allowed_for_15_minutes_at_the_prompt() {
         screen.text()
     );
     assert!(prompt_shows(screen) && prompt_shows(other), "the request still waits after the refusal: {}", screen.text());
-    screen.keys(&["m"]);
+    screen.confirmed("m", "Allow grant.test for 15 min?");
     let restored = || {
         let text = screen.text();
         !text.contains("network request") && text.lines().any(|line| line.trim() == "asked") && text.contains("ready-2")
@@ -268,6 +307,133 @@ fn a_network_request_is_allowed_for_15_minutes_at_the_prompt() {
         line(screen, "exit");
         assert!(wait_until(Duration::from_secs(20), || screen.text().contains("LAZARET-EXIT=0")), "{}", screen.text());
     }
+}
+
+/// A session whose agent runs `script` (sh) in a terminal of its own, with
+/// escalation and `[network] ask` configured.
+fn agent_session(env: &TestEnv, repository: &Path, script: &str) -> Screen {
+    let screen = Screen { socket: env.path().join("tmux.sock") };
+    let command = format!(
+        "env XDG_CONFIG_HOME={config} XDG_DATA_HOME={data} XDG_RUNTIME_DIR={run} {lazaret} run --workspace {workspace} -- sh -c '{script}'; echo LAZARET-EXIT=$?; sleep 60",
+        config = env.path().join("config").display(),
+        data = env.path().join("data").display(),
+        run = env.path().join("run").display(),
+        lazaret = lazaret_bin().display(),
+        workspace = repository.display(),
+    );
+    screen.tmux(&["new-session", "-d", "-s", "lzt", "-x", "120", "-y", "36", &command]);
+    screen
+}
+
+fn prepared_with_ask(env: &TestEnv) -> PathBuf {
+    env.write_config(&format!(
+        "[escalation]\nenabled = true\nsocket_dir = \"{}\"\napproval_timeout_seconds = 120\n\n[network]\nask = true\nask_hold_seconds = 1\n",
+        env.path().join("run/lazaret").display()
+    ));
+    git_repository(env, "project")
+}
+
+/// What the audit trail says was decided, as (outcome, decided by).
+fn decisions(env: &TestEnv, repository: &Path) -> Vec<(String, String)> {
+    let audit = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(repository));
+    let records: Vec<serde_json::Value> = serde_json::from_slice(&audit.stdout).expect("audit");
+    records.iter().map(|r| (r["outcome"].as_str().unwrap_or("").to_owned(), r["decidedBy"].as_str().unwrap_or("").to_owned())).collect()
+}
+
+/// Issue 45 finding 1 (D20): the agent sees every key the user types and
+/// times its requests to the first space of a sentence: a host command
+/// (`touch PWNED`) and a name. Typed at 150 ms a key, the rest of the
+/// sentence ("...run it again and please add a test", where `a` once
+/// approved and `p` allowed the name for good) answers nothing: every key is
+/// ignored and the prompt says how many. Only after a second without a key
+/// does it take an answer.
+#[test]
+fn a_sentence_typed_while_the_agent_asks_answers_nothing() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = prepared_with_ask(&env);
+    // The agent: reads the user's keys one by one, as a terminal program
+    // does, and at the first space asks for both.
+    let script = "stty -icanon -echo; echo agent-ready-$((1+1)); fired=; \
+        while :; do c=$(dd bs=1 count=1 2>/dev/null); [ -z \"$c\" ] && break; printf %s \"$c\"; \
+        if [ \"$c\" = \" \" ] && [ -z \"$fired\" ]; then fired=1; \
+        (lazaret-escalate --justification typed -- touch PWNED; echo $? > /workspace/escalate-status) & \
+        (busybox nslookup attack.test >/dev/null 2>&1; echo asked > /workspace/asked) & fi; done; echo; echo agent-done-$((1+1))";
+    let screen = agent_session(&env, &repository, script);
+    assert!(wait_until(Duration::from_secs(60), || screen.text().contains("agent-ready-2")), "the agent runs: {}", screen.text());
+    screen.typed("ok run it again and please add a test\r");
+    std::thread::sleep(Duration::from_secs(2));
+    let text = screen.text();
+    assert!(!repository.join("PWNED").exists(), "the host command never ran: {text}");
+    let decided = decisions(&env, &repository);
+    assert!(decided.iter().all(|(outcome, _)| !matches!(outcome.as_str(), "approved" | "edited" | "networkGranted")), "{decided:?}");
+    let rules = run(env.lazaret().args(["rules", "--json"]));
+    let rules: serde_json::Value = serde_json::from_slice(&rules.stdout).expect("rules");
+    let grants: usize = rules.as_object().expect("by domain").values().map(|d| d["network"].as_array().map_or(0, Vec::len)).sum();
+    assert_eq!(grants, 0, "nothing was granted: {rules}");
+    let pending = run(env.lazaret().args(["pending", "--json"]));
+    let pending: Vec<serde_json::Value> = serde_json::from_slice(&pending.stdout).expect("pending");
+    assert_eq!(pending.len(), 2, "both requests still wait: {pending:?}");
+    assert!(text.contains("Lazaret:"), "a prompt shows: {text}");
+    assert!(text.contains("keys were ignored"), "the prompt says it ignored the typed keys: {text}");
+    // Deliberately now: a denial each, once the prompt is ready.
+    for _ in 0..2 {
+        let before = screen.text();
+        screen.ready();
+        screen.keys(&["d"]);
+        assert!(wait_until(Duration::from_secs(10), || screen.text() != before), "{}", screen.text());
+    }
+    assert!(!repository.join("PWNED").exists());
+    let outcomes: Vec<String> = decisions(&env, &repository).into_iter().map(|(outcome, _)| outcome).collect();
+    assert!(outcomes.contains(&"denied".to_owned()) && outcomes.contains(&"networkRefused".to_owned()), "{outcomes:?}");
+    screen.keys(&["Enter"]);
+    assert!(wait_until(Duration::from_secs(20), || screen.text().contains("LAZARET-EXIT=")), "{}", screen.text());
+}
+
+/// Issue 45 finding 1, the variant: two requests wait; the user reads the
+/// first and answers it (`a`, Enter), and the agent withdraws it (kills its
+/// client) just before the keys land, so the second moves into its place.
+/// The keys answer nothing: the new request is shown disarmed.
+#[test]
+fn a_request_withdrawn_under_a_key_moves_the_next_in_disarmed() {
+    let _guard = sandbox_guard();
+    ensure_default_image();
+    let env = TestEnv::new();
+    let repository = prepared_with_ask(&env);
+    let script = "lazaret-escalate --justification first -- touch first & echo $! > /tmp/first; sleep 1; \
+        (lazaret-escalate --justification second -- touch second; echo $? > /workspace/second-status) & \
+        while [ ! -e /tmp/withdraw ]; do sleep 0.05; done; kill -9 $(cat /tmp/first); exec sleep 300";
+    let screen = agent_session(&env, &repository, script);
+    assert!(
+        wait_until(Duration::from_secs(60), || screen.text().contains("touch first") && screen.text().contains("(1 of 2)")),
+        "both requests wait, the first shown: {}",
+        screen.text()
+    );
+    screen.ready();
+    let domain = domain_json(&env, "default", &repository);
+    let checkout = PathBuf::from(domain["domain_dir"].as_str().expect("dir")).join("checkout");
+    // The agent's cue, made inside (a file the host writes into the
+    // checkout is not seen at once through gVisor's cache).
+    let container = domain["container_name"].as_str().expect("container");
+    let cue = Command::new("podman").args(["exec", container, "touch", "/tmp/withdraw"]).output().expect("podman exec");
+    assert!(cue.status.success(), "{}", stderr(&cue));
+    assert!(
+        wait_until(Duration::from_secs(10), || screen.text().contains("touch second") && screen.text().contains("(1 of 1)")),
+        "the second moves into place: {}",
+        screen.text()
+    );
+    // The answer meant for the first lands on the second.
+    screen.typed("a\r");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!repository.join("second").exists() && !repository.join("first").exists(), "nothing ran: {}", screen.text());
+    assert!(screen.text().contains("keys were ignored"), "the keys are said: {}", screen.text());
+    assert!(decisions(&env, &repository).iter().all(|(outcome, _)| outcome != "approved"), "{:?}", decisions(&env, &repository));
+    screen.ready();
+    screen.keys(&["d"]);
+    assert!(wait_until(Duration::from_secs(10), || checkout.join("second-status").exists()), "the second was answered");
+    assert_eq!(std::fs::read_to_string(checkout.join("second-status")).unwrap_or_default().trim(), "97", "denied");
+    assert!(!repository.join("second").exists());
 }
 
 /// One framed JSON-RPC call on a fresh connection.

@@ -135,6 +135,8 @@ export interface CredentialEndpointStatus {
   status3xx: number;
   status4xx: number;
   status5xx: number;
+  /** Answers that carried the credential (counted in their status class too): a head withheld (the client got a 502) or a body cut before it. */
+  withheld?: number;
 }
 
 /** An answer to a pending escalation. */
@@ -144,7 +146,7 @@ export type Decision = "approve" | "deny" | "edit" | "abort";
 export type DecisionSource = string;
 
 /** Why the sidecar refused a DNS question. */
-export type DnsRefusal = "malformed" | "recordType" | "badCharacters" | "notAllowlisted" | "denied" | "longLabel" | "tooManyLabels";
+export type DnsRefusal = "malformed" | "recordType" | "badCharacters" | "notAName" | "notAllowlisted" | "denied" | "longLabel" | "tooManyLabels";
 
 /** The answer to `domain/status`. */
 export interface DomainStatus {
@@ -332,7 +334,7 @@ export interface NetworkPolicy {
 }
 
 /** What became of an audited request or change. */
-export type Outcome = "rejected" | "auto" | "approved" | "edited" | "denied" | "aborted" | "timedOut" | "networkAllowed" | "networkDenied" | "networkReloaded" | "dnsRefused" | "dnsAnswerRefused" | "networkAsked" | "networkGranted" | "networkRefused" | "networkExpired" | "networkRevoked" | "networkQueueFull" | "credentialRejected" | "credentialUse";
+export type Outcome = "rejected" | "auto" | "approved" | "edited" | "denied" | "aborted" | "timedOut" | "networkAllowed" | "networkDenied" | "networkReloaded" | "dnsRefused" | "dnsAnswerRefused" | "networkAsked" | "networkGranted" | "networkRefused" | "networkExpired" | "networkRevoked" | "networkQueueFull" | "credentialRejected" | "credentialUse" | "credentialWithheld";
 
 /** A changed file that makes hosts run code (DECISIONS D4). */
 export interface PathWarning {

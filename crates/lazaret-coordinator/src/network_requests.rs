@@ -82,14 +82,7 @@ impl NetworkRequests {
     /// The sandbox connected straight to `service` of `network` (an
     /// address's host network, `10.9.0.7/32`) and no entry covers it: a
     /// request for exactly that service, like [`NetworkRequests::asked`].
-    pub fn connection_asked(
-        &mut self,
-        network: &str,
-        service: Service,
-        request_id: String,
-        sessions: Vec<String>,
-        now_ms: u64,
-    ) -> Asked {
+    pub fn connection_asked(&mut self, network: &str, service: Service, request_id: String, sessions: Vec<String>, now_ms: u64) -> Asked {
         self.asked_for(network, Some(service), &service.to_string(), request_id, sessions, now_ms)
     }
 
@@ -392,13 +385,17 @@ mod tests {
         let id = new_id(ask(&mut requests, "grant.test", "r1", 1_000));
         let (request, grant) = requests
             .answer(&id, NetworkDecision::Allow, GrantScope::Minutes { minutes: 1 }, DecisionSource::rpc("cli"), "g1".into(), 2_000)
-            .expect("answerable").expect("pending");
+            .expect("answerable")
+            .expect("pending");
         assert_eq!(request.destination, "grant.test");
         assert_eq!(grant.expires_at_ms, Some(62_000));
         assert_eq!(grant.verdict, EntryVerdict::Allow);
         assert!(requests.pending().is_empty());
         assert_eq!(ask(&mut requests, "grant.test", "r2", 3_000), Asked::Answered);
-        assert_eq!(requests.answer(&id, NetworkDecision::Deny, GrantScope::Session, DecisionSource::rpc("cli"), "g2".into(), 2_000), Ok(None));
+        assert_eq!(
+            requests.answer(&id, NetworkDecision::Deny, GrantScope::Session, DecisionSource::rpc("cli"), "g2".into(), 2_000),
+            Ok(None)
+        );
         assert_eq!(
             sidecar_request(&grant, 2_500),
             Some(SidecarRequest::Allow { entries: vec!["grant.test".into()], for_ms: Some(59_500) })
@@ -412,7 +409,8 @@ mod tests {
         let id = new_id(ask(&mut requests, "deny.test", "r1", 1));
         let (_, grant) = requests
             .answer(&id, NetworkDecision::Deny, GrantScope::Session, DecisionSource::rpc("vscode"), "g1".into(), 2)
-            .expect("answerable").expect("pending");
+            .expect("answerable")
+            .expect("pending");
         assert_eq!(sidecar_request(&grant, 3), Some(SidecarRequest::Deny { entries: vec!["deny.test".into()], for_ms: None }));
         for _ in 0..100 {
             assert_eq!(ask(&mut requests, "deny.test", "again", 4), Asked::Answered);
@@ -433,7 +431,9 @@ mod tests {
         requests.answer(&id, NetworkDecision::Allow, GrantScope::Session, DecisionSource::rpc("cli"), "g1".into(), 2).expect("answerable");
         assert!(requests.entry_expired("a.test", EntryVerdict::Allow).is_none(), "a session grant has no timer");
         let id = new_id(ask(&mut requests, "b.test", "r2", 1));
-        requests.answer(&id, NetworkDecision::Allow, GrantScope::Minutes { minutes: 5 }, DecisionSource::rpc("cli"), "g2".into(), 2).expect("answerable");
+        requests
+            .answer(&id, NetworkDecision::Allow, GrantScope::Minutes { minutes: 5 }, DecisionSource::rpc("cli"), "g2".into(), 2)
+            .expect("answerable");
         assert!(requests.entry_expired("b.test", EntryVerdict::Deny).is_none());
         assert_eq!(requests.entry_expired("b.test", EntryVerdict::Allow).map(|grant| grant.id), Some("g2".to_owned()));
         assert_eq!(requests.grants().len(), 1);
@@ -473,7 +473,8 @@ mod tests {
         let other = Service::parse("tcp/22").expect("service");
         assert_eq!(requests.connection_asked("10.9.0.7/32", other, "x".into(), vec![], 8), Asked::Answered, "every port covers it");
         let name = new_id(ask(&mut requests, "grant.test", "r3", 9));
-        let refused = requests.answer(&name, NetworkDecision::AllowEveryPort, GrantScope::Session, DecisionSource::rpc("cli"), "g3".into(), 10);
+        let refused =
+            requests.answer(&name, NetworkDecision::AllowEveryPort, GrantScope::Session, DecisionSource::rpc("cli"), "g3".into(), 10);
         assert!(refused.expect_err("a name has no ports").contains("grant.test"));
         assert_eq!(requests.pending().len(), 1, "the name still waits");
         assert_eq!(requests.revoke("g1").map(|grant| grant_entry(&grant)), Some("10.9.0.7/32 tcp/8081".to_owned()));
@@ -502,8 +503,10 @@ mod tests {
     fn requests_expire_and_undo_puts_an_answer_back() {
         let mut requests = NetworkRequests::default();
         let id = new_id(ask(&mut requests, "a.test", "r1", 0));
-        let (request, grant) =
-            requests.answer(&id, NetworkDecision::Allow, GrantScope::Profile, DecisionSource::rpc("cli"), "g1".into(), 1).expect("answerable").expect("pending");
+        let (request, grant) = requests
+            .answer(&id, NetworkDecision::Allow, GrantScope::Profile, DecisionSource::rpc("cli"), "g1".into(), 1)
+            .expect("answerable")
+            .expect("pending");
         assert_eq!(requests.profile_grants().len(), 1);
         requests.undo(request, &grant);
         assert!(requests.grants().is_empty());

@@ -93,9 +93,37 @@ pub fn cut(text: &str, max_chars: usize) -> Cow<'_, str> {
     }
 }
 
+/// `text` (already made safe) at most about `max_chars` characters, cut in
+/// the middle: its start and, longer, its end, with a note of how much was
+/// left out between them. For names, whose end (the registrable part)
+/// decides who controls them (D19): `api.anthropic.com.aaaa…` must never
+/// hide `….x.typeahead.test`.
+pub fn cut_middle(text: &str, max_chars: usize) -> Cow<'_, str> {
+    let count = text.chars().count();
+    if count <= max_chars {
+        return Cow::Borrowed(text);
+    }
+    let head = max_chars / 3;
+    let tail = max_chars - head;
+    let start: String = text.chars().take(head).collect();
+    let end: String = text.chars().skip(count - tail).collect();
+    Cow::Owned(format!("{start}…({} characters cut)…{end}", count - head - tail))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cut_middle_keeps_the_end_of_a_long_name() {
+        assert!(matches!(cut_middle("grant.test", 10), Cow::Borrowed("grant.test")));
+        let name = format!("api.anthropic.com.{}.x.typeahead.test", "a".repeat(218));
+        let shown = cut_middle(&name, 60);
+        assert!(shown.starts_with("api.anthropic.com."), "{shown}");
+        assert!(shown.ends_with("aaaa.x.typeahead.test"), "{shown}");
+        assert!(shown.contains(&format!("({} characters cut)", name.len() - 60)), "{shown}");
+        assert_eq!(cut_middle("ünïcödé", 3), "ü…(4 characters cut)…dé");
+    }
 
     #[test]
     fn cut_keeps_the_start_and_says_how_much_is_left() {

@@ -30,6 +30,10 @@ pub const MAX_WILDCARD_LABEL: usize = 32;
 pub enum Refusal {
     RecordType(u16),
     BadCharacters,
+    /// Not a name an allow entry could hold (one label, a label that starts
+    /// or ends with a hyphen, over 253 octets, or a last label of digits:
+    /// an IPv4 address): refused at once, never held or offered (D19).
+    NotAName,
     NotAllowlisted,
     Denied(String),
     LongLabel(usize),
@@ -41,6 +45,10 @@ impl fmt::Display for Refusal {
         match self {
             Refusal::RecordType(t) => write!(f, "record type {} is not served (only A and AAAA)", type_name(*t)),
             Refusal::BadCharacters => write!(f, "a label has characters other than letters, digits and hyphens"),
+            Refusal::NotAName => write!(
+                f,
+                "not a DNS name an allow entry can hold (one label, a hyphen at a label's edge, too long, or an address written as a name)"
+            ),
             Refusal::NotAllowlisted => write!(f, "the name is not on the allowlist"),
             Refusal::Denied(pattern) => write!(f, "the name is denied by `{pattern}`"),
             Refusal::LongLabel(length) => {
@@ -72,6 +80,11 @@ impl NamePattern {
         let invalid = || format!("`{text}` is not a DNS name (expected e.g. github.com or *.npmjs.org)");
         if base.len() > 253 || !base.contains('.') || !base.split('.').all(is_hostname_label) {
             return Err(invalid());
+        }
+        // No top-level domain is all digits (RFC 3696 2): such a "name" is an
+        // address (`10.0.0.1`), and an entry must never be read as both.
+        if base.rsplit('.').next().is_some_and(|last| last.bytes().all(|b| b.is_ascii_digit())) {
+            return Err(format!("`{text}` is an address, not a DNS name (write an address as a CIDR entry: 10.0.0.1/32)"));
         }
         Ok(NamePattern { wildcard, base: base.to_owned() })
     }
@@ -180,7 +193,11 @@ impl NamePolicy {
         {
             return Err(Refusal::BadCharacters);
         }
-        self.check_name(&question.name())
+        let name = question.name();
+        if NamePattern::parse(&name).is_err() {
+            return Err(Refusal::NotAName);
+        }
+        self.check_name(&name)
     }
 
     /// Whether the (lower-case, LDH) `name` is allowed.
@@ -222,7 +239,23 @@ mod tests {
     fn patterns_parse_and_name_bad_entries() {
         assert_eq!(pattern("GitHub.com.").to_string(), "github.com");
         assert_eq!(pattern("*.npmjs.org").to_string(), "*.npmjs.org");
-        for bad in ["", " github.com", "*", "localhost", "*.com", "a..b", "-a.com", "a_b.com", "*.*.com", "a.*.com", "10.0.0.1/8 x"] {
+        for bad in [
+            "",
+            " github.com",
+            "*",
+            "localhost",
+            "*.com",
+            "a..b",
+            "-a.com",
+            "a_b.com",
+            "*.*.com",
+            "a.*.com",
+            "10.0.0.1/8 x",
+            "10.0.0.1",
+            "1.2.3",
+            "*.10.0.0.1",
+            "x.1",
+        ] {
             let error = NamePattern::parse(bad).expect_err(bad);
             assert!(error.contains(&format!("`{bad}`")), "{error}");
         }
@@ -253,6 +286,19 @@ mod tests {
         let binary = Question { labels: vec![vec![0x00, 0xff], b"github".to_vec(), b"com".to_vec()], record_type: TYPE_A, class: CLASS_IN };
         assert_eq!(policy.check(&binary), Err(Refusal::BadCharacters));
         assert_eq!(policy.check(&Question::new("", TYPE_A)), Err(Refusal::BadCharacters));
+    }
+
+    /// D19: a question whose name no allow entry could hold is refused at
+    /// once (never `NotAllowlisted`, which a hold would offer to a human).
+    #[test]
+    fn addresses_and_malformed_names_are_not_names() {
+        let policy = policy(&["github.com"]);
+        let long = format!("{}.test", ["a".repeat(63), "a".repeat(63), "a".repeat(63), "a".repeat(60)].join("."));
+        assert!(long.len() > 253);
+        for name in ["10.231.11.53", "169.254.169.254", "0177.0.0.1", "wpad", "-x.test", "x-.test", "1.2.3", long.as_str()] {
+            assert_eq!(policy.check(&Question::new(name, TYPE_A)), Err(Refusal::NotAName), "{name}");
+        }
+        assert_eq!(policy.check(&Question::new("0x7f.test", TYPE_A)), Err(Refusal::NotAllowlisted), "a name, only unlisted");
     }
 
     #[test]

@@ -333,6 +333,10 @@ pub enum DnsRefusal {
     RecordType,
     /// A label with characters other than letters, digits and hyphens.
     BadCharacters,
+    /// Not a name an allow entry could hold (one label, a hyphen at a
+    /// label's edge, over 253 octets, an address written as a name): refused
+    /// at once, never held or asked about.
+    NotAName,
     /// The name is on no allow entry.
     NotAllowlisted,
     /// A deny entry covers the name (or an alias in its answer).
@@ -350,6 +354,7 @@ impl DnsRefusal {
             DnsRefusal::Malformed => "malformed",
             DnsRefusal::RecordType => "recordType",
             DnsRefusal::BadCharacters => "badCharacters",
+            DnsRefusal::NotAName => "notAName",
             DnsRefusal::NotAllowlisted => "notAllowlisted",
             DnsRefusal::Denied => "denied",
             DnsRefusal::LongLabel => "longLabel",
@@ -482,6 +487,46 @@ pub enum SidecarEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         suppressed: Option<u64>,
     },
+    /// The origin of a credential endpoint answered a request (`method`)
+    /// with the credential in `part` of its answer (an echo, a reflection):
+    /// a head that carried it was never sent (the client got a 502), a body
+    /// was cut before it and the client connection closed. `status`: the
+    /// origin's, when its status line could be read. Never the credential.
+    CredentialWithheld {
+        origin: String,
+        method: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+        part: WithheldPart,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        suppressed: Option<u64>,
+    },
+}
+
+/// Where an origin's answer carried the credential of its endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WithheldPart {
+    /// The status line or a header (of the answer or of an interim 1xx).
+    Head,
+    /// The body, or a trailer of a chunked body.
+    Body,
+}
+
+impl WithheldPart {
+    /// The wire word (`head`, `body`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WithheldPart::Head => "head",
+            WithheldPart::Body => "body",
+        }
+    }
+}
+
+impl std::fmt::Display for WithheldPart {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
 }
 
 /// The transport of a direct connection, which an address grant is scoped
@@ -505,6 +550,10 @@ impl Service {
     /// port; else why not.
     pub fn new(protocol: u8, port: Option<u16>) -> Result<Service, String> {
         let ported = matches!(protocol, Service::TCP | Service::UDP);
+        if protocol == 0 {
+            // A policy rule of protocol 0 matches every protocol.
+            return Err("IP protocol 0 is not one protocol".to_owned());
+        }
         match port {
             Some(0) => Err("port 0 is not a destination port".to_owned()),
             Some(_) if !ported => Err(format!("IP protocol {protocol} has no ports")),
@@ -558,7 +607,14 @@ impl std::fmt::Display for Service {
 /// The sidecar entry of one service of an address's host network:
 /// `10.9.0.7/32 tcp/8081` (the network, one space, the service). Allowed,
 /// it opens that protocol and port of the address and nothing else; denied,
-/// it refuses exactly that.
+/// it refuses exactly that. The sidecar takes it wherever an entry goes
+/// (`allow`, `deny`, `revoke`, `set`, with `forMs` too) and reports it back
+/// as this text (policy, `entriesExpired`); it refuses one whose network is
+/// not a host (/32, /128) or is IPv4-mapped, and IP protocol 0 (a policy
+/// rule cannot tell it from every protocol). Where it meets a CIDR entry,
+/// a deny wins: a service allow opens nothing while an explicit CIDR deny
+/// decides the address (or the address is protected), and a service deny
+/// closes its protocol and port under a CIDR allow.
 pub fn service_entry(network: &str, service: Service) -> String {
     format!("{network} {service}")
 }
@@ -583,7 +639,8 @@ impl SidecarEvent {
             | SidecarEvent::DnsResolved { suppressed, .. }
             | SidecarEvent::DnsHeld { suppressed, .. }
             | SidecarEvent::ConnectBlocked { suppressed, .. }
-            | SidecarEvent::CredentialRejected { suppressed, .. } => *suppressed = Some(count),
+            | SidecarEvent::CredentialRejected { suppressed, .. }
+            | SidecarEvent::CredentialWithheld { suppressed, .. } => *suppressed = Some(count),
             SidecarEvent::EntriesExpired { .. } | SidecarEvent::DnsTally { .. } => {}
         }
     }
@@ -599,12 +656,14 @@ mod tests {
 
     #[test]
     fn services_are_written_one_way_and_read_strictly() {
-        for (text, protocol, port) in [("tcp/8081", 6, Some(8081)), ("udp/53", 17, Some(53)), ("132", 132, None), ("0", 0, None)] {
+        for (text, protocol, port) in [("tcp/8081", 6, Some(8081)), ("udp/53", 17, Some(53)), ("132", 132, None), ("1", 1, None)] {
             let service = Service::parse(text).expect(text);
             assert_eq!((service.protocol(), service.port()), (protocol, port), "{text}");
             assert_eq!(service.to_string(), text);
         }
-        for bad in ["", "tcp", "tcp/", "tcp/0", "tcp/65536", "tcp/+80", "tcp/80 ", "TCP/80", "6", "17", "256", "132/5", "sctp/5", "udp/-1", "1e3"] {
+        for bad in
+            ["", "tcp", "tcp/", "tcp/0", "tcp/65536", "tcp/+80", "tcp/80 ", "TCP/80", "6", "17", "256", "132/5", "sctp/5", "udp/-1", "1e3"]
+        {
             assert!(Service::parse(bad).is_err(), "{bad:?}");
         }
         assert!(Service::new(Service::TCP, None).is_err());
@@ -810,5 +869,31 @@ mod tests {
         let line = r#"{"type":"connectBlocked","address":"fd00::7","protocol":"47"}"#;
         let read: SidecarEvent = serde_json::from_str(line).unwrap();
         assert_eq!(read, SidecarEvent::ConnectBlocked { address: "fd00::7".into(), protocol: "47".into(), port: None, suppressed: None });
+        let mut withheld = SidecarEvent::CredentialWithheld {
+            origin: "https://api.example.test".into(),
+            method: "GET".into(),
+            status: Some(200),
+            part: WithheldPart::Body,
+            suppressed: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&withheld).unwrap(),
+            r#"{"type":"credentialWithheld","origin":"https://api.example.test","method":"GET","status":200,"part":"body"}"#
+        );
+        withheld.set_suppressed(2);
+        let line = serde_json::to_string(&withheld).unwrap();
+        assert!(line.ends_with(r#""part":"body","suppressed":2}"#), "{line}");
+        let line = r#"{"type":"credentialWithheld","origin":"https://a.test","method":"POST","part":"head"}"#;
+        let read: SidecarEvent = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            read,
+            SidecarEvent::CredentialWithheld {
+                origin: "https://a.test".into(),
+                method: "POST".into(),
+                status: None,
+                part: WithheldPart::Head,
+                suppressed: None
+            }
+        );
     }
 }

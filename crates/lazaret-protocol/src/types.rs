@@ -137,6 +137,10 @@ pub enum Outcome {
     /// What went through the credential endpoints since the last such
     /// record, per origin (written when a session ends).
     CredentialUse,
+    /// A credential endpoint's origin answered with the key in the head or
+    /// body of its answer: the head was withheld (502), or the body cut
+    /// before the key.
+    CredentialWithheld,
 }
 
 impl Outcome {
@@ -163,6 +167,7 @@ impl Outcome {
             Outcome::NetworkQueueFull => "networkQueueFull",
             Outcome::CredentialRejected => "credentialRejected",
             Outcome::CredentialUse => "credentialUse",
+            Outcome::CredentialWithheld => "credentialWithheld",
         }
     }
 
@@ -510,6 +515,10 @@ pub struct CredentialEndpointStatus {
     /// Bytes of request bodies sent on, and of response bodies passed back.
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// Answers that carried the credential (counted in their status class
+    /// too): a head withheld (the client got a 502) or a body cut before it.
+    #[serde(default)]
+    pub withheld: u64,
 }
 
 /// Whether an entry allows or denies.
@@ -966,5 +975,15 @@ mod tests {
         assert_eq!(serde_json::to_value(StateChangeKind::ModifiedConflict).expect("json"), "modifiedConflict");
         let lagged = serde_json::to_value(SequencedEvent { seq: 3, event: Event::EventsLagged { dropped: 9 } }).expect("json");
         assert_eq!(lagged, serde_json::json!({"seq": 3, "kind": "eventsLagged", "dropped": 9}));
+        assert_eq!(serde_json::to_value(NetworkDecision::AllowEveryPort).expect("json"), "allowEveryPort");
+    }
+
+    /// A grant kept in a Domain Root before grants had a service (D19) still
+    /// reads: no service, and `everyPort` for the coordinator to set.
+    #[test]
+    fn a_grant_written_before_services_reads() {
+        let old = r#"{"id":"g1","destination":"10.9.0.7/32","verdict":"allow","scope":{"type":"profile"},"decidedBy":"rpc:cli","grantedAtMs":1,"expiresAtMs":null,"hits":0}"#;
+        let grant: NetworkGrant = serde_json::from_str(old).expect("an old grant reads");
+        assert_eq!((grant.service, grant.every_port), (None, false));
     }
 }

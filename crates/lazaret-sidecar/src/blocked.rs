@@ -1,9 +1,11 @@
 //! Connections to addresses no entry covers, as questions for the human: the drop
 //! link's packets arrive here from nfnetlink_log (`nft.rs` logs them to
-//! [`LOG_GROUP`]), and each destination becomes a `connectBlocked` event while
-//! questions are held (`[network] ask`), so that the coordinator offers the address
-//! as a network request. The packet itself was refused already; an `allow` of the
-//! address opens it for the next try.
+//! [`LOG_GROUP`]), and each destination (address, protocol and port) becomes a
+//! `connectBlocked` event while questions are held (`[network] ask`), so that the
+//! coordinator offers that protocol and port of the address as a network request.
+//! The packet itself was refused already; an `allow` of the service
+//! (`10.9.0.7/32 tcp/8081`) opens it for the next try, and only it: another port of
+//! the same address reaches the drop link again and is a question of its own.
 //!
 //! Only what opens a conversation is reported: a TCP SYN, a UDP datagram, an ICMP
 //! echo request. Not the kernel's own answers to a peer (a reset, an ICMP error, a
@@ -11,10 +13,11 @@
 //! address nobody inside chose. Nor addresses that are no remote host at all
 //! (loopback, link-local, multicast, broadcast, "this network"), nor what the policy
 //! decides by name (an explicit deny, a protected address, an allowed one without a
-//! route; `Enforcer::offers`: routing alone is not trusted with it, since a sender
-//! that names its output interface gets past `prohibit`), nor the same destination
-//! again within [`REPEAT_WINDOW`] (a client retrying; the coordinator counts repeats
-//! of a pending request anyway).
+//! route, a service that is an entry itself; `Enforcer::offers`: routing alone is not
+//! trusted with it, since a sender that names its output interface gets past
+//! `prohibit`), nor the same destination (address, protocol and port) again within
+//! [`REPEAT_WINDOW`] (a client retrying; the coordinator counts repeats of a pending
+//! request anyway).
 //!
 //! The messages are written and read by hand (`linux/netfilter/nfnetlink_log.h`),
 //! as in `nft.rs`.
@@ -25,7 +28,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lazaret_protocol::sidecar::SidecarEvent;
+use lazaret_protocol::sidecar::{Service, SidecarEvent};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
 use crate::addresses::{classify, Class};
@@ -103,6 +106,12 @@ impl Destination {
         Some(Destination { address: address.to_canonical(), protocol, port, opens })
     }
 
+    /// The protocol and port as an entry names them (`None`: TCP or UDP without a port,
+    /// cut off by the snap length).
+    pub fn service(&self) -> Option<Service> {
+        Service::new(self.protocol, self.port).ok()
+    }
+
     /// The event for this destination.
     pub fn event(&self) -> SidecarEvent {
         let protocol = match self.protocol {
@@ -114,16 +123,20 @@ impl Destination {
     }
 }
 
+/// A destination as [`Recent`] tells them apart: address, protocol, port.
+type Reported = (IpAddr, u8, Option<u16>);
+
 /// Which destinations were reported lately (see [`REPEAT_WINDOW`]).
 #[derive(Default)]
 pub struct Recent {
-    reported: HashMap<IpAddr, Instant>,
+    reported: HashMap<Reported, Instant>,
 }
 
 impl Recent {
-    /// Whether `address` is to be reported at `now` (and, if so, remembers it).
-    pub fn report(&mut self, address: IpAddr, now: Instant) -> bool {
-        if self.reported.get(&address).is_some_and(|at| now.duration_since(*at) < REPEAT_WINDOW) {
+    /// Whether `destination` is to be reported at `now` (and, if so, remembers it).
+    pub fn report(&mut self, destination: &Destination, now: Instant) -> bool {
+        let key = (destination.address, destination.protocol, destination.port);
+        if self.reported.get(&key).is_some_and(|at| now.duration_since(*at) < REPEAT_WINDOW) {
             return false;
         }
         if self.reported.len() >= REMEMBERED {
@@ -134,7 +147,7 @@ impl Recent {
                 }
             }
         }
-        self.reported.insert(address, now);
+        self.reported.insert(key, now);
         true
     }
 }
@@ -226,11 +239,12 @@ pub fn serve(mut log: Log, shared: Arc<Shared>) {
             if enforcer.state().hold.is_zero() {
                 continue;
             }
-            destinations.into_iter().filter(|d| d.opens && offerable(d.address) && enforcer.offers(d.address)).collect()
+            destinations.into_iter().filter(|d| d.opens && offerable(d.address) && enforcer.offers(d.address, d.service())).collect()
         };
         for destination in offered {
-            if recent.report(destination.address, Instant::now()) {
-                eprintln!("lazaret-sidecar: blocked a connection to {} (no entry covers it)", destination.address);
+            if recent.report(&destination, Instant::now()) {
+                let service = destination.service().map(|service| format!(" {service}")).unwrap_or_default();
+                eprintln!("lazaret-sidecar: blocked a connection to {}{service} (no entry covers it)", destination.address);
                 shared.events.emit(destination.event());
             }
         }
@@ -374,19 +388,41 @@ mod tests {
     }
 
     #[test]
-    fn a_destination_is_reported_once_per_window() {
+    fn a_destination_is_reported_once_per_window_and_each_port_is_its_own() {
         let mut recent = Recent::default();
         let start = Instant::now();
-        let address: IpAddr = "10.9.0.7".parse().unwrap();
-        assert!(recent.report(address, start));
-        assert!(!recent.report(address, start + Duration::from_millis(500)));
-        assert!(recent.report("10.9.0.8".parse().unwrap(), start));
-        assert!(recent.report(address, start + REPEAT_WINDOW));
-        // A flood of distinct addresses keeps the memory bounded.
+        let to =
+            |address: &str, protocol: u8, port: Option<u16>| Destination { address: address.parse().unwrap(), protocol, port, opens: true };
+        let first = to("10.9.0.7", IPPROTO_TCP, Some(8081));
+        assert!(recent.report(&first, start));
+        assert!(!recent.report(&first, start + Duration::from_millis(500)));
+        assert!(recent.report(&to("10.9.0.8", IPPROTO_TCP, Some(8081)), start));
+        assert!(recent.report(&to("10.9.0.7", IPPROTO_TCP, Some(8080)), start), "another port: another question");
+        assert!(recent.report(&to("10.9.0.7", IPPROTO_UDP, Some(8081)), start), "another protocol too");
+        assert!(!recent.report(&to("10.9.0.7", IPPROTO_UDP, Some(8081)), start));
+        assert!(recent.report(&first, start + REPEAT_WINDOW));
+        // A flood of distinct destinations keeps the memory bounded.
         for n in 0..5000u32 {
-            recent.report(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n)), start + REPEAT_WINDOW);
+            let flood =
+                Destination { address: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n)), protocol: IPPROTO_TCP, port: Some(80), opens: true };
+            recent.report(&flood, start + REPEAT_WINDOW);
+        }
+        for port in 1..3000u16 {
+            recent.report(&to("10.9.0.7", IPPROTO_TCP, Some(port)), start + REPEAT_WINDOW);
         }
         assert!(recent.reported.len() <= REMEMBERED);
+    }
+
+    #[test]
+    fn a_destination_names_its_service() {
+        let service = |protocol: u8, port: Option<u16>| {
+            Destination { address: "10.9.0.7".parse().unwrap(), protocol, port, opens: true }.service().map(|s| s.to_string())
+        };
+        assert_eq!(service(IPPROTO_TCP, Some(8081)).as_deref(), Some("tcp/8081"));
+        assert_eq!(service(IPPROTO_UDP, Some(9999)).as_deref(), Some("udp/9999"));
+        assert_eq!(service(IPPROTO_ICMP, None).as_deref(), Some("1"));
+        assert_eq!(service(IPPROTO_TCP, None), None, "cut before its port");
+        assert_eq!(service(IPPROTO_TCP, Some(0)), None);
     }
 
     #[test]

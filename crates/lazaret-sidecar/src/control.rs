@@ -1,8 +1,18 @@
 //! The control socket's requests, read into checked values: the wire types
 //! are [`lazaret_protocol::sidecar`] (one JSON object per line each way,
 //! typed once for this sidecar and the coordinator); here each entry is
-//! parsed (a CIDR, an address or a DNS name pattern) and the sizes bounded,
-//! and a failure is a message that names the bad value. Every success is
+//! parsed (a CIDR, an address, one protocol and port of a host address, or
+//! a DNS name pattern) and the sizes bounded, and a failure is a message
+//! that names the bad value.
+//!
+//! A service entry is `ADDRESS/LEN SERVICE` with exactly one space
+//! (`10.9.0.7/32 tcp/8081`, `fd00::7/128 udp/53`, `10.9.0.7/32 132`; the
+//! protocol's [`Service`] grammar): only a host network (/32 or /128, or a
+//! bare address, not IPv4-mapped) carries one, and never IP protocol 0,
+//! which a policy rule cannot tell from every protocol. Its `Display` (the network normalised,
+//! one space, the service) keys its timer and is what `entriesExpired` and
+//! the policy report; it is allowed wherever an entry is (`allow`, `deny`,
+//! `revoke`, `set`, with `forMs` too). Every success is
 //! answered with the policy now in force (see `Enforcer::snapshot`), a
 //! failure with [`SidecarReply::Error`], leaving the policy as it was.
 //! A timed entry's life (`forMs`) is 1 ms to [`MAX_FOR_MS`], a hold at most
@@ -11,7 +21,9 @@
 use lazaret_dns::{NamePattern, NamePolicy};
 use std::time::Duration;
 
-use lazaret_protocol::sidecar::{CredentialEndpoint, PrivateAnswers, SidecarReply, SidecarRequest, MAX_FOR_MS, MAX_HOLD_MS, MAX_ITEMS};
+use lazaret_protocol::sidecar::{
+    service_entry, CredentialEndpoint, PrivateAnswers, Service, SidecarReply, SidecarRequest, MAX_FOR_MS, MAX_HOLD_MS, MAX_ITEMS,
+};
 
 use crate::policy::{Cidr, Policy};
 
@@ -20,12 +32,19 @@ use crate::policy::{Cidr, Policy};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
     Cidr(Cidr),
+    /// One protocol and port of a host network (/32 or /128).
+    Service(Cidr, Service),
     Name(NamePattern),
 }
 
 impl Entry {
-    /// A CIDR or address, else a DNS name pattern; the error names the entry.
+    /// `ADDRESS/LEN SERVICE` (see the module's documentation), a CIDR or
+    /// address, else a DNS name pattern; the error names the entry.
     pub fn parse(text: &str) -> Result<Entry, String> {
+        let trimmed = text.trim();
+        if trimmed.contains(char::is_whitespace) {
+            return Entry::parse_service(trimmed);
+        }
         let looks_like_address = text.contains(':') || text.contains('/') || text.trim().bytes().all(|b| b.is_ascii_digit() || b == b'.');
         if looks_like_address {
             Cidr::parse(text).map(Entry::Cidr)
@@ -33,12 +52,34 @@ impl Entry {
             NamePattern::parse(text).map(Entry::Name)
         }
     }
+
+    fn parse_service(text: &str) -> Result<Entry, String> {
+        let bad = |why: String| format!("{text:?} is not a host address with a protocol and port (10.9.0.7/32 tcp/8081): {why}");
+        let (network, service) = text.split_once(' ').ok_or_else(|| bad("the two parts are separated by one space".to_owned()))?;
+        if network.is_empty() || service.is_empty() || service.contains(char::is_whitespace) || network.contains(char::is_whitespace) {
+            return Err(bad("the two parts are separated by exactly one space".to_owned()));
+        }
+        let cidr = Cidr::parse(network).map_err(bad)?;
+        if Cidr::host(cidr.addr()) != cidr {
+            return Err(bad(format!("{cidr} is a network; only a host address (/32 or /128) carries a protocol and port")));
+        }
+        if cidr.addr().to_canonical() != cidr.addr() {
+            let v4 = cidr.addr().to_canonical();
+            return Err(bad(format!("an IPv4-mapped address is routed as IPv4: write {v4}/32")));
+        }
+        let service = Service::parse(service).map_err(bad)?;
+        if service.protocol() == 0 {
+            return Err(bad("IP protocol 0 cannot be told apart from every protocol in a policy rule".to_owned()));
+        }
+        Ok(Entry::Service(cidr, service))
+    }
 }
 
 impl std::fmt::Display for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Entry::Cidr(c) => c.fmt(f),
+            Entry::Service(c, service) => f.write_str(&service_entry(&c.to_string(), *service)),
             Entry::Name(n) => n.fmt(f),
         }
     }
@@ -85,12 +126,14 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
             for entry in entries(&allow, "allow")? {
                 match entry {
                     Entry::Cidr(c) => policy.allow(c),
+                    Entry::Service(c, service) => policy.allow_service(c.addr(), service),
                     Entry::Name(n) => names.allow(n),
                 }
             }
             for entry in entries(&deny, "deny")? {
                 match entry {
                     Entry::Cidr(c) => policy.deny(c),
+                    Entry::Service(c, service) => policy.deny_service(c.addr(), service),
                     Entry::Name(n) => names.deny(n),
                 }
             }
@@ -245,6 +288,59 @@ mod tests {
         }
         let many = format!(r#"{{"type":"deny","entries":[{}]}}"#, vec![r#""10.0.0.1""#; MAX_ITEMS + 1].join(","));
         assert!(parse_command(&many).unwrap_err().contains("more than"), "more than {MAX_ITEMS} entries");
+    }
+
+    #[test]
+    fn a_service_entry_is_one_protocol_and_port_of_a_host_address() {
+        let entry = c("10.9.0.7/32 tcp/8081");
+        assert_eq!(entry, Entry::Service(Cidr::parse("10.9.0.7").unwrap(), Service::parse("tcp/8081").unwrap()));
+        assert_eq!(entry.to_string(), "10.9.0.7/32 tcp/8081");
+        for (text, normalised) in [
+            ("10.9.0.7 tcp/8081", "10.9.0.7/32 tcp/8081"),
+            ("fd00:0::7/128 udp/53", "fd00::7/128 udp/53"),
+            ("fd00::7 132", "fd00::7/128 132"),
+            (" 10.9.0.7/32 udp/9999 ", "10.9.0.7/32 udp/9999"),
+        ] {
+            assert_eq!(c(text).to_string(), normalised, "{text:?}");
+        }
+        assert_eq!(
+            parse_command(r#"{"type":"allow","entries":["10.9.0.7/32 tcp/8081"],"forMs":5000}"#),
+            Ok(Command::Allow(vec![entry.clone()], Some(Duration::from_secs(5))))
+        );
+        assert_eq!(parse_command(r#"{"type":"deny","entries":["10.9.0.7/32 tcp/8081"]}"#), Ok(Command::Deny(vec![entry.clone()], None)));
+        assert_eq!(parse_command(r#"{"type":"revoke","entries":["10.9.0.7/32 tcp/8081"]}"#), Ok(Command::Revoke(vec![entry])));
+        let Ok(Command::Set(policy, _, _)) =
+            parse_command(r#"{"type":"set","allow":["10.9.0.7/32 tcp/8081","10.0.0.0/8"],"deny":["10.9.0.8/32 udp/53"]}"#)
+        else {
+            panic!("set did not parse");
+        };
+        let address = |text: &str| text.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(policy.listed_services(Verdict::Allow), [(address("10.9.0.7"), Service::parse("tcp/8081").unwrap())]);
+        assert_eq!(policy.listed_services(Verdict::Deny), [(address("10.9.0.8"), Service::parse("udp/53").unwrap())]);
+        assert_eq!(policy.listed(Verdict::Allow), [Cidr::parse("10.0.0.0/8").unwrap()]);
+        for (bad, named) in [
+            ("10.9.0.0/24 tcp/8081", "is a network"),
+            ("0.0.0.0/0 tcp/80", "is a network"),
+            ("fd00::/64 udp/53", "is a network"),
+            ("10.9.0.7/32  tcp/8081", "exactly one space"),
+            ("10.9.0.7/32 tcp/8081 udp/53", "exactly one space"),
+            ("10.9.0.7/32 tcp", "tcp/8080"),
+            ("10.9.0.7/32 tcp/0", "port 0"),
+            ("10.9.0.7/32 tcp/65536", "over 65535"),
+            ("10.9.0.7/32 6", "tcp/PORT"),
+            ("10.9.0.7/32 0", "protocol 0"),
+            ("10.9.0.7/33 tcp/80", "too long"),
+            ("::ffff:10.9.0.7/128 tcp/80", "write 10.9.0.7/32"),
+            ("grant.test tcp/443", "not an IP address"),
+            ("*.npmjs.org tcp/443", "not an IP address"),
+        ] {
+            let request = format!(r#"{{"type":"allow","entries":["10.0.0.1","{bad}"]}}"#);
+            let error = parse_command(&request).expect_err(bad);
+            assert!(error.contains(&format!("{bad:?}")), "the error names the entry: {bad:?}: {error}");
+            assert!(error.contains(named), "{bad:?}: {error}");
+        }
+        let error = Entry::parse("10.9.0.7/32\ttcp/8081").expect_err("a tab");
+        assert!(error.contains("one space") && error.contains(r#""10.9.0.7/32\ttcp/8081""#), "{error}");
     }
 
     #[test]

@@ -312,6 +312,7 @@ fn refusal_reason(refusal: &Refusal) -> DnsRefusal {
     match refusal {
         Refusal::RecordType(_) => DnsRefusal::RecordType,
         Refusal::BadCharacters => DnsRefusal::BadCharacters,
+        Refusal::NotAName => DnsRefusal::NotAName,
         Refusal::NotAllowlisted => DnsRefusal::NotAllowlisted,
         Refusal::Denied(_) => DnsRefusal::Denied,
         Refusal::LongLabel(_) => DnsRefusal::LongLabel,

@@ -1,4 +1,6 @@
-//! The egress policy and the kernel it lives in: the CIDR entries, the DNS name
+//! The egress policy and the kernel it lives in: the CIDR entries, the service
+//! entries (one protocol and port of one address: `10.9.0.7/32 tcp/8081`, see
+//! `policy.rs`; held in [`State::cidrs`] beside the CIDRs), the DNS name
 //! patterns, the addresses learned from answers to allowed names (each until its
 //! TTL runs out and no connection uses it; internal addresses only where a CIDR
 //! allow covers them or private answers are allowed, see `addresses.rs`), the
@@ -12,6 +14,12 @@
 //! `dns.rs`). Removing an entry (a revoke, an expiry, a deny, a `set`) forgets
 //! the learned addresses its names no longer open, in use or not, so their
 //! rules go and established flows through them stop.
+//!
+//! A service allow never opens its address as a whole, and gets no rule while
+//! an explicit CIDR deny decides the address or the address is protected
+//! ([`State::rules`]). A connection to another protocol or port of such an
+//! address is still an open question ([`Enforcer::offers`]): a request of its
+//! own while questions are held. One whose exact service is denied never is.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -27,7 +35,8 @@ use crate::addresses::{classify, Class};
 use crate::control::Entry;
 use crate::nft::Nft;
 use crate::policy::{
-    allowed_ranges, diff, guard_rules, sort_rules, unlisted_rules, Cidr, Policy, RuleSpec, Verdict, DNS_MARK, UPSTREAM_PRIORITY,
+    allowed_ranges, diff, guard_rules, service_verdicts, sort_rules, unlisted_rules, Cidr, Policy, RuleSpec, Service, Verdict, DNS_MARK,
+    UPSTREAM_PRIORITY,
 };
 use crate::rtnl::Rtnl;
 
@@ -127,6 +136,7 @@ pub fn not_an_entry(entry: &Entry) -> String {
 /// Everything the kernel rules are made from, and the timers of timed entries.
 #[derive(Clone, Debug, Default)]
 pub struct State {
+    /// The CIDR entries and the service entries.
     pub cidrs: Policy,
     pub names: NamePolicy,
     pub learned: BTreeMap<IpAddr, Learned>,
@@ -152,6 +162,8 @@ impl State {
             match (entry, verdict) {
                 (Entry::Cidr(c), EntryVerdict::Allow) => self.cidrs.allow(*c),
                 (Entry::Cidr(c), EntryVerdict::Deny) => self.cidrs.deny(*c),
+                (Entry::Service(c, service), EntryVerdict::Allow) => self.cidrs.allow_service(c.addr(), *service),
+                (Entry::Service(c, service), EntryVerdict::Deny) => self.cidrs.deny_service(c.addr(), *service),
                 (Entry::Name(n), EntryVerdict::Allow) => self.names.allow(n.clone()),
                 (Entry::Name(n), EntryVerdict::Deny) => self.names.deny(n.clone()),
             }
@@ -172,6 +184,8 @@ impl State {
         match (entry, verdict) {
             (Entry::Cidr(c), EntryVerdict::Allow) => self.cidrs.stated(c) == Some(Verdict::Allow),
             (Entry::Cidr(c), EntryVerdict::Deny) => self.cidrs.stated(c) == Some(Verdict::Deny),
+            (Entry::Service(c, service), EntryVerdict::Allow) => self.cidrs.stated_service(c.addr(), *service) == Some(Verdict::Allow),
+            (Entry::Service(c, service), EntryVerdict::Deny) => self.cidrs.stated_service(c.addr(), *service) == Some(Verdict::Deny),
             (Entry::Name(n), EntryVerdict::Allow) => self.names.has_allow(n),
             (Entry::Name(n), EntryVerdict::Deny) => self.names.has_deny(n),
         }
@@ -189,6 +203,9 @@ impl State {
             match entry {
                 Entry::Cidr(c) => {
                     self.cidrs.remove(*c);
+                }
+                Entry::Service(c, service) => {
+                    self.cidrs.remove_service(c.addr(), *service);
                 }
                 Entry::Name(n) => {
                     self.names.remove(n);
@@ -233,11 +250,24 @@ impl State {
         }
     }
 
-    /// The policy in force, as the control protocol reports it.
+    /// The policy in force, as the control protocol reports it: CIDRs, then
+    /// services (as their entries' text, `10.9.0.7/32 tcp/8081`), then names.
     pub fn policy(&self, upstreams: &[SocketAddr], rules: usize, now: Instant) -> NetworkPolicy {
+        let services = |verdict: Verdict| -> Vec<String> {
+            self.cidrs
+                .listed_services(verdict)
+                .into_iter()
+                .map(|(address, service)| Entry::Service(Cidr::host(address), service).to_string())
+                .collect()
+        };
         let mut allow: Vec<String> = self.cidrs.listed(Verdict::Allow).iter().map(|c| c.to_string()).collect();
+        allow.extend(services(Verdict::Allow));
         allow.extend(self.names.allowed().map(|n| n.to_string()));
-        let mut deny: Vec<String> = self.cidrs.listed(Verdict::Deny).iter().map(|c| c.to_string()).collect();
+        // Every deny as stated, also one the rules prune (no allow around it):
+        // it still keeps a name's answers out and the address from being
+        // offered, and a restarted sidecar gets it back from this list.
+        let mut deny: Vec<String> = self.cidrs.stated_denies().iter().map(|c| c.to_string()).collect();
+        deny.extend(services(Verdict::Deny));
         deny.extend(self.names.denied().map(|n| n.to_string()));
         let learned = self
             .learned
@@ -273,7 +303,9 @@ impl State {
 
     /// The rules this state needs, upstream rules included (guard rules not).
     /// A `protected` address or network gets a deny rule unless the CIDR
-    /// entries allow exactly that address or network.
+    /// entries allow exactly that address or network; a service allow of a
+    /// protected address gets no rule at all (nor under an explicit CIDR
+    /// deny: [`Policy::rules`]).
     pub fn rules(&self, upstreams: &[SocketAddr], protected: &[Cidr]) -> Vec<RuleSpec> {
         let mut policy = self.cidrs.clone();
         for address in self.learned.keys() {
@@ -282,10 +314,10 @@ impl State {
             }
         }
         let mut rules = policy.rules();
+        rules.retain(|rule| !(rule.service.is_some() && rule.verdict == Verdict::Allow && is_protected(protected, rule.dst.addr())));
         for cidr in protected {
             if !self.cidrs.allows_exactly(cidr) {
-                let rule =
-                    RuleSpec { dst: *cidr, verdict: Verdict::Deny, priority: RuleSpec::priority_for(cidr), mark: 0, local_only: false };
+                let rule = RuleSpec::prohibit(cidr);
                 if !rules.contains(&rule) {
                     rules.push(rule);
                 }
@@ -298,6 +330,7 @@ impl State {
                 priority: UPSTREAM_PRIORITY,
                 mark: DNS_MARK,
                 local_only: false,
+                service: None,
             };
             if !rules.contains(&rule) {
                 rules.push(rule);
@@ -370,6 +403,16 @@ impl State {
             self.learned.remove(&oldest);
         }
         Learning { told, refused }
+    }
+
+    /// What [`Enforcer::offers`] says, for these `protected` addresses.
+    pub fn offers(&self, protected: &[Cidr], address: IpAddr, service: Option<Service>) -> bool {
+        let address = address.to_canonical();
+        service.is_none_or(|service| self.cidrs.stated_service(address, service).is_none())
+            && !self.cidrs.denies_explicitly(address)
+            && !self.cidrs.allows(address)
+            && !self.learned.contains_key(&address)
+            && !is_protected(protected, address)
     }
 
     /// Forgets addresses whose time ran out, unless a connection still uses them.
@@ -473,16 +516,17 @@ impl Enforcer {
         self.install(self.desired())
     }
 
-    /// Whether a connection to `address` may be offered to the human: no entry
-    /// decides it. Not an explicit deny, a protected address, an allowed one (a
-    /// CIDR entry or a learned answer) whose route went nowhere, whatever the
-    /// routing did with the packet.
-    pub fn offers(&self, address: IpAddr) -> bool {
-        let address = address.to_canonical();
-        !self.state.cidrs.denies_explicitly(address)
-            && !self.state.cidrs.allows(address)
-            && !self.state.learned.contains_key(&address)
-            && !is_protected(&self.protected, address)
+    /// Whether a connection to `service` of `address` (`None`: a protocol and
+    /// port unknown, e.g. past the snap length) may be offered to the human: no
+    /// entry decides it. Not an explicit deny, a protected address, an allowed
+    /// one (a CIDR entry or a learned answer) whose route went nowhere, nor a
+    /// service that is an entry itself (denied: its `prohibit` rule stops it
+    /// before the drop link anyway; allowed: a packet sent before the allow),
+    /// whatever the routing did with the packet. Service entries for *other*
+    /// protocols and ports of the address decide nothing here: this one is a
+    /// question of its own.
+    pub fn offers(&self, address: IpAddr, service: Option<Service>) -> bool {
+        self.state.offers(&self.protected, address, service)
     }
 
     fn desired(&self) -> Vec<RuleSpec> {
@@ -557,7 +601,9 @@ impl Enforcer {
         if now != want {
             return Err(io::Error::other(format!("kernel holds {} rules of ours, expected {}", now.len(), want.len())));
         }
-        self.nft.replace(&allowed_ranges(desired)).map_err(|e| io::Error::new(e.kind(), format!("netfilter output filter: {e}")))?;
+        self.nft
+            .replace(&allowed_ranges(desired), &service_verdicts(desired))
+            .map_err(|e| io::Error::new(e.kind(), format!("netfilter output filter: {e}")))?;
         Ok(now.len())
     }
 
@@ -981,11 +1027,100 @@ mod tests {
         assert!(state.timers.is_empty(), "the revoked timed entry's timer went");
         let policy = state.policy(&[], 0, now);
         assert_eq!(policy.allow, ["*.allowed.test"]);
-        assert!(policy.deny.is_empty(), "{:?}", policy.deny);
+        assert_eq!(policy.deny, ["10.213.0.128/25"], "a deny with no allow around it is still listed: it keeps answers out");
         assert_eq!(state.names.check_name("bad.allowed.test"), Ok(()), "the revoked deny no longer carves");
         assert!(state.cidrs.denies_explicitly(ip("10.213.0.200")), "the deny not revoked stays stated");
         change(&mut state, |s| s.remove_entries(&entries(&["10.213.0.128/25"])));
         assert!(!state.cidrs.denies_explicitly(ip("10.213.0.200")), "and goes when revoked");
+    }
+
+    fn service(text: &str) -> Service {
+        Service::parse(text).unwrap()
+    }
+
+    #[test]
+    fn service_entries_are_allowed_denied_timed_listed_and_revoked_by_their_text() {
+        let mut state = State::default();
+        let now = Instant::now();
+        let granted = entries(&["10.9.0.7/32 tcp/8081"]);
+        change(&mut state, |s| s.add_entries(&granted, EntryVerdict::Allow, Some(60 * SECOND), now));
+        change(&mut state, |s| s.add_entries(&entries(&["10.9.0.7 udp/53", "fd00::7/128 132"]), EntryVerdict::Deny, None, now));
+        assert!(state.holds(&granted[0], EntryVerdict::Allow) && !state.holds(&granted[0], EntryVerdict::Deny));
+        let other_port = entries(&["10.9.0.7/32 tcp/8080"]);
+        assert_eq!(state.unknown_entry(&other_port), Some(&other_port[0]), "another port of the address is no entry");
+        assert_eq!(state.unknown_entry(&entries(&["10.9.0.7/32"])).map(|e| e.to_string()).as_deref(), Some("10.9.0.7/32"));
+        let policy = state.policy(&[], 0, now + SECOND);
+        assert_eq!(policy.allow, ["10.9.0.7/32 tcp/8081"]);
+        assert_eq!(policy.deny, ["10.9.0.7/32 udp/53", "fd00::7/128 132"]);
+        let expiring: Vec<(String, u64)> = policy.expiring.iter().map(|e| (e.entry.clone(), e.expires_in_ms)).collect();
+        assert_eq!(expiring, [("10.9.0.7/32 tcp/8081".to_owned(), 59_000)]);
+        assert_eq!(
+            rule_text(&state),
+            [
+                "9500: to 10.9.0.7/32 ipproto tcp dport 8081 lookup main",
+                "9500: to 10.9.0.7/32 ipproto udp dport 53 prohibit",
+                "20000: to 0.0.0.0/0 prohibit",
+                "9500: to fd00::7/128 ipproto 132 prohibit",
+                "20000: to ::/0 prohibit",
+            ]
+        );
+        let mut expired = Expired::default();
+        change(&mut state, |s| expired = s.expire_entries(now + 60 * SECOND));
+        assert_eq!(expired, Expired { allow: vec!["10.9.0.7/32 tcp/8081".into()], deny: vec![] }, "reported as the entry's text");
+        assert!(!rule_text(&state).iter().any(|r| r.contains("8081")), "{:?}", rule_text(&state));
+        // Made permanent, then revoked exactly; the deny of the same service replaces an allow.
+        change(&mut state, |s| s.add_entries(&granted, EntryVerdict::Allow, None, now));
+        change(&mut state, |s| s.add_entries(&entries(&["10.9.0.7/32 udp/53"]), EntryVerdict::Allow, Some(SECOND), now));
+        assert!(state.holds(&entries(&["10.9.0.7/32 udp/53"])[0], EntryVerdict::Allow));
+        assert_eq!(state.unknown_entry(&granted), None);
+        change(&mut state, |s| s.remove_entries(&granted));
+        assert_eq!(state.unknown_entry(&granted), Some(&granted[0]));
+        assert_eq!(state.policy(&[], 0, now).allow, ["10.9.0.7/32 udp/53"]);
+        assert_eq!(state.timers.keys().cloned().collect::<Vec<_>>(), ["10.9.0.7/32 udp/53"]);
+    }
+
+    #[test]
+    fn a_protected_address_or_an_explicit_deny_wins_over_a_service_allow() {
+        let mut state = State::default();
+        let now = Instant::now();
+        let host = Cidr::parse("10.88.0.1").unwrap();
+        change(&mut state, |s| {
+            s.add_entries(&entries(&["10.88.0.1/32 tcp/22", "10.9.0.7/32 tcp/8081", "10.1.0.5/32 tcp/80"]), EntryVerdict::Allow, None, now);
+            s.add_entries(&entries(&["10.9.0.0/16"]), EntryVerdict::Deny, None, now);
+        });
+        let text: Vec<String> = state.rules(&[], &[host]).iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            text,
+            [
+                "9500: to 10.1.0.5/32 ipproto tcp dport 80 lookup main",
+                "10000: to 10.88.0.1/32 prohibit",
+                "20000: to 0.0.0.0/0 prohibit",
+                "20000: to ::/0 prohibit"
+            ],
+            "neither the protected address nor the denied network gets its service"
+        );
+        assert!(!state.offers(&[host], ip("10.88.0.1"), Some(service("tcp/22"))));
+        assert!(!state.offers(&[host], ip("10.88.0.1"), Some(service("tcp/23"))));
+        assert!(!state.offers(&[host], ip("10.9.0.7"), Some(service("tcp/8080"))));
+    }
+
+    #[test]
+    fn another_port_of_an_address_with_a_service_grant_is_still_offered_and_a_denied_service_never() {
+        let mut state = State::default();
+        let now = Instant::now();
+        change(&mut state, |s| {
+            s.add_entries(&entries(&["10.9.0.7/32 tcp/8081"]), EntryVerdict::Allow, None, now);
+            s.add_entries(&entries(&["10.9.0.7/32 tcp/22"]), EntryVerdict::Deny, None, now);
+        });
+        let address = ip("10.9.0.7");
+        assert!(state.offers(&[], address, Some(service("tcp/8080"))), "a port of its own is a question of its own");
+        assert!(state.offers(&[], address, Some(service("udp/9999"))));
+        assert!(state.offers(&[], ip("::ffff:10.9.0.7"), Some(service("udp/9999"))));
+        assert!(state.offers(&[], address, None));
+        assert!(!state.offers(&[], address, Some(service("tcp/22"))), "the denied service is never offered");
+        assert!(!state.offers(&[], address, Some(service("tcp/8081"))), "nor the allowed one (a packet before the allow)");
+        change(&mut state, |s| s.add_entries(&entries(&["10.9.0.7/32"]), EntryVerdict::Allow, None, now));
+        assert!(!state.offers(&[], address, Some(service("tcp/8080"))), "every port allowed: nothing to ask");
     }
 
     #[test]

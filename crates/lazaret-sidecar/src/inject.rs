@@ -14,14 +14,36 @@
 //! allowlist applies exactly as to a question of the sandbox), SNI the
 //! origin's host, the certificate checked against the host's CA bundle
 //! (`CA_BUNDLE_IN_SIDECAR`, mounted read-only). The answer is passed back as it
-//! arrives (each read is written at once: server-sent events and chunked
-//! streams are not buffered), at most [`MAX_RESPONSE_BODY`]. Origin
+//! arrives (each read is written at once but for bytes that could begin the
+//! key, below: server-sent events and chunked streams are not buffered; a
+//! chunked body goes out as one chunk per read), at most
+//! [`MAX_RESPONSE_BODY`]. Origin
 //! connections are kept alive and reused. No async runtime: one thread per
 //! client connection, at most [`MAX_CONNECTIONS`] per endpoint.
 //!
+//! The key never comes back (docs/decisions.md D19): an origin that reflects
+//! a request (`TRACE`, an echo of the headers) would hand it to the sandbox.
+//! So only the methods an API uses ([`METHODS`]) are forwarded, anything
+//! else is answered 405 and never sent; the method-override headers
+//! ([`METHOD_OVERRIDES`]) and `Range` (a byte range of a reflection would
+//! split the key over answers) are dropped; and every answer is searched
+//! for the credential ([`Needles`]: the header's whole value, and its
+//! secret without a leading auth-scheme word such as `Bearer `). A head
+//! (or an interim 1xx) that carries it, in any letter case, is never sent:
+//! 502; a body is searched as it streams, de-chunked, holding back only the
+//! bytes that could begin a match ([`BodyScan`]), and cut before the match
+//! (the client connection closes; never part of a key), as is a chunked
+//! body whose trailers carry it. So that the search sees
+//! the plain bytes, the origin is asked for `accept-encoding: identity` and
+//! an answer with another content coding (or a transfer coding other than
+//! chunked) is refused, 502. Each withheld answer is reported
+//! ([`SidecarEvent::CredentialWithheld`]: an audit record) and counted.
+//! What the search cannot see is a key the origin transforms (encodes,
+//! escapes, splits) before reflecting it.
+//!
 //! The credential lives in this process's memory only: it came on the
 //! control socket, and nothing here writes it anywhere but into the header
-//! of a request to its origin.
+//! of a request to its origin (no message, log line or event carries it).
 
 use crate::lock;
 use std::collections::HashMap;
@@ -33,8 +55,8 @@ use std::time::{Duration, Instant};
 
 use lazaret_dns::wire::{encode_query, parse_response, Question, Rcode, MAX_MESSAGE, TYPE_A, TYPE_AAAA};
 use lazaret_protocol::sidecar::{
-    check_credential_value, credential_header, CredentialEndpoint, Origin, Secret, SidecarEvent, CA_BUNDLE_IN_SIDECAR as CA_BUNDLE,
-    MAX_CREDENTIALS,
+    check_credential_value, credential_header, CredentialEndpoint, Origin, Secret, SidecarEvent, WithheldPart,
+    CA_BUNDLE_IN_SIDECAR as CA_BUNDLE, MAX_CREDENTIALS,
 };
 use lazaret_protocol::CredentialEndpointStatus;
 use rustls::pki_types::pem::PemObject;
@@ -67,6 +89,12 @@ const POOL_SIZE: usize = 4;
 const POOL_IDLE: Duration = Duration::from_secs(30);
 /// A chunk-size line of a chunked response, at most.
 const MAX_CHUNK_LINE: u64 = 1024;
+/// The methods forwarded: those an API uses. Any other (`TRACE`, `TRACK`,
+/// `CONNECT`, WebDAV's, any token) is answered 405 and never sent.
+pub const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+/// Headers that ask an origin to take another method than the request
+/// line's: dropped, so that a POST cannot become a TRACE at the origin.
+pub const METHOD_OVERRIDES: [&str; 3] = ["x-http-method-override", "x-http-method", "x-method-override"];
 
 type Tls = BufReader<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>;
 
@@ -99,6 +127,8 @@ struct Target {
     origin: Origin,
     header: String,
     value: Secret,
+    /// The forms of `value` no answer may carry.
+    needles: Needles,
     tls: Arc<rustls::ClientConfig>,
     pool: Mutex<Vec<(Tls, Instant)>>,
     stats: Arc<Stats>,
@@ -111,6 +141,7 @@ struct Stats {
     failed: AtomicU64,
     bytes_sent: AtomicU64,
     bytes_received: AtomicU64,
+    withheld: AtomicU64,
 }
 
 impl Injector {
@@ -177,6 +208,7 @@ impl Injector {
                             origin: origin.clone(),
                             header: header.clone(),
                             value: endpoint.value.clone(),
+                            needles: Needles::new(endpoint.value.expose()),
                             tls: Arc::clone(tls),
                             pool: Mutex::new(Vec::new()),
                             stats,
@@ -211,6 +243,7 @@ impl Injector {
                     failed: stats.failed.load(Ordering::Relaxed),
                     bytes_sent: stats.bytes_sent.load(Ordering::Relaxed),
                     bytes_received: stats.bytes_received.load(Ordering::Relaxed),
+                    withheld: stats.withheld.load(Ordering::Relaxed),
                 })
             })
             .collect();
@@ -284,6 +317,7 @@ impl Problem {
         let body = format!("lazaret: {}\n", self.message);
         let reason = match self.status {
             400 => "Bad Request",
+            405 => "Method Not Allowed",
             413 => "Content Too Large",
             431 => "Request Header Fields Too Large",
             501 => "Not Implemented",
@@ -292,9 +326,10 @@ impl Problem {
             504 => "Gateway Timeout",
             _ => "Error",
         };
+        let allow = if self.status == 405 { format!("allow: {}\r\n", METHODS.join(", ")) } else { String::new() };
         write!(
             out,
-            "HTTP/1.1 {} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            "HTTP/1.1 {} {reason}\r\n{allow}content-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             self.status,
             body.len()
         )?;
@@ -321,6 +356,19 @@ impl Head {
             .flat_map(|value| String::from_utf8_lossy(value).split(',').map(|token| token.trim().to_ascii_lowercase()).collect::<Vec<_>>())
             .filter(|token| !token.is_empty())
             .collect()
+    }
+
+    /// The head as text: its first line and every header, `name: value`,
+    /// each line ending in CRLF.
+    fn text(&self) -> Vec<u8> {
+        let mut text = format!("{}\r\n", self.first).into_bytes();
+        for (name, value) in &self.headers {
+            text.extend_from_slice(name.as_bytes());
+            text.extend_from_slice(b": ");
+            text.extend_from_slice(value);
+            text.extend_from_slice(b"\r\n");
+        }
+        text
     }
 
     /// The one `content-length` (copies must agree), if any.
@@ -387,7 +435,7 @@ fn parse_head(text: &[u8]) -> Result<Head, Problem> {
         }
         let colon = line.iter().position(|b| *b == b':').ok_or_else(|| bad("a header line without a colon".into()))?;
         let name = &line[..colon];
-        if name.is_empty() || !name.iter().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b)) {
+        if name.is_empty() || !name.iter().copied().all(is_token_byte) {
             return Err(bad(format!("{:?} is not a header name", String::from_utf8_lossy(name))));
         }
         let value = line[colon + 1..].trim_ascii();
@@ -397,6 +445,11 @@ fn parse_head(text: &[u8]) -> Result<Head, Problem> {
         headers.push((String::from_utf8_lossy(name).to_ascii_lowercase(), value.to_vec()));
     }
     Ok(Head { first, headers })
+}
+
+/// A byte of an HTTP token (a method, a header name).
+fn is_token_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte)
 }
 
 /// Headers that belong to one connection or that the sidecar writes itself:
@@ -442,12 +495,7 @@ impl Drop for BodyBudget<'_> {
 }
 
 /// Checks a request head and reads its body.
-fn read_request(
-    head: Head,
-    client: &mut BufReader<TcpStream>,
-    out: &mut TcpStream,
-    budget: &mut BodyBudget<'_>,
-) -> Result<Request, Problem> {
+fn read_request(head: Head, client: &mut impl BufRead, out: &mut impl Write, budget: &mut BodyBudget<'_>) -> Result<Request, Problem> {
     let mut parts = head.first.split(' ');
     let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(Problem::new(400, "a request line is METHOD PATH HTTP/1.1"));
@@ -457,8 +505,15 @@ fn read_request(
         "HTTP/1.0" => false,
         other => return Err(Problem::new(400, format!("{other:?}: only HTTP/1.1 and 1.0 are served"))),
     };
-    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) || method == "CONNECT" {
-        return Err(Problem::new(400, format!("{method:?} is not a method this endpoint forwards")));
+    if method.is_empty() || !method.bytes().all(is_token_byte) {
+        return Err(Problem::new(400, "a request line is METHOD PATH HTTP/1.1, the method a token"));
+    }
+    // Before anything else is read: the request goes nowhere.
+    if !METHODS.contains(&method) {
+        return Err(Problem::new(
+            405,
+            format!("{method} is not a method this endpoint forwards: only {} go to the origin", METHODS.join(", ")),
+        ));
     }
     if !target.starts_with('/') {
         return Err(Problem::new(400, "give a path (/v1/...): this endpoint forwards to its one origin, never elsewhere"));
@@ -539,16 +594,29 @@ fn read_chunk_size(reader: &mut impl BufRead) -> Result<u64, String> {
 }
 
 /// The head the origin gets: the request's own headers but for the
-/// hop-by-hop ones, those the connection names, `Host`, the framing and
-/// every copy of the credential's header; then `Host`, the credential and
-/// the body's length.
+/// hop-by-hop ones, those the connection names, `Host`, the framing, the
+/// method overrides, `Range` and `If-Range`, `Accept-Encoding` and every
+/// copy of the credential's header; then `Host`, `accept-encoding:
+/// identity` (the answer is searched for the key: its plain bytes), the
+/// credential and the body's length.
 fn upstream_head(request: &Request, target: &Target) -> Vec<u8> {
     let named = request.head.tokens("connection");
     let mut head = format!("{} {} HTTP/1.1\r\nhost: {}\r\n", request.method, request.target, target.origin.authority()).into_bytes();
     for (name, value) in &request.head.headers {
         let dropped = HOP_BY_HOP.contains(&name.as_str())
             || named.contains(name)
-            || matches!(name.as_str(), "host" | "content-length" | "transfer-encoding" | "expect" | "proxy-authorization")
+            || matches!(
+                name.as_str(),
+                "host"
+                    | "content-length"
+                    | "transfer-encoding"
+                    | "expect"
+                    | "proxy-authorization"
+                    | "accept-encoding"
+                    | "range"
+                    | "if-range"
+            )
+            || METHOD_OVERRIDES.contains(&name.as_str())
             || *name == target.header;
         if !dropped {
             head.extend_from_slice(name.as_bytes());
@@ -557,6 +625,7 @@ fn upstream_head(request: &Request, target: &Target) -> Vec<u8> {
             head.extend_from_slice(b"\r\n");
         }
     }
+    head.extend_from_slice(b"accept-encoding: identity\r\n");
     head.extend_from_slice(format!("{}: {}\r\n", target.header, target.value.expose()).as_bytes());
     if request.framed {
         head.extend_from_slice(format!("content-length: {}\r\n", request.body.len()).as_bytes());
@@ -591,16 +660,50 @@ fn serve_client(stream: TcpStream, port: &Port, context: &Context) -> io::Result
             Ok(Reuse::Both) if !request.close => continue,
             Ok(_) => return Ok(()),
             Err(Failure::Answer(problem)) => {
+                // A message quoting the origin's answer must not carry the key either.
+                if target.needles.in_head(problem.message.as_bytes()) {
+                    return withhold(&request, &target, context, None, WithheldPart::Head, &mut out);
+                }
                 target.stats.failed.fetch_add(1, Ordering::Relaxed);
                 eprintln!("lazaret-sidecar: credential endpoint for {}: {}", target.origin, problem.message);
                 return problem.write(&mut out);
             }
             Err(Failure::Cut(message)) => {
                 target.stats.failed.fetch_add(1, Ordering::Relaxed);
+                let message = if target.needles.in_head(message.as_bytes()) { "the origin's answer ended badly" } else { message.as_str() };
                 eprintln!("lazaret-sidecar: credential endpoint for {}: {message}", target.origin);
                 return Ok(());
             }
+            Err(Failure::Withheld { status, part }) => return withhold(&request, &target, context, status, part, &mut out),
         }
+    }
+}
+
+/// An answer that carried the credential: counted, reported, and the head
+/// answered 502 in its place, or (the head already sent) the connection
+/// closed. The credential itself is in no message.
+fn withhold(
+    request: &Request,
+    target: &Target,
+    context: &Context,
+    status: Option<u16>,
+    part: WithheldPart,
+    out: &mut TcpStream,
+) -> io::Result<()> {
+    target.stats.withheld.fetch_add(1, Ordering::Relaxed);
+    (context.emit)(SidecarEvent::CredentialWithheld {
+        origin: target.origin.to_string(),
+        method: request.method.clone(),
+        status,
+        part,
+        suppressed: None,
+    });
+    let status = status.map(|status| format!(" ({status})")).unwrap_or_default();
+    let what = format!("the origin's answer{status} to {} carried the credential in its {part}", request.method);
+    eprintln!("lazaret-sidecar: credential endpoint for {}: {what}: withheld", target.origin);
+    match part {
+        WithheldPart::Head => Problem::new(502, format!("{what}, so it was withheld: the key never goes to the sandbox")).write(out),
+        WithheldPart::Body => Ok(()),
     }
 }
 
@@ -617,6 +720,9 @@ enum Failure {
     Answer(Problem),
     /// Part of the response went out: the client connection is cut.
     Cut(String),
+    /// The origin's answer carried the credential in `part`: the head
+    /// was not sent, or the body was cut before it.
+    Withheld { status: Option<u16>, part: WithheldPart },
 }
 
 /// Sends one request to the origin (on a kept connection, again on a fresh
@@ -625,30 +731,29 @@ fn forward(request: &Request, target: &Target, out: &mut TcpStream, context: &Co
     let head = upstream_head(request, target);
     let (mut upstream, response) = {
         let kept = take_pooled(target);
-        let mut attempt = |mut upstream: Tls| -> Result<(Tls, Head), (bool, Problem)> {
+        let mut attempt = |mut upstream: Tls| -> Result<(Tls, Head), (bool, Failure)> {
             let sent = upstream
                 .get_mut()
                 .write_all(&head)
                 .and_then(|()| upstream.get_mut().write_all(&request.body))
                 .and_then(|()| upstream.get_mut().flush());
             if let Err(error) = sent {
-                return Err((true, Problem::new(502, format!("sending to {}: {error}", target.origin))));
+                return Err((true, Failure::Answer(Problem::new(502, format!("sending to {}: {error}", target.origin)))));
             }
-            let response =
-                read_response_head(&mut upstream, request, out).map_err(|(retry, message)| (retry, Problem::new(502, message)))?;
+            let response = read_response_head(&mut upstream, request, &target.needles, out)?;
             Ok((upstream, response))
         };
         let first = match kept {
             Some(kept) => match attempt(kept) {
                 Ok(done) => Some(done),
                 Err((true, _)) => None,
-                Err((false, problem)) => return Err(Failure::Answer(problem)),
+                Err((false, failure)) => return Err(failure),
             },
             None => None,
         };
         match first {
             Some(done) => done,
-            None => attempt(connect(target).map_err(Failure::Answer)?).map_err(|(_, problem)| Failure::Answer(problem))?,
+            None => attempt(connect(target).map_err(Failure::Answer)?).map_err(|(_, failure)| failure)?,
         }
     };
     target.stats.bytes_sent.fetch_add(request.body.len() as u64, Ordering::Relaxed);
@@ -659,7 +764,13 @@ fn forward(request: &Request, target: &Target, out: &mut TcpStream, context: &Co
         target.stats.rejected.fetch_add(1, Ordering::Relaxed);
         (context.emit)(SidecarEvent::CredentialRejected { origin: target.origin.to_string(), status, suppressed: None });
     }
+    if target.needles.in_head(&response.text()) {
+        return Err(Failure::Withheld { status: Some(status), part: WithheldPart::Head });
+    }
     let framing = response_framing(&response, request, status).map_err(Failure::Answer)?;
+    if !matches!(framing, Framing::None) {
+        searchable(&response).map_err(Failure::Answer)?;
+    }
     let origin_keeps = response.first.starts_with("HTTP/1.1 ") && !response.tokens("connection").iter().any(|token| token == "close");
     let client_keeps = request.version_11 && !request.close && !matches!(framing, Framing::UntilClose);
     let mut head = format!("{}\r\n", response.first).into_bytes();
@@ -677,7 +788,11 @@ fn forward(request: &Request, target: &Target, out: &mut TcpStream, context: &Co
     }
     head.extend_from_slice(b"\r\n");
     out.write_all(&head).map_err(|error| Failure::Cut(format!("the client went: {error}")))?;
-    let received = relay_body(&mut upstream, out, &framing).map_err(Failure::Cut)?;
+    let mut scan = BodyScan::new(&target.needles);
+    let received = relay_body(&mut upstream, out, &framing, &mut scan).map_err(|error| match error {
+        Relay::Failed(message) => Failure::Cut(message),
+        Relay::Withheld => Failure::Withheld { status: Some(status), part: WithheldPart::Body },
+    })?;
     target.stats.bytes_received.fetch_add(received, Ordering::Relaxed);
     if origin_keeps && !matches!(framing, Framing::UntilClose) {
         put_pooled(target, upstream);
@@ -700,23 +815,28 @@ fn response_status(first: &str) -> Option<u16> {
 }
 
 /// Reads the origin's answer head; informational answers (1xx) go to the
-/// client as they come. An error says whether a retry on a fresh
-/// connection is safe (nothing at all came back).
-fn read_response_head(upstream: &mut Tls, request: &Request, out: &mut TcpStream) -> Result<Head, (bool, String)> {
+/// client as they come (their status line alone), unless they carry the
+/// credential. An error says whether a retry on a fresh connection is safe
+/// (nothing at all came back).
+fn read_response_head(upstream: &mut Tls, request: &Request, needles: &Needles, out: &mut TcpStream) -> Result<Head, (bool, Failure)> {
+    let bad = |retry: bool, message: String| (retry, Failure::Answer(Problem::new(502, message)));
     let mut first = true;
     loop {
         let head = match read_head(upstream) {
             Ok(Some(Ok(head))) => head,
-            Ok(Some(Err(problem))) => return Err((false, format!("the origin's answer: {}", problem.message))),
-            Ok(None) => return Err((first, "the origin closed the connection without answering".into())),
+            Ok(Some(Err(problem))) => return Err(bad(false, format!("the origin's answer: {}", problem.message))),
+            Ok(None) => return Err(bad(first, "the origin closed the connection without answering".into())),
             Err(error) => {
                 let retry = first && !matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut);
-                return Err((retry, format!("reading the origin's answer: {error}")));
+                return Err(bad(retry, format!("reading the origin's answer: {error}")));
             }
         };
         first = false;
         match response_status(&head.first) {
-            Some(101) => return Err((false, "the origin switched protocols".into())),
+            Some(101) => return Err(bad(false, "the origin switched protocols".into())),
+            Some(status) if status < 200 && needles.in_head(&head.text()) => {
+                return Err((false, Failure::Withheld { status: Some(status), part: WithheldPart::Head }));
+            }
             Some(status) if status < 200 => {
                 if request.version_11 {
                     let _ = out.write_all(format!("{}\r\n\r\n", head.first).as_bytes());
@@ -755,69 +875,257 @@ fn response_framing(response: &Head, request: &Request, status: u16) -> Result<F
     }
 }
 
-/// Passes a response body on as it arrives; the number of bytes.
-fn relay_body(upstream: &mut Tls, out: &mut TcpStream, framing: &Framing) -> Result<u64, String> {
-    let origin = |error: io::Error| format!("reading the origin's answer: {error}");
-    let mut total = 0u64;
-    match framing {
-        Framing::None => {}
-        Framing::Length(length) => total = copy_exact(upstream, out, *length)?,
-        Framing::UntilClose => loop {
-            let available = upstream.fill_buf().map_err(origin)?;
-            if available.is_empty() {
-                break;
-            }
-            let length = available.len();
-            total += length as u64;
-            if total > MAX_RESPONSE_BODY {
-                return Err(format!("the origin's answer went over {MAX_RESPONSE_BODY} bytes"));
-            }
-            out.write_all(available).map_err(|error| format!("the client went: {error}"))?;
-            upstream.consume(length);
-        },
-        Framing::Chunked => loop {
-            let mut line = Vec::new();
-            upstream.by_ref().take(MAX_CHUNK_LINE).read_until(b'\n', &mut line).map_err(origin)?;
-            let size = read_chunk_size(&mut line.as_slice()).map_err(|message| format!("the origin's answer: {message}"))?;
-            out.write_all(&line).map_err(|error| format!("the client went: {error}"))?;
-            if size == 0 {
-                loop {
-                    let mut trailer = Vec::new();
-                    upstream.by_ref().take(MAX_HEAD as u64).read_until(b'\n', &mut trailer).map_err(origin)?;
-                    if trailer.last() != Some(&b'\n') {
-                        return Err("the origin's trailers do not end".into());
-                    }
-                    out.write_all(&trailer).map_err(|error| format!("the client went: {error}"))?;
-                    if trailer == b"\r\n" || trailer == b"\n" {
-                        break;
-                    }
-                }
-                break;
-            }
-            total += size;
-            if total > MAX_RESPONSE_BODY {
-                return Err(format!("the origin's answer went over {MAX_RESPONSE_BODY} bytes"));
-            }
-            copy_exact(upstream, out, size + 2)?;
-        },
+/// Whether the search for the credential can see the body's plain bytes:
+/// no content coding but `identity`, no transfer coding but `chunked`.
+/// (The head was searched already: nothing quoted here carries the key.)
+fn searchable(response: &Head) -> Result<(), Problem> {
+    let coded: Vec<String> = response.tokens("content-encoding").into_iter().filter(|token| token != "identity").collect();
+    if !coded.is_empty() {
+        return Err(Problem::new(
+            502,
+            format!(
+                "the origin's answer has content-encoding {}, which the sidecar cannot search for the key \
+                 (it asks the origin for identity); refused",
+                coded.join(", ")
+            ),
+        ));
     }
-    Ok(total)
+    let transfer = response.tokens("transfer-encoding");
+    if !transfer.is_empty() && transfer != ["chunked"] {
+        return Err(Problem::new(
+            502,
+            format!("the origin's answer has transfer-encoding {}: only chunked can be searched for the key; refused", transfer.join(", ")),
+        ));
+    }
+    Ok(())
 }
 
-/// Copies exactly `length` bytes, writing each read as it comes.
-fn copy_exact(upstream: &mut Tls, out: &mut TcpStream, length: u64) -> Result<u64, String> {
-    let mut left = length;
-    while left > 0 {
-        let available = upstream.fill_buf().map_err(|error| format!("reading the origin's answer: {error}"))?;
-        if available.is_empty() {
-            return Err("the origin closed the connection in the middle of its answer".into());
+/// How a relayed body ended early.
+enum Relay {
+    /// The origin or the client failed.
+    Failed(String),
+    /// The body carried the credential: cut before it.
+    Withheld,
+}
+
+/// Passes a response body on as it arrives, through `scan`: each read is
+/// written at once but for the bytes that could begin the credential
+/// (chunked bodies are de-chunked for the search and sent again as one
+/// chunk per read). The number of body bytes.
+fn relay_body(upstream: &mut impl BufRead, out: &mut impl Write, framing: &Framing, scan: &mut BodyScan<'_>) -> Result<u64, Relay> {
+    let origin = |error: io::Error| Relay::Failed(format!("reading the origin's answer: {error}"));
+    let client = |error: io::Error| Relay::Failed(format!("the client went: {error}"));
+    match framing {
+        Framing::None => Ok(0),
+        Framing::Length(length) => {
+            pass(upstream, Some(*length), scan, &mut |bytes: &[u8]| out.write_all(bytes))?;
+            out.write_all(scan.finish()).map_err(client)?;
+            Ok(*length)
         }
-        let take = available.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        out.write_all(&available[..take]).map_err(|error| format!("the client went: {error}"))?;
-        upstream.consume(take);
-        left -= take as u64;
+        Framing::UntilClose => {
+            let total = pass(upstream, None, scan, &mut |bytes: &[u8]| out.write_all(bytes))?;
+            out.write_all(scan.finish()).map_err(client)?;
+            Ok(total)
+        }
+        Framing::Chunked => {
+            let mut total = 0u64;
+            loop {
+                let size = read_chunk_size(upstream).map_err(|message| Relay::Failed(format!("the origin's answer: {message}")))?;
+                if size == 0 {
+                    write_chunk(out, scan.finish()).map_err(client)?;
+                    let mut trailers = Vec::new();
+                    loop {
+                        let room = (MAX_HEAD.saturating_sub(trailers.len()) + 1) as u64;
+                        let start = trailers.len();
+                        upstream.by_ref().take(room).read_until(b'\n', &mut trailers).map_err(origin)?;
+                        if trailers.last() != Some(&b'\n') || trailers.len() > MAX_HEAD {
+                            return Err(Relay::Failed("the origin's trailers do not end".into()));
+                        }
+                        if matches!(&trailers[start..], b"\r\n" | b"\n") {
+                            break;
+                        }
+                    }
+                    if scan.needles.in_head(&trailers) {
+                        return Err(Relay::Withheld);
+                    }
+                    let mut end = b"0\r\n".to_vec();
+                    end.extend_from_slice(&trailers);
+                    out.write_all(&end).map_err(client)?;
+                    return Ok(total);
+                }
+                total += size;
+                if total > MAX_RESPONSE_BODY {
+                    return Err(Relay::Failed(format!("the origin's answer went over {MAX_RESPONSE_BODY} bytes")));
+                }
+                pass(upstream, Some(size), scan, &mut |bytes: &[u8]| write_chunk(out, bytes))?;
+                let mut crlf = Vec::new();
+                upstream.by_ref().take(2).read_until(b'\n', &mut crlf).map_err(origin)?;
+                if !matches!(crlf.as_slice(), b"\r\n" | b"\n") {
+                    return Err(Relay::Failed("the origin's answer: a chunk not followed by CRLF".into()));
+                }
+            }
+        }
     }
-    Ok(length)
+}
+
+/// Reads `length` bytes (or to the end of the stream) and sends what
+/// `scan` releases of each read; the number read.
+fn pass(
+    upstream: &mut impl BufRead,
+    length: Option<u64>,
+    scan: &mut BodyScan<'_>,
+    send: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+) -> Result<u64, Relay> {
+    let mut read = 0u64;
+    loop {
+        let left = length.map(|length| length - read);
+        if left == Some(0) {
+            return Ok(read);
+        }
+        let available = upstream.fill_buf().map_err(|error| Relay::Failed(format!("reading the origin's answer: {error}")))?;
+        if available.is_empty() {
+            return match length {
+                Some(_) => Err(Relay::Failed("the origin closed the connection in the middle of its answer".into())),
+                None => Ok(read),
+            };
+        }
+        let take = match left {
+            Some(left) => available.len().min(usize::try_from(left).unwrap_or(usize::MAX)),
+            None => available.len(),
+        };
+        read += take as u64;
+        if length.is_none() && read > MAX_RESPONSE_BODY {
+            return Err(Relay::Failed(format!("the origin's answer went over {MAX_RESPONSE_BODY} bytes")));
+        }
+        let scanned = scan.push(&available[..take]);
+        upstream.consume(take);
+        match scanned {
+            Scanned::Clean(bytes) => send(bytes).map_err(|error| Relay::Failed(format!("the client went: {error}")))?,
+            Scanned::Found(before) => {
+                // What came before the credential goes out; the credential never.
+                let _ = send(before);
+                return Err(Relay::Withheld);
+            }
+        }
+    }
+}
+
+/// Writes `bytes` as one chunk (nothing when empty: an empty chunk would end the body).
+fn write_chunk(out: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let mut chunk = format!("{:x}\r\n", bytes.len()).into_bytes();
+    chunk.extend_from_slice(bytes);
+    chunk.extend_from_slice(b"\r\n");
+    out.write_all(&chunk)
+}
+
+/// The forms of an endpoint's credential that no answer may carry: the
+/// header's whole value and, when it starts with an auth-scheme word
+/// (`Bearer `, `Basic `), the secret after it. (No `Debug`: it holds the key.)
+struct Needles {
+    forms: Vec<Vec<u8>>,
+    /// The same in ASCII lower case, for heads.
+    lower: Vec<Vec<u8>>,
+}
+
+impl Needles {
+    fn new(value: &str) -> Needles {
+        let mut forms = vec![value.as_bytes().to_vec()];
+        if let Some((scheme, secret)) = value.split_once(' ') {
+            let secret = secret.trim_start_matches(' ');
+            if !scheme.is_empty() && scheme.bytes().all(is_token_byte) && !secret.is_empty() {
+                forms.push(secret.as_bytes().to_vec());
+            }
+        }
+        forms.retain(|form| !form.is_empty());
+        let lower = forms.iter().map(|form| form.to_ascii_lowercase()).collect();
+        Needles { forms, lower }
+    }
+
+    /// Where the first form found in `haystack` begins.
+    fn find(&self, haystack: &[u8]) -> Option<usize> {
+        self.forms.iter().filter_map(|form| position(haystack, form)).min()
+    }
+
+    /// Whether `text` (a head, trailers, a message) carries a form, in any
+    /// letter case (header names are sent in lower case).
+    fn in_head(&self, text: &[u8]) -> bool {
+        let text = text.to_ascii_lowercase();
+        self.lower.iter().any(|form| position(&text, form).is_some())
+    }
+
+    /// How many bytes at the end of `data` could be the beginning of a
+    /// form (the longest such suffix, shorter than the form).
+    fn partial(&self, data: &[u8]) -> usize {
+        let mut longest = 0;
+        for form in &self.forms {
+            let reach = data.len().min(form.len() - 1);
+            let from = data.len() - reach;
+            // The earliest start that fits is the longest suffix.
+            if let Some(start) = (from..data.len()).find(|start| form.starts_with(&data[*start..])) {
+                longest = longest.max(data.len() - start);
+            }
+        }
+        longest
+    }
+}
+
+/// Where `needle` first occurs in `haystack`.
+fn position(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    let first = *needle.first()?;
+    if haystack.len() < needle.len() {
+        return None;
+    }
+    (0..=haystack.len() - needle.len()).find(|at| haystack[*at] == first && haystack[*at..].starts_with(needle))
+}
+
+/// A body passing through: what may be sent of each read.
+struct BodyScan<'a> {
+    needles: &'a Needles,
+    /// Bytes read and not yet dropped: the first `released` were sent, the
+    /// rest held back (they could begin the credential).
+    window: Vec<u8>,
+    released: usize,
+}
+
+/// What of a read may be sent.
+#[derive(Debug, PartialEq, Eq)]
+enum Scanned<'s> {
+    /// These bytes; the rest is held back until the next read shows
+    /// whether it is the credential.
+    Clean(&'s [u8]),
+    /// The credential begins after these bytes: send them and end.
+    Found(&'s [u8]),
+}
+
+impl<'a> BodyScan<'a> {
+    fn new(needles: &'a Needles) -> BodyScan<'a> {
+        BodyScan { needles, window: Vec::new(), released: 0 }
+    }
+
+    fn push(&mut self, data: &[u8]) -> Scanned<'_> {
+        self.window.drain(..self.released);
+        self.released = 0;
+        self.window.extend_from_slice(data);
+        if let Some(at) = self.needles.find(&self.window) {
+            // Nor the start of another copy just before it.
+            let clean = at - self.needles.partial(&self.window[..at]);
+            self.window.truncate(clean);
+            self.released = clean;
+            return Scanned::Found(&self.window[..clean]);
+        }
+        self.released = self.window.len() - self.needles.partial(&self.window);
+        Scanned::Clean(&self.window[..self.released])
+    }
+
+    /// The body ended: what was held back (no credential can complete now).
+    fn finish(&mut self) -> &[u8] {
+        self.window.drain(..self.released);
+        self.released = self.window.len();
+        &self.window
+    }
 }
 
 fn take_pooled(target: &Target) -> Option<Tls> {
@@ -930,6 +1238,7 @@ mod tests {
             origin: Origin::parse("https://api.example.test").unwrap(),
             header: header.into(),
             value: Secret::new("sk-real".into()),
+            needles: Needles::new("sk-real"),
             tls: tls_for_tests(),
             pool: Mutex::new(Vec::new()),
             stats: Arc::default(),
@@ -996,13 +1305,248 @@ mod tests {
         assert_eq!(
             sent,
             "POST /v1/messages?beta=true HTTP/1.1\r\nhost: api.example.test\r\nanthropic-version: 2023-06-01\r\n\
-             content-type: application/json\r\nx-api-key: sk-real\r\ncontent-length: 2\r\n\r\n"
+             content-type: application/json\r\naccept-encoding: identity\r\nx-api-key: sk-real\r\ncontent-length: 2\r\n\r\n"
         );
         let bearer = Target { value: Secret::new("Bearer sk-real".into()), ..self::target("authorization") };
         let sent =
             String::from_utf8(upstream_head(&self::request("GET /v1/models HTTP/1.1\r\nAuthorization: Bearer x\r\n\r\n", b""), &bearer))
                 .unwrap();
-        assert_eq!(sent, "GET /v1/models HTTP/1.1\r\nhost: api.example.test\r\nauthorization: Bearer sk-real\r\n\r\n");
+        assert_eq!(
+            sent,
+            "GET /v1/models HTTP/1.1\r\nhost: api.example.test\r\naccept-encoding: identity\r\nauthorization: Bearer sk-real\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn no_override_range_or_encoding_of_the_agents_reaches_the_origin() {
+        let target = target("x-api-key");
+        let request = request(
+            "POST /anything HTTP/1.1\r\nX-HTTP-Method-Override: TRACE\r\nX-HTTP-Method: TRACE\r\nX-Method-Override: TRACE\r\n\
+             Accept-Encoding: gzip, br\r\nRange: bytes=10-20\r\nIf-Range: \"x\"\r\naccept: */*\r\n\r\n",
+            b"",
+        );
+        let sent = String::from_utf8(upstream_head(&request, &target)).unwrap();
+        assert_eq!(
+            sent,
+            "POST /anything HTTP/1.1\r\nhost: api.example.test\r\naccept: */*\r\naccept-encoding: identity\r\nx-api-key: sk-real\r\n\r\n"
+        );
+    }
+
+    /// `read_request` on `text`, the body still unread in the stream after it.
+    fn read(text: &str) -> (Result<Request, Problem>, Vec<u8>) {
+        let context = Context { emit: Arc::new(|_| {}), bodies: AtomicUsize::new(0) };
+        let mut budget = BodyBudget { context: &context, held: 0 };
+        let mut stream = text.as_bytes();
+        let head = match read_head(&mut stream) {
+            Ok(Some(Ok(head))) => head,
+            other => panic!("{text:?}: {other:?}"),
+        };
+        let mut out = Vec::new();
+        let result = read_request(head, &mut stream, &mut out, &mut budget);
+        (result, stream.to_vec())
+    }
+
+    #[test]
+    fn only_the_methods_an_api_uses_are_forwarded() {
+        for method in METHODS {
+            let (result, _) = read(&format!("{method} /v1/x HTTP/1.1\r\ncontent-length: 2\r\n\r\n{{}}"));
+            assert_eq!(result.map(|request| (request.method, request.body)).ok(), Some((method.to_owned(), b"{}".to_vec())), "{method}");
+        }
+        for method in ["TRACE", "TRACK", "CONNECT", "PROPFIND", "DEBUG", "get", "Post", "M-SEARCH", "X"] {
+            let (result, unread) = read(&format!("{method} /v1/x HTTP/1.1\r\ncontent-length: 5\r\n\r\nhello"));
+            let Err(problem) = result else { panic!("{method} was taken") };
+            assert_eq!(problem.status, 405, "{method}: {problem:?}");
+            assert!(problem.message.starts_with(&format!("{method} is not a method this endpoint forwards")), "{problem:?}");
+            // Refused before its body was read: nothing of it goes anywhere.
+            assert_eq!(unread, b"hello", "{method}");
+            let mut answer = Vec::new();
+            problem.write(&mut answer).unwrap();
+            let answer = String::from_utf8(answer).unwrap();
+            assert!(
+                answer.starts_with("HTTP/1.1 405 Method Not Allowed\r\nallow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n"),
+                "{answer}"
+            );
+            assert!(answer.contains("connection: close\r\n"), "{answer}");
+        }
+        for bad in ["GE(T", "GET\"", "G/T"] {
+            let (result, _) = read(&format!("{bad} /v1/x HTTP/1.1\r\n\r\n"));
+            assert!(matches!(result, Err(Problem { status: 400, .. })), "{bad}");
+        }
+    }
+
+    const KEY: &str = "sk-real-key-123";
+
+    /// Pushes `reads` through a scan for KEY: what was sent, and whether the
+    /// key was found (nothing held back is sent then).
+    fn scan(needles: &Needles, reads: &[&[u8]]) -> (Vec<u8>, bool) {
+        let mut scan = BodyScan::new(needles);
+        let mut sent = Vec::new();
+        for read in reads {
+            match scan.push(read) {
+                Scanned::Clean(bytes) => sent.extend_from_slice(bytes),
+                Scanned::Found(before) => {
+                    sent.extend_from_slice(before);
+                    return (sent, true);
+                }
+            }
+        }
+        sent.extend_from_slice(scan.finish());
+        (sent, false)
+    }
+
+    #[test]
+    fn the_key_is_found_across_reads_and_nothing_of_it_is_sent() {
+        let needles = Needles::new(KEY);
+        let body = format!(r#"{{"headers":{{"x-api-key":"{KEY}","accept":"*/*"}}}}"#);
+        let before = &body[..body.find(KEY).unwrap()];
+        // Split at every point, and one byte per read.
+        for split in 0..=body.len() {
+            let (sent, found) = scan(&needles, &[&body.as_bytes()[..split], &body.as_bytes()[split..]]);
+            assert!(found, "split at {split}");
+            assert_eq!(sent, before.as_bytes(), "split at {split}");
+        }
+        let bytes: Vec<&[u8]> = body.as_bytes().chunks(1).collect();
+        assert_eq!(scan(&needles, &bytes), (before.as_bytes().to_vec(), true));
+        // Only what could begin the key is held back: the bytes before it
+        // went out with their read.
+        let mut held = BodyScan::new(&needles);
+        assert_eq!(held.push(b"data: 1\n\nx sk-real"), Scanned::Clean(b"data: 1\n\nx "));
+        assert_eq!(held.push(b"-k"), Scanned::Clean(b""));
+        assert_eq!(held.push(b"ey-123 and on"), Scanned::Found(b""));
+        // The key at the very end of the body.
+        assert_eq!(scan(&needles, &[b"tail: ", &KEY.as_bytes()[..5], &KEY.as_bytes()[5..]]), (b"tail: ".to_vec(), true));
+        // A copy that begins just before another: neither is sent.
+        assert_eq!(scan(&needles, &[format!("a sk-{KEY}").as_bytes()]), (b"a ".to_vec(), true));
+    }
+
+    #[test]
+    fn a_near_miss_is_held_only_until_it_misses_and_then_sent_intact() {
+        let needles = Needles::new(KEY);
+        let mut held = BodyScan::new(&needles);
+        assert_eq!(held.push(b"event: x\ndata: sk-real-key-1"), Scanned::Clean(b"event: x\ndata: "));
+        assert_eq!(held.push(b"24\n\n"), Scanned::Clean(b"sk-real-key-124\n\n"));
+        assert_eq!(held.finish(), b"");
+        // A prefix of the key at the very end of the body goes out at its end.
+        let body = b"all of it, then sk-real-key-12";
+        for split in 0..=body.len() {
+            assert_eq!(scan(&needles, &[&body[..split], &body[split..]]), (body.to_vec(), false), "split at {split}");
+        }
+        // Ordinary streams are not held at all.
+        let mut stream = BodyScan::new(&needles);
+        assert_eq!(stream.push(b"data: {\"text\":\"hi\"}\n\n"), Scanned::Clean(b"data: {\"text\":\"hi\"}\n\n"));
+    }
+
+    #[test]
+    fn a_schemes_secret_is_searched_alone_too() {
+        let bearer = Needles::new("Bearer sk-tok-456");
+        assert_eq!(scan(&bearer, &[b"{\"token\":\"sk-tok", b"-456\"}"]), (b"{\"token\":\"".to_vec(), true));
+        assert_eq!(scan(&bearer, &[b"auth: Bearer sk-tok-456"]), (b"auth: ".to_vec(), true));
+        let basic = Needles::new("Basic dXNlcjpwYXNz");
+        assert!(scan(&basic, &[b"dXNlcjpwYXNz"]).1);
+        // Without a scheme word, the value alone.
+        let plain = Needles::new("sk-plain");
+        assert_eq!(plain.forms.len(), 1);
+        assert!(!scan(&plain, &[b"Bearer and sk-plai and more"]).1);
+    }
+
+    #[test]
+    fn a_head_that_carries_the_key_is_found_in_any_letter_case() {
+        let needles = Needles::new("Bearer sk-Tok-456");
+        assert!(needles.in_head(&head("HTTP/1.1 200 OK\r\nX-Echo: Bearer sk-Tok-456\r\n\r\n").text()));
+        assert!(needles.in_head(&head("HTTP/1.1 200 OK\r\nsk-tok-456: 1\r\n\r\n").text()));
+        assert!(needles.in_head(&head("HTTP/1.1 200 SK-TOK-456\r\n\r\n").text()));
+        assert!(!needles.in_head(&head("HTTP/1.1 200 OK\r\nx-echo: sk-tok-45\r\ncontent-length: 6\r\n\r\n").text()));
+    }
+
+    #[test]
+    fn an_answer_whose_body_cannot_be_searched_is_refused() {
+        for coded in
+            ["content-encoding: gzip", "content-encoding: identity, br", "transfer-encoding: gzip, chunked", "transfer-encoding: identity"]
+        {
+            let problem = searchable(&head(&format!("HTTP/1.1 200 OK\r\n{coded}\r\n\r\n"))).unwrap_err();
+            assert_eq!(problem.status, 502, "{coded}");
+            assert!(problem.message.contains("cannot search") || problem.message.contains("only chunked"), "{problem:?}");
+        }
+        for plain in ["content-encoding: identity", "transfer-encoding: chunked", "content-type: text/plain"] {
+            assert_eq!(searchable(&head(&format!("HTTP/1.1 200 OK\r\n{plain}\r\n\r\n"))), Ok(()), "{plain}");
+        }
+    }
+
+    /// Relays `body` (read in pieces of `piece` bytes) as `framing`: what
+    /// the client got, and whether the key ended it.
+    fn relay(body: &[u8], piece: usize, framing: Framing) -> (Vec<u8>, bool) {
+        let needles = Needles::new(KEY);
+        let mut scan = BodyScan::new(&needles);
+        let mut upstream = BufReader::with_capacity(piece, body);
+        let mut out = Vec::new();
+        match relay_body(&mut upstream, &mut out, &framing, &mut scan) {
+            Ok(_) => (out, false),
+            Err(Relay::Withheld) => (out, true),
+            Err(Relay::Failed(message)) => panic!("{message}"),
+        }
+    }
+
+    /// The bytes of a chunked body.
+    fn dechunk(mut body: &[u8]) -> Vec<u8> {
+        let mut plain = Vec::new();
+        loop {
+            let size = read_chunk_size(&mut body).unwrap();
+            if size == 0 {
+                return plain;
+            }
+            let size = usize::try_from(size).unwrap();
+            plain.extend_from_slice(&body[..size]);
+            assert_eq!(&body[size..size + 2], b"\r\n");
+            body = &body[size + 2..];
+        }
+    }
+
+    #[test]
+    fn a_chunked_body_is_searched_across_chunks_and_cut_before_the_key() {
+        let echo = format!(r#"{{"headers":{{"host":"api.example.test","x-api-key":"{KEY}"}}}}"#);
+        let before = &echo[..echo.find(KEY).unwrap()];
+        for (chunk, piece) in [(7, 64), (7, 3), (1, 5), (100, 2)] {
+            let mut chunked = Vec::new();
+            for part in echo.as_bytes().chunks(chunk) {
+                chunked.extend_from_slice(format!("{:x};ext=1\r\n", part.len()).as_bytes());
+                chunked.extend_from_slice(part);
+                chunked.extend_from_slice(b"\r\n");
+            }
+            chunked.extend_from_slice(b"0\r\n\r\n");
+            let (out, withheld) = relay(&chunked, piece, Framing::Chunked);
+            assert!(withheld, "chunks of {chunk}, reads of {piece}");
+            assert!(!out.ends_with(b"0\r\n\r\n"), "the body is not ended as if whole");
+            let mut out = out;
+            out.extend_from_slice(b"0\r\n\r\n");
+            assert_eq!(dechunk(&out), before.as_bytes(), "chunks of {chunk}, reads of {piece}");
+        }
+        // A clean chunked body, a near miss and trailers, passes whole.
+        let clean = b"5\r\nsk-re\r\n9\r\nal-key-12\r\n4\r\n4 ok\r\n0\r\nx-trailer: 1\r\n\r\n";
+        let (out, withheld) = relay(clean, 4, Framing::Chunked);
+        assert!(!withheld);
+        assert!(out.ends_with(b"0\r\nx-trailer: 1\r\n\r\n"), "{}", String::from_utf8_lossy(&out));
+        assert_eq!(dechunk(&out), b"sk-real-key-124 ok");
+        // A trailer that carries the key: the body never ends.
+        let (out, withheld) = relay(format!("2\r\nok\r\n0\r\nx-echo: {KEY}\r\n\r\n").as_bytes(), 8, Framing::Chunked);
+        assert!(withheld && !String::from_utf8_lossy(&out).contains("x-echo"), "{}", String::from_utf8_lossy(&out));
+    }
+
+    #[test]
+    fn a_body_of_known_length_or_until_close_is_cut_before_the_key() {
+        let body = format!("HTTP trace: x-api-key: {KEY}\r\n");
+        let before = &body[..body.find(KEY).unwrap()];
+        for piece in [1, 4, 1000] {
+            let length = Framing::Length(body.len() as u64);
+            assert_eq!(relay(body.as_bytes(), piece, length), (before.as_bytes().to_vec(), true), "reads of {piece}");
+            assert_eq!(relay(body.as_bytes(), piece, Framing::UntilClose), (before.as_bytes().to_vec(), true), "reads of {piece}");
+        }
+        // The key as the last bytes of the body.
+        let last = format!("ends with {KEY}");
+        assert_eq!(relay(last.as_bytes(), 3, Framing::Length(last.len() as u64)), (b"ends with ".to_vec(), true));
+        // A near miss at the end goes out whole, of either framing.
+        let near = b"ends with sk-real-key-12";
+        assert_eq!(relay(near, 3, Framing::Length(near.len() as u64)), (near.to_vec(), false));
+        assert_eq!(relay(near, 5, Framing::UntilClose), (near.to_vec(), false));
     }
 
     #[test]

@@ -44,7 +44,10 @@ Usage:
       and an nf_tables output filter that mirrors them; needs CAP_NET_ADMIN, and
       CAP_NET_BIND_SERVICE for DNS): only --allow'ed destinations are
       reachable. An ENTRY is a CIDR or address (longest prefix wins against
-      --deny) or a DNS name, `github.com` or `*.npmjs.org`: the resolver this
+      --deny), one protocol and port of a host address, `10.9.0.7/32 tcp/8081`
+      (`udp/53`, or an IP protocol number without a port: only that opens or
+      closes; a deny wins where it meets a CIDR entry), or a DNS name,
+      `github.com` or `*.npmjs.org`: the resolver this
       serves on 127.0.0.1:53 answers allowlisted names from the upstream
       resolvers (--dns-upstream, else the nameservers of /etc/resolv.conf) and
       opens the answered addresses for their TTL; it refuses every other
@@ -292,18 +295,8 @@ fn run(options: RunOptions) -> ExitCode {
     };
     let mut state =
         State { private_answers: options.private_answers, host_networks: options.protected_networks.clone(), ..State::default() };
-    for entry in &options.allow {
-        match entry {
-            Entry::Cidr(c) => state.cidrs.allow(*c),
-            Entry::Name(n) => state.names.allow(n.clone()),
-        }
-    }
-    for entry in &options.deny {
-        match entry {
-            Entry::Cidr(c) => state.cidrs.deny(*c),
-            Entry::Name(n) => state.names.deny(n.clone()),
-        }
-    }
+    state.add_entries(&options.allow, EntryVerdict::Allow, None, Instant::now());
+    state.add_entries(&options.deny, EntryVerdict::Deny, None, Instant::now());
     let upstreams = if options.upstreams.is_empty() {
         resolv_conf_nameservers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
     } else {
@@ -644,6 +637,11 @@ mod tests {
         assert_eq!(options.control, Some(PathBuf::from("/run/x.sock")));
         assert_eq!(options.allow, vec![Entry::parse("10.0.0.0/8").unwrap(), Entry::parse("*.npmjs.org").unwrap()]);
         assert_eq!(options.deny, vec![Entry::parse("10.1.0.0/16").unwrap()]);
+        let Ok(Mode::Run(services)) = parse_args(&args(&["--allow", "10.9.0.7/32 tcp/8081", "--deny=fd00::7/128 udp/53"])) else {
+            panic!("did not parse");
+        };
+        assert_eq!(services.allow.iter().map(|e| e.to_string()).collect::<Vec<_>>(), ["10.9.0.7/32 tcp/8081"]);
+        assert_eq!(services.deny.iter().map(|e| e.to_string()).collect::<Vec<_>>(), ["fd00::7/128 udp/53"]);
         assert_eq!(options.upstreams, vec!["10.0.0.53:53".parse().unwrap(), "[fd00::53]:5353".parse().unwrap()]);
         assert_eq!(parse_args(&[]), Ok(Mode::Run(RunOptions::default())));
         assert_eq!(RunOptions::default().private_answers, PrivateAnswers::Refuse, "private answers are refused by default");
@@ -683,6 +681,7 @@ mod tests {
         for bad in [
             &["--allow"][..],
             &["--allow", "nope"],
+            &["--allow", "10.9.0.0/24 tcp/80"],
             &["--dns-upstream", "resolver.test"],
             &["--protect", "10.0.0.0/40"],
             &["--protect-net", "10.0.0.0/40"],

@@ -12,10 +12,26 @@
 //! the sidecar, which offers the address to the human, and refuses them there (`nft.rs`).
 //! Explicit denies and protected addresses keep their `prohibit` rules: they are never
 //! offered.
+//!
+//! Services: an entry can also be one protocol and port of one address (`10.9.0.7/32
+//! tcp/8081`, [`Policy::allow_service`]). Allowed, it becomes `to 10.9.0.7/32 ipproto tcp
+//! dport 8081 lookup main`; denied, the same with `prohibit`. Service rules have their own
+//! band, [`SERVICE_PRIORITY`]: after the sidecar's upstream rules and before every CIDR
+//! rule, since a protocol and port is more specific than any prefix. A service allow opens
+//! that protocol and port and nothing else: every other packet to the address matches no
+//! service rule and goes on to the CIDR rules (the unlisted table while questions are
+//! held, else the catch-all `prohibit`). A deny wins where kinds meet: a service allow
+//! gets no rule while an explicit CIDR deny decides its address
+//! ([`Policy::denies_explicitly`]) or the address is protected (`State::rules`), and a
+//! service deny carves its protocol and port out of a CIDR allow. The netfilter backstop
+//! holds the same decisions ([`service_verdicts`]); [`allowed_ranges`] counts no service
+//! rule as opening its address.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+pub use lazaret_protocol::sidecar::Service;
 
 /// Rule priority of a host entry; an entry of prefix length `n` gets `LPM_BASE + (max - n)`
 /// where `max` is 32 or 128 (see [`RuleSpec::priority_for`]).
@@ -32,6 +48,10 @@ pub const UPSTREAM_PRIORITY: u32 = 9_000;
 /// (or `CAP_NET_RAW`), which the sandbox does not have, so nothing else in the namespace
 /// can send traffic that these rules let through.
 pub const DNS_MARK: u32 = 0x4c5a_0053;
+/// Priority of the service rules (one protocol and port of one address, see the module's
+/// documentation): after [`UPSTREAM_PRIORITY`], before every CIDR rule ([`LPM_BASE`]).
+/// Rules of this band never overlap: each is one (address, protocol, port).
+pub const SERVICE_PRIORITY: u32 = 9_500;
 /// Priority of the guard rules that stop locally sent broadcast and multicast (see
 /// [`guard_rules`]); before the `local` table, which holds the broadcast routes.
 pub const GUARD_PRIORITY: u32 = 100;
@@ -55,13 +75,13 @@ pub const UNLISTED_PRIORITY: u32 = CATCH_ALL_PRIORITY - 10;
 pub fn unlisted_rules(rules: &[RuleSpec], denied: &[Cidr]) -> Vec<RuleSpec> {
     let mut out = Vec::new();
     for cidr in denied {
-        let rule = RuleSpec { dst: *cidr, verdict: Verdict::Deny, priority: RuleSpec::priority_for(cidr), mark: 0, local_only: false };
+        let rule = RuleSpec::prohibit(cidr);
         if !rules.contains(&rule) && !out.contains(&rule) {
             out.push(rule);
         }
     }
     for any in [Cidr { addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED), len: 0 }, Cidr { addr: IpAddr::V6(Ipv6Addr::UNSPECIFIED), len: 0 }] {
-        out.push(RuleSpec { dst: any, verdict: Verdict::Unlisted, priority: UNLISTED_PRIORITY, mark: 0, local_only: false });
+        out.push(RuleSpec { dst: any, verdict: Verdict::Unlisted, priority: UNLISTED_PRIORITY, mark: 0, local_only: false, service: None });
     }
     out
 }
@@ -74,7 +94,14 @@ pub fn unlisted_rules(rules: &[RuleSpec], denied: &[Cidr]) -> Vec<RuleSpec> {
 /// the kernel's own neighbour discovery (which does not consult the rules) are untouched.
 pub fn guard_rules(broadcasts: &[Ipv4Addr]) -> Vec<RuleSpec> {
     let guard = |dst: &str| {
-        Cidr::parse(dst).map(|dst| RuleSpec { dst, verdict: Verdict::Deny, priority: GUARD_PRIORITY, mark: 0, local_only: true })
+        Cidr::parse(dst).map(|dst| RuleSpec {
+            dst,
+            verdict: Verdict::Deny,
+            priority: GUARD_PRIORITY,
+            mark: 0,
+            local_only: true,
+            service: None,
+        })
     };
     let mut rules: Vec<RuleSpec> =
         ["255.255.255.255/32", "224.0.0.0/4", "ff00::/8"].into_iter().filter_map(|dst| guard(dst).ok()).collect();
@@ -85,6 +112,7 @@ pub fn guard_rules(broadcasts: &[Ipv4Addr]) -> Vec<RuleSpec> {
             priority: GUARD_PRIORITY,
             mark: 0,
             local_only: true,
+            service: None,
         });
     }
     for any in [IpAddr::V4(Ipv4Addr::UNSPECIFIED), IpAddr::V6(Ipv6Addr::UNSPECIFIED)] {
@@ -94,6 +122,7 @@ pub fn guard_rules(broadcasts: &[Ipv4Addr]) -> Vec<RuleSpec> {
             priority: LOCAL_PRIORITY,
             mark: 0,
             local_only: false,
+            service: None,
         });
     }
     sort_rules(&mut rules);
@@ -110,13 +139,14 @@ pub struct AllowedRanges {
     pub v6: Vec<(u128, Option<u128>)>,
 }
 
-/// What `rules` decide for locally sent, unmarked packets: the first rule (in priority
-/// order) whose destination covers an address decides; `lookup local` rules do not
-/// (their table holds only this namespace's own addresses, which go out on loopback),
-/// nor do marked rules (only the sidecar's own sockets carry the mark); no rule means
-/// denied.
+/// What `rules` decide for locally sent, unmarked packets to a whole address (any
+/// protocol and port): the first rule (in priority order) whose destination covers an
+/// address decides; `lookup local` rules do not (their table holds only this
+/// namespace's own addresses, which go out on loopback), nor do marked rules (only the
+/// sidecar's own sockets carry the mark), nor service rules (they decide one protocol
+/// and port only: [`service_verdicts`]); no rule means denied.
 pub fn allowed_ranges(rules: &[RuleSpec]) -> AllowedRanges {
-    let mut ordered: Vec<&RuleSpec> = rules.iter().filter(|r| r.mark == 0 && r.verdict != Verdict::Local).collect();
+    let mut ordered: Vec<&RuleSpec> = rules.iter().filter(|r| r.mark == 0 && r.verdict != Verdict::Local && r.service.is_none()).collect();
     // (An `Unlisted` rule decides "not allowed": its table only leads to the drop link.)
     ordered.sort_by_key(|r| r.priority);
     let family = |v4: bool| -> Vec<(u128, u128)> {
@@ -163,6 +193,42 @@ pub fn allowed_ranges(rules: &[RuleSpec]) -> AllowedRanges {
         v4: family(true).into_iter().map(|(a, b)| (a as u32, if b >= u128::from(u32::MAX) { None } else { Some(b as u32 + 1) })).collect(),
         v6: family(false).into_iter().map(|(a, b)| (a, b.checked_add(1))).collect(),
     }
+}
+
+/// What the rules decide for one service of one address, where a service rule decides
+/// it: the netfilter backstop's `services` chain holds one of these per entry, looked at
+/// before the allowed ranges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServiceVerdict {
+    pub address: IpAddr,
+    pub service: Service,
+    /// Accepted (`lookup main`), else dropped (`prohibit`).
+    pub allow: bool,
+}
+
+/// For each (address, service) of a service rule in `rules`, what locally sent, unmarked
+/// packets of that protocol and port to that address meet first (in priority order,
+/// `lookup local` and marked rules passed over, as in [`allowed_ranges`]): where that is
+/// a service rule, its verdict; where a CIDR rule comes first (a guard rule before the
+/// service band), nothing, since the allowed ranges decide it the same way. In the order
+/// of the rules. Service rules are host rules (/32, /128): [`Policy`] makes no others.
+pub fn service_verdicts(rules: &[RuleSpec]) -> Vec<ServiceVerdict> {
+    let mut ordered: Vec<&RuleSpec> = rules.iter().filter(|r| r.mark == 0 && r.verdict != Verdict::Local).collect();
+    ordered.sort_by_key(|r| r.priority);
+    let mut out: Vec<ServiceVerdict> = Vec::new();
+    for rule in &ordered {
+        let Some(service) = rule.service else { continue };
+        let address = rule.dst.addr();
+        if out.iter().any(|known| known.address == address && known.service == service) {
+            continue;
+        }
+        let host = Cidr::host(address);
+        let first = ordered.iter().find(|r| r.dst.contains(&host) && r.service.is_none_or(|s| s == service));
+        if let Some(first) = first.filter(|first| first.service.is_some()) {
+            out.push(ServiceVerdict { address, service, allow: first.verdict == Verdict::Allow });
+        }
+    }
+    out
 }
 
 /// The directed broadcast address of `address/prefix`, where the subnet has one.
@@ -294,11 +360,14 @@ pub enum Verdict {
 /// The allow/deny map. Deny entries are kept only where they carve a hole into an allowed
 /// range; everything else is denied anyway. `stated` keeps every entry as given (the
 /// latest verdict per CIDR, nothing pruned), so that a deny without an allow around it
-/// still keeps a name's answers out ([`Policy::denies_explicitly`]).
+/// still keeps a name's answers out ([`Policy::denies_explicitly`]). `services` are the
+/// entries of one protocol and port of one address (see the module's documentation),
+/// each an allow or a deny.
 #[derive(Clone, Default, Debug, PartialEq, Eq)]
 pub struct Policy {
     entries: BTreeMap<Cidr, Verdict>,
     stated: BTreeMap<Cidr, Verdict>,
+    services: BTreeMap<(IpAddr, Service), Verdict>,
 }
 
 impl Policy {
@@ -335,6 +404,33 @@ impl Policy {
         }
         self.prune();
         was.is_some()
+    }
+
+    /// Makes `service` of `address` reachable (unless an explicit CIDR deny decides the
+    /// address, see [`Policy::rules`]); replaces a deny of it.
+    pub fn allow_service(&mut self, address: IpAddr, service: Service) {
+        self.services.insert((address, service), Verdict::Allow);
+    }
+
+    /// Makes `service` of `address` unreachable, also where a CIDR allow covers the
+    /// address; replaces an allow of it.
+    pub fn deny_service(&mut self, address: IpAddr, service: Service) {
+        self.services.insert((address, service), Verdict::Deny);
+    }
+
+    /// Removes the allow or deny of exactly `service` of `address`; whether it was one.
+    pub fn remove_service(&mut self, address: IpAddr, service: Service) -> bool {
+        self.services.remove(&(address, service)).is_some()
+    }
+
+    /// The verdict stated for exactly `service` of `address`, if it is an entry.
+    pub fn stated_service(&self, address: IpAddr, service: Service) -> Option<Verdict> {
+        self.services.get(&(address, service)).copied()
+    }
+
+    /// The service entries of `verdict`, by address and service.
+    pub fn listed_services(&self, verdict: Verdict) -> Vec<(IpAddr, Service)> {
+        self.services.iter().filter(|(_, v)| **v == verdict).map(|(key, _)| *key).collect()
     }
 
     /// The verdict last stated for exactly `cidr`, if it is an entry.
@@ -405,15 +501,37 @@ impl Policy {
         }
     }
 
-    /// The complete set of kernel rules this policy needs, catch-alls included.
+    /// The complete set of kernel rules this policy needs, catch-alls included. A
+    /// service deny always has its rule; a service allow has none while an explicit
+    /// CIDR deny decides its address (the deny wins, as for a name's answer).
     pub fn rules(&self) -> Vec<RuleSpec> {
         let mut rules: Vec<RuleSpec> = self
             .entries
             .iter()
-            .map(|(c, v)| RuleSpec { dst: *c, verdict: *v, priority: RuleSpec::priority_for(c), mark: 0, local_only: false })
+            .map(|(c, v)| RuleSpec { dst: *c, verdict: *v, priority: RuleSpec::priority_for(c), mark: 0, local_only: false, service: None })
             .collect();
         for any in [Cidr { addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED), len: 0 }, Cidr { addr: IpAddr::V6(Ipv6Addr::UNSPECIFIED), len: 0 }] {
-            rules.push(RuleSpec { dst: any, verdict: Verdict::Deny, priority: CATCH_ALL_PRIORITY, mark: 0, local_only: false });
+            rules.push(RuleSpec {
+                dst: any,
+                verdict: Verdict::Deny,
+                priority: CATCH_ALL_PRIORITY,
+                mark: 0,
+                local_only: false,
+                service: None,
+            });
+        }
+        for ((address, service), verdict) in &self.services {
+            if *verdict == Verdict::Allow && self.denies_explicitly(*address) {
+                continue;
+            }
+            rules.push(RuleSpec {
+                dst: Cidr::host(*address),
+                verdict: *verdict,
+                priority: SERVICE_PRIORITY,
+                mark: 0,
+                local_only: false,
+                service: Some(*service),
+            });
         }
         sort_rules(&mut rules);
         rules
@@ -421,8 +539,8 @@ impl Policy {
 }
 
 /// One policy rule as the kernel holds it: `to DST lookup main`, `to DST prohibit` or
-/// `to DST lookup local`, with `fwmark MARK` when `mark` is not 0 and `iif lo` (sent from
-/// this namespace) when `local_only`.
+/// `to DST lookup local`, with `fwmark MARK` when `mark` is not 0, `iif lo` (sent from
+/// this namespace) when `local_only`, and `ipproto P [dport N]` for a `service`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 pub struct RuleSpec {
     pub dst: Cidr,
@@ -430,14 +548,21 @@ pub struct RuleSpec {
     pub priority: u32,
     pub mark: u32,
     pub local_only: bool,
+    /// The one protocol (and destination port) the rule matches; `None`: every one.
+    pub service: Option<Service>,
 }
 
 /// The order rules are compared in (and listed): family, priority, destination.
 pub fn sort_rules(rules: &mut [RuleSpec]) {
-    rules.sort_by_key(|r| (!r.dst.is_ipv4(), r.priority, r.dst, r.verdict, r.mark, r.local_only));
+    rules.sort_by_key(|r| (!r.dst.is_ipv4(), r.priority, r.dst, r.service, r.verdict, r.mark, r.local_only));
 }
 
 impl RuleSpec {
+    /// `to CIDR prohibit` at the CIDR's longest-prefix priority.
+    pub fn prohibit(cidr: &Cidr) -> RuleSpec {
+        RuleSpec { dst: *cidr, verdict: Verdict::Deny, priority: RuleSpec::priority_for(cidr), mark: 0, local_only: false, service: None }
+    }
+
     /// Longer prefixes get smaller numbers, so the kernel looks at them first.
     pub fn priority_for(c: &Cidr) -> u32 {
         LPM_BASE + u32::from(max_len(&c.addr) - c.len)
@@ -459,7 +584,16 @@ impl fmt::Display for RuleSpec {
         if self.mark != 0 {
             write!(f, "fwmark {:#x} ", self.mark)?;
         }
-        write!(f, "to {} {}", self.dst, action)
+        write!(f, "to {} ", self.dst)?;
+        if let Some(service) = self.service {
+            match (service.protocol(), service.port()) {
+                (Service::TCP, Some(port)) => write!(f, "ipproto tcp dport {port} ")?,
+                (Service::UDP, Some(port)) => write!(f, "ipproto udp dport {port} ")?,
+                (protocol, Some(port)) => write!(f, "ipproto {protocol} dport {port} ")?,
+                (protocol, None) => write!(f, "ipproto {protocol} ")?,
+            }
+        }
+        write!(f, "{action}")
     }
 }
 
@@ -653,6 +787,7 @@ mod tests {
             priority: UPSTREAM_PRIORITY,
             mark: DNS_MARK,
             local_only: false,
+            service: None,
         });
         let ranges = allowed_ranges(&rules);
         let v4 = |a: &str| u32::from(a.parse::<Ipv4Addr>().unwrap());
@@ -674,6 +809,91 @@ mod tests {
         assert_eq!(ranges.v4, vec![(0, None)]);
         assert_eq!(ranges.v6, vec![(0, None)]);
         assert_eq!(allowed_ranges(&Policy::new().rules()), AllowedRanges::default());
+    }
+
+    fn service(text: &str) -> Service {
+        Service::parse(text).unwrap()
+    }
+
+    #[test]
+    fn a_service_is_a_rule_of_its_own_band_and_opens_no_whole_address() {
+        let mut p = Policy::new();
+        p.allow(c("10.0.0.0/8"));
+        p.allow_service(ip("10.9.0.7"), service("tcp/8081"));
+        p.allow_service(ip("192.0.2.7"), service("udp/53"));
+        p.allow_service(ip("fd00::7"), service("132"));
+        p.deny_service(ip("10.1.2.3"), service("tcp/22"));
+        let text: Vec<String> = p.rules().iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            text,
+            [
+                "9500: to 10.1.2.3/32 ipproto tcp dport 22 prohibit",
+                "9500: to 10.9.0.7/32 ipproto tcp dport 8081 lookup main",
+                "9500: to 192.0.2.7/32 ipproto udp dport 53 lookup main",
+                "10024: to 10.0.0.0/8 lookup main",
+                "20000: to 0.0.0.0/0 prohibit",
+                "9500: to fd00::7/128 ipproto 132 lookup main",
+                "20000: to ::/0 prohibit",
+            ]
+        );
+        const { assert!(UPSTREAM_PRIORITY < SERVICE_PRIORITY && SERVICE_PRIORITY < LPM_BASE) };
+        assert!(SERVICE_PRIORITY > LOCAL_PRIORITY && SERVICE_PRIORITY < RuleSpec::priority_for(&c("10.0.0.1")));
+        // The whole-address decisions: the service allows open no address; the
+        // service deny closes nothing of 10.0.0.0/8 but its own protocol and port.
+        let ranges = allowed_ranges(&p.rules());
+        let v4 = |a: &str| u32::from(a.parse::<Ipv4Addr>().unwrap());
+        assert_eq!(ranges.v4, vec![(v4("10.0.0.0"), Some(v4("11.0.0.0")))]);
+        assert!(ranges.v6.is_empty(), "fd00::7 is not open as a whole: {:?}", ranges.v6);
+        let verdicts: Vec<(String, String, bool)> =
+            service_verdicts(&p.rules()).iter().map(|v| (v.address.to_string(), v.service.to_string(), v.allow)).collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("10.1.2.3".to_owned(), "tcp/22".to_owned(), false),
+                ("10.9.0.7".to_owned(), "tcp/8081".to_owned(), true),
+                ("192.0.2.7".to_owned(), "udp/53".to_owned(), true),
+                ("fd00::7".to_owned(), "132".to_owned(), true),
+            ]
+        );
+        assert_eq!(p.stated_service(ip("10.9.0.7"), service("tcp/8081")), Some(Verdict::Allow));
+        assert_eq!(p.stated_service(ip("10.9.0.7"), service("tcp/8080")), None, "another port is no entry");
+        assert_eq!(p.listed_services(Verdict::Deny), [(ip("10.1.2.3"), service("tcp/22"))]);
+        assert!(!p.allows(ip("192.0.2.7")), "a service allow is no CIDR allow");
+        assert!(p.remove_service(ip("192.0.2.7"), service("udp/53")));
+        assert!(!p.remove_service(ip("192.0.2.7"), service("udp/53")), "gone");
+        p.deny_service(ip("10.9.0.7"), service("tcp/8081"));
+        assert_eq!(p.stated_service(ip("10.9.0.7"), service("tcp/8081")), Some(Verdict::Deny), "a deny replaces the allow");
+    }
+
+    #[test]
+    fn an_explicit_cidr_deny_wins_over_a_service_allow() {
+        let mut p = Policy::new();
+        p.allow(c("10.0.0.0/8"));
+        p.deny(c("10.9.0.0/16"));
+        p.allow_service(ip("10.9.0.7"), service("tcp/8081"));
+        p.allow_service(ip("192.0.2.7"), service("tcp/443"));
+        p.deny(c("192.0.2.0/24")); // no allow around it: pruned from the rules, still stated
+        let rules = p.rules();
+        assert!(rules.iter().all(|r| r.service.is_none()), "no service rule under a deny: {rules:?}");
+        assert!(service_verdicts(&rules).is_empty());
+        // An allow of exactly the address is more specific than the deny: the service
+        // is open anyway, and its rule comes back.
+        p.allow(c("10.9.0.7"));
+        assert!(p.rules().iter().any(|r| r.service == Some(service("tcp/8081")) && r.verdict == Verdict::Allow));
+        assert!(!p.rules().iter().any(|r| r.service == Some(service("tcp/443"))));
+    }
+
+    #[test]
+    fn a_rule_before_the_service_band_decides_the_service_in_the_backstop_too() {
+        let mut p = Policy::new();
+        p.allow_service(ip("255.255.255.255"), service("udp/67"));
+        p.allow_service(ip("10.213.5.255"), service("udp/9"));
+        p.allow_service(ip("10.213.5.7"), service("udp/9"));
+        let mut rules = p.rules();
+        rules.extend(guard_rules(&[Ipv4Addr::new(10, 213, 5, 255)]));
+        let verdicts: Vec<String> = service_verdicts(&rules).iter().map(|v| format!("{} {} {}", v.address, v.service, v.allow)).collect();
+        assert_eq!(verdicts, ["10.213.5.7 udp/9 true"], "broadcast stays behind the guard rules");
+        assert_eq!(allowed_ranges(&rules), AllowedRanges::default());
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //!
 //! Rules that this sidecar installs carry the routing protocol [`RULE_PROTOCOL`], so a dump
 //! tells them apart from the kernel's own (`local`, `main`, `default`) and from anything
-//! podman added.
+//! podman added. A service rule (`policy::RuleSpec::service`) carries the IP protocol
+//! (`FRA_IP_PROTO`) and, for TCP and UDP, the destination port as a range of one
+//! (`FRA_DPORT_RANGE`); the kernel matches them against the flow a socket routes
+//! (connect, or each datagram sent).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -14,11 +17,11 @@ use netlink_packet_core::{
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::route::{RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType};
-use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage, RulePortRange};
+use netlink_packet_route::{AddressFamily, IpProtocol, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-use crate::policy::{sort_rules, subnet_broadcast, Cidr, RuleSpec, Verdict, RT_TABLE_LOCAL, RT_TABLE_MAIN, RT_TABLE_UNLISTED};
+use crate::policy::{sort_rules, subnet_broadcast, Cidr, RuleSpec, Service, Verdict, RT_TABLE_LOCAL, RT_TABLE_MAIN, RT_TABLE_UNLISTED};
 
 /// `FRA_PROTOCOL` value marking this sidecar's rules (unassigned in `rtnetlink.h`).
 pub const RULE_PROTOCOL: u8 = 0x4c;
@@ -255,6 +258,12 @@ fn message_of(spec: &RuleSpec) -> RuleMessage {
         msg.attributes.push(RuleAttribute::FwMark(spec.mark));
         msg.attributes.push(RuleAttribute::FwMask(u32::MAX));
     }
+    if let Some(service) = spec.service {
+        msg.attributes.push(RuleAttribute::IpProtocol(IpProtocol::from(service.protocol())));
+        if let Some(port) = service.port() {
+            msg.attributes.push(RuleAttribute::DestinationPortRange(RulePortRange { start: port, end: port }));
+        }
+    }
     msg.attributes.push(RuleAttribute::Priority(spec.priority));
     msg.attributes.push(RuleAttribute::Protocol(RouteProtocol::Other(RULE_PROTOCOL)));
     msg
@@ -268,6 +277,8 @@ fn spec_of(rule: &RuleMessage) -> Option<RuleSpec> {
     let mut mark = 0;
     let mut local_only = false;
     let mut table = u32::from(rule.header.table);
+    let mut protocol = None;
+    let mut ports = None;
     for attr in &rule.attributes {
         match attr {
             RuleAttribute::Destination(a) => dst = Some(*a),
@@ -276,12 +287,22 @@ fn spec_of(rule: &RuleMessage) -> Option<RuleSpec> {
             RuleAttribute::Table(t) => table = *t,
             RuleAttribute::FwMark(m) => mark = *m,
             RuleAttribute::Iifname(name) => local_only = name == "lo",
+            RuleAttribute::IpProtocol(p) => protocol = Some(u8::from(*p)),
+            RuleAttribute::DestinationPortRange(range) => ports = Some(*range),
             _ => {}
         }
     }
     if !ours {
         return None;
     }
+    // Protocol 0 is "every protocol" to the kernel (it never dumps it); a port needs a
+    // protocol; only ranges of one port are ours.
+    let service = match (protocol, ports) {
+        (None | Some(0), None) => None,
+        (Some(protocol), None) => Some(Service::new(protocol, None).ok()?),
+        (Some(protocol), Some(range)) if protocol != 0 && range.start == range.end => Some(Service::new(protocol, Some(range.start)).ok()?),
+        _ => return None,
+    };
     let addr = match (dst, rule.header.family) {
         (Some(a), _) => a,
         (None, AddressFamily::Inet) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -295,7 +316,7 @@ fn spec_of(rule: &RuleMessage) -> Option<RuleSpec> {
         RuleAction::Prohibit => Verdict::Deny,
         _ => return None,
     };
-    Some(RuleSpec { dst: Cidr::new(addr, rule.header.dst_len)?, verdict, priority, mark, local_only })
+    Some(RuleSpec { dst: Cidr::new(addr, rule.header.dst_len)?, verdict, priority, mark, local_only, service })
 }
 
 #[cfg(test)]
@@ -318,6 +339,7 @@ mod tests {
             priority: crate::policy::UPSTREAM_PRIORITY,
             mark: crate::policy::DNS_MARK,
             local_only: false,
+            service: None,
         });
         rules.extend(crate::policy::guard_rules(&[Ipv4Addr::new(10, 213, 5, 255)]));
         let denied = [Cidr::parse("192.0.2.0/24").unwrap()];
@@ -326,6 +348,48 @@ mod tests {
             let msg = message_of(&spec);
             assert_eq!(spec_of(&msg), Some(spec), "{spec}");
         }
+    }
+
+    #[test]
+    fn service_rules_round_trip_with_their_protocol_and_port() {
+        let mut p = Policy::new();
+        let address = |text: &str| text.parse::<IpAddr>().unwrap();
+        let service = |text: &str| Service::parse(text).unwrap();
+        p.allow_service(address("10.9.0.7"), service("tcp/8081"));
+        p.allow_service(address("10.9.0.7"), service("udp/65535"));
+        p.deny_service(address("10.9.0.7"), service("tcp/1"));
+        p.allow_service(address("fd00::7"), service("132"));
+        p.deny_service(address("fd00::7"), service("udp/53"));
+        let services: Vec<RuleSpec> = p.rules().into_iter().filter(|rule| rule.service.is_some()).collect();
+        assert_eq!(services.len(), 5);
+        for spec in services {
+            let msg = message_of(&spec);
+            let protocol = msg.attributes.iter().find_map(|a| match a {
+                RuleAttribute::IpProtocol(p) => Some(u8::from(*p)),
+                _ => None,
+            });
+            assert_eq!(protocol, spec.service.map(|s| s.protocol()), "{spec}");
+            let port = msg.attributes.iter().find_map(|a| match a {
+                RuleAttribute::DestinationPortRange(range) => Some((range.start, range.end)),
+                _ => None,
+            });
+            assert_eq!(port, spec.service.and_then(|s| s.port()).map(|port| (port, port)), "{spec}");
+            assert_eq!(spec_of(&msg), Some(spec), "{spec}");
+        }
+        // Shapes this sidecar never installs are not taken for its own.
+        let mut spec = Policy::new();
+        spec.allow_service(address("10.9.0.7"), service("tcp/80"));
+        let rule = spec.rules().into_iter().find(|rule| rule.service.is_some()).unwrap();
+        let mut range = message_of(&rule);
+        for attribute in range.attributes.iter_mut() {
+            if let RuleAttribute::DestinationPortRange(ports) = attribute {
+                ports.end = 90;
+            }
+        }
+        assert_eq!(spec_of(&range), None, "a range of ports");
+        let mut no_port = message_of(&rule);
+        no_port.attributes.retain(|a| !matches!(a, RuleAttribute::DestinationPortRange(_)));
+        assert_eq!(spec_of(&no_port), None, "tcp without a port");
     }
 
     #[test]

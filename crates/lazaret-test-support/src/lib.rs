@@ -697,6 +697,10 @@ pub struct Hostile {
     pub name: String,
     /// Expanded: repeated as the entry says, `@MARKER@` replaced.
     pub text: String,
+    /// What every client must show of a long entry: its end (`tail`).
+    pub tail: Option<String>,
+    /// The entry is a DNS name the sandbox also asks for (`network`).
+    pub network: bool,
 }
 
 impl Hostile {
@@ -729,7 +733,12 @@ pub fn hostile_corpus(marker: &Path) -> Vec<Hostile> {
         .map(|entry| {
             let times = entry["repeat"].as_u64().unwrap_or(1) as usize;
             let text = entry["text"].as_str().expect("text").repeat(times).replace(placeholder, &marker.display().to_string());
-            Hostile { name: entry["name"].as_str().expect("name").to_owned(), text }
+            Hostile {
+                name: entry["name"].as_str().expect("name").to_owned(),
+                text,
+                tail: entry["tail"].as_str().map(str::to_owned),
+                network: entry["network"].as_bool().unwrap_or(false),
+            }
         })
         .collect()
 }

@@ -38,7 +38,8 @@ impl Tmux {
 
     /// Types a foreground job that waits for SIGINT, then Ctrl-C, then a
     /// command for the shell: true when the job says it took the SIGINT
-    /// (`interrupted-7`) and the shell ran the command (`after-5`).
+    /// (`interrupted-7`, alone on its line or after the echo of the command
+    /// typed ahead) and the shell ran the command (`after-5`).
     ///
     /// The job traps SIGINT before it prints `started-2` (the typed line
     /// shows `$((1+1))`), so a ^C typed once that shows has a handler to
@@ -55,21 +56,55 @@ impl Tmux {
             return false;
         }
         self.tmux(&["send-keys", "-t", window, "C-c"]);
-        self.line(window, "echo after-$((2+3))");
-        self.shows_line(window, "interrupted-7", Duration::from_secs(30)) && self.shows_line(window, "after-5", Duration::from_secs(30))
+        let typed = "echo after-$((2+3))";
+        self.line(window, typed);
+        self.shows_line_after_typeahead(window, "interrupted-7", typed, Duration::from_secs(30))
+            && self.shows_line(window, "after-5", Duration::from_secs(30))
+    }
+
+    /// As [`Tmux::shows_line`], where `typed_ahead` was typed while the
+    /// program that prints `line` ran: the terminal may echo it first, on
+    /// the same line (CI saw `echo after-$((2+3))interrupted-7`). Only that
+    /// exact text may come before; the output itself must be whole.
+    pub fn shows_line_after_typeahead(&self, window: &str, line: &str, typed_ahead: &str, within: Duration) -> bool {
+        crate::wait_until(within, || self.screen(window).lines().any(|shown| is_output_line(shown, line, typed_ahead)))
     }
 
     /// Waits until a line of the screen is the output `line`: alone, or
     /// after the prompt when its command was typed ahead (as a terminal
     /// shows type-ahead), never the typed command itself.
     pub fn shows_line(&self, window: &str, line: &str, within: Duration) -> bool {
-        let after_prompt = format!("# {line}");
-        crate::wait_until(within, || self.screen(window).lines().any(|shown| shown.trim_end() == line || shown.trim_end() == after_prompt))
+        self.shows_line_after_typeahead(window, line, "", within)
     }
+}
+
+/// Whether the screen line `shown` is the output `line`: alone, after the
+/// shell's prompt, or after the echo of `typed_ahead` (and the prompt).
+fn is_output_line(shown: &str, line: &str, typed_ahead: &str) -> bool {
+    let shown = shown.trim_end();
+    let shown = shown.strip_prefix("# ").unwrap_or(shown);
+    shown == line || shown.strip_prefix(typed_ahead) == Some(line)
 }
 
 impl Drop for Tmux {
     fn drop(&mut self) {
         self.tmux(&["kill-server"]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_output_line;
+
+    #[test]
+    fn output_after_a_typed_ahead_echo_counts_and_nothing_looser() {
+        let typed = "echo after-$((2+3))";
+        for shown in ["interrupted-7", "# interrupted-7", "echo after-$((2+3))interrupted-7", "# echo after-$((2+3))interrupted-7  "] {
+            assert!(is_output_line(shown, "interrupted-7", typed), "{shown:?}");
+        }
+        for shown in ["echo after-$((2+3))", "xinterrupted-7", "interrupted-77", "echo after-$((2+3)) interrupted-7", "echo interrupted-7"]
+        {
+            assert!(!is_output_line(shown, "interrupted-7", typed), "{shown:?}");
+        }
     }
 }

@@ -15,6 +15,19 @@
 //! path a small JSON body.
 //! A missing or wrong key gets 401.
 //!
+//! Attacks on the key (what an origin might do that the sidecar must keep
+//! from the sandbox), answered whatever the key: a TRACE reflects the
+//! request as it arrived (`message/http`, as a server with TRACE enabled
+//! does); `/headers` echoes the request's headers as JSON
+//! (`{"headers":{"name":"value",...}}`; `/headers?chunk=N` sends that in
+//! chunks of N bytes 20 ms apart); `/token` echoes the HEADER's value
+//! without its first word (a Bearer token alone); `/echo-header` puts the
+//! HEADER's value in a response header (`x-echo`); `/gzip` answers with
+//! `content-encoding: gzip`. `X-HTTP-Method-Override`, `X-HTTP-Method` and
+//! `X-Method-Override` are honoured (the method they name is used, and
+//! `override METHOD` printed). A request with `Accept-Encoding` prints
+//! `accept-encoding VALUE`.
+//!
 //! `/bench` answers a small JSON body (as any other path); `/bench-stream`
 //! answers 50 chunks 10 ms apart, each `t=NANOS` with the origin's wall clock
 //! when it was written. `http-bench ADDRESS:PORT HOST [--tls CA] [-H
@@ -33,13 +46,17 @@
 //! `ca_bundle` a test gives the sidecar.
 //!
 //! `http-probe PORT PATH [-H NAME:VALUE]... [--times N] [--body-bytes N]
-//! [--expect yes]`: sends N requests (default 1) one after another on one
+//! [--expect yes] [--method METHOD] [--save FILE]`: sends N requests
+//! (default 1) one after another on one
 //! connection to 127.0.0.1:PORT with `Host: evil.test` and the given headers
 //! (with `--expect yes`, `Expect: 100-continue`, and the body only after a
-//! 100 answer), and prints
+//! 100 answer; the method is POST with a body, GET without, unless
+//! `--method` says), and prints
 //! `status CODE`, `chunk +MSms BYTES` for each read of a body (time since
-//! the request was sent), `body TEXT` (the first 300 bytes, one line) and,
-//! when the server closes, `closed`.
+//! the request was sent), `body TEXT` (the first 300 bytes, one line),
+//! `cut` when the connection ended before the body did, and,
+//! when the server closes, `closed`. With `--save`, every byte read from
+//! the connection (heads and bodies) is appended to FILE as it came.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -133,9 +150,61 @@ fn serve_api(
         let mut parts = first.split(' ');
         let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
         println!("request conn={number} {method} {path} host={} key={key} copies={copies} body={length}", value("host").unwrap_or("-"));
+        let overridden = headers
+            .iter()
+            .find(|(key, _)| matches!(key.as_str(), "x-http-method-override" | "x-http-method" | "x-method-override"))
+            .map(|(_, value)| value.to_ascii_uppercase());
+        if let Some(overridden) = &overridden {
+            println!("override {overridden}");
+        }
+        if let Some(encoding) = value("accept-encoding") {
+            println!("accept-encoding {encoding}");
+        }
         let _ = std::io::stdout().flush();
+        let method = overridden.as_deref().unwrap_or(method);
         let out = reader.get_mut();
-        if key != "ok" {
+        if method == "TRACE" {
+            // As a server with TRACE enabled: the request as it arrived.
+            let mut reflected = format!("{first}\r\n");
+            for (name, value) in &headers {
+                reflected.push_str(&format!("{name}: {value}\r\n"));
+            }
+            reflected.push_str("\r\n");
+            write!(
+                out,
+                "HTTP/1.1 200 OK\r\ncontent-type: message/http\r\ncontent-length: {}\r\n\r\n{reflected}",
+                reflected.len() + body.len()
+            )?;
+            out.write_all(&body)?;
+        } else if path == "/headers" || path.starts_with("/headers?") {
+            let fields: Vec<String> =
+                headers.iter().map(|(name, value)| format!("\"{}\":\"{}\"", json_escape(name), json_escape(value))).collect();
+            let echo = format!("{{\"headers\":{{{}}}}}\n", fields.join(","));
+            let chunk: usize = path.split_once("?chunk=").and_then(|(_, size)| size.parse().ok()).unwrap_or(0);
+            if chunk == 0 {
+                write!(out, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{echo}", echo.len())?;
+            } else {
+                write!(out, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")?;
+                for piece in echo.as_bytes().chunks(chunk) {
+                    write!(out, "{:x}\r\n", piece.len())?;
+                    out.write_all(piece)?;
+                    write!(out, "\r\n")?;
+                    out.flush()?;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                write!(out, "0\r\n\r\n")?;
+            }
+        } else if path == "/token" {
+            let given = value(header).unwrap_or("");
+            let token = given.split_once(' ').map_or(given, |(_, rest)| rest.trim_start());
+            let body = format!("{{\"token\":\"{}\"}}", json_escape(token));
+            write!(out, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len())?;
+        } else if path == "/echo-header" {
+            let given = value(header).unwrap_or("");
+            write!(out, "HTTP/1.1 200 OK\r\nx-echo: {given}\r\ncontent-type: text/plain\r\ncontent-length: 3\r\n\r\nok\n")?;
+        } else if path == "/gzip" {
+            write!(out, "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-encoding: gzip\r\ncontent-length: 4\r\n\r\nzzzz")?;
+        } else if key != "ok" {
             let body = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
             write!(out, "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len())?;
         } else if path == "/bench-stream" {
@@ -162,6 +231,20 @@ fn serve_api(
         out.flush()?;
     }
     Ok(())
+}
+
+/// `text` as the inside of a JSON string.
+fn json_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '"' => escaped.push_str("\\\""),
+            '\\' => escaped.push_str("\\\\"),
+            c if (c as u32) < 0x20 => escaped.push_str(&format!("\\u{:04x}", c as u32)),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 /// The model's answer, as the Messages API gives it.
@@ -261,6 +344,7 @@ pub fn http_probe(args: &[String]) -> Result<(), String> {
     let port: u16 = args.first().and_then(|port| port.parse().ok()).ok_or("usage: http-probe PORT PATH [options]")?;
     let path = args.get(1).ok_or("missing PATH")?;
     let (mut headers, mut times, mut body_bytes, mut expect) = (Vec::new(), 1usize, None::<usize>, false);
+    let (mut method, mut save) = (None::<String>, None::<std::fs::File>);
     let mut rest = args[2..].iter();
     while let Some(option) = rest.next() {
         let value = rest.next().ok_or(format!("{option} needs a value"))?;
@@ -269,15 +353,20 @@ pub fn http_probe(args: &[String]) -> Result<(), String> {
             "--times" => times = value.parse().map_err(|_| format!("bad --times {value:?}"))?,
             "--body-bytes" => body_bytes = Some(value.parse().map_err(|_| format!("bad --body-bytes {value:?}"))?),
             "--expect" => expect = value == "yes",
+            "--method" => method = Some(value.clone()),
+            "--save" => {
+                let file = std::fs::OpenOptions::new().create(true).append(true).open(value);
+                save = Some(file.map_err(|error| format!("{value}: {error}"))?);
+            }
             other => return Err(format!("unknown option {other:?}")),
         }
     }
     let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|error| format!("connect 127.0.0.1:{port}: {error}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(20))).map_err(|error| error.to_string())?;
     let mut out = stream.try_clone().map_err(|error| error.to_string())?;
-    let mut reader = BufReader::new(stream);
+    let mut reader = BufReader::new(Saving { stream, save });
     for _ in 0..times {
-        let method = if body_bytes.is_some() { "POST" } else { "GET" };
+        let method = method.as_deref().unwrap_or(if body_bytes.is_some() { "POST" } else { "GET" });
         let mut request = format!("{method} {path} HTTP/1.1\r\nHost: evil.test\r\n");
         for header in &headers {
             request.push_str(header);
@@ -318,7 +407,11 @@ pub fn http_probe(args: &[String]) -> Result<(), String> {
         let chunked = value("transfer-encoding").is_some_and(|encoding| encoding.contains("chunked"));
         let length: Option<usize> = value("content-length").and_then(|length| length.parse().ok());
         let mut body = Vec::new();
+        let bodiless = method == "HEAD" || matches!(first.split(' ').nth(1), Some("204" | "304"));
         loop {
+            if bodiless {
+                break;
+            }
             if let Some(length) = length {
                 if body.len() >= length {
                     break;
@@ -335,6 +428,9 @@ pub fn http_probe(args: &[String]) -> Result<(), String> {
                 }
             };
             if available.is_empty() {
+                if length.is_some() || chunked {
+                    println!("cut");
+                }
                 break;
             }
             let take = match length {
@@ -353,6 +449,23 @@ pub fn http_probe(args: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The probe's connection: every byte read is also appended to the
+/// `--save` file, if any.
+struct Saving {
+    stream: TcpStream,
+    save: Option<std::fs::File>,
+}
+
+impl Read for Saving {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.stream.read(buffer)?;
+        if let Some(save) = &mut self.save {
+            save.write_all(&buffer[..read])?;
+        }
+        Ok(read)
+    }
 }
 
 pub fn test_certs(args: &[String]) -> Result<(), String> {

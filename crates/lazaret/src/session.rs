@@ -46,6 +46,9 @@ use crate::prompt::{keys, PromptAction, PromptState};
 pub struct TerminalUi {
     parser: vt100::Parser,
     pub prompt: PromptState,
+    /// Whether the prompt as last drawn took answers (it is drawn again
+    /// when that changes, so the user sees it arm).
+    drawn_armed: bool,
 }
 
 pub type SharedUi = Arc<Mutex<TerminalUi>>;
@@ -57,16 +60,18 @@ pub fn lock_ui(ui: &SharedUi) -> std::sync::MutexGuard<'_, TerminalUi> {
 impl TerminalUi {
     pub fn new() -> TerminalUi {
         let (columns, rows) = terminal_size();
-        TerminalUi { parser: vt100::Parser::new(rows, columns, 0), prompt: PromptState::new() }
+        TerminalUi { parser: vt100::Parser::new(rows, columns, 0), prompt: PromptState::new(), drawn_armed: false }
     }
 
     fn draw_prompt(&mut self) {
+        let now = std::time::Instant::now();
+        self.drawn_armed = self.prompt.is_armed(now);
         let (rows, columns) = self.parser.screen().size();
         let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
         let options = ratatui::TerminalOptions { viewport: ratatui::Viewport::Fixed(ratatui::layout::Rect::new(0, 0, columns, rows)) };
         if let Ok(mut terminal) = ratatui::Terminal::with_options(backend, options) {
             let _ = terminal.clear();
-            let _ = terminal.draw(|frame| crate::prompt::render::render(frame, &self.prompt));
+            let _ = terminal.draw(|frame| crate::prompt::render::render(frame, &self.prompt, now));
             let _ = terminal.hide_cursor();
         }
     }
@@ -81,7 +86,7 @@ impl TerminalUi {
     /// A request of this session (or a network request of its domain)
     /// arrived, or was asked again: show (or queue, or update) it.
     pub fn show_pending(&mut self, item: lazaret_protocol::PendingItem) {
-        self.prompt.push(item);
+        self.prompt.push(item, std::time::Instant::now());
         self.draw_prompt();
     }
 
@@ -90,7 +95,7 @@ impl TerminalUi {
         if !self.prompt.is_active() {
             return;
         }
-        self.prompt.remove(request_id);
+        self.prompt.remove(request_id, std::time::Instant::now());
         self.refresh();
     }
 
@@ -98,9 +103,17 @@ impl TerminalUi {
     /// coordinator lists.
     pub fn resync(&mut self, pending: &[lazaret_protocol::PendingItem]) {
         let was_active = self.prompt.is_active();
-        self.prompt.resync(pending);
+        self.prompt.resync(pending, std::time::Instant::now());
         if was_active || self.prompt.is_active() {
             self.refresh();
+        }
+    }
+
+    /// Draws the prompt again when it armed since it was drawn (called a
+    /// few times a second), so the user sees it is ready.
+    fn tick(&mut self) {
+        if self.prompt.is_active() && self.prompt.is_armed(std::time::Instant::now()) != self.drawn_armed {
+            self.draw_prompt();
         }
     }
 
@@ -521,8 +534,11 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
                 // While the prompt shows, keys are for it, not the sandbox.
                 let mut screen = lock_ui(&input_ui);
                 if screen.prompt.is_active() {
+                    // One time for every key of one read: a selection and
+                    // its Enter in the same read confirm nothing (D20).
+                    let now = std::time::Instant::now();
                     for key in keys::decode(bytes) {
-                        if let Some(action) = screen.prompt.handle_key(key) {
+                        if let Some(action) = screen.prompt.handle_key(key, now) {
                             let _ = actions.send(action);
                         }
                     }
@@ -603,11 +619,13 @@ fn signal_inside(inside: &Inside, script: &str) {
 }
 
 /// Polls the terminal size (SIGWINCH cannot be waited for from a plain
-/// thread without a signal crate) and applies changes to both terminals.
+/// thread without a signal crate) and applies changes to both terminals;
+/// on the same beat, draws the prompt again once it arms.
 fn watch_window_size(master: &dyn portable_pty::MasterPty, inside: &Inside, state: &str, ui: &SharedUi) {
     let mut last = terminal_size();
     loop {
         std::thread::sleep(std::time::Duration::from_millis(250));
+        lock_ui(ui).tick();
         let Ok(size) = crossterm::terminal::size() else { return };
         let current = sized(size);
         if current != last {

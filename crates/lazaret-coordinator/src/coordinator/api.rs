@@ -11,7 +11,7 @@ use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{ConnectionId, Extensions, PendingSubscriptionSink, SubscriptionMessage};
 use lazaret_core::config::ResolvedProfile;
 use lazaret_core::time::now_ms;
-use lazaret_protocol::sidecar::{CredentialEndpoint, NameCount, SidecarEvent, SidecarRequest};
+use lazaret_protocol::sidecar::{CredentialEndpoint, NameCount, SidecarEvent, SidecarRequest, WithheldPart};
 use lazaret_protocol::{
     error_code, AuditRecord, AuditVerification, BranchDiff, CompletedSession, ContainerState, Decision, DecisionSource, DomainStatus,
     Event, FileContents, GrantScope, LazaretApiServer, LiveSession, NetworkDecision, NetworkPolicy, Outcome, PendingEscalation,
@@ -312,6 +312,20 @@ impl Domain {
                 let why = format!("{origin} answered {status}: the key may be revoked or wrong");
                 self.audit(network_audit_record(Outcome::CredentialRejected, Some(why), DecisionSource::NetworkSidecar, argv)).await;
             }
+            SidecarEvent::CredentialWithheld { origin, method, status, part, suppressed } => {
+                tracing::warn!(%origin, %method, ?status, %part, "a credential endpoint's origin answered with the key: withheld");
+                let status = status.map_or_else(|| "-".to_owned(), |status| status.to_string());
+                let mut argv = vec!["credential".to_owned(), origin.clone(), method.clone(), status.clone(), part.to_string()];
+                if let Some(suppressed) = suppressed {
+                    argv.push(format!("(+{suppressed} events not recorded: rate limit)"));
+                }
+                let what = match part {
+                    WithheldPart::Head => "its head was withheld (the sandbox got a 502)",
+                    WithheldPart::Body => "its body was cut before the key (the connection closed)",
+                };
+                let why = format!("{origin}'s answer ({status}) to {method} carried the key in its {part}: {what}");
+                self.audit(network_audit_record(Outcome::CredentialWithheld, Some(why), DecisionSource::NetworkSidecar, argv)).await;
+            }
         }
     }
 
@@ -499,7 +513,7 @@ impl Domain {
                 }
                 argv.push(status.origin.clone());
                 argv.push(format!(
-                    "1xx={} 2xx={} 3xx={} 4xx={} 5xx={} rejected={} failed={failed} sent={}B received={}B",
+                    "1xx={} 2xx={} 3xx={} 4xx={} 5xx={} rejected={} failed={failed} sent={}B received={}B withheld={}",
                     requests[0],
                     requests[1],
                     requests[2],
@@ -508,6 +522,7 @@ impl Domain {
                     delta(status.rejected, before.rejected),
                     delta(status.bytes_sent, before.bytes_sent),
                     delta(status.bytes_received, before.bytes_received),
+                    delta(status.withheld, before.withheld),
                 ));
             }
             *counted = now;

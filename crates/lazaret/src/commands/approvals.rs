@@ -194,13 +194,30 @@ pub fn pending(config_path: Option<&Path>, json: bool, full: bool) -> Result<u8>
                 }
             }
             PendingItem::Network(request) => {
-                let destination = shown(&request.destination);
+                // A name is cut in the middle: its end decides who controls it (D19).
+                let safe = name(&request.destination);
+                let destination =
+                    if full { safe } else { lazaret_core::terminal_text::cut_middle(&safe, SHOWN_CHARACTERS).into_owned().into() };
                 let types = request.record_types.iter().map(|kind| name(kind)).collect::<Vec<_>>().join(", ");
                 println!("{}  {} ({})  network: {destination} ({types})", name(&request.request_id), request.profile, request.domain_hash);
                 if request.repeats > 0 {
                     println!("    asked {} more times", request.repeats);
                 }
-                println!("    approve: lazaret approve {0} [--for 30m | --profile]; deny: lazaret deny {0}", name(&request.request_id));
+                match &request.service {
+                    Some(service) => {
+                        println!(
+                            "    approve opens {} only: lazaret approve {} [--for 30m | --profile]",
+                            name(service),
+                            name(&request.request_id)
+                        );
+                        println!("    every protocol and port of the address instead (wider): add --every-port");
+                        println!("    deny: lazaret deny {}", name(&request.request_id));
+                    }
+                    None => println!(
+                        "    approve: lazaret approve {0} [--for 30m | --profile]; deny: lazaret deny {0}",
+                        name(&request.request_id)
+                    ),
+                }
             }
         }
     }
@@ -353,10 +370,15 @@ pub fn rules(config_path: Option<&Path>, json: bool) -> Result<u8> {
                 Some(end) => format!(", {} s left", end.saturating_sub(now) / 1000),
                 None => String::new(),
             };
+            let destination = lazaret_core::terminal_text::cut_middle(&name(&grant.destination), SHOWN_CHARACTERS).into_owned();
+            let reach = match (&grant.service, grant.every_port) {
+                (Some(service), _) => format!(" {} only", name(service)),
+                (None, true) => " (every protocol and port)".to_owned(),
+                (None, false) => String::new(),
+            };
             println!(
-                "  {}  {verdict} {}  for {}{left}  by {}, {} hits",
+                "  {}  {verdict} {destination}{reach}  for {}{left}  by {}, {} hits",
                 name(&grant.id),
-                name(&grant.destination),
                 grant.scope,
                 name(&grant.decided_by.to_string()),
                 grant.hits

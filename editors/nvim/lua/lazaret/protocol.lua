@@ -68,12 +68,13 @@
 ---@field status3xx integer
 ---@field status4xx integer
 ---@field status5xx integer
+---@field withheld? integer Answers that carried the credential (counted in their status class too): a head withheld (the client got a 502) or a body cut before it.
 
 ---@alias lazaret.Decision 'approve' | 'deny' | 'edit' | 'abort'
 
 ---@alias lazaret.DecisionSource string
 
----@alias lazaret.DnsRefusal 'malformed' | 'recordType' | 'badCharacters' | 'notAllowlisted' | 'denied' | 'longLabel' | 'tooManyLabels'
+---@alias lazaret.DnsRefusal 'malformed' | 'recordType' | 'badCharacters' | 'notAName' | 'notAllowlisted' | 'denied' | 'longLabel' | 'tooManyLabels'
 
 ---@class lazaret.DomainStatus
 ---@field agentBranch? string `lazaret/agent-<profile>`, `None` for a directly mounted workspace.
@@ -186,7 +187,7 @@
 ---@field rules integer How many kernel rules enforce it.
 ---@field upstreams string[] The resolvers the sidecar forwards allowed questions to.
 
----@alias lazaret.Outcome 'rejected' | 'auto' | 'approved' | 'edited' | 'denied' | 'aborted' | 'timedOut' | 'networkAllowed' | 'networkDenied' | 'networkReloaded' | 'dnsRefused' | 'dnsAnswerRefused' | 'networkAsked' | 'networkGranted' | 'networkRefused' | 'networkExpired' | 'networkRevoked' | 'networkQueueFull' | 'credentialRejected' | 'credentialUse'
+---@alias lazaret.Outcome 'rejected' | 'auto' | 'approved' | 'edited' | 'denied' | 'aborted' | 'timedOut' | 'networkAllowed' | 'networkDenied' | 'networkReloaded' | 'dnsRefused' | 'dnsAnswerRefused' | 'networkAsked' | 'networkGranted' | 'networkRefused' | 'networkExpired' | 'networkRevoked' | 'networkQueueFull' | 'credentialRejected' | 'credentialUse' | 'credentialWithheld'
 
 ---@class lazaret.PathWarning
 ---@field path string

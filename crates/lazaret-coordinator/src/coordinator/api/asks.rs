@@ -5,6 +5,7 @@
 //! state itself is [`crate::network_requests`] (pure); this module only
 //! carries its decisions out.
 
+use lazaret_core::egress::EgressRule;
 use lazaret_core::time::now_ms;
 use lazaret_protocol::sidecar::SidecarRequest;
 use lazaret_protocol::{
@@ -68,6 +69,12 @@ impl Domain {
     /// The sidecar holds (or, its hold full, refused) a question for a name
     /// on no allow entry.
     pub(super) async fn network_question_held(&self, name: String, record_type: String) {
+        // The sidecar holds only names an allow entry could hold (D19); one
+        // that is not (an address, one label) is never offered.
+        let plain = matches!(name.parse::<EgressRule>(), Ok(EgressRule::Domain(parsed)) if parsed == name && !parsed.starts_with("*."));
+        if !plain {
+            return tracing::warn!(%name, "the Network Sidecar held a question for what is not a plain DNS name: not asked");
+        }
         self.ask(Question::Name { name, record_type }, "no allow entry covers it; waiting for a human").await
     }
 
@@ -390,7 +397,8 @@ mod tests {
 
     #[test]
     fn a_blocked_connection_asks_for_one_service_of_its_host_network() {
-        let shown = |address, protocol, port| blocked_destination(address, protocol, port).map(|(network, service)| (network, service.to_string()));
+        let shown =
+            |address, protocol, port| blocked_destination(address, protocol, port).map(|(network, service)| (network, service.to_string()));
         assert_eq!(shown("10.9.0.7", "tcp", Some(8080)), Some(("10.9.0.7/32".into(), "tcp/8080".into())));
         assert_eq!(shown("fd00::7", "udp", Some(53)), Some(("fd00::7/128".into(), "udp/53".into())));
         assert_eq!(shown("fd00::7", "132", None), Some(("fd00::7/128".into(), "132".into())));
