@@ -191,6 +191,60 @@ export class Workbench {
     });
   }
 
+  /**
+   * Whether NEEDLE is on screen inside the first element LOCATOR matches
+   * that holds it: found in its text, and every box of it inside the
+   * element's visible area (within each ancestor that clips: a row, a label
+   * that ends in an ellipsis, a hover, the window). A text in the DOM that a
+   * narrow row hides is not visible. Returns {visible, why}.
+   */
+  async textVisible(locator, needle) {
+    const handles = await locator.elementHandles();
+    let last = { visible: false, why: `no element of ${locator} holds ${JSON.stringify(needle)}` };
+    for (const handle of handles) {
+      const seen = await handle.evaluate((root, needle) => {
+        const texts = [];
+        const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, { acceptNode: (n) => (n.parentElement?.closest("style, script") ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT) });
+        let all = "";
+        for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+          texts.push({ node: n, at: all.length });
+          all += n.nodeValue;
+        }
+        const start = all.indexOf(needle);
+        if (start < 0) return undefined;
+        const end = start + needle.length;
+        // The text node and offset of a character boundary (a start inside the node after it, an end inside the node before it).
+        const locate = (offset, isEnd) => {
+          const t = texts.find((x) => (isEnd ? offset > x.at && offset <= x.at + x.node.nodeValue.length : offset >= x.at && offset < x.at + x.node.nodeValue.length));
+          return [t.node, offset - t.at];
+        };
+        const range = document.createRange();
+        range.setStart(...locate(start, false));
+        range.setEnd(...locate(end, true));
+        const boxes = [...range.getClientRects()].filter((r) => r.width > 0 && r.height > 0);
+        if (!boxes.length) return { visible: false, why: "it has no box on screen" };
+        // The visible area: the window, cut by every ancestor that clips.
+        let area = { left: 0, top: 0, right: window.innerWidth, bottom: window.innerHeight };
+        const clips = [];
+        for (let e = range.commonAncestorContainer.nodeType === 1 ? range.commonAncestorContainer : range.commonAncestorContainer.parentElement; e && e !== document.documentElement; e = e.parentElement) {
+          const style = getComputedStyle(e);
+          if (style.display === "none" || style.visibility === "hidden") return { visible: false, why: `hidden by ${e.className}` };
+          if (style.overflowX !== "visible" || style.overflowY !== "visible" || style.textOverflow === "ellipsis") {
+            const r = e.getBoundingClientRect();
+            area = { left: Math.max(area.left, r.left), top: Math.max(area.top, r.top), right: Math.min(area.right, r.right), bottom: Math.min(area.bottom, r.bottom) };
+            clips.push(String(e.className).slice(0, 60));
+          }
+        }
+        const out = boxes.find((b) => b.left < area.left - 1 || b.right > area.right + 1 || b.top < area.top - 1 || b.bottom > area.bottom + 1);
+        if (out) return { visible: false, why: `a box of it (${Math.round(out.left)}..${Math.round(out.right)} x ${Math.round(out.top)}..${Math.round(out.bottom)}) is outside the visible area (${Math.round(area.left)}..${Math.round(area.right)} x ${Math.round(area.top)}..${Math.round(area.bottom)}) of ${clips.join(" > ")}` };
+        return { visible: true, why: `${boxes.length} box(es) inside ${Math.round(area.left)}..${Math.round(area.right)}` };
+      }, needle);
+      if (seen?.visible) return seen;
+      if (seen) last = seen;
+    }
+    return last;
+  }
+
   /** Installs the .vsix with code-server's own CLI; returns the time it took (ms). */
   install() {
     const t = Date.now();

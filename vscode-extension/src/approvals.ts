@@ -1,6 +1,13 @@
-// Answering escalations: Approve, Deny (optional reason), Edit (the argv as
-// shell syntax in an input box, parsed back with the same rules, shown before
-// it runs), Show Full Request.
+// Answering escalations: Approve (confirmed in a modal that names the
+// command), Deny (optional reason), Edit (the argv as shell syntax in an input
+// box, parsed back with the same rules, confirmed the same way before it
+// runs), Show Full Request.
+//
+// Deliberate answers (DECISIONS D20): an answer given within the arming
+// delay of the request's arrival in this window, or of the request moving
+// onto the row or selection the command acts on, is refused (./arming); an
+// approval or an edit runs only after a second step, the modal, which shows
+// the command cut in the middle (the program and the start, and the end).
 //
 // What a command acts on: the tree row it was invoked on, when that row is a
 // node this tree created (an identity check, ./nodes: a `command:` link or a
@@ -10,11 +17,12 @@
 // (palette, keybindings elsewhere, and any argument that is not ours). Never
 // an unseen request. All agent text is shown through ./text.
 import * as vscode from "vscode";
+import { requestKey } from "./arming";
 import type { Ctx } from "./context";
 import { requestOf } from "./nodes";
 import type { EscalationItem } from "./queue";
 import { quoteArgv, requestDisplay, splitArgv } from "./shell";
-import { clip, clipDisplay, escapeUnsafe, inert, noIcons, notice } from "./text";
+import { clip, clipDisplay, clipDisplayMiddle, clipParts, escapeUnsafe, inert, noIcons, notice } from "./text";
 import { domainLabel, LABEL_MAX } from "./tree";
 import { validateCommandLine } from "./validate";
 
@@ -94,15 +102,60 @@ function shortCommand(item: EscalationItem, max = 120): string {
   return clipDisplay(requestDisplay(item.value), max);
 }
 
+/** Refuses (and says so) an answer to the request within the arming delay. */
+function armed(ctx: Ctx, item: EscalationItem, action: string): boolean {
+  return ctx.armed(requestKey("command", item.domain, item.value.requestId), `${action} ${shortCommand(item)}`);
+}
+
+/** How much of a command a confirmation shows (cut in the middle beyond it). */
+const CONFIRM_MAX = 300;
+
+/**
+ * The second step of an approval or an edit: a modal naming the command that
+ * would run (plain text, inert, cut in the middle) and its directory, and
+ * `extra` (the justification; for an edit, what was asked). The command
+ * opens the detail, whose lines wrap even inside a long word (the message
+ * line does not: the end of a long command would be off the dialog). True
+ * when the user chose `button`.
+ */
+async function confirmRun(question: string, argv: string[], display: string, cwd: string, button: string, extra: string[]): Promise<boolean> {
+  const cut = clipParts(display, CONFIRM_MAX, escapeUnsafe).more > 0;
+  const answer = await vscode.window.showWarningMessage(
+    question,
+    {
+      modal: true,
+      detail: [
+        clipDisplayMiddle(display, CONFIRM_MAX),
+        "",
+        `In ${clip(cwd, 300)}`,
+        `Program: ${clip(argv[0] ?? "", 200)} (${argv.length} word${argv.length === 1 ? "" : "s"}, ${[...display].length.toLocaleString("en-US")} characters as shell words)`,
+        ...extra,
+        ...(cut ? ["The command is cut in the middle above: Show Full Request (on its row) shows all of it."] : []),
+        `Nothing runs unless you choose ${button}.`,
+      ].join("\n"),
+    },
+    button,
+  );
+  return answer === button;
+}
+
+export const RUN_BUTTON = "Run on host";
+
 export async function approve(ctx: Ctx, arg: unknown, fromSelection = false): Promise<void> {
   const item = await target(ctx, arg, "Approve", fromSelection);
-  if (!item) return;
-  await report(ctx, ctx.manager.respond(item.domain, item.value.requestId, "approve"), `approve ${shortCommand(item)}`);
+  if (!item || !armed(ctx, item, "approve")) return;
+  const e = item.value;
+  const confirmed = await confirmRun("Run this command on the host?", e.argv, requestDisplay(e), e.cwd, RUN_BUTTON, [
+    `Justification (the agent's words): ${e.justification ? clip(e.justification, 300) : "(none)"}`,
+    ...(e.riskNotes ?? []).map((r) => `⚠ ${clipDisplay(r, 200)}`),
+  ]);
+  if (!confirmed) return;
+  await report(ctx, ctx.manager.respond(item.domain, e.requestId, "approve"), `approve ${shortCommand(item)}`);
 }
 
 export async function deny(ctx: Ctx, arg: unknown, fromSelection = false): Promise<void> {
   const item = await target(ctx, arg, "Deny", fromSelection);
-  if (!item) return;
+  if (!item || !armed(ctx, item, "deny")) return;
   const reason = await vscode.window.showInputBox({
     title: `Lazaret: deny ${shortCommand(item)}`,
     prompt: "Reason sent back to the agent (optional). Escape keeps the request pending.",
@@ -115,7 +168,7 @@ export async function deny(ctx: Ctx, arg: unknown, fromSelection = false): Promi
 
 export async function edit(ctx: Ctx, arg: unknown, fromSelection = false): Promise<void> {
   const item = await target(ctx, arg, "Edit", fromSelection);
-  if (!item) return;
+  if (!item || !armed(ctx, item, "edit")) return;
   const e = item.value;
   // The whole argv, as shell syntax with no raw unsafe character ($'...' for those words): splitArgv reads it back.
   const line = await vscode.window.showInputBox({
@@ -130,15 +183,11 @@ export async function edit(ctx: Ctx, arg: unknown, fromSelection = false): Promi
   if ("error" in parsed || !parsed.argv.length) return;
   const argv = parsed.argv;
   const run = "Run Edited Command";
-  const answer = await vscode.window.showWarningMessage(
-    `Run on the host: ${clipDisplay(quoteArgv(argv), 300)}`,
-    {
-      modal: true,
-      detail: `In ${clip(e.cwd, 300)}\nargv: ${clipDisplay(JSON.stringify(argv), 1000)}\nRequested: ${clipDisplay(requestDisplay(e), 600)}`,
-    },
-    run,
-  );
-  if (answer !== run) return;
+  const confirmed = await confirmRun("Run this edited command on the host?", argv, quoteArgv(argv), e.cwd, run, [
+    `argv: ${clipDisplay(JSON.stringify(argv), 1000)}`,
+    `Requested: ${clipDisplayMiddle(requestDisplay(e), 600)}`,
+  ]);
+  if (!confirmed) return;
   await report(ctx, ctx.manager.respond(item.domain, e.requestId, "edit", { argv }), `edit to ${clipDisplay(quoteArgv(argv), 120)}`);
 }
 

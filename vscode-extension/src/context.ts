@@ -3,6 +3,7 @@
 // render it. Everything else takes a Ctx.
 import * as cp from "node:child_process";
 import * as vscode from "vscode";
+import { Arming } from "./arming";
 import type { Runner } from "./discovery";
 import { DomainManager } from "./domains";
 import { NodeRegistry, type Node } from "./nodes";
@@ -17,6 +18,8 @@ export class Ctx implements vscode.Disposable {
   readonly registry = new NodeRegistry();
   treeView?: vscode.TreeView<Node>;
   tree?: LazaretTree;
+  /** When each pending request arrived or moved (DECISIONS D20): answers within the delay are refused. */
+  readonly arming = new Arming();
 
   constructor(readonly extension: vscode.ExtensionContext) {
     this.log = vscode.window.createOutputChannel("Lazaret", { log: true });
@@ -48,6 +51,21 @@ export class Ctx implements vscode.Disposable {
         resolve({ code, stdout: String(stdout), stderr: String(stderr) });
       });
     });
+  }
+
+  /**
+   * Whether the request `key` may be answered now; when it arrived in this
+   * window (or moved onto the row or selection a command acts on) less than
+   * the arming delay ago, says so (no agent text) and answers nothing.
+   */
+  armed(key: string, what: string): boolean {
+    const wait = this.arming.remaining(key, Date.now());
+    if (!wait) return true;
+    this.log.info(`${escapeUnsafe(what)}: refused, within the arming delay (${wait} ms left)`);
+    void vscode.window.showWarningMessage(
+      "Lazaret: nothing was answered: that request arrived (or moved into this place) less than a second ago. Look at it first, then answer again.",
+    );
+    return false;
   }
 
   dispose(): void {

@@ -5,12 +5,15 @@
 // `[x](command:...)` in them as a live link): they point at the view.
 import * as vscode from "vscode";
 import * as approvals from "./approvals";
+import { requestKey } from "./arming";
 import { Ctx } from "./context";
+import { opensText } from "./grants";
 import * as netapprovals from "./netapprovals";
+import { requestOf, networkRequestOf } from "./nodes";
 import { METHODS, NetworkPolicy } from "./protocol";
 import { ContentProvider, mergeBranch, openBranchDiff, pickDomain, SCHEME, WarningDecorations } from "./review";
 import { quoteArgv, requestDisplay } from "./shell";
-import { clip, clipDisplay, inert, notice } from "./text";
+import { clip, clipDisplay, clipName, inert, noLinks, notice } from "./text";
 import { domainLabel, LazaretTree } from "./tree";
 
 const AUDIT_SCHEME = "lazaret-audit";
@@ -45,7 +48,7 @@ export async function activate(extension: vscode.ExtensionContext): Promise<void
     const waiting = n
       ? [
           ...(items.length ? [`Host escalations waiting for you (answer them in the Lazaret view):`, ...items.map((i) => `• ${clipDisplay(requestDisplay(i.value), 120)}`)] : []),
-          ...(asks.length ? [`Network requests waiting for you (answer them in the Lazaret view):`, ...asks.map((i) => `• ${clip(i.value.destination, 120)} (${(i.value.recordTypes ?? []).map((t) => inert(t)).join(" ")})`)] : []),
+          ...(asks.length ? [`Network requests waiting for you (answer them in the Lazaret view):`, ...asks.map((i) => `• ${opensText(i.value)}${i.value.service ? "" : ` (${(i.value.recordTypes ?? []).map((t) => inert(t)).join(" ")})`}`)] : []),
         ].join("\n")
       : "";
     if (problems.length) {
@@ -84,30 +87,77 @@ export async function activate(extension: vscode.ExtensionContext): Promise<void
       tree.refresh();
     }, 100);
   };
+  // The arming delay (DECISIONS D20): every pending request in the order the
+  // view shows it (domains as sorted there; escalations, then network
+  // requests): one new to this window, or at another place than before,
+  // cannot be answered for a second.
+  const arm = () => {
+    const order: string[] = [];
+    const domains = [...ctx.manager.domains.values()].sort((a, b) => domainLabel(a).localeCompare(domainLabel(b)));
+    for (const d of domains) {
+      for (const i of ctx.manager.queue.list(d.socket)) order.push(requestKey("command", d.socket, i.value.requestId));
+      for (const i of ctx.manager.netQueue.list(d.socket)) order.push(requestKey("network", d.socket, i.value.requestId));
+    }
+    ctx.arming.update(order, Date.now());
+  };
+  // A different request moving onto the selection (the one selected left just before): its delay starts again.
+  let selected: string | undefined;
+  const selectedKey = (): string | undefined => {
+    const node = ctx.registry.known(view.selection[0]);
+    const command = requestOf(node);
+    if (command) return requestKey("command", command.socket, command.requestId);
+    const network = networkRequestOf(node);
+    return network ? requestKey("network", network.socket, network.requestId) : undefined;
+  };
+  ctx.disposables.push(
+    view.onDidChangeSelection(() => {
+      const now = selectedKey();
+      ctx.arming.selectionMoved(selected, now, Date.now());
+      selected = now;
+    }),
+  );
+
+  // Notifications that point at a request: each stays until its request
+  // leaves the queue (answered here or anywhere else, expired, its domain
+  // gone): a progress notification, ended then.
+  const notified: Array<{ pending: () => boolean; end: () => void }> = [];
+  const endAnswered = () => {
+    for (let i = notified.length - 1; i >= 0; i--) {
+      if (!notified[i].pending()) notified.splice(i, 1)[0].end();
+    }
+  };
+  ctx.disposables.push({ dispose: () => notified.splice(0).forEach((n) => n.end()) });
+  const notifyUntilAnswered = (message: string, pending: () => boolean) => {
+    if (!pending()) return;
+    void vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: message, cancellable: false }, () => new Promise<void>((end) => notified.push({ pending, end })));
+  };
+
   ctx.manager.onChange((change) => {
     if (change === "pending") {
+      arm();
       renderPending();
       refreshTree(true);
+      endAnswered();
     } else refreshTree();
   });
   // A notification only points at the queue, with no agent text at all
   // (notifications render links and icons): the request is shown, and
-  // answered, in the tree.
+  // answered, in the tree; the status bar item and the view's badge stay.
   ctx.manager.onNewRequest((item) => {
-    const show = "Show Pending";
     const d = ctx.manager.domains.get(item.domain);
-    void vscode.window.showWarningMessage(`Lazaret: the sandbox of ${notice(d ? domainLabel(d) : "a domain", 80)} asks to run a command on the host. Answer it in the Lazaret view.`, show).then((a) => {
-      if (a === show) void approvals.showPending(ctx);
-    });
+    notifyUntilAnswered(
+      `Lazaret: the sandbox of ${notice(d ? domainLabel(d) : "a domain", 80)} asks to run a command on the host. Answer it in the Lazaret view (the status bar's Lazaret item shows it).`,
+      () => ctx.manager.queue.has(item.domain, item.value.requestId),
+    );
   });
 
   // As for escalations: no agent text (the destination stays in the view).
   ctx.manager.onNewNetworkRequest((item) => {
-    const show = "Show Pending";
     const d = ctx.manager.domains.get(item.domain);
-    void vscode.window.showWarningMessage(`Lazaret: the sandbox of ${notice(d ? domainLabel(d) : "a domain", 80)} asks for a network destination no allow entry covers. Answer it in the Lazaret view.`, show).then((a) => {
-      if (a === show) void approvals.showPending(ctx);
-    });
+    notifyUntilAnswered(
+      `Lazaret: the sandbox of ${notice(d ? domainLabel(d) : "a domain", 80)} asks for a network destination no allow entry covers. Answer it in the Lazaret view (the status bar's Lazaret item shows it).`,
+      () => ctx.manager.netQueue.has(item.domain, item.value.requestId),
+    );
   });
   // Grants for minutes show the time they have left: redrawn while any exists.
   const ticker = setInterval(() => {
@@ -225,7 +275,7 @@ async function network(ctx: Ctx, action: "allow" | "deny", arg?: unknown): Promi
   try {
     const policy: NetworkPolicy = await d.client.request(method, { rule: rule.trim() });
     d.network = policy;
-    void vscode.window.showInformationMessage(`Lazaret: ${action} ${notice(rule.trim(), 200)}: now allow [${notice(policy.allow.join(", "))}], deny [${notice(policy.deny.join(", "))}].`);
+    void vscode.window.showInformationMessage(`Lazaret: ${action} ${noLinks(clipName(rule.trim()))}: now allow [${noLinks(clipDisplay(policy.allow.map((a) => clipName(a)).join(", "), 300))}], deny [${noLinks(clipDisplay(policy.deny.map((a) => clipName(a)).join(", "), 300))}].`);
     void ctx.manager.refreshDetails(d, ["network", "audit"]);
   } catch (err) {
     void vscode.window.showErrorMessage(`Lazaret: ${method} failed: ${notice((err as Error).message)}`);

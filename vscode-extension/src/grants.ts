@@ -2,7 +2,7 @@
 // vscode at run time): the unit tests load it. Everything that came from the
 // sandbox (a destination, a session id) goes through ./text.
 import type { AutoApproveListing, GrantScope, NetworkGrant, PendingNetworkRequest, Rules } from "./protocol";
-import { clip, inert } from "./text";
+import { clip, clipName, inert, NAME_LONG, NAME_MAX } from "./text";
 
 /** How long a network answer holds: the quick pick's choices, in order. */
 export type ScopeChoice = "session" | "15m" | "1h" | "minutes" | "profile";
@@ -69,20 +69,50 @@ export function timeLeft(expiresAtMs: number, now: number): string {
 
 const DEST_MAX = 200;
 
-/** A network request's row: the destination (agent text, inert), and what else is known. */
+/** A destination with the one protocol and port it stands for: `10.9.0.7/32 tcp/8081`, or the name alone. Cut as D19 says. */
+export function destinationText(destination: string, service: string | null | undefined, max: number = NAME_MAX): string {
+  return service ? `${clipName(destination, max)} ${clip(service, 20)}` : clipName(destination, max);
+}
+
+/** Whether a request is for an address (it has a service), where `allowEveryPort` is an answer. */
+export function isAddressRequest(r: Pick<PendingNetworkRequest, "service">): boolean {
+  return typeof r.service === "string" && r.service.length > 0;
+}
+
+/** What an `allow` of the request opens: exactly the destination and, for an address, the protocol and port shown. */
+export function opensText(r: Pick<PendingNetworkRequest, "destination" | "service">, max: number = NAME_MAX): string {
+  return destinationText(r.destination, r.service, max);
+}
+
+/** What an `allowEveryPort` answer opens, named as the wider answer it is (addresses only). */
+export function everyPortText(r: Pick<PendingNetworkRequest, "destination">, max: number = NAME_MAX): string {
+  return `every protocol and port of ${clipName(r.destination, max)} (wider than asked)`;
+}
+
+/** A note for tooltips when a name is longer than shown. */
+function cutNameNote(name: string, max: number): string[] {
+  const n = [...String(name ?? "")].length;
+  return clipName(name, max) === inert(name) ? [] : [`(${n} characters: cut in the middle, its end shown whole)`];
+}
+
+/** A network request's row: the destination (agent text, inert; a long name cut in the middle) and its service, and what else is known. */
 export function requestRow(r: PendingNetworkRequest, now: number): { label: string; description: string; tooltip: string } {
   const types = (r.recordTypes ?? []).map((t) => inert(t)).join(" ") || "?";
   const repeats = Number(r.repeats) || 0;
+  const address = isAddressRequest(r);
   return {
-    label: clip(r.destination, DEST_MAX),
+    label: opensText(r),
     description: `network · ${types}${repeats ? ` · asked ${repeats} more time${repeats === 1 ? "" : "s"}` : ""}`,
     tooltip: [
-      "Network request: the sandbox asked for a name no allow entry covers",
-      `destination: ${clip(r.destination, DEST_MAX)}`,
-      `record types: ${types}`,
+      address ? "Network request: the sandbox connected to an address no allow entry covers" : "Network request: the sandbox asked for a name no allow entry covers",
+      `destination: ${clipName(r.destination, NAME_LONG)}`,
+      ...cutNameNote(r.destination, NAME_LONG),
+      ...(address
+        ? [`protocol and port: ${inert(r.service)} (Allow opens exactly this; ${everyPortText(r, NAME_LONG)} is a separate choice)`]
+        : [`record types: ${types}`]),
       `questions after the first: ${repeats}`,
       `sessions live when asked: ${(r.sessionIds ?? []).map((s) => clip(s, 40)).join(", ") || "(none)"}`,
-      `received ${new Date(r.receivedAtMs).toLocaleTimeString()}; goes away unanswered in ${timeLeft(r.expiresAtMs, now)} (the name stays refused)`,
+      `received ${new Date(r.receivedAtMs).toLocaleTimeString()}; goes away unanswered in ${timeLeft(r.expiresAtMs, now)} (${address ? "it stays refused" : "the name stays refused"})`,
       "Allow or Deny it from this row (a scope is asked).",
     ].join("\n"),
   };
@@ -111,23 +141,36 @@ export function autoApproveRow(a: AutoApproveListing): RuleRow {
   };
 }
 
+/** What a grant covers: the name, the address and its one protocol and port, or every port of the address. */
+export function grantWhat(g: Pick<NetworkGrant, "destination" | "service" | "everyPort">, max: number = NAME_MAX): string {
+  if (g.everyPort) return `${clipName(g.destination, max)} every port`;
+  return destinationText(g.destination, g.service, max);
+}
+
 export function grantRow(g: NetworkGrant, now: number): RuleRow {
-  const dest = clip(g.destination, DEST_MAX);
+  const dest = grantWhat(g);
   const verdict = g.verdict === "deny" ? "deny" : "allow";
   const left = g.scope?.type === "minutes" && g.expiresAtMs != null ? `${timeLeft(g.expiresAtMs, now)} left` : scopeText(g.scope);
   const hits = Number(g.hits) || 0;
+  const covers = g.everyPort
+    ? ["covers: every protocol and port of the address (wider than one request)"]
+    : g.service
+      ? [`covers: ${inert(g.service)} only (this protocol and port of the address)`]
+      : [];
   return {
     id: g.id,
     kind: "network",
     label: `${verdict} ${dest}`,
     description: `${left} · ${hits} hit${hits === 1 ? "" : "s"} · by ${inert(g.decidedBy)}`,
     tooltip: [
-      `Network ${verdict === "allow" ? "grant" : "remembered refusal"}: ${dest}`,
+      `Network ${verdict === "allow" ? "grant" : "remembered refusal"}: ${grantWhat(g, NAME_LONG)}`,
+      ...cutNameNote(g.destination, NAME_LONG),
+      ...covers,
       `scope: ${scopeText(g.scope)}${g.expiresAtMs != null ? ` (ends ${new Date(g.expiresAtMs).toLocaleTimeString()}, ${timeLeft(g.expiresAtMs, now)} left)` : ""}`,
       `questions since: ${hits}`,
       `decided by ${inert(g.decidedBy)} at ${new Date(g.grantedAtMs).toLocaleTimeString()}`,
     ].join("\n"),
-    what: `the network ${verdict === "allow" ? "grant" : "refusal"} "${verdict} ${dest}" (${scopeText(g.scope)})`,
+    what: `the network ${verdict === "allow" ? "grant" : "refusal"} "${verdict} ${grantWhat(g, NAME_LONG)}" (${scopeText(g.scope)})`,
   };
 }
 

@@ -2,16 +2,22 @@
 // and grants. As ./approvals: a command acts on the tree row it was invoked
 // on when that row is a node this tree created (./nodes: a `command:` link or
 // a keybinding can pass any argument, which must never answer or revoke
-// anything); else the user picks from what is pending. The destination is
-// agent text: shown through ./text, never in a notification.
+// anything); else the user picks from what is pending. An answer within the
+// arming delay (./arming) is refused. The scope's quick pick is the second,
+// deliberate step: it names exactly what the answer opens (DECISIONS D19: an
+// address request's protocol and port; every protocol and port of the
+// address only as its own, wider item). The destination is agent text: shown
+// through ./text (a long name cut in the middle, its end kept), never in a
+// notification.
 import * as vscode from "vscode";
 import type { Ctx } from "./context";
 import type { DomainState } from "./domains";
-import { ruleRows, SCOPE_CHOICES, scopeFor, scopeText, validateMinutes, type RuleRow } from "./grants";
+import { requestKey } from "./arming";
+import { everyPortText, isAddressRequest, opensText, ruleRows, SCOPE_CHOICES, scopeFor, scopeText, validateMinutes, type RuleRow } from "./grants";
 import type { NetworkItem } from "./queue";
 import { networkRequestOf, ruleOf } from "./nodes";
 import type { GrantScope, NetworkDecision } from "./protocol";
-import { clip, noIcons, notice } from "./text";
+import { clip, clipName, noIcons, notice } from "./text";
 import { domainLabel } from "./tree";
 
 /** The argument as a row of this tree; anything else (a string, a look-alike object, a forged handle) is no row: the user is asked. */
@@ -31,7 +37,7 @@ async function pickRequest(ctx: Ctx, action: string): Promise<NetworkItem | unde
     items.map((item) => {
       const d = ctx.manager.domains.get(item.domain);
       return {
-        label: noIcons(clip(item.value.destination, 160)),
+        label: noIcons(opensText(item.value)),
         description: noIcons(d ? domainLabel(d) : ""),
         detail: noIcons(`${(item.value.recordTypes ?? []).map((t) => clip(t, 10)).join(" ")} · asked ${Number(item.value.repeats) + 1} time(s)`),
         item,
@@ -61,13 +67,24 @@ export function selectedRequest(ctx: Ctx): unknown {
   return networkRequestOf(node) ? node : undefined;
 }
 
-/** The scope of an answer: the quick pick, and an input box for "For ... minutes". Undefined: cancelled. */
-export async function askScope(title: string): Promise<GrantScope | undefined> {
-  const picked = await vscode.window.showQuickPick(
-    SCOPE_CHOICES.map((c) => ({ label: c.label, detail: c.detail, choice: c.choice })),
-    { title, placeHolder: "For how long? (Escape keeps the request pending)", ignoreFocusOut: true },
-  );
+/**
+ * The scope of an answer: the quick pick (each item says what the answer
+ * opens or refuses: `what`), and an input box for "For ... minutes". With
+ * `wider`, a separate last item of that label (every protocol and port of an
+ * address): "wider" when it is picked. Undefined: cancelled.
+ */
+export async function askScope(title: string, what: string, wider?: string): Promise<GrantScope | "wider" | undefined> {
+  type Item = vscode.QuickPickItem & { choice?: (typeof SCOPE_CHOICES)[number]["choice"]; wider?: boolean };
+  const items: Item[] = SCOPE_CHOICES.map((c) => ({ label: c.label, detail: noIcons(`${what} · ${c.detail}`), choice: c.choice }));
+  if (wider)
+    items.push(
+      { label: "wider than the request", kind: vscode.QuickPickItemKind.Separator },
+      { label: noIcons(wider), detail: "Opens every protocol and port of this address, not only the one the request shows (the scope is asked next)", wider: true },
+    );
+  const picked = await vscode.window.showQuickPick(items, { title, placeHolder: "For how long? (Escape keeps the request pending)", ignoreFocusOut: true, matchOnDetail: false });
   if (!picked) return undefined;
+  if (picked.wider) return "wider";
+  if (!picked.choice) return undefined;
   if (picked.choice !== "minutes") return scopeFor(picked.choice);
   const minutes = await vscode.window.showInputBox({
     title,
@@ -79,17 +96,35 @@ export async function askScope(title: string): Promise<GrantScope | undefined> {
   return minutes === undefined ? undefined : scopeFor("minutes", minutes);
 }
 
-export async function answerNetwork(ctx: Ctx, decision: NetworkDecision, arg: unknown): Promise<void> {
-  const verb = decision === "allow" ? "Allow" : "Deny";
-  const item = await targetRequest(ctx, arg, `${verb} Network Request`);
+/**
+ * Allow or Deny a network request: the request (row, selection, else a
+ * pick), refused within the arming delay; then the scope, in a quick pick
+ * that names what opens (or is refused). For an address, Allow opens the
+ * protocol and port shown; every protocol and port is the pick's separate,
+ * wider item (`allowEveryPort`), whose scope is asked next.
+ */
+export async function answerNetwork(ctx: Ctx, verb: "allow" | "deny", arg: unknown): Promise<void> {
+  const item = await targetRequest(ctx, arg, verb === "allow" ? "Allow Network Request" : "Deny Network Request");
   if (!item) return;
-  // Quick pick titles render no links, but `$(`: the destination is a plain DNS name, cut and escaped all the same.
-  const scope = await askScope(noIcons(`Lazaret: ${decision} ${clip(item.value.destination, 120)}`));
-  if (!scope) return;
-  const what = `${decision} the network request (${scopeText(scope)})`;
+  const r = item.value;
+  if (!ctx.armed(requestKey("network", item.domain, r.requestId), `${verb} network request ${clip(r.requestId, 40)}`)) return;
+  const opens = opensText(r);
+  // Quick pick titles render no links, but `$(`: the destination is escaped and cut all the same.
+  let decision: NetworkDecision = verb;
+  let scope = await askScope(
+    noIcons(`Lazaret: ${verb} ${opens}`),
+    verb === "allow" ? `opens ${opens}${isAddressRequest(r) ? " only" : ""}` : `refuses ${opens}`,
+    verb === "allow" && isAddressRequest(r) ? everyPortText(r) : undefined,
+  );
+  if (scope === "wider") {
+    decision = "allowEveryPort";
+    scope = await askScope(noIcons(`Lazaret: allow ${everyPortText(r)}`), `opens every protocol and port of ${clipName(r.destination)}`);
+  }
+  if (!scope || scope === "wider") return;
+  const what = `${decision} ${decision === "allowEveryPort" ? everyPortText(r) : opens} (${scopeText(scope)})`;
   try {
-    const result = await ctx.manager.respondNetwork(item.domain, item.value.requestId, decision, scope);
-    if (result === "already-answered") void vscode.window.showWarningMessage(`Lazaret: ${what}: it was already answered elsewhere, or it expired.`);
+    const result = await ctx.manager.respondNetwork(item.domain, r.requestId, decision, scope);
+    if (result === "already-answered") void vscode.window.showWarningMessage("Lazaret: the network request was already answered elsewhere, or it expired: nothing changed.");
     else ctx.log.info(`${what}: done`);
   } catch (err) {
     // A modal is plain text; the request was not answered and stays listed.

@@ -145,3 +145,70 @@ export function clipDisplay(display: string, max: number): string {
   const c = clipParts(display, max, escapeUnsafe);
   return c.more ? c.text + cutNote(c.more) : c.text;
 }
+
+export interface MiddleCut {
+  /** The start and the end of the text, escaped, with `mark(more)` between them when something was cut. */
+  text: string;
+  /** Characters (code points) of the original left out (0: nothing was cut). */
+  more: number;
+}
+
+/** How a middle cut says what it left out, as the CLI and the Neovim plugin write it. */
+export function middleNote(more: number): string {
+  return `…(${more.toLocaleString("en-US")} character${more === 1 ? "" : "s"} cut)…`;
+}
+
+/**
+ * `text` escaped (each character as `escape` spells it), cut in the middle
+ * when longer than `max` characters: its start (`headShare` of the room) and
+ * its end (the rest), with `mark(more)` between them; at least `minRoom`
+ * characters of the text are kept, so the result may pass `max` by the
+ * mark when `max` is small. Never cuts an escape in half.
+ */
+export function clipMiddleParts(
+  text: string | null | undefined,
+  max: number,
+  { escape = (ch: string) => inert(ch), headShare = 1 / 3, mark = middleNote, minRoom = 30 }: { escape?: (ch: string) => string; headShare?: number; mark?: (more: number) => string; minRoom?: number } = {},
+): MiddleCut {
+  const pieces = [...String(text ?? "")].map(escape);
+  const total = pieces.reduce((n, p) => n + p.length, 0);
+  if (total <= max) return { text: pieces.join(""), more: 0 };
+  // The mark's longest form (everything cut) bounds the room it takes.
+  const room = Math.max(minRoom, max - mark(pieces.length).length);
+  const headRoom = Math.floor(room * headShare);
+  const tailRoom = room - headRoom;
+  let head = "";
+  let h = 0;
+  while (h < pieces.length && head.length + pieces[h].length <= headRoom) head += pieces[h++];
+  let tail = "";
+  let t = pieces.length;
+  while (t > h && tail.length + pieces[t - 1].length <= tailRoom) tail = pieces[--t] + tail;
+  const more = t - h;
+  return { text: head + mark(more) + tail, more };
+}
+
+/** How long a DNS name or address is shown where one line must hold it (tree rows, quick picks, titles). */
+export const NAME_MAX = 56;
+/** How long where the text wraps (tooltips, modals). */
+export const NAME_LONG = 120;
+
+/**
+ * A destination (a DNS name, an address) as every surface shows it
+ * (DECISIONS D19): inert, and when longer than `max`, cut in the middle as
+ * the CLI and the Neovim plugin cut it: a third of the room for its start,
+ * the rest for its end, which decides who controls the name
+ * (`api.anthropic.c…(197 characters cut)…aaaa.x.typeahead.test`).
+ */
+export function clipName(name: string | null | undefined, max: number = NAME_MAX): string {
+  return clipMiddleParts(name, max).text;
+}
+
+/**
+ * An escaped display (shell syntax) cut in the middle to about `max`
+ * characters: the program and the start of its argv, and its end (the last
+ * words), with how much was cut between them. For confirmations, where what
+ * runs must be seen at both ends.
+ */
+export function clipDisplayMiddle(display: string, max: number): string {
+  return clipMiddleParts(display, max, { escape: escapeUnsafe, headShare: 0.6, mark: (more) => ` ${middleNote(more)} ` }).text;
+}

@@ -3,7 +3,8 @@
 // window could not ask (never shown as an empty queue).
 //
 // Everything from the sandbox (argv, justification, paths, commit subjects,
-// DNS names, audit values) goes through ./text: escaped, cut with a note,
+// DNS names, audit values) goes through ./text: escaped, cut with a note (a
+// name or an address in the middle, its end kept: DECISIONS D19),
 // and tooltips are plain strings (no Markdown, no HTML, no icons). Every node
 // handed out is registered (./nodes), so that commands act only on rows this
 // tree created.
@@ -14,7 +15,7 @@ import { grantRow, requestRow, ruleRows } from "./grants";
 import { Node, NodeRegistry, nodeKey } from "./nodes";
 import type { PendingEscalation } from "./protocol";
 import { quoteArgv, requestDisplay } from "./shell";
-import { clip, clipDisplay, clipParts, inert } from "./text";
+import { clip, clipDisplay, clipName, clipParts, inert, NAME_LONG } from "./text";
 
 export type { Node } from "./nodes";
 
@@ -214,9 +215,9 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
         if (failed) rows.push(leaf({ id: `${s}/netfailed`, label: `No network: ${clip(failed, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("error", new vscode.ThemeColor("list.errorForeground")) }));
         else if (!n) rows.push(leaf({ id: `${s}/nonet`, label: clip(d.networkError ?? "unknown", DETAIL_MAX), icon: new vscode.ThemeIcon("circle-slash") }));
         else {
-          for (const a of n.allow) rows.push(leaf({ id: `${s}/allow/${a}`, label: `allow ${clip(a, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("pass") }));
-          for (const a of n.deny) rows.push(leaf({ id: `${s}/deny/${a}`, label: `deny ${clip(a, DETAIL_MAX)}`, icon: new vscode.ThemeIcon("circle-slash") }));
-          for (const l of n.learned) rows.push(leaf({ id: `${s}/learned/${l.address}`, label: `learned ${clip(l.address, DETAIL_MAX)}`, description: `${clip(l.names.join(", "), DETAIL_MAX)} · ${l.expiresInSeconds} s`, icon: new vscode.ThemeIcon("globe") }));
+          for (const a of n.allow) rows.push(leaf({ id: `${s}/allow/${a}`, label: `allow ${clipName(a)}`, tooltip: `allow ${clipName(a, NAME_LONG)}`, icon: new vscode.ThemeIcon("pass") }));
+          for (const a of n.deny) rows.push(leaf({ id: `${s}/deny/${a}`, label: `deny ${clipName(a)}`, tooltip: `deny ${clipName(a, NAME_LONG)}`, icon: new vscode.ThemeIcon("circle-slash") }));
+          for (const l of n.learned) rows.push(leaf({ id: `${s}/learned/${l.address}`, label: `learned ${clipName(l.address)}`, description: `${clipDisplay(l.names.map((n) => clipName(n)).join(", "), DETAIL_MAX)} · ${l.expiresInSeconds} s`, tooltip: `learned ${clipName(l.address, NAME_LONG)} from ${clipDisplay(l.names.map((n) => clipName(n, NAME_LONG)).join(", "), TOOLTIP_MAX)}`, icon: new vscode.ThemeIcon("globe") }));
           // Credential endpoints: the sidecar adds the key (which never leaves it) for the origin.
           for (const c of n.credentials ?? []) {
             const answered = c.status1xx + c.status2xx + c.status3xx + c.status4xx + c.status5xx;
@@ -240,7 +241,7 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
         return rows.map((r) => this.intern(r));
       }
       case "dnsGroup":
-        return d.dnsRefusals.map((r, i) => this.intern(leaf({ id: `${s}/dns/${i}/${r.atMs}`, label: `${clip(r.name, DETAIL_MAX)} ${clip(r.recordType, 20)}`, description: `${clip(r.reason, DETAIL_MAX)} · ${new Date(r.atMs).toLocaleTimeString()}`, icon: new vscode.ThemeIcon("circle-slash") })));
+        return d.dnsRefusals.map((r, i) => this.intern(leaf({ id: `${s}/dns/${i}/${r.atMs}`, label: `${clipName(r.name)} ${clip(r.recordType, 20)}`, tooltip: `${clipName(r.name, NAME_LONG)} ${clip(r.recordType, 20)}: ${clip(r.reason, DETAIL_MAX)}`, description: `${clip(r.reason, DETAIL_MAX)} · ${new Date(r.atMs).toLocaleTimeString()}`, icon: new vscode.ThemeIcon("circle-slash") })));
       case "audit":
         return [...(d.audit ?? [])].reverse().map((a) =>
           this.intern(

@@ -73,7 +73,8 @@ test("a request's row: the destination inert, its record types and repeat count"
   assert.equal(requestRow(networkRequest("r", "x.test", 0), now).description, "network · A");
   // Sent by the sandbox: never raw (a bidi override, a newline, a codicon and a link stay text).
   const hostile = requestRow(networkRequest("r", "evil\u202e.test\n$(check)[x](command:lazaret.approve)\\"), now);
-  assert.equal(hostile.label, "evil\\u{202e}.test\\n$(check)[x](command:lazaret.approve)\\\\");
+  // Longer than a row holds: cut in the middle, its end kept (D19).
+  assert.equal(hostile.label, "evil…(21 characters cut)…mmand:lazaret.approve)\\\\");
   assert.doesNotMatch(hostile.tooltip.replace(/\n/g, ""), /[\u202e\r]/);
   assert.ok(!hostile.tooltip.split("\n").some((l) => l === "$(check)[x](command:lazaret.approve)\\"), "no line of raw agent text");
 });
