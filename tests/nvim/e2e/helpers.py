@@ -7,6 +7,8 @@ import json
 import time
 from pathlib import Path
 
+from lzenv import wait_until
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CORPUS = REPO_ROOT / "tests/hostile/strings.json"
 
@@ -26,6 +28,43 @@ def escalate(env, repo, argv, justification=None):
     line = process.stdout.readline()
     assert line.strip().isdigit(), f"no timestamp from the sandbox: {line!r} {process.stderr.read() if process.poll() is not None else ''}"
     return process, int(line)
+
+
+def armed(editor):
+    """Whether the pending window takes an answer now (DECISIONS D20). A
+    plugin without arming (an older copy, LAZARET_NVIM_PLUGIN) always takes
+    one: the tests then fail at what they check, not here."""
+    return editor.lua("local a = require('lazaret.approvals'); if a.armed then return a.armed() end; return true")
+
+
+def wait_armed(editor, timeout=10.0):
+    """Waits until the pending window takes an answer: 1 s without a key
+    since the request under the cursor last changed (lazaret.arming)."""
+    assert wait_until(timeout, lambda: armed(editor), 0.05), "the pending window did not arm"
+
+
+def press(editor, keys):
+    """Types KEYS into the pending window once it is armed."""
+    wait_armed(editor)
+    editor.nvim.input(keys)
+
+
+def selection(editor):
+    """The answer selected in the pending window (nil: none), as a table."""
+    return editor.lua("local a = require('lazaret.approvals'); return a.state and a.state.selection or vim.NIL")
+
+
+def select_answer(editor, key="a"):
+    """KEY (an approving key) once the window is armed; waits until the
+    window names the answer it selected."""
+    press(editor, key)
+    assert wait_until(5, lambda: selection(editor), 0.05), "the window selected an answer"
+
+
+def confirm(editor, key="a"):
+    """KEY, then <CR> once the window names the answer (a separate read)."""
+    select_answer(editor, key)
+    editor.nvim.input("<CR>")
 
 
 def finish(process, timeout=30):
@@ -89,6 +128,12 @@ def inert(text):
         else:
             out.append(c)
     return "".join(out)
+
+
+def corpus_entries():
+    """The corpus entries as they are written (name, text, and fields such
+    as `tail` and `network`)."""
+    return json.loads(CORPUS.read_text())["entries"]
 
 
 def corpus(marker):

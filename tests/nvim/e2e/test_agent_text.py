@@ -27,7 +27,8 @@ import time
 
 import pytest
 
-from helpers import assert_inert, corpus, create_files_script, escalate, file_name, finish, inert, raw_unsafe
+from helpers import (assert_inert, confirm, corpus, corpus_entries, create_files_script, escalate, file_name, finish, inert, press,
+                     raw_unsafe, selection)
 from lzenv import LazaretEnv, wait_until
 
 BRANCH = "refs/heads/lazaret/agent-default"
@@ -219,7 +220,7 @@ def cursor_to(editor, needle):
 
 def full_view(editor, needle):
     cursor_to(editor, needle)
-    editor.nvim.input("<CR>")
+    press(editor, "<CR>")
     assert editor.wait("require('lazaret.approvals').full_win ~= nil", 5), "the whole request opened"
     lines = editor.lua("return vim.api.nvim_buf_get_lines(require('lazaret.approvals').full_buf, 0, -1, false)")
     editor.nvim.input("q")
@@ -256,18 +257,22 @@ def test_hostile_requests_are_inert_in_every_pending_surface_and_the_ui_stays_us
     # The edit prompt: its default is inert and splits back to the argv.
     asked = len(editor.prompts())
     cursor_to(editor, "[1] ")
-    editor.nvim.input("e")
+    press(editor, "e")
     assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5), "the edit prompt is open"
     prompt = editor.prompts()[asked]
     assert_inert("the edit prompt", [prompt["prompt"], prompt["default"], editor.lua("return vim.fn.getcmdline()")])
     assert editor.lua("return require('lazaret.shell').split(...)", prompt["default"]) == h.argv_a, "kept as it is, the same argv"
     editor.nvim.input("<CR>")
-    confirm = editor.wait_prompt("select", asked + 1)
-    assert_inert("the edit confirmation", confirm["prompt"])
-    editor.nvim.input("2<CR>")  # Cancel
+    # The confirmation is in the window: the edited command named, inert.
+    assert wait_until(5, lambda: selection(editor), 0.05), "the edited command is selected"
+    lines = pending_lines(editor)
+    assert any(line.startswith("  run on the host INSTEAD of the request") for line in lines), lines[:12]
+    assert_inert("the edit confirmation", lines)
+    editor.nvim.input("<Esc>")  # any other key than <CR> cancels
+    assert wait_until(5, lambda: not selection(editor), 0.05), "cancelled"
     # The deny prompt, cancelled.
     cursor_to(editor, "[1] ")
-    editor.nvim.input("d")
+    press(editor, "d")
     assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5)
     editor.nvim.input("<Esc>")
     assert editor.wait("vim.api.nvim_get_mode().mode == 'n'", 5)
@@ -284,7 +289,7 @@ def test_hostile_requests_are_inert_in_every_pending_surface_and_the_ui_stays_us
     assert wait_until(10, lambda: "Lazaret: 4 pending escalations" in pending_lines(editor), 0.1), pending_lines(editor)
     editor.lua("vim.api.nvim_set_current_win(require('lazaret.approvals').win)")
     cursor_to(editor, "touch normal-marker")
-    editor.nvim.input("a")
+    confirm(editor, "a")
     out, _ = finish(process)
     assert "status=0" in out and (repo / "normal-marker").exists(), out
     (repo / "normal-marker").unlink()
@@ -293,3 +298,106 @@ def test_hostile_requests_are_inert_in_every_pending_surface_and_the_ui_stays_us
     for note in editor.notes():
         assert not raw_unsafe(note["msg"]), note["msg"][:200]
     nothing_ran(h)
+
+
+@pytest.fixture(scope="module")
+def long_name():
+    """A domain with `[network] ask = true` whose sandbox asks once, as a
+    DNS name, for the corpus entry marked `network` (253 characters that
+    start like a trusted API and end in the part that decides who controls
+    the name). The only resolver is a loopback one where nothing listens."""
+    entry = next(e for e in corpus_entries() if e.get("network"))
+    env = LazaretEnv(approval_timeout=120)
+    try:
+        with env.config_file.open("a") as config:
+            config.write('\n[network]\nask = true\nask_hold_seconds = 1\ndns_upstream = ["127.0.0.1:9"]\n')
+        repo = env.repository()
+        # The name is read from the workspace: the session's command (which
+        # :Lazaret lists, cut from its start as commands are) does not hold it.
+        (repo / "name.txt").write_text(entry["text"])
+        env.git(repo, "add", "name.txt")
+        env.git(repo, "commit", "--quiet", "-m", "the name to ask for")
+        keeper, _ = env.start_domain(repo, 'busybox nslookup "$(cat /workspace/name.txt)" >/dev/null 2>&1; echo looked-up=$?; exec sleep 600')
+        yield env, repo, keeper, entry
+    finally:
+        env.close()
+    assert not env.leftovers, f"containers left behind: {env.leftovers}"
+
+
+def test_a_long_name_asked_by_the_sandbox_shows_its_end_on_every_surface_and_stays_inert(long_name, editor_factory):
+    """D19: every surface that shows the request (or its grant) cuts the
+    name in the middle and shows its end, `x.typeahead.test`, inert; no
+    surface shows its start without its end."""
+    env, repo, keeper, entry = long_name
+    name, tail = entry["text"], entry["tail"]
+    assert len(name) == 253 and name.endswith("." + tail)
+    editor = editor_factory(env, repo)
+    assert editor.wait("#require('lazaret.domains').connected() == 1", 15), "the plugin connected to the domain"
+    editor.nvim.command("LazaretPending")
+    lines = wait_until(30, lambda: (lambda ls: any(tail in line for line in ls) and ls)(pending_lines(editor)), 0.1)
+    assert lines, "the request is listed with its end:\n" + "\n".join(pending_lines(editor))
+    surfaces = {"the pending window": lines}
+    header = next(line for line in lines if line.startswith("[1] network  "))
+    width = editor.lua("return vim.api.nvim_win_get_width(require('lazaret.approvals').win)")
+    assert header.startswith("[1] network  api.") and header.endswith("." + tail), header
+    assert "characters cut)…" in header and len(header) < len(name), header
+    assert editor.lua("return vim.fn.strdisplaywidth(...)", header) <= width, "the header fits the window"
+    # The whole request: the name uncut.
+    full = full_view(editor, "[1] network  ")
+    assert "destination  " + name in full, full
+    surfaces["the whole request"] = full
+    # The statusline and the notifications name no destination.
+    assert editor.lua("return require('lazaret').statusline()") == "⛨ 1 pending"
+    notes = [n["msg"] for n in editor.notes()]
+    assert notes and not [n for n in notes if "typeahead" in n or "anthropic" in n], notes
+    # Selected: the window names the name by its end; <CR> allows it.
+    cursor_to(editor, "[1] network  ")
+    press(editor, "a")
+    assert wait_until(5, lambda: selection(editor), 0.05), "the allow is selected"
+    lines = pending_lines(editor)
+    named = [line for line in lines if line.startswith("  allow api.")]
+    assert named and named[0].endswith("." + tail) and "characters cut)…" in named[0], lines[:10]
+    surfaces["the selection"] = lines
+    editor.nvim.input("<CR>")
+    assert wait_until(10, lambda: name in env.lazaret("rules", "--json").stdout, 0.2), "granted"
+    # The rules window and the revoke confirmation.
+    editor.nvim.command("LazaretRules")
+    rules = wait_until(10, lambda: (lambda ls: any(tail in line for line in ls) and ls)(
+        editor.lua("local r = require('lazaret.rules'); return r.is_open() and vim.api.nvim_buf_get_lines(r.buf, 0, -1, false) or {}")), 0.1)
+    assert rules, "the grant is listed"
+    grant = next(line for line in rules if line.startswith("    allow  "))
+    assert grant.startswith("    allow  api.") and grant.endswith("." + tail) and "characters cut)…" in grant, grant
+    surfaces["the rules window"] = rules
+    row = next(i for i, line in enumerate(rules, 1) if line.startswith("    allow  "))
+    editor.lua("local r = require('lazaret.rules'); vim.api.nvim_set_current_win(r.win); vim.api.nvim_win_set_cursor(r.win, { ..., 0 })", row)
+    asked = len(editor.prompts())
+    editor.nvim.input("x")
+    prompt = editor.wait_prompt("select", asked)
+    assert "." + tail + " (this session)?" in prompt["prompt"], prompt
+    surfaces["the revoke confirmation"] = [prompt["prompt"]]
+    editor.nvim.input("2<CR>")  # Cancel
+    # :Lazaret and :LazaretNet show, where the policy may list it.
+    editor.nvim.command("Lazaret")
+    assert editor.wait("require('lazaret.status').win ~= nil", 5)
+    surfaces[":Lazaret"] = editor.lua("return vim.api.nvim_buf_get_lines(require('lazaret.status').buf, 0, -1, false)")
+    editor.nvim.input("q")
+    told = len(editor.notes())
+    editor.nvim.command("LazaretNet show")
+    assert editor.wait(f"#_G.lazaret_test_notes > {told}", 10)
+    surfaces[":LazaretNet show"] = editor.notes()[-1]["msg"].split("\n")
+    # Everywhere: inert, and never the start of the name without its end.
+    for surface, shown in surfaces.items():
+        assert_inert(surface, shown)
+        for line in shown:
+            if "api.anthrop" in line:
+                assert "." + tail in line, f"{surface} shows the start of the name without its end: {line!r}"
+    print("# the pending window's line: " + header)
+    print("# the rules window's line:   " + grant)
+    # Revoked again: the sandbox keeps no grant from this test.
+    editor.lua("local r = require('lazaret.rules'); vim.api.nvim_set_current_win(r.win); vim.api.nvim_win_set_cursor(r.win, { ..., 0 })", row)
+    asked = len(editor.prompts())
+    editor.nvim.input("x")
+    editor.wait_prompt("select", asked)
+    editor.nvim.input("1<CR>")  # Revoke it
+    assert wait_until(10, lambda: name not in env.lazaret("rules", "--json").stdout, 0.2), "revoked"
+    assert keeper.poll() is None

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from helpers import escalate, finish, now_ms
+from helpers import confirm, escalate, finish, now_ms, press
 
 
 
@@ -60,8 +60,10 @@ def test_a_request_appears_and_a_runs_it_on_the_host(domain, editor):
     assert editor.lua("return require('lazaret').statusline()") == "⛨ 1 pending"
     assert not (repo / "approved-marker").exists(), "nothing runs before the answer"
     # The request arrived in the open window: the cursor stays where it was
-    # (on the title) until the user moves onto the request.
-    editor.nvim.input("<Tab>a")
+    # (on the title) until the user moves onto the request; `a` selects,
+    # <CR> confirms (DECISIONS D20).
+    press(editor, "<Tab>")
+    confirm(editor, "a")
     out, err = finish(process)
     assert "status=0" in out, (out, err)
     assert (repo / "approved-marker").exists(), "it ran on the host"
@@ -76,15 +78,17 @@ def test_e_runs_the_edited_argv_after_showing_it_back(domain, editor):
     open_pending(editor)
     process, _ = escalate(env, repo, ["touch", "requested marker"])
     wait_for_text(editor, "touch 'requested marker'")
-    editor.nvim.input("<Tab>e")
+    press(editor, "<Tab>")
+    press(editor, "e")
     assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5), "the edit prompt is open"
     assert editor.lua("return vim.fn.getcmdline()") == "touch 'requested marker'", "prefilled with the shell-quoted argv"
     editor.nvim.input("<C-u>touch 'edited marker' second<CR>")
-    assert editor.wait("#_G.lazaret_test_prompts > 0 and _G.lazaret_test_prompts[#_G.lazaret_test_prompts].kind == 'select'", 5)
-    prompt = editor.lua("return _G.lazaret_test_prompts[#_G.lazaret_test_prompts]")
-    assert prompt["prompt"] == "Run on the host: touch 'edited marker' second", prompt
+    # The window names the edited command; <CR> runs it.
+    _, text = wait_for_text(editor, "run on the host INSTEAD of the request, in ")
+    assert "\n    touch 'edited marker' second\n" in text, text
+    time.sleep(0.5)
     assert not (repo / "edited marker").exists(), "nothing runs before the confirmation"
-    editor.nvim.input("1<CR>")
+    editor.nvim.input("<CR>")
     out, err = finish(process)
     assert "status=0" in out, (out, err)
     assert (repo / "edited marker").exists() and (repo / "second").exists(), "the edited argv ran"
@@ -99,7 +103,8 @@ def test_d_denies_with_the_reason_given(domain, editor):
     open_pending(editor)
     process, _ = escalate(env, repo, ["touch", "denied-marker"])
     wait_for_text(editor, "touch denied-marker")
-    editor.nvim.input("<Tab>d")
+    press(editor, "<Tab>")
+    press(editor, "d")
     assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5), "the reason prompt is open"
     editor.nvim.input("not today<CR>")
     out, err = finish(process)
@@ -149,7 +154,7 @@ def test_no_focus_is_stolen_while_typing_and_closing_leaves_the_request_pending(
     assert editor.wait("require('lazaret.approvals').is_open()", 5), "opened once the user left insert mode"
     assert editor.lua("return vim.api.nvim_buf_get_lines(..., 0, 1, false)[1]", user_buffer) == "hello world", "every typed key reached the user's buffer"
     assert "touch typing-marker" in pending_text(editor)
-    editor.nvim.input("q")
+    press(editor, "q")
     assert editor.wait("not require('lazaret.approvals').is_open()", 5)
     assert editor.lua("return vim.api.nvim_list_wins()") == before_windows, "only the plugin's window was closed"
     time.sleep(0.3)

@@ -13,7 +13,7 @@ request really waiting:
 import json
 import os
 import signal
-from helpers import escalate, finish
+from helpers import escalate, finish, press
 from lzenv import LazaretEnv, wait_until
 
 
@@ -76,7 +76,8 @@ def test_a_coordinator_that_does_not_answer_is_not_an_empty_queue(editor_factory
         coordinator = None
         assert wait_until(15, lambda: "touch stopped-marker" in pending_text(editor), 0.2), pending_text(editor)
         assert "did not answer" not in pending_text(editor)
-        editor.nvim.input("<Tab>d")
+        press(editor, "<Tab>")
+        press(editor, "d")
         assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5)
         editor.nvim.input("<CR>")
         out, _ = finish(process)

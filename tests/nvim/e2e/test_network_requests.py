@@ -11,6 +11,7 @@ namespace, where nothing listens), the one question is asked once, held
 nothing in the sandbox asks the name again afterwards (the session only
 sleeps): an allowed name's next question would be forwarded upstream."""
 
+import json
 import queue
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ import time
 
 import pytest
 
-from helpers import assert_inert
+from helpers import assert_inert, press, selection
 from lzenv import InternalNetwork, LazaretEnv, static_helper, wait_until
 
 NAME = "grant.test"
@@ -96,14 +97,21 @@ def test_a_network_request_is_allowed_for_15_minutes_by_key_then_revoked(ask_dom
     networks = editor.lua("return #require('lazaret').network_requests()")
     assert networks >= 1 and count == f"⛨ {networks} pending", (count, networks)
     assert not any(NAME in n["msg"] for n in editor.notes()), "the destination never goes to vim.notify"
-    # `t` and 15: allowed for 15 minutes.
+    # `t` and 15, then <CR>: allowed for 15 minutes.
     cursor_to(editor, "approvals", f"network  {NAME}")
     asked = len(editor.prompts())
-    editor.nvim.input("t")
+    press(editor, "t")
     prompt = editor.wait_prompt("input", asked)
     assert "1-1440" in prompt["prompt"], prompt
     assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5), "the minutes prompt is open"
     editor.nvim.input("15<CR>")
+    assert wait_until(5, lambda: selection(editor), 0.05), "the answer is selected"
+    lines = window_lines(editor, "approvals")
+    at = lines.index(f"  allow {NAME}")
+    assert lines[at + 1] == "  for 15 minutes", lines
+    time.sleep(0.5)
+    assert NAME not in env.lazaret("rules", "--json").stdout, "nothing is granted before <CR>"
+    editor.nvim.input("<CR>")
     wait_lines(editor, "approvals", lambda ls: ls and not shown(ls, f"network  {NAME}"), "the answered request disappears")
     rules_cli = env.lazaret("rules", "--json").stdout
     assert NAME in rules_cli, rules_cli
@@ -164,20 +172,27 @@ def test_a_direct_connection_is_allowed_by_key_and_revoking_the_grant_cuts_the_f
     refused = env.exec_in(repo, f"/workspace/lazaret-testhost echo-probe {address} 8081 1")
     refused_ms = (time.monotonic() - started) * 1000
     assert "Connection refused" in refused.stdout + refused.stderr, f"refused at once: {refused}"
-    lines = wait_lines(editor, "approvals", lambda ls: shown(ls, f"network  {destination}"), "the address is a network request")
+    lines = wait_lines(editor, "approvals", lambda ls: shown(ls, f"network  {destination} tcp/8081"), "the address is a network request")
     print(f"# measure: direct connection -> pending window: {(time.monotonic() - started) * 1000:.0f} ms "
           f"(the probe was refused after {refused_ms:.0f} ms)")
     assert_inert("the pending window", lines)
-    at = next(i for i, l in enumerate(lines) if l.endswith(f"network  {destination}"))
-    assert any(l.startswith("    records  tcp/8081") for l in lines[at:at + 7]), lines[at:at + 7]
+    at = next(i for i, l in enumerate(lines) if l.endswith(f"network  {destination} tcp/8081"))
+    assert "    opens    tcp/8081 only (w: every protocol and port of the address)" in lines[at:at + 7], lines[at:at + 7]
 
     cursor_to(editor, "approvals", f"network  {destination}")
     asked = len(editor.prompts())
-    editor.nvim.input("t")
+    press(editor, "t")
     editor.wait_prompt("input", asked)
     assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5), "the minutes prompt is open"
     editor.nvim.input("15<CR>")
+    assert wait_until(5, lambda: selection(editor), 0.05), "the answer is selected"
+    lines = window_lines(editor, "approvals")
+    at = lines.index(f"  allow {destination} tcp/8081 only")
+    assert lines[at + 1] == "  for 15 minutes", lines
+    editor.nvim.input("<CR>")
     wait_lines(editor, "approvals", lambda ls: ls and not shown(ls, f"network  {destination}"), "the answered request disappears")
+    grants = [g for rules in json.loads(env.lazaret("rules", "--json").stdout).values() for g in rules["network"]]
+    assert [(g["destination"], g.get("service"), g.get("everyPort")) for g in grants] == [(destination, "tcp/8081", False)], grants
 
     # A flow through the grant: the probe's byte comes back every 200 ms.
     flow = subprocess.Popen(["podman", "exec", env.container(repo), "/workspace/lazaret-testhost", "echo-probe", address, "8081", "120"],
@@ -187,7 +202,7 @@ def test_a_direct_connection_is_allowed_by_key_and_revoking_the_grant_cuts_the_f
         time.sleep(1)
         assert flow.poll() is None, "the flow is up"
         editor.nvim.command("LazaretRules")
-        wait_lines(editor, "rules", lambda ls: shown(ls, f"allow  {destination}"), "the grant is listed")
+        wait_lines(editor, "rules", lambda ls: any(l.endswith(f"allow  {destination} tcp/8081") for l in ls), "the grant is listed, with its port")
         cursor_to(editor, "rules", f"allow  {destination}")
         asked = len(editor.prompts())
         editor.nvim.input("x")
@@ -207,4 +222,52 @@ def test_a_direct_connection_is_allowed_by_key_and_revoking_the_grant_cuts_the_f
     assert "Connection refused" in again.stdout + again.stderr, f"a new connection is refused again: {again}"
     outcomes = [record.get("outcome") for record in env.audit(repo)]
     assert "networkRevoked" in outcomes, outcomes
+    assert keeper.poll() is None, "the session still only sleeps"
+
+
+def test_every_port_of_an_address_is_its_own_named_answer_and_its_grant_says_so(direct_domain, editor_factory):
+    """D19 from Neovim: an address request is one protocol and port; `w`
+    makes the allow keys open every protocol and port of the address, the
+    window names it so before <CR>, and the grant (rules/list `everyPort`)
+    is shown as covering every port."""
+    env, repo, network, keeper = direct_domain
+    address = network.address(13)
+    destination = f"{address}/32"
+    editor = editor_factory(env, repo)
+    assert editor.wait("#require('lazaret.domains').connected() == 1", 15), "the plugin connected to the domain"
+    editor.nvim.command("LazaretPending")
+    refused = env.exec_in(repo, f"/workspace/lazaret-testhost echo-probe {address} 8081 1")
+    assert "Connection refused" in refused.stdout + refused.stderr, f"refused at once: {refused}"
+    wait_lines(editor, "approvals", lambda ls: shown(ls, f"network  {destination} tcp/8081"), "the address is a network request")
+    cursor_to(editor, "approvals", f"network  {destination} tcp/8081")
+    press(editor, "w")
+    lines = wait_lines(editor, "approvals", lambda ls: shown(ls, "    opens    EVERY protocol and port of"), "w switches to every port")
+    at = lines.index(f"    opens    EVERY protocol and port of {destination}")
+    assert lines[at + 1] == "             (wider than the request: tcp/8081; w: only tcp/8081)", lines
+    press(editor, "a")
+    assert wait_until(5, lambda: selection(editor), 0.05), "the answer is selected"
+    lines = window_lines(editor, "approvals")
+    at = lines.index(f"  allow EVERY protocol and port of {destination}")
+    assert lines[at + 1:at + 3] == ["        (wider than the request: tcp/8081)", "  for this session (until the sandbox stops)"], lines
+    assert_inert("the pending window", lines)
+    time.sleep(0.5)
+    assert not [g for r in json.loads(env.lazaret("rules", "--json").stdout).values() for g in r["network"]], "nothing before <CR>"
+    editor.nvim.input("<CR>")
+    wait_lines(editor, "approvals", lambda ls: ls and not shown(ls, f"network  {destination}"), "the answered request disappears")
+    grants = [g for r in json.loads(env.lazaret("rules", "--json").stdout).values() for g in r["network"]]
+    assert [(g["destination"], g.get("service"), g.get("everyPort"), g["decidedBy"]) for g in grants] == \
+        [(destination, None, True, "rpc:neovim")], grants
+    # The grant lets the port through, and :LazaretRules says it covers every port.
+    probe = env.exec_in(repo, f"/workspace/lazaret-testhost echo-probe {address} 8081 1")
+    assert "connected" in probe.stdout, f"the grant lets the connection through: {probe}"
+    editor.nvim.command("LazaretRules")
+    lines = wait_lines(editor, "rules", lambda ls: shown(ls, f"allow  {destination}"), "the grant is listed")
+    assert f"    allow  {destination} every protocol and port" in lines, lines
+    cursor_to(editor, "rules", f"allow  {destination}")
+    asked = len(editor.prompts())
+    editor.nvim.input("x")
+    prompt = editor.wait_prompt("select", asked)
+    assert f"Revoke the network grant of {destination} every protocol and port (this session)?" in prompt["prompt"], prompt
+    editor.nvim.input("1<CR>")  # Revoke it
+    wait_lines(editor, "rules", lambda ls: not shown(ls, destination), "the revoked grant disappears")
     assert keeper.poll() is None, "the session still only sleeps"

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers import assert_inert, escalate, finish
+from helpers import assert_inert, confirm, escalate, finish, press
 from lzenv import wait_until
 
 
@@ -64,7 +64,7 @@ def test_newlines_render_and_keys_act_only_on_the_request_under_the_cursor(domai
     assert editor.lua("return require('lazaret').statusline()") == "⛨ 2 pending"
     # The cursor stayed on the title: `a` there answers nothing.
     assert editor.lua("return vim.api.nvim_win_get_cursor(require('lazaret.approvals').win)[1]") == 1
-    editor.nvim.input("a")
+    press(editor, "a")
     time.sleep(1.0)
     assert len(env.pending()) == 2, "nothing was answered"
     assert not (repo / "nl-first-marker").exists(), "the oldest request did not run"
@@ -72,12 +72,12 @@ def test_newlines_render_and_keys_act_only_on_the_request_under_the_cursor(domai
     # On a blank line between requests: nothing either.
     blank = next(i for i, line in enumerate(window_lines(editor), 1) if i > 3 and line == "")
     editor.lua("vim.api.nvim_win_set_cursor(require('lazaret.approvals').win, { ..., 0 })", blank)
-    editor.nvim.input("a")
+    press(editor, "a")
     time.sleep(0.5)
     assert len(env.pending()) == 2
     # On the second request's justification line: that request, and only it.
     cursor_to(editor, "why      why\\n\\nnot")
-    editor.nvim.input("d")
+    press(editor, "d")
     assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5), "the reason prompt is open"
     editor.nvim.input("no<CR>")
     out, _ = finish(second)
@@ -85,10 +85,11 @@ def test_newlines_render_and_keys_act_only_on_the_request_under_the_cursor(domai
     assert [p["argv"] for p in env.pending()] == [["touch", "nl-first-marker"]]
     lines = wait_lines(editor, "1 pending escalation")
     # The answered request's place: the cursor is on no request now.
-    editor.nvim.input("a")
+    press(editor, "a")
     time.sleep(0.5)
     assert len(env.pending()) == 1, "a repeated key answered nothing it did not show"
-    editor.nvim.input("<Tab>a")
+    press(editor, "<Tab>")
+    confirm(editor, "a")
     out, _ = finish(first)
     assert "status=0" in out, out
     assert (repo / "nl-first-marker").exists()
@@ -111,7 +112,7 @@ def test_long_argv_shows_program_first_says_it_was_cut_and_opens_in_full(domain,
         assert editor.lua("return vim.fn.strdisplaywidth(...)", line) <= width, f"the cut note is inside the window: {line!r}"
     assert any(line.startswith("    (cut)    <CR> opens the whole request") for line in lines), lines
     cursor_to(editor, "[1] rm -rf /")
-    editor.nvim.input("<CR>")
+    press(editor, "<CR>")
     assert editor.wait("require('lazaret.approvals').full_win ~= nil", 5), "the whole request opened"
     full = editor.lua("local a = require('lazaret.approvals'); return { lines = vim.api.nvim_buf_get_lines(a.full_buf, 0, -1, false), "
                       "modifiable = vim.bo[a.full_buf].modifiable, buftype = vim.bo[a.full_buf].buftype }")
@@ -124,7 +125,7 @@ def test_long_argv_shows_program_first_says_it_was_cut_and_opens_in_full(domain,
     editor.nvim.input("q")
     assert editor.wait("require('lazaret.approvals').full_win == nil and vim.api.nvim_get_current_win() == require('lazaret.approvals').win", 5)
     cursor_to(editor, "[1] rm -rf /")
-    editor.nvim.input("d")
+    press(editor, "d")
     assert editor.wait("vim.api.nvim_get_mode().mode == 'c'", 5)
     editor.nvim.input("too long<CR>")
     out, _ = finish(process)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_inert, corpus, escalate, finish, inert
+from helpers import assert_inert, confirm, corpus, escalate, finish, inert
 from lzenv import wait_until
 
 FAKE = Path(__file__).resolve().parents[1] / "unit/fake_coordinator.lua"
@@ -107,7 +107,7 @@ def test_the_same_request_id_in_two_domains_is_two_requests(domain, fake_domain,
         assert sum(line == f"    id       {real_id}" for line in lines) == 2, lines
         # Approve the fake domain's request: only the fake is answered.
         cursor_to(editor, "touch fake-domain-request")
-        editor.nvim.input("a")
+        confirm(editor, "a")
         assert editor.wait("#_G.fake_answers == 1", 5)
         assert editor.lua("return _G.fake_answers[1].requestId") == real_id
         time.sleep(0.5)
@@ -118,7 +118,7 @@ def test_the_same_request_id_in_two_domains_is_two_requests(domain, fake_domain,
         assert "touch two-domains-real" in text and "fake-domain-request" not in text, text
         # The real one, answered in its own domain.
         cursor_to(editor, "touch two-domains-real")
-        editor.nvim.input("a")
+        confirm(editor, "a")
         out, _ = finish(process)
         assert "status=0" in out and (repo / "two-domains-real").exists(), out
     finally:

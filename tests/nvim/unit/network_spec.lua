@@ -13,8 +13,20 @@ local approvals = require('lazaret.approvals')
 local rules = require('lazaret.rules')
 local text = require('lazaret.text')
 local protocol = require('lazaret.protocol')
+local arming = require('lazaret.arming')
 
 config.set({ auto_start = false })
+-- Wide enough for the window's key lines to stay one line each.
+vim.o.columns = 160
+-- A fake clock for the arming delay (DECISIONS D20): arm() lets it pass.
+local clock = 0
+approvals.now = function()
+  return clock
+end
+local function arm()
+  approvals.armed()
+  clock = clock + arming.DELAY_MS
+end
 -- No `lazaret editor-info`: the socket root is set below.
 domains.discover = function() end
 
@@ -103,8 +115,9 @@ local function cursor_to(win, buf, needle)
   end
   error('not shown: ' .. needle)
 end
+--- Types `keys` (as typed keys: the pending window's guard sees them).
 local function press(keys)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), 'mx', false)
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), 'mtx', false)
 end
 
 T.test('pending/list lists both kinds; the window shows destination, record types and repeats; the count includes it', function()
@@ -213,8 +226,17 @@ T.test('the keys answer the network request under the cursor with its scope, as 
   for i, case in ipairs(cases) do
     local id = 'k' .. i
     local key = fresh_request(id)
+    arm()
     input_answer = case[2]
+    local count = #answers
     press(case[1])
+    if case[3].decision == 'allow' then
+      -- An allow is selected, named, and sent by <CR> only.
+      vim.wait(50)
+      T.eq(#answers, count, 'key ' .. case[1] .. ' only selects')
+      T.ok(window_text():find('CONFIRM with <CR>', 1, true) and window_text():find('\n  allow ' .. id .. '.test\n  for ', 1, true), window_text())
+      press('<CR>')
+    end
     T.eq(answered_with(id), case[3], 'key ' .. case[1])
     T.wait(function()
       return domains.queue:get(key) == nil
@@ -230,6 +252,7 @@ T.test('a bad number of minutes answers nothing and says so; <Esc> answers nothi
   local key = fresh_request('m1')
   local count = #answers
   input_answer = '2000'
+  arm()
   press('t')
   vim.wait(200)
   T.eq(#answers, count, 'nothing sent')
@@ -246,6 +269,7 @@ T.test('a bad number of minutes answers nothing and says so; <Esc> answers nothi
     return window_text():find('[1] touch c9', 1, true) ~= nil
   end, 2000, 'c9 shown')
   cursor_to(approvals.win, approvals.buf, '[1] touch c9')
+  arm()
   press('p')
   vim.wait(200)
   T.eq(#answers, count, 'p on a host command answers nothing')
@@ -255,7 +279,9 @@ end)
 T.test('a failed answer keeps the request and says why; "not pending" removes it', function()
   local key = fresh_request('f1')
   respond_error = { code = protocol.error_code.NETWORK_FAILED, message = 'the sidecar refused' }
+  arm()
   press('a')
+  press('<CR>')
   answered_with('f1')
   T.wait(function()
     return notes[#notes].msg:find('the sidecar refused', 1, true) ~= nil
@@ -264,7 +290,9 @@ T.test('a failed answer keeps the request and says why; "not pending" removes it
   T.ok(domains.queue:get(key) ~= nil, 'kept')
   T.ok(window_text():find('network  f1.test', 1, true), 'still shown')
   respond_error = { code = protocol.error_code.NETWORK_REQUEST_NOT_PENDING, message = 'not pending' }
+  arm()
   press('a')
+  press('<CR>')
   T.wait(function()
     return domains.queue:get(key) == nil
   end, 2000, 'gone once the coordinator says it is not pending')

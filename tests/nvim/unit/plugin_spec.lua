@@ -63,6 +63,18 @@ T.test('setup{} warns about unknown keys, nested ones too, naming them', functio
   T.eq(require('lazaret.config').unknown, {})
 end)
 
+T.test('pending-window keys that clash are reported (:checkhealth): two actions on one key, an action on <CR>', function()
+  local config = require('lazaret.config')
+  config.set({ auto_start = false })
+  T.eq(config.key_conflicts(), {}, 'the defaults are distinct')
+  config.set({ auto_start = false, keys = { every_port = 'p', approve = '<CR>', full = 'f' } })
+  T.eq(config.key_conflicts(), {
+    'keys.approve is <CR>, the key that confirms a selected answer',
+    'keys.allow_profile and keys.every_port are both p',
+  })
+  config.set({ auto_start = false })
+end)
+
 T.test('the lazaret command line honours $LAZARET_BIN and config_file', function()
   local config = require('lazaret.config')
   vim.env.LAZARET_BIN = '/opt/x/lazaret'

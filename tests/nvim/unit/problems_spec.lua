@@ -116,7 +116,7 @@ T.test('the same request id from two domains: two requests, each under its own d
   b:event({ kind = 'escalationResolved', requestId = 'same-id', outcome = 'approved', decidedBy = 'rpc:neovim' })
   vim.wait(200)
   T.eq(domains.queue:count(), 1)
-  T.ok(keys[5], 'a request line has its key')
+  T.ok(keys[7], 'a request line has its key')
 end)
 
 T.test('a pending/list error is shown as that error, with the fix', function()

@@ -54,8 +54,41 @@ T.test('the pending window shows argv, cwd, justification, reasons and risk note
     risk_marked = risk_marked or (mark[2] == 'LazaretRisk' and lines[mark[1] + 1]:find('deletes', 1, true) ~= nil)
   end
   T.ok(risk_marked, 'risk notes highlighted')
-  T.eq(ids[5], '/s\0id1')
-  T.eq({ ids[1], ids[2], ids[3], ids[4] }, {}, 'the header lines belong to no request')
+  T.eq(ids[7], '/s\0id1')
+  T.eq({ ids[1], ids[2], ids[3], ids[4], ids[5], ids[6] }, {}, 'the header lines belong to no request')
+  T.eq(lines[2], 'DISARMED: keys are discarded until 1 s without a key (0 keys discarded)')
+end)
+
+T.test('a selected approval names the command exactly (every space kept), in lines that fit; a long one says it was cut', function()
+  local item = { key = 'k', domain = '/s', escalation = { requestId = 'k', argv = { 'echo', 'two  spaces', 'x' }, cwd = '/w' } }
+  local lines = approvals.render_lines({ item }, { width = 74, arming = { armed = true, discarded = 2, selection = { key = 'k', kind = 'approve' } } })
+  local t = table.concat(lines, '\n')
+  T.ok(t:find("ARMED: keys answer the request under the cursor (2 keys discarded)\nCONFIRM with <CR> (any other key cancels and disarms):\n"
+    .. "  approve: run on the host, in /w:\n    echo 'two  spaces' x\n", 1, true), t)
+  local words = {}
+  for i = 1, 300 do
+    words[i] = 'word' .. i
+  end
+  item.escalation.argv = words
+  local shown = approvals.render_lines({ item }, { width = 74, arming = { armed = true, discarded = 0, selection = { key = 'k', kind = 'edit', argv = { 'rm', '-rf', 'x  y' } } } })
+  T.ok(table.concat(shown, '\n'):find("run on the host INSTEAD of the request, in /w:\n    rm -rf 'x  y'\n", 1, true), table.concat(shown, '\n'))
+  lines = approvals.render_lines({ item }, { width = 74, arming = { armed = true, discarded = 0, selection = { key = 'k', kind = 'approve' } } })
+  local command, cut = {}, nil
+  for _, line in ipairs(lines) do
+    if line:find('^    word') then
+      command[#command + 1] = line:sub(5)
+    end
+    cut = cut or line:match('^    … %(cut: ([%d ]+) more characters')
+  end
+  T.ok(#command == 7 and cut, table.concat(lines, '\n'))
+  local kept = table.concat(command)
+  T.ok(vim.startswith(table.concat(words, ' '), kept), 'the start, every character')
+  T.eq(#kept + tonumber((cut:gsub(' ', ''))), #table.concat(words, ' '), 'the note counts the rest exactly')
+  for _, line in ipairs(lines) do
+    if line:find('^    word') then
+      T.ok(vim.fn.strdisplaywidth(line) <= 74, line)
+    end
+  end
 end)
 
 T.test('an empty queue says so', function()
@@ -224,7 +257,7 @@ T.test('hostile file names: list, quickfix and merge confirmation are inert', fu
   local prompt = diff.merge_prompt(d, '/w')
   T.ok(inert_lines(vim.split(prompt, '\n')), 'the confirmation is inert')
   T.ok(prompt:find('at commit bbbbbbbbbbbb', 1, true))
-  T.ok(prompt:find('WARNING: 34 files that make hosts run code', 1, true), prompt:sub(1, 200))
+  T.ok(prompt:find(string.format('WARNING: %d files that make hosts run code', #hostile), 1, true), prompt:sub(1, 200))
 end)
 
 T.finish()

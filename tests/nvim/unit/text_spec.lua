@@ -98,6 +98,47 @@ T.test('cut() keeps the start and says how much was cut, all in n cells', functi
   T.eq(text.thousands(999), '999')
 end)
 
+T.test('name() cuts a long name in the middle: its start, a note of how much was cut, and always its end (D19)', function()
+  T.eq({ text.name('grant.test', 60) }, { 'grant.test', 0 })
+  local long
+  for _, entry in ipairs(corpus.entries) do
+    if entry.name == 'long-name-registrable-tail' then
+      long = entry
+    end
+  end
+  T.ok(long and long.tail == 'x.typeahead.test' and long.network == true, 'the corpus has the long name')
+  for _, cells in ipairs({ 40, 60, 80, 120, 200 }) do
+    local shown, cut = text.name(long.text, cells)
+    T.ok(vim.fn.strdisplaywidth(shown) <= math.max(cells, text.NAME_MIN + 30), cells .. ': ' .. shown)
+    T.ok(vim.startswith(shown, 'api.'), shown)
+    T.ok(vim.endswith(shown, '.' .. long.tail), cells .. ': the end shows: ' .. shown)
+    T.ok(shown:find('…(' .. text.thousands(cut) .. ' characters cut)…', 1, true), shown)
+    T.eq(vim.fn.strchars(shown) - vim.fn.strchars('…(' .. text.thousands(cut) .. ' characters cut)…') + cut, #long.text, 'the count is exact')
+  end
+  local shown = text.name(long.text, 60)
+  T.eq(shown, long.text:sub(1, 12) .. '…(215 characters cut)…' .. long.text:sub(-26), 'a third of the room its start, the rest its end')
+  T.eq(vim.fn.strdisplaywidth(shown), 60)
+  -- Wide characters and agent text: inert, within the cells.
+  local wide = text.name(('中'):rep(100) .. '.example', 60)
+  T.ok(vim.fn.strdisplaywidth(wide) <= 60 and vim.endswith(wide, '中.example'), wide)
+  for _, entry in ipairs(entries) do
+    local s = text.name(entry.text, 80)
+    T.eq(raw_unsafe(s), nil, entry.name)
+    T.ok(vim.fn.strdisplaywidth(s) <= 80, entry.name .. ': ' .. s:sub(1, 60))
+  end
+end)
+
+T.test('names() lists whole names, each cut in the middle, then how many more', function()
+  T.eq(text.names({ 'a.test', 'b.test' }, 40), 'a.test b.test')
+  T.eq(text.names({}, 40), '')
+  local long = 'api.anthropic.com.' .. ('a'):rep(200) .. '.x.typeahead.test'
+  local shown = text.names({ 'first.test', long, 'last.test' }, 90, 60)
+  T.ok(shown:find('x.typeahead.test last.test', 1, true) and vim.startswith(shown, 'first.test api.'), shown)
+  T.ok(vim.fn.strdisplaywidth(shown) <= 90, shown)
+  T.eq(text.names({ 'first.test', long, 'last.test' }, 70, 60), 'first.test … and 2 more', 'a name that does not fit is not cut at its end')
+  T.eq(text.names({ 'one.test', 'two.test', 'three.test', 'four.test' }, 30), 'one.test two.test … and 2 more')
+end)
+
 T.test('shell round trip with random unsafe characters', function()
   local alphabet = { 'a', 'Z', '0', ' ', "'", '"', '\\', '$', '`', '*', ';', '&', '|', '-', '=', '~', '#', '\n', '\r', '\t', '\27', '\u{85}', '\u{a0}', '\u{202e}', '\u{200b}', '\u{feff}', '%', 'é', '\u{e0001}', '\1', '\127' }
   math.randomseed(7)

@@ -26,7 +26,8 @@ M.defaults = {
   --- Level of that notification.
   notify_level = vim.log.levels.WARN,
   --- Open the pending window by itself when a request arrives (never while
-  --- you type: it waits until you leave insert mode).
+  --- you type in insert mode: it waits until you leave it). It opens
+  --- disarmed: keys typed into it are discarded until 1 s passes without one.
   auto_open = false,
   --- Name of this client in the audit trail (`decidedBy` rpc:<client>).
   client = 'neovim',
@@ -36,7 +37,11 @@ M.defaults = {
   border = 'rounded',
   --- Keys of the pending window (`approve` and `deny` answer a network
   --- request for this session; the `*_minutes`/`*_profile` keys answer only
-  --- network requests) and of the rules window (`revoke`, `refresh`, `close`).
+  --- network requests; `every_port` switches the allow keys of a request for
+  --- an address between the one protocol and port it tried and every
+  --- protocol and port of it) and of the rules window (`revoke`, `refresh`,
+  --- `close`). An approval, an edit and every network allow are confirmed
+  --- with <CR> (DECISIONS D20), which is not configurable.
   keys = {
     approve = 'a',
     deny = 'd',
@@ -48,6 +53,7 @@ M.defaults = {
     allow_minutes = 't',
     allow_profile = 'p',
     deny_profile = 'D',
+    every_port = 'w',
     revoke = 'x',
     refresh = 'R',
   },
@@ -80,6 +86,7 @@ M.schema = {
     allow_minutes = { 'string' },
     allow_profile = { 'string' },
     deny_profile = { 'string' },
+    every_port = { 'string' },
     revoke = { 'string' },
     refresh = { 'string' },
   },
@@ -158,6 +165,28 @@ function M.unknown_message()
     #names == 1 and '' or 's',
     table.concat(names, ', ')
   )
+end
+
+--- The pending window's keys (the rules window's `revoke` and `refresh` are its own).
+M.pending_keys = { 'approve', 'deny', 'edit', 'full', 'close', 'next', 'prev', 'allow_minutes', 'allow_profile', 'deny_profile', 'every_port' }
+
+--- Keys of the pending window that clash (two actions on one key, or an
+--- action on <CR>, the key that confirms a selected answer, other than
+--- `full`), as messages; empty when none (:checkhealth lazaret).
+--- @return string[]
+function M.key_conflicts()
+  local keys, seen, out = M.options.keys, {}, {}
+  for _, name in ipairs(M.pending_keys) do
+    local lhs = vim.fn.keytrans(vim.api.nvim_replace_termcodes(keys[name], true, true, true))
+    if seen[lhs] then
+      out[#out + 1] = string.format('keys.%s and keys.%s are both %s', seen[lhs], name, lhs)
+    end
+    seen[lhs] = seen[lhs] or name
+    if lhs == '<CR>' and name ~= 'full' then
+      out[#out + 1] = string.format('keys.%s is <CR>, the key that confirms a selected answer', name)
+    end
+  end
+  return vim.tbl_map(require('lazaret.text').inert, out)
 end
 
 --- The binary lazaret calls use: `binary`, else $LAZARET_BIN, else `lazaret`.

@@ -651,7 +651,7 @@ end
 --- `network/respond`. As with respond(): the request leaves the queue only
 --- when the coordinator took the answer (or says it is no longer pending).
 --- @param key string the request's queue key
---- @param decision 'allow'|'deny'
+--- @param decision 'allow'|'allowEveryPort'|'deny' (`allowEveryPort`: every protocol and port of an address)
 --- @param scope table a GrantScope: {type='session'}, {type='minutes', minutes=N}, {type='profile'}
 --- @param callback fun(err: table?)?
 function M.respond_network(key, decision, scope, callback)

@@ -39,6 +39,13 @@ function M.check()
   else
     health.ok('no unknown option')
   end
+  local conflicts = config.key_conflicts()
+  for _, conflict in ipairs(conflicts) do
+    health.warn(conflict, { 'Give each action of the pending window its own key (:help lazaret-options); <CR> confirms a selected answer' })
+  end
+  if #conflicts == 0 then
+    health.ok('the pending window\'s keys are distinct; <CR> confirms a selected answer (:help lazaret-armed)')
+  end
 
   health.start('lazaret: binary')
   local argv = config.command('--version')

@@ -19,7 +19,9 @@ local LEARNED_LINES = 5
 --- sandbox's DNS questions: as long as the agent likes).
 local LINE_CELLS = 100
 
---- A NetworkPolicy as lines (pure: for tests too), inert, each line cut.
+--- A NetworkPolicy as lines (pure: for tests too), inert, each line cut;
+--- names are cut in the middle and listed whole (their end always shows:
+--- D19), `… and N more` when they do not fit.
 --- @param policy table
 --- @return string[]
 function M.policy_lines(policy)
@@ -30,16 +32,19 @@ function M.policy_lines(policy)
   local function add(line)
     out[#out + 1] = (text.cut(line, LINE_CELLS))
   end
-  add('allow    ' .. (#list(policy.allow) > 0 and words(policy.allow) or '(nothing)'))
-  add('deny     ' .. (#list(policy.deny) > 0 and words(policy.deny) or '(nothing)'))
+  local room = LINE_CELLS - 9
+  add('allow    ' .. (#list(policy.allow) > 0 and text.names(policy.allow, room) or '(nothing)'))
+  add('deny     ' .. (#list(policy.deny) > 0 and text.names(policy.deny, room) or '(nothing)'))
   local learned = list(policy.learned)
   for i, entry in ipairs(learned) do
     if i > LEARNED_LINES then
       add(string.format('         … and %d more learned addresses (:Lazaret counts them)', #learned - LEARNED_LINES))
       break
     end
-    add((i == 1 and 'learned  ' or '         ') .. text.inert(entry.address) .. ' (' .. words(entry.names) .. '), '
-      .. text.inert(entry.expiresInSeconds) .. ' s left')
+    local address = (text.name(entry.address, 45))
+    local left = '), ' .. text.inert(entry.expiresInSeconds) .. ' s left'
+    local names = text.names(entry.names, math.max(text.NAME_MIN, room - vim.fn.strdisplaywidth(address .. ' (' .. left)))
+    add((i == 1 and 'learned  ' or '         ') .. address .. ' (' .. names .. left)
   end
   if #list(policy.upstreams) > 0 then
     add('dns      ' .. words(policy.upstreams))
@@ -79,7 +84,7 @@ function M.run_for(d, action, rule, callback)
     end
     d.policy, d.policy_error, d.no_sidecar = policy, nil, false
     local head = action == 'show' and 'Egress policy of '
-      or ('After `' .. action .. (rule and (' ' .. text.inert(rule)) or '') .. '`, egress policy of ')
+      or ('After `' .. action .. (rule and (' ' .. text.name(rule, 100)) or '') .. '`, egress policy of ')
     vim.notify(head .. domains.name(d) .. ':\n' .. table.concat(M.policy_lines(policy), '\n'), vim.log.levels.INFO)
     domains.changed()
     callback(nil, policy)

@@ -4,7 +4,10 @@
 --- who decided), from `rules/list`, fetched again on `rulesChanged`. A key
 --- revokes the rule under the cursor after a confirmation (`rules/revoke`).
 --- Destinations come from the sandbox's DNS questions and entries from the
---- configuration: everything is shown inert (lazaret.text), cut to the window.
+--- configuration: everything is shown inert (lazaret.text), cut to the window,
+--- a destination in the middle so that its end always shows (D19). A grant
+--- for an address names what it covers: its one protocol and port
+--- (`10.9.0.7/32 tcp/8081`), or every protocol and port of it (`everyPort`).
 local config = require('lazaret.config')
 local domains = require('lazaret.domains')
 local protocol = require('lazaret.protocol')
@@ -64,6 +67,23 @@ function M.scope_text(grant, now)
     out = out .. ', ' .. M.duration(grant.expiresAtMs - now) .. ' left'
   end
   return out
+end
+
+--- What a grant covers, inert, in at most `cells` cells: the name (cut in
+--- the middle), or the address and its protocol and port, or the address
+--- and `every protocol and port`.
+--- @param grant table a NetworkGrant
+--- @param cells integer
+--- @return string
+function M.covers(grant, cells)
+  local service = ''
+  if grant.everyPort == true then
+    service = ' every protocol and port'
+  elseif type(grant.service) == 'string' then
+    service = ' ' .. text.inert(grant.service)
+  end
+  local destination = text.name(grant.destination, math.max(text.NAME_MIN, cells - vim.fn.strdisplaywidth(service)))
+  return destination .. service
 end
 
 --- The window's lines (pure: for tests too).
@@ -126,7 +146,7 @@ function M.render_lines(sections, opts)
         local row = { domain = section.domain, id = grant.id, kind = 'network', rule = grant }
         local verdict = grant.verdict == 'deny' and 'deny ' or (grant.verdict == 'allow' and 'allow' or text.inert(grant.verdict))
         add(
-          '    ' .. verdict .. '  ' .. (text.cut(text.inert(grant.destination), math.max(20, room - 8))),
+          '    ' .. verdict .. '  ' .. M.covers(grant, math.max(20, room - 8)),
           grant.verdict == 'deny' and 'LazaretRisk' or 'LazaretCommand',
           row
         )
@@ -222,7 +242,7 @@ function M.revoke(row)
   local what
   if row.kind == 'network' then
     what = string.format('Revoke the network %s of %s (%s)?', row.rule.verdict == 'deny' and 'refusal' or 'grant',
-      text.cut(text.inert(row.rule.destination), 200), M.scope_text(row.rule, domains.now_ms()))
+      M.covers(row.rule, 200), M.scope_text(row.rule, domains.now_ms()))
   else
     what = 'Revoke the auto-approve rule ' .. text.cut(text.inert(row.rule.entry), 200)
       .. ' for this run of the domain (the configuration file is unchanged)?'

@@ -2,7 +2,7 @@
 --- float, kept current by the coordinators' events; and the statusline
 --- component. Everything a coordinator reports is shown inert (lazaret.text):
 --- learned DNS names come from the sandbox's queries, a container error may
---- quote the agent.
+--- quote the agent; names are cut in the middle, their end always shown.
 local config = require('lazaret.config')
 local domains = require('lazaret.domains')
 local shell = require('lazaret.shell')
@@ -32,13 +32,12 @@ function M.policy_text(d)
   if type(p) ~= 'table' then
     return '…'
   end
-  local function words(values)
-    return table.concat(vim.tbl_map(text.inert, list(values)), ' ')
-  end
+  -- Names (granted ones come from the sandbox's questions) are cut in the
+  -- middle and listed whole: their end always shows (D19).
   local parts = {}
-  parts[#parts + 1] = 'allow ' .. (#list(p.allow) > 0 and words(p.allow) or '(nothing)')
+  parts[#parts + 1] = 'allow ' .. (#list(p.allow) > 0 and text.names(p.allow, 160) or '(nothing)')
   if #list(p.deny) > 0 then
-    parts[#parts + 1] = 'deny ' .. words(p.deny)
+    parts[#parts + 1] = 'deny ' .. text.names(p.deny, 160)
   end
   if #list(p.learned) > 0 then
     parts[#parts + 1] = #p.learned .. ' learned address' .. (#p.learned == 1 and '' or 'es')

@@ -8,7 +8,11 @@
 ---   statusline(s)  inert and `%` doubled: for 'winbar'/'statusline' and
 ---                  anything else with statusline syntax, where `%{expr}` is
 ---                  evaluated (the winbar of the review ran agent code);
----   cut(s, n)      the start of s and how much was cut.
+---   cut(s, n)      the start of s and how much was cut;
+---   name(s, n)     a name or address (DNS names, destinations, grants):
+---                  inert and cut in the middle, its end always shown
+---                  (DECISIONS D19: the end decides who controls a name);
+---   names(l, n)    a list of names, each through name(), whole names only.
 --- Pure Lua (vim.fn only for display widths): no editor state.
 local M = {}
 
@@ -208,6 +212,83 @@ function M.cut(s, n)
   end
   local cut = total - vim.fn.strchars(kept)
   return kept .. note(cut), cut
+end
+
+--- The first `cells` display cells of `s` (whole characters).
+local function head(s, cells)
+  local kept = vim.fn.strcharpart(s, 0, cells)
+  while kept ~= '' and vim.fn.strdisplaywidth(kept) > cells do
+    kept = vim.fn.strcharpart(kept, 0, vim.fn.strchars(kept) - 1)
+  end
+  return kept
+end
+
+--- The last `cells` display cells of `s` (whole characters).
+local function tail(s, cells)
+  local total = vim.fn.strchars(s)
+  local kept = vim.fn.strcharpart(s, math.max(0, total - cells))
+  while kept ~= '' and vim.fn.strdisplaywidth(kept) > cells do
+    kept = vim.fn.strcharpart(kept, 1)
+  end
+  return kept
+end
+
+--- The fewest cells name() keeps of a name (a third its start, the rest its end).
+M.NAME_MIN = 30
+
+--- A name or an address (agent text: a DNS name the sandbox asked for, a
+--- destination, a grant) as one inert line of at most `n` display cells
+--- (at least NAME_MIN cells of it are kept): when it is longer, its start
+--- (a third) and its end (the rest) with a note of how many characters were
+--- left out between them, as the CLI writes it:
+--- `api.anthropic.com.aaaaa…(190 characters cut)…aaaa.x.typeahead.test`.
+--- The end of a name is what decides who controls it (DECISIONS D19): it is
+--- never the part cut. Every surface that shows a name uses this.
+--- @param s any
+--- @param n integer display cells
+--- @return string text
+--- @return integer cut characters cut (0: it fits)
+function M.name(s, n)
+  s = M.inert(s)
+  n = math.max(1, n)
+  if #s <= n or vim.fn.strdisplaywidth(s) <= n then
+    return s, 0
+  end
+  local total = vim.fn.strchars(s)
+  local function note(cut)
+    return string.format('…(%s characters cut)…', M.thousands(cut))
+  end
+  local room = math.max(M.NAME_MIN, n - vim.fn.strdisplaywidth(note(total)))
+  local start = head(s, math.floor(room / 3))
+  local finish = tail(s, room - vim.fn.strdisplaywidth(start))
+  local cut = total - vim.fn.strchars(start) - vim.fn.strchars(finish)
+  return start .. note(cut) .. finish, cut
+end
+
+--- Names (or addresses) as one inert line of at most `n` cells: each name
+--- through name() (at most `each` cells, default 60), separated by spaces;
+--- when they do not all fit, whole names only, then `… and N more` (a name
+--- is never cut at its end).
+--- @param list any[]
+--- @param n integer display cells
+--- @param each integer? cells of one name
+--- @return string
+function M.names(list, n, each)
+  list = type(list) == 'table' and list or {}
+  local out, used = {}, 0
+  for i, value in ipairs(list) do
+    local shown = M.name(value, math.min(each or 60, n))
+    local more = string.format('… and %d more', #list - i + 1)
+    local width = vim.fn.strdisplaywidth(shown) + (i > 1 and 1 or 0)
+    local rest = i < #list and (vim.fn.strdisplaywidth(more) + 1) or 0
+    if i > 1 and used + width + rest > n then
+      out[#out + 1] = more
+      break
+    end
+    out[#out + 1] = shown
+    used = used + width
+  end
+  return table.concat(out, ' ')
 end
 
 --- Inert text in lines of at most `n` display cells, broken at spaces (a

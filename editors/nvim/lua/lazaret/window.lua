@@ -18,6 +18,9 @@ function M.highlights()
   set('LazaretRisk', 'DiagnosticWarn')
   set('LazaretHint', 'Comment')
   set('LazaretProblem', 'DiagnosticError')
+  set('LazaretArmed', 'DiagnosticOk')
+  set('LazaretDisarmed', 'DiagnosticWarn')
+  set('LazaretConfirm', 'DiagnosticError')
 end
 
 --- The config of a float of `width` x `height` cells centred in the editor,
