@@ -255,7 +255,8 @@ fn the_agent_is_the_default_command_and_its_first_run_prompt_works_in_a_terminal
     let mut denied = Vec::new();
     let started = wait_until(Duration::from_secs(120), || {
         let shown = screen();
-        if shown.contains("Lazaret: network request") {
+        // Answered once the prompt takes answers (D20), as a person reads it first.
+        if shown.contains("Lazaret: network request") && shown.contains("Ready for your answer") {
             let name = shown
                 .lines()
                 .find_map(|line| line.trim_start_matches('│').strip_prefix("Destination"))

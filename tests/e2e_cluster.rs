@@ -151,7 +151,7 @@ async fn a_session_on_a_cluster_behaves_in_a_real_terminal_as_a_local_one() {
     });
     assert!(resized, "the new size in the pod:\n{}", terminal.screen(window));
 
-    // An escalation from the pod: the prompt takes the screen, [A] runs it here.
+    // An escalation from the pod: the prompt takes the screen, [A] and Enter run it here.
     let marker = workspace.join("from-the-pod");
     terminal.line(window, &format!("clear; lazaret-escalate -- touch {}; echo escalate-$?", marker.display()));
     assert!(
@@ -160,7 +160,7 @@ async fn a_session_on_a_cluster_behaves_in_a_real_terminal_as_a_local_one() {
         terminal.screen(window)
     );
     assert!(!marker.exists(), "nothing runs before the answer");
-    terminal.tmux(&["send-keys", "-t", window, "a"]);
+    assert!(terminal.approve(window, "on the host"), "A, then Enter once the prompt names the command:\n{}", terminal.screen(window));
     assert!(terminal.shows_line(window, "escalate-0", Duration::from_secs(30)), "approved:\n{}", terminal.screen(window));
     assert!(marker.exists(), "the approved command ran on the host");
     // Answered elsewhere (`lazaret approve`: the JSON-RPC call the editors

@@ -78,7 +78,7 @@ fn a_session_in_a_terminal_behaves_as_over_ssh(subject: &Subject) {
         "{label}: the prompt:\n{}",
         terminal.screen(window)
     );
-    terminal.tmux(&["send-keys", "-t", window, "d"]);
+    assert!(terminal.answer(window, "d"), "{label}: the prompt arms:\n{}", terminal.screen(window));
     assert!(terminal.shows_line(window, "escalate-97", Duration::from_secs(30)), "{label}: denied:\n{}", terminal.screen(window));
     assert!(
         terminal.screen(window).lines().any(|line| line == "before-prompt") && !terminal.screen(window).contains("Approve & Run"),

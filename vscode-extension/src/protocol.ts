@@ -412,6 +412,8 @@ export interface RegisterResult {
   domainHash: string;
   /** Live sessions after this registration. */
   sessionCount: number;
+  /** How the session's command joins the sandbox: the client runs this and never works out the backend from the profile. */
+  target: SessionTarget;
 }
 
 /** Every rule and grant of the domain (`rules/list`). */
@@ -606,6 +608,26 @@ export interface RulesChangedEvent {
 export interface EventsLaggedEvent {
   dropped: number;
   kind: "eventsLagged";
+}
+
+/** Where and how a session's command runs (`session/register`'s answer), as the coordinator that made the sandbox says. */
+export type SessionTarget =
+  | SessionTargetLocal
+  | SessionTargetPod;
+
+/** The local gVisor sandbox: `runsc exec` with the container's process spec the coordinator recorded in the Domain Root (0600, never on the wire: it holds the sandbox's environment), `podman exec` when there is no record. */
+export interface SessionTargetLocal {
+  containerName: string;
+  type: "local";
+}
+
+/** The domain's pod on a cluster, reached as the coordinator reaches it (`lazaret pod-exec`): its kubeconfig, context and namespace. An exec carries no environment: the session's variables and the profile's `env` cross on the command's stdin. */
+export interface SessionTargetPod {
+  context?: string | null;
+  kubeconfig: string;
+  namespace: string;
+  pod: string;
+  type: "pod";
 }
 
 /** One change of the agent in a persistent directory (the State Anchor). */

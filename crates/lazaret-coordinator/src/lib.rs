@@ -17,6 +17,7 @@
 //!
 //! It installs no tracing subscriber and knows nothing of the command line.
 
+pub mod backend;
 pub mod coordinator;
 pub mod credentials;
 pub mod domain_lock;
@@ -32,6 +33,7 @@ pub mod network_requests;
 pub mod podman;
 pub mod private_dirs;
 pub mod runsc;
+pub mod sandbox_exec;
 pub mod state_anchor;
 
 pub use coordinator::api::EgressReloader;

@@ -26,6 +26,27 @@ pub struct RegisterResult {
     pub default_command: Vec<String>,
     /// Live sessions after this registration.
     pub session_count: usize,
+    /// How the session's command joins the sandbox: the client runs this
+    /// and never works out the backend from the profile.
+    pub target: SessionTarget,
+}
+
+/// Where and how a session's command runs (`session/register`'s answer),
+/// as the coordinator that made the sandbox says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "type")]
+pub enum SessionTarget {
+    /// The local gVisor sandbox: `runsc exec` with the container's process
+    /// spec the coordinator recorded in the Domain Root (0600, never on the
+    /// wire: it holds the sandbox's environment), `podman exec` when there
+    /// is no record.
+    Local { container_name: String },
+    /// The domain's pod on a cluster, reached as the coordinator reaches it
+    /// (`lazaret pod-exec`): its kubeconfig, context and namespace. An exec
+    /// carries no environment: the session's variables and the profile's
+    /// `env` cross on the command's stdin.
+    Pod { kubeconfig: String, context: Option<String>, namespace: String, pod: String },
 }
 
 /// A session that is live now.

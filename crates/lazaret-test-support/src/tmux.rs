@@ -70,6 +70,27 @@ impl Tmux {
         crate::wait_until(within, || self.screen(window).lines().any(|shown| is_output_line(shown, line, typed_ahead)))
     }
 
+    /// Answers the approval prompt on `window` with `key` once it takes
+    /// answers (a second without a key since its request appeared: D20),
+    /// as a person reads it before answering; false when it never arms.
+    pub fn answer(&self, window: &str, key: &str) -> bool {
+        if !crate::wait_until(Duration::from_secs(10), || self.screen(window).contains("Ready for your answer")) {
+            return false;
+        }
+        self.tmux(&["send-keys", "-t", window, key]);
+        true
+    }
+
+    /// Approves the host command on the prompt: `a` once it is ready, then
+    /// Enter once it names the command (`naming`); false when it never does.
+    pub fn approve(&self, window: &str, naming: &str) -> bool {
+        if !self.answer(window, "a") || !crate::wait_until(Duration::from_secs(10), || self.screen(window).contains(naming)) {
+            return false;
+        }
+        self.tmux(&["send-keys", "-t", window, "Enter"]);
+        true
+    }
+
     /// Waits until a line of the screen is the output `line`: alone, or
     /// after the prompt when its command was typed ahead (as a terminal
     /// shows type-ahead), never the typed command itself.

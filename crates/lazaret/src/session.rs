@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use lazaret_coordinator::exec_target::{ExecTarget, SessionProcess};
 use lazaret_coordinator::podman::{self, Podman};
+use lazaret_protocol::SessionTarget;
 
 use crate::pod_exec::PodTarget;
 use crate::prompt::{keys, PromptAction, PromptState};
@@ -150,19 +151,70 @@ fn sized((columns, rows): (u16, u16)) -> (u16, u16) {
 /// Exit status reported when the inner command's status is unknown.
 const UNKNOWN_STATUS: i32 = 255;
 
-pub struct SessionCommand<'a> {
-    pub container: &'a str,
-    pub session_id: &'a str,
+/// How this session's command joins the sandbox, worked out once from the
+/// coordinator's [`SessionTarget`].
+#[derive(Clone)]
+pub enum Join {
+    /// `runsc exec` with the container's process spec the coordinator recorded.
+    Runsc(ExecTarget),
+    /// `podman exec` of the container (no record: an old runsc, a lost file).
+    Podman(String),
+    /// `lazaret pod-exec` to the pod, with the variables the pod's sessions
+    /// get beside the session's own (the profile's `env`: an exec carries none).
+    Pod(PodTarget, Vec<(String, String)>),
+}
+
+impl Join {
+    /// The way in `target` names; `domain_dir` holds a local sandbox's exec
+    /// record, `profile_environment` is the profile's `env`.
+    pub fn of(target: &SessionTarget, domain_dir: &std::path::Path, profile_environment: Vec<(String, String)>) -> Join {
+        match target {
+            SessionTarget::Local { container_name } => match ExecTarget::read(domain_dir, container_name) {
+                Some(recorded) => Join::Runsc(recorded),
+                None => Join::Podman(container_name.clone()),
+            },
+            SessionTarget::Pod { kubeconfig, context, namespace, pod } => Join::Pod(
+                PodTarget {
+                    kubeconfig: PathBuf::from(kubeconfig),
+                    context: context.clone(),
+                    namespace: namespace.clone(),
+                    pod: pod.clone(),
+                },
+                profile_environment,
+            ),
+        }
+    }
+
+    /// Where the session's helper commands (an interrupt, a window size) run.
+    fn inside(&self) -> Inside {
+        match self {
+            Join::Runsc(recorded) => Inside::Container(recorded.container_name.clone()),
+            Join::Podman(container) => Inside::Container(container.clone()),
+            Join::Pod(pod, _) => Inside::Pod(pod.clone()),
+        }
+    }
+
+    /// Whether the sandbox's terminal turns a typed ^C into a signal itself
+    /// (else the CLI delivers it). In a pod, gVisor's line discipline
+    /// signals as our runsc's does when the cluster's gVisor is 20260905 or
+    /// later (docs/cluster.md, "Limits").
+    fn terminal_signals(&self) -> bool {
+        match self {
+            Join::Runsc(recorded) => recorded.terminal_signals,
+            Join::Podman(_) => false,
+            Join::Pod(..) => true,
+        }
+    }
+}
+
+/// One client session's command and how it joins the sandbox.
+#[derive(Clone)]
+pub struct SessionCommand {
+    pub join: Join,
+    pub session_id: String,
     /// The delegated Session Anchor credential (base64), for `lazaret-escalate`.
-    pub credential: &'a str,
-    pub argv: &'a [String],
-    /// `runsc exec` of the running sandbox, if the coordinator recorded it.
-    pub exec: Option<&'a ExecTarget>,
-    /// The pod, when the sandbox runs on a cluster (`lazaret pod-exec`).
-    pub pod: Option<&'a PodTarget>,
-    /// Variables the pod's sessions get beside the session's own (the
-    /// profile's `env`: a pod's objects carry none).
-    pub pod_environment: &'a [(String, String)],
+    pub credential: String,
+    pub argv: Vec<String>,
 }
 
 /// Where a session's helper commands (an interrupt, a window size) run.
@@ -170,15 +222,6 @@ pub struct SessionCommand<'a> {
 enum Inside {
     Container(String),
     Pod(PodTarget),
-}
-
-impl Inside {
-    fn of(session: &SessionCommand<'_>) -> Inside {
-        match session.pod {
-            Some(pod) => Inside::Pod(pod.clone()),
-            None => Inside::Container(session.container.to_owned()),
-        }
-    }
 }
 
 /// A process to start on the host for a session, and the process spec that
@@ -191,34 +234,38 @@ struct Launch {
 }
 
 /// How a session's `inner` command (run by `sh` or `script` inside) is
-/// started: `runsc exec` with the recorded target, else `podman exec`.
-fn launch(session: &SessionCommand<'_>, term: Option<&str>, inner: Vec<String>) -> Result<Launch> {
+/// started, as its [`Join`] says.
+fn launch(session: &SessionCommand, term: Option<&str>, inner: Vec<String>) -> Result<Launch> {
     let mut variables = session_environment(session, term);
-    if let Some(pod) = session.pod {
-        // `pod-exec` authenticates to the cluster as the user does: a
-        // kubeconfig's credential plugin (EKS, GKE, AKS) and proxy settings
-        // read the user's environment. None of it reaches the pod: only
-        // the variables it is told to pass.
-        let mut environment: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-        variables.extend(session.pod_environment.iter().cloned());
-        let names: Vec<String> = variables.iter().map(|(name, _)| name.clone()).collect();
-        environment.retain(|(name, _)| !names.iter().any(|passed| name.as_os_str() == passed.as_str()));
-        environment.extend(variables.into_iter().map(|(name, value)| (name.into(), value.into())));
-        let program = std::env::current_exe().context("cannot find this program, to run pod-exec")?;
-        let arguments = pod.arguments(&names, &inner).into_iter().map(OsString::from).collect();
-        return Ok(Launch { program: program.into_os_string(), arguments, environment, feed: None });
+    match &session.join {
+        Join::Pod(pod, profile_environment) => {
+            // `pod-exec` authenticates to the cluster as the user does: a
+            // kubeconfig's credential plugin (EKS, GKE, AKS) and proxy settings
+            // read the user's environment. None of it reaches the pod: only
+            // the variables it is told to pass.
+            let mut environment: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+            variables.extend(profile_environment.iter().cloned());
+            let names: Vec<String> = variables.iter().map(|(name, _)| name.clone()).collect();
+            environment.retain(|(name, _)| !names.iter().any(|passed| name.as_os_str() == passed.as_str()));
+            environment.extend(variables.into_iter().map(|(name, value)| (name.into(), value.into())));
+            let program = std::env::current_exe().context("cannot find this program, to run pod-exec")?;
+            let arguments = pod.arguments(&names, &inner).into_iter().map(OsString::from).collect();
+            Ok(Launch { program: program.into_os_string(), arguments, environment, feed: None })
+        }
+        Join::Podman(container) => {
+            let mut environment = podman::environment();
+            let mut arguments: Vec<OsString> = exec_arguments(container, &variables).into_iter().map(OsString::from).collect();
+            arguments.extend(inner.into_iter().map(OsString::from));
+            environment.extend(variables.into_iter().map(|(name, value)| (name.into(), value.into())));
+            Ok(Launch { program: Podman::default().program().into(), arguments, environment, feed: None })
+        }
+        Join::Runsc(target) => {
+            let process = target.session_process(&SessionProcess { argv: &inner, cwd: "/workspace", environment: &variables });
+            let feed = ProcessFeed::create(&serde_json::to_vec(&process)?)?;
+            let arguments = target.exec_arguments(&feed.path());
+            Ok(Launch { program: target.runsc.clone().into_os_string(), arguments, environment: podman::environment(), feed: Some(feed) })
+        }
     }
-    let mut environment = podman::environment();
-    let Some(target) = session.exec else {
-        let mut arguments: Vec<OsString> = exec_arguments(session, &variables).into_iter().map(OsString::from).collect();
-        arguments.extend(inner.into_iter().map(OsString::from));
-        environment.extend(variables.into_iter().map(|(name, value)| (name.into(), value.into())));
-        return Ok(Launch { program: Podman::default().program().into(), arguments, environment, feed: None });
-    };
-    let process = target.session_process(&SessionProcess { argv: &inner, cwd: "/workspace", environment: &variables });
-    let feed = ProcessFeed::create(&serde_json::to_vec(&process)?)?;
-    let arguments = target.exec_arguments(&feed.path());
-    Ok(Launch { program: target.runsc.clone().into_os_string(), arguments, environment, feed: Some(feed) })
 }
 
 impl Launch {
@@ -299,10 +346,10 @@ fn relay_stdin(input: tokio::process::ChildStdin) -> Result<()> {
 
 /// The session's variables, set in its process (with podman: passed by name,
 /// `--env NAME`, so their values never appear on a host command line).
-fn session_environment(session: &SessionCommand<'_>, term: Option<&str>) -> Vec<(String, String)> {
+fn session_environment(session: &SessionCommand, term: Option<&str>) -> Vec<(String, String)> {
     let mut variables = vec![
-        ("LAZARET_SESSION_ID".to_owned(), session.session_id.to_owned()),
-        (lazaret_protocol::escalation::CREDENTIAL_VARIABLE.to_owned(), session.credential.to_owned()),
+        ("LAZARET_SESSION_ID".to_owned(), session.session_id.clone()),
+        (lazaret_protocol::escalation::CREDENTIAL_VARIABLE.to_owned(), session.credential.clone()),
     ];
     if let Some(term) = term {
         variables.push(("TERM".to_owned(), term.to_owned()));
@@ -323,13 +370,13 @@ fn state_file(session_id: &str) -> String {
     format!("/tmp/.lazaret-session-{session_id}")
 }
 
-/// The exec prefix shared by both modes.
-fn exec_arguments(session: &SessionCommand<'_>, variables: &[(String, String)]) -> Vec<String> {
+/// `podman exec` of `container`, both modes.
+fn exec_arguments(container: &str, variables: &[(String, String)]) -> Vec<String> {
     let mut arguments = vec!["exec".to_owned(), "--interactive".to_owned(), "--workdir=/workspace".to_owned()];
     for (name, _) in variables {
         arguments.push(format!("--env={name}"));
     }
-    arguments.push(session.container.to_owned());
+    arguments.push(container.to_owned());
     arguments
 }
 
@@ -339,41 +386,19 @@ pub type ActionSender = tokio::sync::mpsc::UnboundedSender<PromptAction>;
 /// Runs the session to completion and returns the inner exit status. In
 /// interactive mode `ui` is the screen the prompt draws on and `actions`
 /// receives the user's decisions.
-pub async fn run(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSender) -> Result<i32> {
+pub async fn run(session: &SessionCommand, ui: SharedUi, actions: ActionSender) -> Result<i32> {
     if is_interactive() {
-        let container = session.container.to_owned();
-        let session_id = session.session_id.to_owned();
-        let credential = session.credential.to_owned();
-        let argv = session.argv.to_vec();
-        let exec = session.exec.cloned();
-        let pod = session.pod.cloned();
-        let pod_environment = session.pod_environment.to_vec();
-        tokio::task::spawn_blocking(move || {
-            run_interactive(
-                &SessionCommand {
-                    container: &container,
-                    session_id: &session_id,
-                    credential: &credential,
-                    argv: &argv,
-                    exec: exec.as_ref(),
-                    pod: pod.as_ref(),
-                    pod_environment: &pod_environment,
-                },
-                ui,
-                actions,
-            )
-        })
-        .await
-        .context("session task failed")?
+        let session = session.clone();
+        tokio::task::spawn_blocking(move || run_interactive(&session, ui, actions)).await.context("session task failed")?
     } else {
         run_piped(session).await
     }
 }
 
-async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
+async fn run_piped(session: &SessionCommand) -> Result<i32> {
     // `sh` records the command's pid so that an interrupt can be delivered
     // inside the sandbox; `exec` then replaces it with the command.
-    let state = state_file(session.session_id);
+    let state = state_file(&session.session_id);
     let mut inner = vec!["sh".to_owned(), "-c".to_owned(), format!("echo \"$$\" > {state}; exec \"$@\""), "lazaret-session".to_owned()];
     inner.extend(session.argv.iter().cloned());
     let launch = launch(session, None, inner)?;
@@ -416,7 +441,7 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
         _ = interrupt.recv() => {
             // Deliver the interrupt inside the sandbox as well: podman exec
             // without a terminal does not forward signals.
-            signal_inside(&Inside::of(session), &format!("kill -INT \"$(cat {state})\""));
+            signal_inside(&session.join.inside(), &format!("kill -INT \"$(cat {state})\""));
             let _ = child.kill().await;
             return Ok(128 + 2);
         }
@@ -430,7 +455,7 @@ async fn run_piped(session: &SessionCommand<'_>) -> Result<i32> {
 }
 
 /// Runs `script` inside the sandbox.
-fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSender) -> Result<i32> {
+fn run_interactive(session: &SessionCommand, ui: SharedUi, actions: ActionSender) -> Result<i32> {
     use portable_pty::{native_pty_system, PtySize};
 
     let (columns, rows) = terminal_size();
@@ -444,7 +469,7 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
     let quoted: Vec<String> = session.argv.iter().map(|word| shell_quote(word)).collect();
     let inner = format!(
         "printf '%s %s\\n' \"$$\" \"$(tty)\" > {state}; stty sane iutf8 rows {rows} cols {columns} 2>/dev/null; exec {command}",
-        state = state_file(session.session_id),
+        state = state_file(&session.session_id),
         command = quoted.join(" "),
     );
     let term = std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".to_owned());
@@ -511,15 +536,9 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
             }
         }
     });
-    // Where runsc's terminal does not signal (old builds, podman exec), a
-    // typed ^C is delivered by the CLI.
-    // In a pod, gVisor's line discipline signals as our runsc's does when the
-    // cluster's gVisor is 20260905 or later (docs/cluster.md, "Limits").
-    let stand_in = match (session.exec, session.pod) {
-        (Some(target), _) if target.terminal_signals => None,
-        (_, Some(_)) => None,
-        _ => Some((Inside::of(session), state_file(session.session_id))),
-    };
+    // Where the sandbox's terminal does not signal (old runsc builds,
+    // podman exec), a typed ^C is delivered by the CLI.
+    let stand_in = (!session.join.terminal_signals()).then(|| (session.join.inside(), state_file(&session.session_id)));
     // The input thread blocks on our stdin; it ends with the process.
     let input_ui = ui.clone();
     std::thread::spawn(move || {
@@ -564,8 +583,8 @@ fn run_interactive(session: &SessionCommand<'_>, ui: SharedUi, actions: ActionSe
         }
     });
     let resize_master = pair.master;
-    let resize_inside = Inside::of(session);
-    let resize_state = state_file(session.session_id);
+    let resize_inside = session.join.inside();
+    let resize_state = state_file(&session.session_id);
     let resizer = std::thread::spawn(move || watch_window_size(&*resize_master, &resize_inside, &resize_state, &ui));
 
     let status = child.wait().context("waiting for the session's exec")?;
@@ -740,6 +759,47 @@ pub fn guard_terminal() -> Result<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn session(join: Join) -> SessionCommand {
+        SessionCommand { join, session_id: "5e55".into(), credential: "c".into(), argv: vec!["true".into()] }
+    }
+
+    /// The coordinator's target decides the way in; the CLI reads no backend.
+    #[test]
+    fn the_coordinators_target_decides_how_a_session_joins() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let local = SessionTarget::Local { container_name: "lazaret-default-0123456789ab".into() };
+        let join = Join::of(&local, dir.path(), vec![("PROFILE_VAR".into(), "1".into())]);
+        assert!(matches!(&join, Join::Podman(name) if name == "lazaret-default-0123456789ab"), "no exec record: podman exec");
+        let started = launch(&session(join), None, vec!["sh".into()]).expect("launch");
+        let arguments: Vec<String> = started.arguments.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(arguments[0], "exec");
+        assert!(
+            arguments.contains(&"lazaret-default-0123456789ab".to_owned()) && arguments.contains(&"--env=LAZARET_SESSION_ID".to_owned())
+        );
+        assert!(!arguments.iter().any(|a| a.contains("PROFILE_VAR")), "a local sandbox has the profile's env already");
+
+        let pod = SessionTarget::Pod {
+            kubeconfig: "/home/u/.kube/config".into(),
+            context: Some("ctx".into()),
+            namespace: "agents".into(),
+            pod: "lazaret-0123456789ab".into(),
+        };
+        let join = Join::of(&pod, dir.path(), vec![("PROFILE_VAR".into(), "1".into())]);
+        assert!(join.terminal_signals());
+        let started = launch(&session(join), None, vec!["sh".into()]).expect("launch");
+        let arguments: Vec<String> = started.arguments.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        for expected in [
+            "pod-exec",
+            "--kubeconfig=/home/u/.kube/config",
+            "--namespace=agents",
+            "--pod=lazaret-0123456789ab",
+            "--context=ctx",
+            "--pass=PROFILE_VAR",
+        ] {
+            assert!(arguments.contains(&expected.to_owned()), "{expected}: {arguments:?}");
+        }
+    }
 
     #[test]
     fn quoting_survives_single_quotes() {

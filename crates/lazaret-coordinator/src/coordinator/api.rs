@@ -11,11 +11,11 @@ use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{ConnectionId, Extensions, PendingSubscriptionSink, SubscriptionMessage};
 use lazaret_core::config::ResolvedProfile;
 use lazaret_core::time::now_ms;
-use lazaret_protocol::sidecar::{CredentialEndpoint, NameCount, SidecarEvent, SidecarRequest, WithheldPart};
+use lazaret_protocol::sidecar::{NameCount, SidecarEvent, SidecarRequest, WithheldPart};
 use lazaret_protocol::{
     error_code, AuditRecord, AuditVerification, BranchDiff, CompletedSession, ContainerState, Decision, DecisionSource, DomainStatus,
     Event, FileContents, GrantScope, LazaretApiServer, LiveSession, NetworkDecision, NetworkPolicy, Outcome, PendingEscalation,
-    PendingItem, RegisterResult, Rules, SequencedEvent, StateChange, API_VERSION,
+    PendingItem, RegisterResult, Rules, SequencedEvent, SessionTarget, StateChange, API_VERSION,
 };
 use lazaret_store::Store;
 use tokio::sync::{broadcast, watch, Notify};
@@ -62,13 +62,11 @@ pub struct Domain {
     pub idle: Notify,
     /// Signalled by `domain/shutdown`.
     pub shutdown_requested: Notify,
-    /// The Network Sidecar's control socket, when the domain has one.
-    sidecar_control: Mutex<Option<std::path::PathBuf>>,
+    /// The sandbox: local, or a pod on a cluster; everything that differs
+    /// between the two is there (`crate::backend`).
+    pub backend: crate::backend::SandboxBackend,
     /// Why the sandbox has no working network now (the sidecar stopped).
     network_error: Mutex<Option<String>>,
-    /// The policy the sidecar last answered with: what a restarted sidecar
-    /// is given back (live changes included).
-    network_policy: Mutex<Option<NetworkPolicy>>,
     /// The credential endpoints' counts at the last `credentialUse` record.
     credential_counted: Mutex<Vec<lazaret_protocol::CredentialEndpointStatus>>,
     /// Re-reads the configuration: the merged allowlist (`network/reload`).
@@ -79,29 +77,10 @@ pub struct Domain {
     network_requests: Mutex<crate::network_requests::NetworkRequests>,
     /// Auto-approve rules revoked in this run (indexes into the profile's).
     revoked_auto_approve: Mutex<std::collections::BTreeSet<usize>>,
-    /// One export of the agent branch at a time.
-    export_lock: tokio::sync::Mutex<ExportState>,
-    /// The pod, when the sandbox runs on a cluster (`cluster`), once it runs.
-    pod: std::sync::OnceLock<super::cluster::PodSandbox>,
-    /// A cluster domain's allowlist, which `net` changes in its policy
-    /// object (there is no sidecar).
-    cluster_egress: Option<tokio::sync::Mutex<super::cluster::ClusterEgress>>,
-}
-
-/// The export's state: the branch's fingerprint as last exported (or as
-/// seeded), and the exporter inside the sandbox.
-struct ExportState {
-    last_exported: Option<git_sentry::sync::BranchFingerprint>,
-    exporter: git_sentry::exporter::Exporter,
-    /// A pod's last refused export: said once, not at every poll.
-    last_refusal: Option<String>,
 }
 
 impl Domain {
-    pub fn new(resolved: ResolvedProfile, store: Arc<Store>, git: Option<GitLayout>) -> Domain {
-        let exporter = git_sentry::exporter::Exporter::new(&resolved.domain.container_name);
-        let cluster_egress = matches!(resolved.backend, lazaret_core::config::Backend::Kubernetes(_))
-            .then(|| tokio::sync::Mutex::new(super::cluster::ClusterEgress::new(&resolved)));
+    pub fn new(resolved: ResolvedProfile, store: Arc<Store>, git: Option<GitLayout>, backend: crate::backend::SandboxBackend) -> Domain {
         Domain {
             resolved,
             git,
@@ -113,17 +92,13 @@ impl Domain {
             events: broadcast::channel(256).0,
             idle: Notify::new(),
             shutdown_requested: Notify::new(),
-            sidecar_control: Mutex::new(None),
+            backend,
             network_error: Mutex::new(None),
-            network_policy: Mutex::new(None),
             credential_counted: Mutex::new(Vec::new()),
             egress_reloader: Mutex::new(None),
             broker: crate::escalation::Broker::default(),
             network_requests: Mutex::default(),
             revoked_auto_approve: Mutex::default(),
-            export_lock: tokio::sync::Mutex::new(ExportState { last_exported: None, exporter, last_refusal: None }),
-            pod: std::sync::OnceLock::new(),
-            cluster_egress,
         }
     }
 
@@ -157,74 +132,26 @@ impl Domain {
         self.container.borrow().0 == ContainerState::Running
     }
 
-    /// Records the agent branch as it is right after seeding (an unchanged
-    /// branch is not exported) and how the exporter inside the sandbox is
-    /// run: with `runsc exec` of `target` it starts at the first export,
-    /// with `podman exec` now.
-    pub async fn mark_branch_seeded(&self, target: Option<crate::exec_target::ExecTarget>) {
-        if let Some(layout) = &self.git {
-            let mut state = self.export_lock.lock().await;
-            state.last_exported = Some(git_sentry::sync::branch_fingerprint(layout));
-            if let Some(target) = target {
-                state.exporter.use_runsc(target, self.resolved.domain.domain_dir.clone());
-            }
-            if !state.exporter.starts_cheaply() {
-                state.exporter.start(&layout.export_loop_script());
-            }
-        }
-    }
-
     /// Exports the agent branch to the host if it changed since the last
     /// export (one export at a time), and announces the outcome.
     pub async fn export_agent_branch(&self) {
         let Some(layout) = &self.git else { return };
-        if let Some(pod) = self.pod.get() {
-            return self.export_from_pod(pod, layout).await;
+        if let Some(result) = self.backend.export_branch(layout, self.container_is_running()).await {
+            self.report_export(&layout.branch, result);
         }
-        if !self.container_is_running() {
-            return;
-        }
-        let mut state = self.export_lock.lock().await;
-        let fingerprint = git_sentry::sync::branch_fingerprint(layout);
-        if state.last_exported.as_ref() == Some(&fingerprint) {
-            return;
-        }
-        let result = git_sentry::sync::export_once(layout, &mut state.exporter).await;
-        state.last_exported = Some(fingerprint);
-        self.report_export(&layout.branch, result);
     }
 
-    /// One export from the pod ([`git_sentry::pod::export`]: an exec, which
-    /// finds out whether anything changed). A refusal is announced once
-    /// until the next different outcome.
-    async fn export_from_pod(&self, pod: &super::cluster::PodSandbox, layout: &GitLayout) {
-        let mut state = self.export_lock.lock().await;
-        let result = git_sentry::pod::export(&pod.cluster, &pod.pod, layout).await;
-        let refusal = result.as_ref().err().map(crate::Error::chained);
-        if refusal.is_some() && refusal == state.last_refusal {
-            return;
-        }
-        state.last_refusal = refusal;
-        self.report_export(&layout.branch, result);
+    /// How a session joins the sandbox.
+    pub fn session_target(&self) -> crate::Result<SessionTarget> {
+        self.backend.session_target(&self.resolved)
     }
 
-    /// The pod, once the sandbox runs on one (a cluster's domain).
-    pub fn pod(&self) -> Option<&super::cluster::PodSandbox> {
-        self.pod.get()
-    }
-
-    /// The sandbox is the pod `pod` (on a cluster): exports and sessions go there.
-    pub fn set_pod(&self, pod: super::cluster::PodSandbox) {
-        let _ = self.pod.set(pod);
-    }
-
-    /// Where reads of the sandbox's working tree run: the pod, once there
-    /// is one, else the local container.
-    pub fn inside(&self) -> git_sentry::inside::Inside<'_> {
-        match self.pod.get() {
-            Some(pod) => git_sentry::inside::Inside::Pod(pod),
-            None => git_sentry::inside::Inside::Container(&self.resolved.domain.container_name),
-        }
+    /// Where reads of the sandbox's working tree run; an error before the
+    /// sandbox runs where it is (a pod not up yet).
+    fn inside(&self) -> Result<crate::sandbox_exec::Inside<'_>, ErrorObjectOwned> {
+        self.backend
+            .inside(&self.resolved)
+            .ok_or_else(|| rpc_error(error_code::SANDBOX_NOT_RUNNING, "the sandbox is not running yet: its working tree cannot be read"))
     }
 
     /// Teardown has begun: no session joins any more.
@@ -245,10 +172,6 @@ impl Domain {
                 self.emit(Event::BranchRejected { branch: branch.to_owned(), reason: error.chained() });
             }
         }
-    }
-
-    pub fn set_sidecar_control(&self, socket: Option<std::path::PathBuf>) {
-        *self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = socket;
     }
 
     pub fn set_egress_reloader(&self, reloader: EgressReloader) {
@@ -329,28 +252,13 @@ impl Domain {
         }
     }
 
-    /// Sends one request to the Network Sidecar (on the blocking pool).
+    /// Sends one request to the domain's egress control (the Network
+    /// Sidecar, or the policy object on the cluster).
     async fn sidecar(&self, request: SidecarRequest) -> RpcResult<NetworkPolicy> {
-        if let Some(egress) = &self.cluster_egress {
-            return super::cluster::change_egress(egress, &self.resolved, self.pod.get(), &request)
-                .await
-                .map_err(|message| rpc_error(error_code::NETWORK_FAILED, message));
-        }
-        let socket = self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or_else(|| {
-            rpc_error(
-                error_code::NETWORK_FAILED,
-                "this domain has no Network Sidecar: its allowlist was empty when it started, so the sandbox has no network at all",
-            )
-        })?;
-        if let Some(error) = self.network_error() {
-            return Err(rpc_error(error_code::NETWORK_FAILED, format!("the sandbox has no working network: {error}")));
-        }
-        let policy = tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
+        self.backend
+            .egress(&self.resolved, self.network_error(), request)
             .await
-            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.to_string()))?
-            .map_err(|error| rpc_error(error_code::NETWORK_FAILED, error.chained()))?;
-        *self.network_policy.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(policy.clone());
-        Ok(policy)
+            .map_err(|refused| rpc_error(error_code::NETWORK_FAILED, refused.0))
     }
 
     /// Why the sandbox has no working network now, if it has none.
@@ -379,32 +287,9 @@ impl Domain {
         *self.network_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(message.to_owned());
     }
 
-    /// Gives a restarted sidecar back the domain's policy (the last one it
-    /// answered with) and what it protects, then says the network is back.
-    pub async fn network_restored(&self, protection: SidecarRequest, credentials: &[CredentialEndpoint]) -> Result<(), String> {
-        let socket = self.sidecar_control.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or("no sidecar")?;
-        let policy = self.network_policy.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
-        let mut requests = vec![protection];
-        if let Some(policy) = policy {
-            // Timed entries (grants) come back below, with the time they have left.
-            let timed = |entry: &String| policy.expiring.iter().any(|expiring| &expiring.entry == entry);
-            let allow = policy.allow.iter().filter(|entry| !timed(entry)).cloned().collect();
-            let deny = policy.deny.iter().filter(|entry| !timed(entry)).cloned().collect();
-            requests.push(SidecarRequest::Set { allow, deny, private_answers: policy.private_answers });
-            if policy.hold_ms > 0 {
-                requests.push(SidecarRequest::Hold { ms: policy.hold_ms });
-            }
-        }
-        if !credentials.is_empty() {
-            requests.push(SidecarRequest::Credentials { endpoints: credentials.to_vec() });
-        }
-        for request in requests {
-            let socket = socket.clone();
-            tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
-                .await
-                .map_err(|error| error.to_string())?
-                .map_err(|error| error.chained())?;
-        }
+    /// The sidecar was started again and has the domain's policy back: the
+    /// grants go in force again, and every client hears the network is back.
+    pub async fn network_restored(&self) -> Result<(), String> {
         *self.network_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
         self.put_grants_in_force().await?;
         let message = "the Network Sidecar was started again with the domain's policy (learned addresses start afresh)".to_owned();
@@ -745,11 +630,22 @@ impl LazaretApiServer for Api {
             return Err(rpc_error(error_code::SANDBOX_FAILED, message));
         }
         let default_command = domain.default_command.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        let target = match domain.session_target() {
+            Ok(target) => target,
+            Err(error) => {
+                let removed = domain.sessions().by_id.remove(&session_id);
+                if let Some(session) = removed {
+                    domain.finish(session.live, None, "sandbox-failed").await;
+                }
+                return Err(rpc_error(error_code::SANDBOX_FAILED, error.chained()));
+            }
+        };
         Ok(RegisterResult {
             domain_hash: domain.resolved.domain.domain_hash.clone(),
             container_name: domain.resolved.domain.container_name.clone(),
             default_command,
             session_count,
+            target,
         })
     }
 
@@ -949,7 +845,7 @@ impl LazaretApiServer for Api {
         .await
         .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))??;
         if self.0.container_is_running() {
-            git_sentry::diff::add_uncommitted(&mut diff, &self.0.inside(), with_patch).await.map_err(git_failed)?;
+            git_sentry::diff::add_uncommitted(&mut diff, &self.0.inside()?, with_patch).await.map_err(git_failed)?;
         }
         Ok(diff)
     }
@@ -988,7 +884,7 @@ impl LazaretApiServer for Api {
         .await
         .map_err(|error| rpc_error(error_code::GIT_FAILED, error.to_string()))??;
         if self.0.container_is_running() {
-            let working = git_sentry::contents::working(&self.0.inside(), &path)
+            let working = git_sentry::contents::working(&self.0.inside()?, &path)
                 .await
                 .map_err(|error| rpc_error(error_code::SANDBOX_NOT_RUNNING, error.chained()))?;
             contents.working = Some(working);
@@ -997,31 +893,14 @@ impl LazaretApiServer for Api {
     }
 
     async fn state_diff(&self, dir: Option<String>) -> RpcResult<Vec<StateChange>> {
-        let resolved = self.0.resolved.clone();
+        let resolved = &self.0.resolved;
         let dirs = crate::state_anchor::selected_dirs(&resolved.persistent_dirs, dir.as_deref().map(std::path::Path::new))
             .map_err(|error| rpc_error(error_code::INVALID_VALUE, error.chained()))?;
-        if matches!(resolved.backend, lazaret_core::config::Backend::Kubernetes(_)) {
-            // The pod's listing now, else what the last teardown listed.
-            let domain_dir = resolved.domain.domain_dir.clone();
-            let changes = match self.0.pod() {
-                Some(pod) => {
-                    let bases = crate::state_anchor::pod::bases(&domain_dir, &dirs)
-                        .map_err(|error| rpc_error(error_code::INVALID_VALUE, error.chained()))?;
-                    crate::state_anchor::pod::diff_live(&pod.cluster, &pod.pod, &dirs, bases)
-                        .await
-                        .map_err(|error| rpc_error(error_code::SANDBOX_NOT_RUNNING, error.chained()))?
-                }
-                None => tokio::task::spawn_blocking(move || crate::state_anchor::pod::diff_recorded(&domain_dir, &dirs))
-                    .await
-                    .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
-                    .map_err(|error| rpc_error(error_code::STORE_FAILED, error.chained()))?,
-            };
-            return Ok(changes.iter().map(|change| change.wire()).collect());
-        }
-        let changes = tokio::task::spawn_blocking(move || crate::state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, &dirs))
-            .await
-            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.to_string()))?
-            .map_err(|error| rpc_error(error_code::STORE_FAILED, error.chained()))?;
+        let changes = self.0.backend.state_diff(resolved, dirs).await.map_err(|failure| match failure {
+            crate::backend::StateDiffFailure::Base(error) => rpc_error(error_code::INVALID_VALUE, error.chained()),
+            crate::backend::StateDiffFailure::Listing(error) => rpc_error(error_code::SANDBOX_NOT_RUNNING, error.chained()),
+            crate::backend::StateDiffFailure::Read(error) => rpc_error(error_code::STORE_FAILED, error.chained()),
+        })?;
         Ok(changes.iter().map(|change| change.wire()).collect())
     }
 

@@ -131,7 +131,7 @@ fn committed_between(host: &HostRepository, endpoints: Option<(String, String)>,
 /// `path` in the sandbox's `/workspace`, read inside the sandbox by its own
 /// `wc` and `head` (which the agent may have replaced: the output is capped
 /// and parsed defensively, and whatever it says is the agent's word).
-pub async fn working(inside: &super::inside::Inside<'_>, path: &str) -> Result<FileVersion> {
+pub async fn working(inside: &crate::sandbox_exec::Inside<'_>, path: &str) -> Result<FileVersion> {
     let script = "f=\"/workspace/$1\"; if [ -f \"$f\" ]; then wc -c < \"$f\" && head -c \"$2\" \"$f\"; \
                   elif [ -e \"$f\" ] || [ -L \"$f\" ]; then echo other; else echo absent; fi";
     let most = MAX_FILE_TEXT.to_string();

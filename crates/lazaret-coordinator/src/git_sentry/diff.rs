@@ -62,7 +62,7 @@ fn between(host: &HostRepository, branch: &str, endpoints: Option<(String, Strin
 }
 
 /// Adds the agent's uncommitted changes, read by git inside the sandbox.
-pub async fn add_uncommitted(diff: &mut BranchDiff, inside: &super::inside::Inside<'_>, with_patch: bool) -> Result<()> {
+pub async fn add_uncommitted(diff: &mut BranchDiff, inside: &crate::sandbox_exec::Inside<'_>, with_patch: bool) -> Result<()> {
     let script = "cd /workspace && git diff --no-ext-diff --numstat -z HEAD && printf '\\0\\036\\0' && \
                   git diff --no-ext-diff --name-status -z HEAD && printf '\\0\\036\\0' && \
                   git ls-files --others --exclude-standard -z && printf '\\0\\036\\0' && \

@@ -20,7 +20,6 @@ pub mod diff;
 pub mod exporter;
 pub mod first_checkout;
 pub mod host_git;
-pub mod inside;
 pub mod pod;
 pub mod quarantine;
 pub mod ref_watch;

@@ -32,6 +32,32 @@ pub enum Backend {
     Kubernetes(KubernetesBackend),
 }
 
+impl Backend {
+    /// The backend on one line (`config show`).
+    pub fn describe(&self) -> String {
+        match self {
+            Backend::Podman => "podman (rootless podman and gVisor on this machine)".to_owned(),
+            Backend::Kubernetes(cluster) => {
+                let mut text = format!("kubernetes: namespace {}, RuntimeClass {}", cluster.namespace, cluster.runtime_class);
+                if let Some(context) = &cluster.context {
+                    text.push_str(&format!(", context {context}"));
+                }
+                if let Some(class) = &cluster.storage_class {
+                    text.push_str(&format!(", StorageClass {class}"));
+                }
+                if let Some(image) = &cluster.image {
+                    text.push_str(&format!(", image {image}"));
+                }
+                text.push_str(match cluster.egress {
+                    KubernetesEgress::Cilium => ", egress by CiliumNetworkPolicy",
+                    KubernetesEgress::None => ", no egress",
+                });
+                text
+            }
+        }
+    }
+}
+
 /// `backend = { kubernetes = { ... } }`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct KubernetesBackend {

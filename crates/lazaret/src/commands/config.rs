@@ -70,7 +70,7 @@ pub fn show(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> Re
     println!("# {}", describe_source(&config));
     println!("profile          {}", resolved.profile);
     println!("image            {}", resolved.image);
-    println!("backend          {}", backend_text(&resolved.backend));
+    println!("backend          {}", resolved.backend.describe());
     println!("workspace        {}", resolved.workspace.display());
     println!("domain_hash      {}", resolved.domain.domain_hash);
     println!("data_root        {}", resolved.data_root.display());
@@ -157,29 +157,4 @@ fn redact_host_values(resolved: &mut ResolvedProfile) {
 fn kept_grants(resolved: &lazaret_core::config::ResolvedProfile) -> Result<Vec<lazaret_protocol::NetworkGrant>> {
     let path = lazaret_coordinator::network_requests::profile_file::path(&resolved.domain.domain_dir);
     lazaret_coordinator::network_requests::profile_file::read(&path).map_err(anyhow::Error::msg)
-}
-
-/// The profile's backend on one line of `config show`.
-fn backend_text(backend: &lazaret_core::config::Backend) -> String {
-    use lazaret_core::config::{Backend, KubernetesEgress};
-    match backend {
-        Backend::Podman => "podman (rootless podman and gVisor on this machine)".to_owned(),
-        Backend::Kubernetes(cluster) => {
-            let mut text = format!("kubernetes: namespace {}, RuntimeClass {}", cluster.namespace, cluster.runtime_class);
-            if let Some(context) = &cluster.context {
-                text.push_str(&format!(", context {context}"));
-            }
-            if let Some(class) = &cluster.storage_class {
-                text.push_str(&format!(", StorageClass {class}"));
-            }
-            if let Some(image) = &cluster.image {
-                text.push_str(&format!(", image {image}"));
-            }
-            text.push_str(match cluster.egress {
-                KubernetesEgress::Cilium => ", egress by CiliumNetworkPolicy",
-                KubernetesEgress::None => ", no egress",
-            });
-            text
-        }
-    }
 }

@@ -43,19 +43,12 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, json: bool) -> Res
     Ok(0)
 }
 
-/// `lazaret domain rm`: deletes a cluster profile's domain from its cluster
-/// ([`lazaret_coordinator::coordinator::cluster::remove`]), holding the
-/// domain lock so that no session starts it meanwhile.
+/// `lazaret domain rm`: deletes what a domain left outside this machine (a
+/// cluster profile's objects: `lazaret_coordinator::backend::remove_domain`),
+/// holding the domain lock so that no session starts it meanwhile.
 pub fn remove(config_path: Option<&Path>, target: &DomainTarget) -> Result<u8> {
     let config = load_config(config_path)?;
     let resolved = crate::workspace::resolve_target(&config, target)?;
-    let lazaret_core::config::Backend::Kubernetes(backend) = &resolved.backend else {
-        anyhow::bail!(
-            "profile `{}` runs its sandbox here (backend \"podman\"): it leaves nothing on a cluster, and a local domain ends with its \
-             last session (`lazaret state reset` discards its persistent directories)",
-            resolved.profile
-        );
-    };
     let domain = &resolved.domain;
     let mut lock = lazaret_coordinator::domain_lock::DomainLock::open(&domain.lockfile)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -63,12 +56,13 @@ pub fn remove(config_path: Option<&Path>, target: &DomainTarget) -> Result<u8> {
     if running || !lock.try_lock()? {
         anyhow::bail!("domain {} is running: end its sessions first (lazaret status)", domain.domain_hash);
     }
-    let deleted = runtime.block_on(lazaret_coordinator::coordinator::cluster::remove(&resolved, backend))?;
+    let removed = runtime.block_on(lazaret_coordinator::backend::remove_domain(&resolved));
     lock.unlock();
-    if deleted.is_empty() {
-        println!("domain {}: nothing of it was on the cluster (namespace {})", domain.domain_hash, backend.namespace);
+    let removed = removed?;
+    if removed.deleted.is_empty() {
+        println!("domain {}: nothing of it was on the cluster ({})", domain.domain_hash, removed.place);
     } else {
-        println!("domain {}: deleted {} (namespace {})", domain.domain_hash, deleted.join(", "), backend.namespace);
+        println!("domain {}: deleted {} ({})", domain.domain_hash, removed.deleted.join(", "), removed.place);
     }
     Ok(0)
 }

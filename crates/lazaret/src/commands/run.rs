@@ -15,30 +15,16 @@ use lazaret_rpc::client::{Client, Subscription};
 
 use crate::cli::DomainTarget;
 use crate::hold_to_bind::{self, CoordinatorLaunch};
-use crate::pod_exec::PodTarget;
 use crate::session::{self, SessionCommand};
 use crate::workspace::{load_config, resolve_target};
-use lazaret_coordinator::exec_target::ExecTarget;
 
 pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: bool, command: Vec<String>) -> Result<u8> {
     let config = load_config(config_path)?;
     let resolved = resolve_target(&config, target)?;
-    let pod = pod_target(&resolved)?;
-    if pod.is_some() && mount_workspace {
-        anyhow::bail!(
-            "profile `{}` runs its sandbox on a cluster, where no host directory can be mounted: drop --mount-workspace and run in a \
-             git repository, whose agent branch the pod gets",
-            resolved.profile
-        );
-    }
+    let preflight = lazaret_coordinator::backend::preflight(&resolved, mount_workspace)?;
     // A configured limit that nothing can enforce is said, every run.
-    if pod.is_none() {
-        let limits = lazaret_coordinator::limits::plan(&resolved.limits, &lazaret_coordinator::limits::Host::probe());
-        for warning in limits.warnings() {
-            eprintln!("lazaret: warning: {warning}");
-        }
-    } else if resolved.limits.processes.is_some() {
-        eprintln!("lazaret: warning: limits.processes is not enforced on a cluster (a pod has no such field; docs/cluster.md)");
+    for warning in &preflight.warnings {
+        eprintln!("lazaret: warning: {warning}");
     }
     let (mode, repository) = workspace_mode(&resolved.workspace, &resolved.profile, mount_workspace)?;
     // Only when this session starts the domain: a running domain has its
@@ -65,10 +51,10 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
             *slot = Some(std::thread::spawn(move || uncommitted_note(&repository, &profile)));
         }
         // A pod's image is the cluster's to pull.
-        if pod.is_some() {
-            return Ok(());
+        match &preflight.local_image {
+            Some(image) => ensure_image(image),
+            None => Ok(()),
         }
-        ensure_image(&resolved.image)
     };
     let session_id = new_session_id()?;
     // The Session Anchor: this process's key, registered with the
@@ -83,10 +69,7 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
     runtime.block_on(async {
         // A cluster that cannot be reached, or whose RuntimeClass does not
         // run gVisor, stops the run here, before anything is created.
-        if let lazaret_core::config::Backend::Kubernetes(backend) = &resolved.backend {
-            let cluster = lazaret_coordinator::coordinator::cluster::connect(backend).await?;
-            cluster.check_runtime_class(&backend.runtime_class).await.map_err(lazaret_coordinator::Error::from)?;
-        }
+        lazaret_coordinator::backend::check_reachable(&resolved).await?;
         let launch = CoordinatorLaunch { config_path, resolved: &resolved, mode, prepare: &prepare };
         let joined = hold_to_bind::join(&launch, &session_id, &public_key, &command).await?;
         let note = note.lock().ok().and_then(|mut slot| slot.take());
@@ -98,9 +81,10 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
             (true, false) => resolved.command.clone(),
             (true, true) => joined.registration.default_command.clone(),
         };
-        let exec = if pod.is_some() { None } else { ExecTarget::read(&resolved.domain.domain_dir, &joined.registration.container_name) };
-        let pod_environment: Vec<(String, String)> =
-            if pod.is_some() { resolved.env.iter().map(|(name, env)| (name.clone(), env.value.clone())).collect() } else { Vec::new() };
+        // The coordinator says how to join; a pod's sessions get the
+        // profile's env on their stdin (a local sandbox has it already).
+        let profile_environment: Vec<(String, String)> = resolved.env.iter().map(|(name, env)| (name.clone(), env.value.clone())).collect();
+        let join = session::Join::of(&joined.registration.target, &resolved.domain.domain_dir, profile_environment);
         let client = Arc::new(joined.client);
         let ui: session::SharedUi = std::sync::Arc::new(std::sync::Mutex::new(session::TerminalUi::new()));
         let (actions, action_receiver) = tokio::sync::mpsc::unbounded_channel();
@@ -111,20 +95,8 @@ pub fn run(config_path: Option<&Path>, target: &DomainTarget, mount_workspace: b
             tokio::spawn(show_escalations(events, client.clone(), ui.clone(), session_id.clone()));
             tokio::spawn(answer_escalations(action_receiver, client.clone()));
         }
-        let status = session::run(
-            &SessionCommand {
-                container: &joined.registration.container_name,
-                session_id: &session_id,
-                credential: &credential,
-                argv: &argv,
-                exec: exec.as_ref(),
-                pod: pod.as_ref(),
-                pod_environment: &pod_environment,
-            },
-            ui,
-            actions,
-        )
-        .await?;
+        let session = SessionCommand { join, session_id: session_id.clone(), credential, argv };
+        let status = session::run(&session, ui, actions).await?;
         let unregister = client.session_unregister(session_id.clone(), Some(status));
         if let Err(error) = lazaret_rpc::client::within("session_unregister", bounds::UNREGISTER_CALL, unregister).await {
             tracing::warn!(%error, "could not unregister the session");
@@ -261,17 +233,6 @@ fn ensure_image(image: &str) -> Result<()> {
         return Ok(());
     }
     anyhow::bail!("image `{image}` is not available locally; build or pull it first (podman images lists what exists)")
-}
-
-/// Where the sessions of a profile whose sandbox is on a cluster run.
-fn pod_target(resolved: &lazaret_core::config::ResolvedProfile) -> Result<Option<PodTarget>> {
-    let lazaret_core::config::Backend::Kubernetes(backend) = &resolved.backend else { return Ok(None) };
-    Ok(Some(PodTarget {
-        kubeconfig: lazaret_coordinator::coordinator::cluster::kubeconfig(backend)?,
-        context: backend.context.clone(),
-        namespace: backend.namespace.clone(),
-        pod: lazaret_coordinator::coordinator::cluster::pod_name(&resolved.domain.domain_hash),
-    }))
 }
 
 fn credential_expiry_ms() -> u64 {

@@ -1,7 +1,8 @@
 //! `lazaret state diff|reset`: the agent's changes to the profile's
 //! persistent directories (the State Anchor's upper directories; on a
 //! cluster, its `Sandbox`'s volume claim, listed by the coordinator:
-//! `lazaret_coordinator::state_anchor::pod`).
+//! `lazaret_coordinator::state_anchor::pod`). What differs between the two
+//! is `lazaret_coordinator::backend`'s.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -32,7 +33,7 @@ fn target_dirs(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&P
 
 pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path>, json: bool) -> Result<u8> {
     let Some((resolved, dirs)) = target_dirs(config_path, target, dir)? else { return Ok(0) };
-    let changes = if on_cluster(&resolved) { diff_on_cluster(&resolved, dir)? } else { local_diff(&resolved, &dirs)? };
+    let changes = state_diff(&resolved, &dirs, dir)?;
     if json {
         // The wire form: `state/diff` answers the same.
         super::print_json(&changes)?;
@@ -48,17 +49,10 @@ pub fn diff(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Path
     Ok(0)
 }
 
-fn on_cluster(resolved: &ResolvedProfile) -> bool {
-    matches!(resolved.backend, lazaret_core::config::Backend::Kubernetes(_))
-}
-
-fn local_diff(resolved: &ResolvedProfile, dirs: &[PathBuf]) -> Result<Vec<StateChange>> {
-    Ok(state_anchor::diff(&resolved.domain.domain_dir, &resolved.image, dirs)?.iter().map(|change| change.wire()).collect())
-}
-
-/// A cluster domain's diff: its coordinator's (`state/diff`: the pod's
-/// listing now) while it runs, else what its last teardown listed.
-fn diff_on_cluster(resolved: &ResolvedProfile, dir: Option<&Path>) -> Result<Vec<StateChange>> {
+/// The domain's coordinator's `state/diff` while it runs (a pod's listing
+/// now), else what this machine keeps (`backend::state_diff_kept`): one
+/// implementation, whatever the backend.
+fn state_diff(resolved: &ResolvedProfile, dirs: &[PathBuf], dir: Option<&Path>) -> Result<Vec<StateChange>> {
     let domain = &resolved.domain;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let wire = runtime.block_on(async {
@@ -67,16 +61,13 @@ fn diff_on_cluster(resolved: &ResolvedProfile, dir: Option<&Path>) -> Result<Vec
         }
         let client = lazaret_rpc::client::connect(&domain.control_socket, bounds::ORDINARY_CALL).await?;
         let dir = dir.map(|dir| dir.display().to_string());
-        // A listing of a large directory in the pod takes a while.
+        // A listing of a large directory in a pod takes a while.
         let bound = state_anchor::pod::LISTING_TIME + bounds::ORDINARY_CALL;
         Ok(Some(lazaret_rpc::client::within("state_diff", bound, client.state_diff(dir)).await?))
     })?;
     match wire {
         Some(wire) => Ok(wire),
-        None => {
-            let dirs = state_anchor::selected_dirs(&resolved.persistent_dirs, dir)?;
-            Ok(state_anchor::pod::diff_recorded(&domain.domain_dir, &dirs)?.iter().map(|change| change.wire()).collect())
-        }
+        None => Ok(lazaret_coordinator::backend::state_diff_kept(resolved, dirs)?.iter().map(|change| change.wire()).collect()),
     }
 }
 
@@ -107,17 +98,9 @@ pub fn reset(config_path: Option<&Path>, target: &DomainTarget, dir: Option<&Pat
             return Ok(1);
         }
     }
-    if on_cluster(&resolved) {
-        // The claim is on the cluster: the next start seeds it again.
-        let result = state_anchor::pod::reset(&domain.domain_dir, &dirs);
-        lock.unlock();
-        result?;
-        println!("discarded the agent's changes in {listing}: the domain's next start seeds them again from the image");
-        return Ok(0);
-    }
-    let result = state_anchor::reset(&domain.domain_dir, &dirs);
+    let result = lazaret_coordinator::backend::state_reset(&resolved, &dirs);
     lock.unlock();
-    result?;
-    println!("discarded the agent's changes in {listing}");
+    let then = result?;
+    println!("discarded the agent's changes in {listing}{then}");
     Ok(0)
 }

@@ -234,6 +234,7 @@
 ---@field defaultCommand string[] The sandbox's default command (the image's CMD), for sessions that name none.
 ---@field domainHash string
 ---@field sessionCount integer Live sessions after this registration.
+---@field target lazaret.SessionTarget How the session's command joins the sandbox: the client runs this and never works out the backend from the profile.
 
 ---@class lazaret.Rules
 ---@field autoApprove lazaret.AutoApproveListing[]
@@ -382,6 +383,19 @@
 ---@field kind 'eventsLagged'
 
 ---@alias lazaret.SequencedEvent lazaret.Event
+
+---@alias lazaret.SessionTarget lazaret.SessionTargetLocal|lazaret.SessionTargetPod
+
+---@class lazaret.SessionTargetLocal
+---@field containerName string
+---@field type 'local'
+
+---@class lazaret.SessionTargetPod
+---@field context? string
+---@field kubeconfig string
+---@field namespace string
+---@field pod string
+---@field type 'pod'
 
 ---@class lazaret.StateChange
 ---@field dir string The persistent directory (container path).

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from helpers import escalate, finish
+from helpers import confirm, escalate, finish
 from lzenv import LazaretEnv, wait_until
 
 
@@ -69,7 +69,9 @@ def test_a_request_from_a_pod_is_approved_in_neovim(cluster_domain, editor_facto
     text_of = "local a = require('lazaret.approvals'); return table.concat(vim.api.nvim_buf_get_lines(a.buf, 0, -1, false), '\\n')"
     assert wait_until(30, lambda: "touch approved-from-the-pod" in editor.lua(text_of), 0.05), editor.lua(text_of)
     assert not (repo / "approved-from-the-pod").exists(), "nothing runs before the answer"
-    editor.nvim.input("<Tab>a")
+    # Onto the request, then a deliberate answer once the window is armed (D20).
+    editor.nvim.input("<Tab>")
+    confirm(editor, "a")
     out, err = finish(process)
     assert "status=0" in out, (out, err)
     assert (repo / "approved-from-the-pod").exists(), "it ran on the host"

@@ -1,18 +1,27 @@
-//! Where the agent branch's reads of the sandbox's working tree run (the
-//! uncommitted changes of `branch/diff`, one file of
-//! `branch/fileContents`): the local sandbox's container, with `podman
-//! exec`, or the domain's pod on a cluster, with `pods/exec`. Either way
-//! a fixed `sh` script with arguments, bounded in time and in bytes; what
-//! comes back is the sandbox's, and parsed as untrusted.
+//! Running a fixed `sh` script inside the sandbox, whichever backend runs
+//! it: the local sandbox's container (`podman exec`) or the domain's pod
+//! on a cluster (`pods/exec`). Bounded in time and in bytes; what comes
+//! back is the sandbox's, and parsed as untrusted. The agent branch's reads
+//! of the working tree (the uncommitted changes of `branch/diff`, one file
+//! of `branch/fileContents`) run here. A leaf: it knows the two ways in,
+//! not the coordinator.
 
-use crate::coordinator::cluster::PodSandbox;
+use lazaret_kube::cluster::Cluster;
+
 use crate::error::Result;
 use crate::podman::Podman;
 
-/// The sandbox a read runs in.
+/// The domain's pod on a cluster, once it runs.
+#[derive(Clone)]
+pub struct PodHandle {
+    pub cluster: Cluster,
+    pub pod: String,
+}
+
+/// The sandbox a script runs in.
 pub enum Inside<'a> {
     Container(&'a str),
-    Pod(&'a PodSandbox),
+    Pod(&'a PodHandle),
 }
 
 /// What a script printed, and whether it succeeded (`None`: it was

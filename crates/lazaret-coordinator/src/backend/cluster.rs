@@ -2,7 +2,11 @@
 //! { kubernetes = ... }`, issue 32): what the coordinator does in place of
 //! `podman run`, and undoes at teardown.
 //!
-//! Start ([`start_sandbox`]), in the background once the control socket
+//! [`ClusterBackend`] holds what the coordinator knows of it: the
+//! profile's cluster, the pod once it runs, the allowlist its policy object
+//! is made from, and what the start left for teardown.
+//!
+//! Start ([`ClusterBackend::start`]), in the background once the control socket
 //! serves: the RuntimeClass is checked to run gVisor, the domain's `Sandbox`
 //! is created suspended (the cluster-wide lock, with no pod yet: one held
 //! by another coordinator is refused and nothing of it touched; one this
@@ -34,8 +38,10 @@ use lazaret_kube::cluster::Cluster;
 use lazaret_kube::objects::{self, OperatingMode, SandboxPlan};
 use lazaret_protocol::ContainerState;
 
-use super::api::Domain;
+use super::EscalationFiles;
+use crate::coordinator::api::Domain;
 use crate::error::{Context, Result};
+use crate::sandbox_exec::PodHandle;
 use crate::state_anchor;
 
 /// The Domain Root's record of the `Sandbox` this machine's coordinator
@@ -69,13 +75,6 @@ const INSTALL_CLIENT: &str =
     "mkdir -p /run/lazaret/bin && cat > /run/lazaret/bin/lazaret-escalate.tmp && chmod 755 /run/lazaret/bin/lazaret-escalate.tmp && \
      mv -f /run/lazaret/bin/lazaret-escalate.tmp /run/lazaret/bin/lazaret-escalate";
 const INSTALL_BUNDLE: &str = "mkdir -p /run/lazaret/tls && umask 077 && cat > /run/lazaret/tls/bundle.pem";
-
-/// The pod a domain's sessions run in.
-#[derive(Clone)]
-pub struct PodSandbox {
-    pub cluster: Cluster,
-    pub pod: String,
-}
 
 /// The kubeconfig a profile names, else `$KUBECONFIG` (its first file),
 /// else `~/.kube/config`.
@@ -120,17 +119,125 @@ pub fn plan(resolved: &ResolvedProfile, backend: &KubernetesBackend) -> SandboxP
     }
 }
 
-/// What the escalation relay needs: the static client and the TLS bundle
-/// to send into the pod, and the domain's Escalation Socket here.
-pub struct EscalationFiles {
-    pub client: PathBuf,
-    pub bundle: PathBuf,
-    pub socket: PathBuf,
+/// A domain's sandbox on a cluster.
+pub struct ClusterBackend {
+    config: KubernetesBackend,
+    /// What the start left for teardown.
+    started: Started,
+    /// The pod, once it runs: exports and sessions go there.
+    pod: std::sync::OnceLock<PodHandle>,
+    /// The allowlist the domain's policy object is made from, as `net`
+    /// changes it (there is no sidecar).
+    egress: tokio::sync::Mutex<ClusterEgress>,
+    /// The last refused export: said once, not at every poll.
+    last_refusal: tokio::sync::Mutex<Option<String>>,
+}
+
+impl ClusterBackend {
+    pub fn new(resolved: &ResolvedProfile, config: KubernetesBackend) -> ClusterBackend {
+        ClusterBackend {
+            config,
+            started: Started::default(),
+            pod: std::sync::OnceLock::new(),
+            egress: tokio::sync::Mutex::new(ClusterEgress::new(resolved)),
+            last_refusal: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The pod, once the sandbox runs.
+    pub fn pod(&self) -> Option<&PodHandle> {
+        self.pod.get()
+    }
+
+    /// How a session joins: the pod, reached as this coordinator reaches it.
+    pub fn session_target(&self, resolved: &ResolvedProfile) -> Result<lazaret_protocol::SessionTarget> {
+        let path = kubeconfig(&self.config)?;
+        let kubeconfig = path.to_str().with_context(|| format!("the kubeconfig path {} is not UTF-8", path.display()))?.to_owned();
+        Ok(lazaret_protocol::SessionTarget::Pod {
+            kubeconfig,
+            context: self.config.context.clone(),
+            namespace: self.config.namespace.clone(),
+            pod: pod_name(&resolved.domain.domain_hash),
+        })
+    }
+
+    /// Starts the domain's pod and lets sessions in; or records why it failed.
+    pub async fn start(&self, domain: &Arc<Domain>, escalation: Option<EscalationFiles>) {
+        match start(domain, self, escalation).await {
+            Ok(()) => {
+                tracing::info!("sandbox running (pod)");
+                domain.set_container_state(ContainerState::Running, None);
+                crate::memory::release_free_memory();
+            }
+            Err(error) => {
+                tracing::error!(error = %error.chained(), "sandbox failed to start");
+                domain.set_container_state(ContainerState::Failed, Some(error.chained()));
+            }
+        }
+    }
+
+    /// One export from the pod ([`crate::git_sentry::pod::export`]: an exec,
+    /// which finds out whether anything changed); `None` before the pod
+    /// runs, and for a refusal said already (until a different outcome).
+    pub async fn export_branch(&self, layout: &crate::git_sentry::GitLayout) -> Option<Result<crate::git_sentry::sync::Export>> {
+        let pod = self.pod.get()?;
+        let mut last_refusal = self.last_refusal.lock().await;
+        let result = crate::git_sentry::pod::export(&pod.cluster, &pod.pod, layout).await;
+        let refusal = result.as_ref().err().map(crate::Error::chained);
+        if refusal.is_some() && refusal == *last_refusal {
+            return None;
+        }
+        *last_refusal = refusal;
+        Some(result)
+    }
+
+    /// Applies `request` to the allowlist and the policy object.
+    pub async fn egress(
+        &self,
+        resolved: &ResolvedProfile,
+        request: &lazaret_protocol::sidecar::SidecarRequest,
+    ) -> std::result::Result<lazaret_protocol::NetworkPolicy, super::EgressRefused> {
+        change_egress(&self.egress, &self.config, resolved, self.pod.get(), request).await.map_err(super::EgressRefused)
+    }
+
+    /// Teardown's part: the tasks end, and the domain's `Sandbox` (when this
+    /// coordinator holds it) is suspended: the pod goes, the claim with the
+    /// State Anchor stays, for the next start to resume.
+    pub async fn tear_down(&self, domain: &Domain) {
+        for task in self.started.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
+            task.abort();
+        }
+        let Some(uid) = self.started.held() else { return };
+        let resolved = &domain.resolved;
+        let hash = &resolved.domain.domain_hash;
+        // What the persistent directories hold now, for `state diff` while the
+        // domain is down.
+        if let (Some(pod), false) = (self.pod.get(), resolved.persistent_dirs.is_empty()) {
+            match state_anchor::pod::record_latest(&pod.cluster, &pod.pod, &resolved.domain.domain_dir, &resolved.persistent_dirs).await {
+                Ok(()) => tracing::info!("persistent directories listed"),
+                Err(error) => {
+                    tracing::warn!(error = %error.chained(), "cannot list the persistent directories; `state diff` shows the last listing")
+                }
+            }
+        }
+        let suspended = async {
+            let cluster = connect(&self.config).await?;
+            cluster.set_operating_mode_of(hash, &uid, OperatingMode::Suspended).await?;
+            cluster.wait_no_pod(hash, DELETE).await?;
+            Ok::<(), crate::Error>(())
+        };
+        match suspended.await {
+            Ok(()) => tracing::info!("the domain's Sandbox is suspended"),
+            Err(error) => {
+                tracing::error!(error = %error.chained(), "could not suspend the domain's Sandbox; the next start replaces its pod")
+            }
+        }
+    }
 }
 
 /// What the start leaves for teardown.
 #[derive(Default)]
-pub struct Started {
+struct Started {
     /// The UID of the domain's `Sandbox` once this coordinator holds it
     /// (made it, or took over one this machine made): teardown suspends
     /// that one, and no other.
@@ -152,27 +259,8 @@ impl Started {
     }
 }
 
-/// Starts the domain's pod and lets sessions in; or records why it failed.
-pub async fn start_sandbox(domain: Arc<Domain>, backend: KubernetesBackend, escalation: Option<EscalationFiles>, started: Arc<Started>) {
-    match start(&domain, &backend, escalation, &started).await {
-        Ok(()) => {
-            tracing::info!("sandbox running (pod)");
-            domain.set_container_state(ContainerState::Running, None);
-            crate::memory::release_free_memory();
-        }
-        Err(error) => {
-            tracing::error!(error = %error.chained(), "sandbox failed to start");
-            domain.set_container_state(ContainerState::Failed, Some(error.chained()));
-        }
-    }
-}
-
-async fn start(
-    domain: &Arc<Domain>,
-    backend: &KubernetesBackend,
-    escalation: Option<EscalationFiles>,
-    started: &Arc<Started>,
-) -> Result<()> {
+async fn start(domain: &Arc<Domain>, this: &ClusterBackend, escalation: Option<EscalationFiles>) -> Result<()> {
+    let (backend, started) = (&this.config, &this.started);
     let resolved = &domain.resolved;
     let hash = &resolved.domain.domain_hash;
     let cluster = connect(backend).await?;
@@ -185,7 +273,8 @@ async fn start(
     // The pod's image's own command, when this machine has the image (as
     // the test cluster's loaded images are); a shell otherwise.
     let image = backend.image.clone().unwrap_or_else(|| resolved.image.clone());
-    let default_command = tokio::spawn(async move { super::sandbox::default_command(&crate::podman::Podman::default(), &image).await });
+    let default_command =
+        tokio::spawn(async move { crate::coordinator::sandbox::default_command(&crate::podman::Podman::default(), &image).await });
     let pod = cluster.wait_ready(hash, POD_READY).await?;
     tracing::info!(pod, namespace = %backend.namespace, "pod ready");
     // The static client (the escalation client, and the persistent
@@ -232,7 +321,7 @@ async fn start(
         started.keep(tokio::spawn(relay_loop(domain.clone(), cluster.clone(), pod.clone(), files.socket)));
     }
     domain.set_default_command(default_command.await.unwrap_or_else(|_| vec!["/bin/sh".to_owned()]));
-    domain.set_pod(PodSandbox { cluster: cluster.clone(), pod: pod.clone() });
+    let _ = this.pod.set(PodHandle { cluster: cluster.clone(), pod: pod.clone() });
     if domain.git.is_some() {
         started.keep(tokio::spawn(branch_watch_loop(domain.clone(), cluster, pod)));
     }
@@ -450,40 +539,6 @@ async fn relay_loop(domain: Arc<Domain>, cluster: Cluster, pod: String, socket: 
     }
 }
 
-/// Teardown's part: the tasks end, and the domain's `Sandbox` (when this
-/// coordinator holds it) is suspended: the pod goes, the claim with the
-/// State Anchor stays, for the next start to resume.
-pub async fn tear_down(domain: &Domain, backend: &KubernetesBackend, started: &Started) {
-    for task in started.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
-        task.abort();
-    }
-    let Some(uid) = started.held() else { return };
-    let resolved = &domain.resolved;
-    let hash = &resolved.domain.domain_hash;
-    // What the persistent directories hold now, for `state diff` while the
-    // domain is down.
-    if let (Some(pod), false) = (domain.pod(), resolved.persistent_dirs.is_empty()) {
-        match state_anchor::pod::record_latest(&pod.cluster, &pod.pod, &resolved.domain.domain_dir, &resolved.persistent_dirs).await {
-            Ok(()) => tracing::info!("persistent directories listed"),
-            Err(error) => {
-                tracing::warn!(error = %error.chained(), "cannot list the persistent directories; `state diff` shows the last listing")
-            }
-        }
-    }
-    let suspended = async {
-        let cluster = connect(backend).await?;
-        cluster.set_operating_mode_of(hash, &uid, OperatingMode::Suspended).await?;
-        cluster.wait_no_pod(hash, DELETE).await?;
-        Ok::<(), crate::Error>(())
-    };
-    match suspended.await {
-        Ok(()) => tracing::info!("the domain's Sandbox is suspended"),
-        Err(error) => {
-            tracing::error!(error = %error.chained(), "could not suspend the domain's Sandbox; the next start replaces its pod")
-        }
-    }
-}
-
 /// The pending holder token: the one a killed coordinator left (its
 /// `Sandbox` may carry it), else a new one, written (0600) before use.
 fn pending_holder_token(domain_dir: &Path) -> Result<String> {
@@ -545,12 +600,12 @@ pub async fn remove(resolved: &ResolvedProfile, backend: &KubernetesBackend) -> 
 
 /// A cluster domain's egress as `net allow/deny/reload` change it: the
 /// allowlist the domain's policy object is made from.
-pub struct ClusterEgress {
+struct ClusterEgress {
     allow: Vec<lazaret_core::egress::EgressRule>,
 }
 
 impl ClusterEgress {
-    pub fn new(resolved: &ResolvedProfile) -> ClusterEgress {
+    fn new(resolved: &ResolvedProfile) -> ClusterEgress {
         ClusterEgress { allow: resolved.allow_egress.clone() }
     }
 
@@ -559,7 +614,7 @@ impl ClusterEgress {
     /// (or revoke) removes an allow entry exactly as written, and is an
     /// error naming the entry otherwise; timed entries, holds and the
     /// sidecar's protections are the local sidecar's.
-    pub fn after(
+    fn after(
         &self,
         request: &lazaret_protocol::sidecar::SidecarRequest,
     ) -> std::result::Result<Vec<lazaret_core::egress::EgressRule>, String> {
@@ -603,7 +658,7 @@ impl ClusterEgress {
     }
 
     /// What `net show` says of the allowlist.
-    pub fn policy(&self) -> lazaret_protocol::NetworkPolicy {
+    fn policy(&self) -> lazaret_protocol::NetworkPolicy {
         lazaret_protocol::NetworkPolicy {
             allow: self.allow.iter().map(ToString::to_string).collect(),
             deny: Vec::new(),
@@ -622,15 +677,13 @@ impl ClusterEgress {
 /// the cluster: the new object first, the allowlist only once the API
 /// server took it. A profile without egress (`egress = "none"`) takes no
 /// allow entry.
-pub async fn change_egress(
+async fn change_egress(
     egress: &tokio::sync::Mutex<ClusterEgress>,
+    backend: &KubernetesBackend,
     resolved: &ResolvedProfile,
-    pod: Option<&PodSandbox>,
+    pod: Option<&PodHandle>,
     request: &lazaret_protocol::sidecar::SidecarRequest,
 ) -> std::result::Result<lazaret_protocol::NetworkPolicy, String> {
-    let lazaret_core::config::Backend::Kubernetes(backend) = &resolved.backend else {
-        return Err("this domain's sandbox is not on a cluster".to_owned());
-    };
     let mut egress = egress.lock().await;
     let allow = egress.after(request)?;
     if allow != egress.allow {
