@@ -20,6 +20,10 @@ use std::fmt;
 
 use crate::wire::{type_name, Question, CLASS_IN, TYPE_A, TYPE_AAAA};
 
+/// The record types served (class `IN`): every other question is refused
+/// unsent. The cluster's DNS proxy cannot filter types (docs/cluster.md).
+pub const SERVED_RECORD_TYPES: [u16; 2] = [TYPE_A, TYPE_AAAA];
+
 /// Most labels a `*` may stand for.
 pub const MAX_WILDCARD_LABELS: usize = 3;
 /// Longest label a `*` may stand for, in octets.
@@ -186,7 +190,7 @@ impl NamePolicy {
 
     /// Whether `question` may be forwarded upstream.
     pub fn check(&self, question: &Question) -> Result<(), Refusal> {
-        if question.class != CLASS_IN || !matches!(question.record_type, TYPE_A | TYPE_AAAA) {
+        if question.class != CLASS_IN || !SERVED_RECORD_TYPES.contains(&question.record_type) {
             return Err(Refusal::RecordType(question.record_type));
         }
         if question.labels.is_empty() || !question.labels.iter().all(|label| label.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-'))

@@ -5,20 +5,35 @@
 //! - DNS only to the cluster's DNS (kube-dns), and only for allowlisted
 //!   names (Cilium's DNS proxy answers everything else with a refusal);
 //! - `toFQDNs` for each name, `toCIDRSet` for each CIDR entry;
-//! - `egressDeny` for private, shared, link-local (metadata) and loopback
-//!   ranges, except what a CIDR entry allows explicitly (so a name that
-//!   resolves into the cluster or the metadata service stays closed, as
-//!   locally with `private_answers = "refuse"`). Everything else, the
-//!   cluster's own pods and services included, matches no rule and is
-//!   denied (a selected endpoint's egress is default-deny).
+//! - `egressDeny` for every special range the sidecar never lets a name's
+//!   answer open, from the one definition both share
+//!   (`lazaret_dns::special::cluster_denied`: each range, and the NAT64 and
+//!   6to4 forms of each IPv4 one). A never-range (loopback, link-local with
+//!   the metadata services, multicast, ...) stays denied under any wider
+//!   allow (`0.0.0.0/0`), less only the CIDR entries that lie inside it; an
+//!   internal range (private, CGNAT, ULA, ...) is opened where a CIDR entry
+//!   covers it, as locally with `private_answers = "refuse"`: its deny
+//!   carves out the entries inside it and goes where one covers it whole.
+//!   Everything else, the cluster's own pods and services included,
+//!   matches no rule and is denied (a selected endpoint's egress is
+//!   default-deny).
+//!
+//! Declared exceptions, which no field of Cilium's can close (checked by
+//! `tests/one_policy.rs`, listed in docs/cluster.md's limits): Cilium's DNS
+//! rules are `matchName`/`matchPattern` only, so its proxy forwards every
+//! record type of an allowed name where the sidecar serves
+//! [`lazaret_dns::names::SERVED_RECORD_TYPES`] (A and AAAA); its `*` takes
+//! labels of up to 63 octets and `_`; a policy object cannot tell a
+//! connection to an answered address from a direct one.
 //!
 //! A profile without egress gets a plain `NetworkPolicy` that denies all
 //! egress ([`no_egress_policy`]), which every NetworkPolicy enforcer
 //! honours. Where the cluster has no FQDN-capable enforcer, only such a
 //! profile may run (`egress = "none"`); nothing is ever silently open.
 //!
-//! Invariants: pure; the output's order follows the allowlist's (sorted),
-//! so the same allowlist always gives the same object (golden files).
+//! Invariants: pure; the output's order follows the allowlist's (sorted)
+//! and the special ranges' table, so the same allowlist always gives the
+//! same object (golden files).
 
 use std::collections::BTreeMap;
 
@@ -26,25 +41,10 @@ use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use lazaret_core::egress::EgressRule;
 use lazaret_dns::names::MAX_WILDCARD_LABELS;
+use lazaret_dns::special::{cluster_denied, Prefix, RangeClass};
 use serde::{Deserialize, Serialize};
 
 use crate::objects::{domain_labels, sandbox_name, DOMAIN_LABEL};
-
-/// Ranges no allowlisted name may resolve into: RFC 1918 and RFC 6598
-/// (shared) space, link-local (the metadata services), loopback, and their
-/// IPv6 counterparts (unique local, link-local, loopback).
-pub const DENIED_RANGES: [&str; 10] = [
-    "10.0.0.0/8",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "100.64.0.0/10",
-    "169.254.0.0/16",
-    "127.0.0.0/8",
-    "fc00::/7",
-    "fe80::/10",
-    "::1/128",
-    "0.0.0.0/8",
-];
 
 /// A `CiliumNetworkPolicy` (`cilium.io/v2`), the fields Lazaret writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -194,15 +194,6 @@ pub fn cilium_policy(domain_hash: &str, namespace: &str, allow_egress: &[EgressR
         let to_cidr_set = cidrs.iter().map(|net| CidrRule { cidr: net.to_string(), except: Vec::new() }).collect();
         egress.push(CiliumEgressRule { to_cidr_set, ..CiliumEgressRule::default() });
     }
-    let denied = DENIED_RANGES
-        .iter()
-        .filter_map(|range| range.parse::<ipnet::IpNet>().ok())
-        .filter(|range| !cidrs.iter().any(|allowed| allowed.contains(range)))
-        .map(|range| CidrRule {
-            cidr: range.to_string(),
-            except: cidrs.iter().filter(|allowed| range.contains(*allowed)).map(|allowed| allowed.to_string()).collect(),
-        })
-        .collect();
     CiliumNetworkPolicy {
         api_version: "cilium.io/v2".into(),
         kind: "CiliumNetworkPolicy".into(),
@@ -210,9 +201,29 @@ pub fn cilium_policy(domain_hash: &str, namespace: &str, allow_egress: &[EgressR
         spec: CiliumPolicySpec {
             endpoint_selector: domain_selector(domain_hash),
             egress,
-            egress_deny: vec![CiliumEgressRule { to_cidr_set: denied, ..CiliumEgressRule::default() }],
+            egress_deny: vec![CiliumEgressRule { to_cidr_set: denied_ranges(&cidrs), ..CiliumEgressRule::default() }],
         },
     }
+}
+
+/// The `egressDeny` entries for the allowlist's CIDR entries `cidrs`: every
+/// prefix of [`cluster_denied`], less the entries that lie inside it; an
+/// internal range that an entry covers whole is left out (the entry opens
+/// it, as the sidecar's CIDR allow opens it to a name's answer), a
+/// never-range never is.
+pub fn denied_ranges(cidrs: &[ipnet::IpNet]) -> Vec<CidrRule> {
+    // (A prefix that did not convert would only be missing from an
+    // `except` list: stricter, never more open.)
+    let allowed: Vec<(Prefix, &ipnet::IpNet)> =
+        cidrs.iter().filter_map(|net| Some((Prefix::new(net.network(), net.prefix_len())?, net))).collect();
+    cluster_denied()
+        .into_iter()
+        .filter(|denied| denied.range.class == RangeClass::Never || !allowed.iter().any(|(entry, _)| entry.covers(&denied.prefix)))
+        .map(|denied| CidrRule {
+            cidr: denied.prefix.to_string(),
+            except: allowed.iter().filter(|(entry, _)| denied.prefix.covers(entry)).map(|(_, net)| net.to_string()).collect(),
+        })
+        .collect()
 }
 
 /// A `NetworkPolicy` that denies the domain's pods all egress: the only

@@ -8,12 +8,16 @@ use std::path::PathBuf;
 
 use lazaret_core::egress::EgressRule;
 use lazaret_core::limits::Limits;
+use lazaret_dns::special::{cluster_denied, Form, RangeClass};
 use lazaret_kube::egress::{cilium_policy, fqdn_selectors, no_egress_policy, FqdnSelector};
 use lazaret_kube::objects::{sandbox, sandbox_name, SandboxPlan, DOMAIN_LABEL};
 
 fn golden(name: &str, value: &impl serde::Serialize) {
+    golden_text(name, serde_json::to_string_pretty(value).expect("serialize") + "\n");
+}
+
+fn golden_text(name: &str, text: String) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
-    let text = serde_json::to_string_pretty(value).expect("serialize") + "\n";
     if std::env::var_os("LAZARET_UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, &text).expect("write golden");
     }
@@ -108,6 +112,75 @@ fn the_name_is_a_dns_label_for_every_hash() {
 #[test]
 fn the_cilium_policy_matches_its_golden_file() {
     golden("cilium-policy.json", &cilium_policy("0123456789ab", "lazaret", &allowlist()));
+}
+
+/// What every cluster policy denies, one prefix a line, from the table the
+/// sidecar judges answers with (`lazaret_dns::special`): a change to the
+/// table shows here, apart from the policy's golden file.
+#[test]
+fn the_denied_ranges_match_their_golden_file() {
+    let mut text = String::from("# prefix  class  what (and form: NAT64, 6to4), from lazaret_dns::special::cluster_denied\n");
+    for denied in cluster_denied() {
+        let class = match denied.range.class {
+            RangeClass::Never => "never",
+            RangeClass::Internal => "internal",
+        };
+        let form = match denied.form {
+            Form::Itself => "",
+            Form::Nat64 => " (NAT64 form)",
+            Form::SixToFour => " (6to4 form)",
+        };
+        text.push_str(&format!("{}  {class}  {}{form}\n", denied.prefix, denied.range.what));
+    }
+    golden_text("cluster-denied-ranges.txt", text);
+    let policy = cilium_policy("0123456789ab", "lazaret", &[]);
+    let written: Vec<&str> = policy.spec.egress_deny[0].to_cidr_set.iter().map(|rule| rule.cidr.as_str()).collect();
+    let listed: Vec<String> = cluster_denied().iter().map(|denied| denied.prefix.to_string()).collect();
+    assert_eq!(written, listed, "without CIDR entries the policy denies exactly the list");
+}
+
+/// A wide allow opens the internal ranges it covers (as the sidecar's CIDR
+/// allow opens them to a name's answer) and none of the never-ranges: before
+/// issue 46, `0.0.0.0/0` took the loopback and link-local (metadata) denies
+/// away.
+#[test]
+fn a_wide_allow_keeps_the_never_ranges_denied() {
+    let allowlist: Vec<EgressRule> = ["github.com", "0.0.0.0/0", "::/0"].iter().map(|entry| entry.parse().expect(entry)).collect();
+    let policy = cilium_policy("0123456789ab", "lazaret", &allowlist);
+    let denied: Vec<&str> = policy.spec.egress_deny[0].to_cidr_set.iter().map(|rule| rule.cidr.as_str()).collect();
+    for never in
+        ["169.254.0.0/16", "127.0.0.0/8", "0.0.0.0/8", "224.0.0.0/4", "fe80::/10", "::/96", "64:ff9b::a9fe:0/112", "2002:7f00::/24"]
+    {
+        assert!(denied.contains(&never), "{never} stays denied under a wide allow: {denied:?}");
+    }
+    for internal in ["10.0.0.0/8", "198.18.0.0/15", "240.0.0.0/4", "fc00::/7", "64:ff9b::a00:0/104"] {
+        assert!(!denied.contains(&internal), "{internal} is opened by the wide allow");
+    }
+    assert!(policy.spec.egress_deny[0].to_cidr_set.iter().all(|rule| rule.except.is_empty()), "nothing lies inside a never-range");
+}
+
+/// Every CIDR the generator writes is one Cilium's CRD takes: dotted IPv4,
+/// IPv6 in hexadecimal groups only (its pattern refuses
+/// `::ffff:10.0.0.0/104`), and it reads back as the prefix it stands for.
+#[test]
+fn every_cidr_is_written_as_ciliums_schema_takes_it() {
+    let allowlist: Vec<EgressRule> = ["github.com", "10.1.0.0/16", "169.254.169.254/32", "fd00::/8", "64:ff9b::a01:0/112"]
+        .iter()
+        .map(|entry| entry.parse().expect(entry))
+        .collect();
+    let policy = cilium_policy("0123456789ab", "lazaret", &allowlist);
+    let rules = policy.spec.egress.iter().chain(&policy.spec.egress_deny).flat_map(|rule| &rule.to_cidr_set);
+    let texts: Vec<&String> = rules.flat_map(|rule| std::iter::once(&rule.cidr).chain(&rule.except)).collect();
+    assert!(texts.iter().any(|text| *text == "64:ff9b::a00:0/104"), "{texts:?}");
+    for text in texts {
+        let net: ipnet::IpNet = text.parse().unwrap_or_else(|_| panic!("{text}"));
+        assert_eq!(net, net.trunc(), "{text}: no host bits");
+        if net.addr().is_ipv6() {
+            assert!(text.bytes().all(|byte| byte.is_ascii_hexdigit() || byte == b':' || byte == b'/'), "{text}");
+        } else {
+            assert!(text.bytes().all(|byte| byte.is_ascii_digit() || byte == b'.' || byte == b'/'), "{text}");
+        }
+    }
 }
 
 #[test]

@@ -16,8 +16,14 @@
 //!   allow covers them, or under `private_answers = "allow"`.
 //!
 //! IPv4-mapped IPv6 (`::ffff:a.b.c.d`) is routed as IPv4 and judged as such.
+//!
+//! The ranges and their classes are `lazaret_dns::special`'s, the one
+//! definition the cluster policy generator denies as well (issue 46); what
+//! this module adds is the host's own networks.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
+
+use lazaret_dns::special::{special, RangeClass};
 
 use crate::policy::Cidr;
 
@@ -35,70 +41,14 @@ pub enum Class {
     Never(&'static str),
 }
 
-/// IPv4 ranges no name may open: (first address, prefix length, what it is).
-const NEVER_V4: [([u8; 4], u8, &str); 5] = [
-    ([0, 0, 0, 0], 8, "\"this network\" 0.0.0.0/8"),
-    ([127, 0, 0, 0], 8, "loopback 127.0.0.0/8"),
-    ([169, 254, 0, 0], 16, "link-local 169.254.0.0/16"),
-    ([224, 0, 0, 0], 4, "multicast 224.0.0.0/4"),
-    ([255, 255, 255, 255], 32, "broadcast 255.255.255.255"),
-];
-
-/// IPv4 ranges a name opens only where a CIDR allow covers them, or under the switch.
-const INTERNAL_V4: [([u8; 4], u8, &str); 11] = [
-    ([10, 0, 0, 0], 8, "private network 10.0.0.0/8"),
-    ([172, 16, 0, 0], 12, "private network 172.16.0.0/12"),
-    ([192, 168, 0, 0], 16, "private network 192.168.0.0/16"),
-    ([100, 64, 0, 0], 10, "shared (CGNAT) network 100.64.0.0/10"),
-    ([192, 0, 0, 0], 24, "IETF protocol assignments 192.0.0.0/24"),
-    ([192, 0, 2, 0], 24, "documentation network 192.0.2.0/24"),
-    ([198, 51, 100, 0], 24, "documentation network 198.51.100.0/24"),
-    ([203, 0, 113, 0], 24, "documentation network 203.0.113.0/24"),
-    ([198, 18, 0, 0], 15, "benchmarking network 198.18.0.0/15"),
-    ([192, 88, 99, 0], 24, "6to4 relay anycast 192.88.99.0/24"),
-    ([240, 0, 0, 0], 4, "reserved network 240.0.0.0/4"),
-];
-
-/// IPv6 ranges no name may open.
-const NEVER_V6: [(u128, u8, &str); 5] = [
-    (0, 96, "IPv4-compatible IPv6 ::/96"),
-    (0xfe80 << 112, 10, "link-local fe80::/10"),
-    (0xff00 << 112, 8, "multicast ff00::/8"),
-    (0x0100 << 112, 64, "discard-only 100::/64"),
-    (0xffff << 32, 96, "IPv4-mapped ::ffff:0:0/96"),
-];
-
-/// IPv6 ranges a name opens only where a CIDR allow covers them, or under the switch.
-const INTERNAL_V6: [(u128, u8, &str); 7] = [
-    (0xfc00 << 112, 7, "unique local network fc00::/7"),
-    (0xfec0 << 112, 10, "site-local network fec0::/10"),
-    (0x2001_0db8 << 96, 32, "documentation network 2001:db8::/32"),
-    (0x3fff << 112, 20, "documentation network 3fff::/20"),
-    (0x2001_0002 << 96, 48, "benchmarking network 2001:2::/48"),
-    ((0x0064_ff9b << 96) | (1 << 80), 48, "local-use NAT64 64:ff9b:1::/48"),
-    (0xffff << 48, 96, "IPv4-translated ::ffff:0:0:0/96"),
-];
-
-const NAT64: u128 = 0x0064_ff9b << 96;
-const SIX_TO_FOUR: u128 = 0x2002 << 112;
-
-fn in_v4(address: Ipv4Addr, (first, length, _): &([u8; 4], u8, &str)) -> bool {
-    let mask = if *length == 0 { 0 } else { u32::MAX << (32 - u32::from(*length)) };
-    u32::from(address) & mask == u32::from(Ipv4Addr::from(*first))
-}
-
-fn in_v6(address: Ipv6Addr, (first, length, _): &(u128, u8, &str)) -> bool {
-    let mask = if *length == 0 { 0 } else { u128::MAX << (128 - u32::from(*length)) };
-    u128::from(address) & mask == *first
-}
-
 /// Judges `address` (canonical: `::ffff:a.b.c.d` is `a.b.c.d`). `host_networks`:
 /// the prefixes of the host's interfaces.
 pub fn classify(address: IpAddr, host_networks: &[Cidr]) -> Class {
     let address = address.to_canonical();
-    let class = match address {
-        IpAddr::V4(v4) => classify_v4(v4),
-        IpAddr::V6(v6) => classify_v6(v6),
+    let class = match special(address) {
+        Some((RangeClass::Never, what)) => Class::Never(what),
+        Some((RangeClass::Internal, what)) => Class::Internal(what),
+        None => Class::Remote,
     };
     if class != Class::Remote {
         return class;
@@ -109,43 +59,6 @@ pub fn classify(address: IpAddr, host_networks: &[Cidr]) -> Class {
         .filter(|network| network.contains(&host))
         .max_by_key(|network| network.prefix_len())
         .map_or(class, |n| Class::HostNetwork(*n))
-}
-
-fn classify_v4(address: Ipv4Addr) -> Class {
-    if let Some((_, _, what)) = NEVER_V4.iter().find(|range| in_v4(address, range)) {
-        return Class::Never(what);
-    }
-    if let Some((_, _, what)) = INTERNAL_V4.iter().find(|range| in_v4(address, range)) {
-        return Class::Internal(what);
-    }
-    Class::Remote
-}
-
-fn classify_v6(address: Ipv6Addr) -> Class {
-    let value = u128::from(address);
-    if address.is_unspecified() || address.is_loopback() {
-        return Class::Never(if address.is_loopback() { "loopback ::1" } else { "unspecified ::" });
-    }
-    if let Some((_, _, what)) = NEVER_V6.iter().find(|range| in_v6(address, range)) {
-        return Class::Never(what);
-    }
-    if let Some((_, _, what)) = INTERNAL_V6.iter().find(|range| in_v6(address, range)) {
-        return Class::Internal(what);
-    }
-    // Forms that reach an IPv4 address through a translator or a tunnel: as
-    // internal as the address they carry.
-    let embedded = if value >> 32 == NAT64 >> 32 {
-        Some(Ipv4Addr::from(value as u32))
-    } else if value >> 112 == SIX_TO_FOUR >> 112 {
-        Some(Ipv4Addr::from((value >> 80) as u32))
-    } else {
-        None
-    };
-    match embedded.map(classify_v4) {
-        Some(Class::Remote) | None => Class::Remote,
-        Some(Class::Never(_)) => Class::Never("IPv6 form (NAT64 or 6to4) of an address no name may open"),
-        Some(_) => Class::Internal("IPv6 form (NAT64 or 6to4) of an internal IPv4 address"),
-    }
 }
 
 #[cfg(test)]
