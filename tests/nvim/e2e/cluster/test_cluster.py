@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from helpers import confirm, escalate, finish
+from helpers import confirm, escalate, finish, press
 from lzenv import LazaretEnv, wait_until
 
 
@@ -70,7 +70,7 @@ def test_a_request_from_a_pod_is_approved_in_neovim(cluster_domain, editor_facto
     assert wait_until(30, lambda: "touch approved-from-the-pod" in editor.lua(text_of), 0.05), editor.lua(text_of)
     assert not (repo / "approved-from-the-pod").exists(), "nothing runs before the answer"
     # Onto the request, then a deliberate answer once the window is armed (D20).
-    editor.nvim.input("<Tab>")
+    press(editor, "<Tab>")
     confirm(editor, "a")
     out, err = finish(process)
     assert "status=0" in out, (out, err)
