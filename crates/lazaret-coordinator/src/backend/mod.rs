@@ -55,6 +55,9 @@ pub struct EscalationFiles {
 }
 
 /// The domain's sandbox: local, or on a cluster.
+// One value per domain, made once and kept in the domain's `Arc`: the
+// variants' sizes cost nothing, and boxing them would only add a hop.
+#[allow(clippy::large_enum_variant)]
 pub enum SandboxBackend {
     Local(local::LocalBackend),
     Cluster(cluster::ClusterBackend),
