@@ -9,6 +9,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::cleanup::LogFailure;
 use crate::error::{Context, Result};
 
 pub struct DomainLock {
@@ -102,10 +103,10 @@ impl DomainLock {
     /// on the removed file opens the path again.
     pub fn unlock(&mut self) {
         if self.held && self.is_current().unwrap_or(false) {
-            let _ = std::fs::remove_file(&self.path);
+            crate::cleanup::remove_file(&self.path);
         }
         self.held = false;
-        let _ = self.file.unlock();
+        self.file.unlock().log_failure(format_args!("unlocking {}", self.path.display()));
     }
 
     /// Whether the path still names the file this lock is on.

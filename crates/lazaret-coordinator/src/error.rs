@@ -64,6 +64,10 @@ pub enum Error {
     /// The Kubernetes backend: the cluster refused or failed a request.
     #[error(transparent)]
     Kube(#[from] lazaret_kube::Error),
+    /// The domain's egress control (the Network Sidecar or the cluster's
+    /// policy object) refused or failed a change.
+    #[error(transparent)]
+    Egress(#[from] crate::backend::EgressError),
     /// A blocking task that panicked or was cancelled.
     #[error(transparent)]
     Task(#[from] tokio::task::JoinError),
@@ -92,6 +96,7 @@ impl Error {
             Error::Core(error) => Some(error.exit_status()),
             Error::Context { source, .. } => source.exit_status(),
             Error::Kube(error) if error.is_security_refusal() => Some(lazaret_core::exit_status::SECURITY_ABORT),
+            Error::Egress(error) if error.is_security_refusal() => Some(lazaret_core::exit_status::SECURITY_ABORT),
             _ => None,
         }
     }
@@ -174,5 +179,18 @@ mod tests {
         assert_eq!(io.chained(), "cannot read x: gone");
         assert_eq!(io.exit_status(), None);
         assert_eq!(None::<u8>.context("missing").expect_err("error").to_string(), "missing");
+    }
+
+    #[test]
+    fn a_cluster_refusal_for_safety_stays_one_through_the_egress_control() {
+        use crate::backend::EgressError;
+        let refused = EgressError::ClusterRefused(lazaret_kube::Error::NoRuntimeClass("gvisor".into()));
+        assert!(refused.is_security_refusal());
+        let error = Err::<(), _>(refused).context("net allow").expect_err("error");
+        assert_eq!(error.exit_status(), Some(lazaret_core::exit_status::SECURITY_ABORT));
+        assert!(error.chained().contains("the cluster refused the new policy: RuntimeClass `gvisor`"), "{}", error.chained());
+        let failed = EgressError::ClusterRefused(lazaret_kube::Error::Timeout("slow".into()));
+        assert!(!failed.is_security_refusal());
+        assert_eq!(Error::from(failed).exit_status(), None);
     }
 }

@@ -137,7 +137,7 @@ impl ExecTarget {
     /// teardown, and before a start).
     pub fn remove(domain_dir: &Path) {
         for name in [FILE, EXPORTER_LOOP, EXPORTER_ONCE] {
-            let _ = std::fs::remove_file(domain_dir.join(name));
+            crate::cleanup::remove_file(&domain_dir.join(name));
         }
     }
 
@@ -198,7 +198,7 @@ pub fn remove_session_fifos(socket_dir: &Path) {
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if name.starts_with("session-") && name.ends_with(".process") && entry.file_type().is_ok_and(|kind| kind.is_fifo()) {
-            let _ = std::fs::remove_file(entry.path());
+            crate::cleanup::remove_file(&entry.path());
         }
     }
 }

@@ -18,10 +18,12 @@
 //! It installs no tracing subscriber and knows nothing of the command line.
 
 pub mod backend;
+pub mod cleanup;
 pub mod coordinator;
 pub mod credentials;
 pub mod domain_lock;
 pub mod error;
+
 pub mod escalation;
 pub mod exec_target;
 pub mod git_sentry;

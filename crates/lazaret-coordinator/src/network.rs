@@ -50,7 +50,7 @@ pub fn ensure_image(podman: &Podman) -> Result<String> {
     let mut build = podman.command();
     build.args(["build", "--quiet", "--tag", &tag]).arg(&context);
     let output = bounded(build, bounds::SIDECAR_IMAGE_BUILD, &format!("podman build of the sidecar image {tag}"));
-    let _ = std::fs::remove_dir_all(&context);
+    crate::cleanup::remove_dir_all(&context);
     let output = output?;
     if !output.status.success() {
         bail!("cannot build the sidecar image {tag}: {}", crate::podman::explain(&output.stderr));
@@ -313,7 +313,7 @@ pub fn start(
 ) -> Result<StartedSidecar> {
     crate::private_dirs::ensure_private_dir(control_dir)?;
     let socket = control_dir.join("control.sock");
-    let _ = std::fs::remove_file(&socket);
+    crate::cleanup::remove_file(&socket);
     let domain = &resolved.domain;
     let mut command = podman.command();
     command.args([

@@ -33,6 +33,18 @@ pub const REQUEST_LIFETIME_MS: u64 = 10 * 60 * 1000;
 /// The longest `minutes` scope: a day.
 pub const MAX_GRANT_MINUTES: u32 = 24 * 60;
 
+/// Why an answer from a client cannot be taken as given (the client's
+/// mistake: `invalidValue` on the wire).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerRefusal {
+    /// A `minutes` scope outside 1 to [`MAX_GRANT_MINUTES`].
+    #[error("scope minutes {minutes} is out of range: 1 to {MAX_GRANT_MINUTES}")]
+    MinutesOutOfRange { minutes: u32 },
+    /// `allowEveryPort` for a name: ports belong to an address.
+    #[error("{destination} is a name: every port applies to an address only")]
+    EveryPortOfAName { destination: String },
+}
+
 /// What became of a question the sidecar held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Asked {
@@ -155,14 +167,14 @@ impl NetworkRequests {
         decided_by: DecisionSource,
         grant_id: String,
         now_ms: u64,
-    ) -> Result<Option<(PendingNetworkRequest, NetworkGrant)>, String> {
+    ) -> Result<Option<(PendingNetworkRequest, NetworkGrant)>, AnswerRefusal> {
         let Some(key) = self.pending.iter().find(|(_, request)| request.request_id == request_id).map(|(key, _)| key.clone()) else {
             return Ok(None);
         };
         let Some(request) = self.pending.get(&key) else { return Ok(None) };
         let every_port = match (decision, &request.service) {
             (NetworkDecision::AllowEveryPort, None) => {
-                return Err(format!("{} is a name: every port applies to an address only", request.destination));
+                return Err(AnswerRefusal::EveryPortOfAName { destination: request.destination.clone() });
             }
             (NetworkDecision::AllowEveryPort, Some(_)) => true,
             (NetworkDecision::Allow | NetworkDecision::Deny, _) => false,
@@ -295,11 +307,9 @@ pub fn sidecar_request(grant: &NetworkGrant, now_ms: u64) -> Option<SidecarReque
 }
 
 /// Checks a scope from a client: `minutes` from 1 to [`MAX_GRANT_MINUTES`].
-pub fn check_scope(scope: GrantScope) -> Result<GrantScope, String> {
+pub fn check_scope(scope: GrantScope) -> Result<GrantScope, AnswerRefusal> {
     match scope {
-        GrantScope::Minutes { minutes } if minutes == 0 || minutes > MAX_GRANT_MINUTES => {
-            Err(format!("scope minutes {minutes} is out of range: 1 to {MAX_GRANT_MINUTES}"))
-        }
+        GrantScope::Minutes { minutes } if minutes == 0 || minutes > MAX_GRANT_MINUTES => Err(AnswerRefusal::MinutesOutOfRange { minutes }),
         scope => Ok(scope),
     }
 }
@@ -310,6 +320,8 @@ pub mod profile_file {
 
     use lazaret_protocol::NetworkGrant;
 
+    use crate::error::Context;
+
     /// `<domain_dir>/network-grants.json`
     pub fn path(domain_dir: &Path) -> PathBuf {
         domain_dir.join("network-grants.json")
@@ -317,20 +329,20 @@ pub mod profile_file {
 
     /// The grants kept in `path`; none when it does not exist. A file that
     /// cannot be read is an error naming it (never silently no grants).
-    pub fn read(path: &Path) -> Result<Vec<NetworkGrant>, String> {
+    pub fn read(path: &Path) -> crate::Result<Vec<NetworkGrant>> {
         match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| format!("{}: {error}", path.display())),
+            Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| format!("{} is not a list of grants", path.display())),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(error) => Err(format!("{}: {error}", path.display())),
+            Err(source) => Err(crate::Error::Path { action: "read", path: path.to_path_buf(), source }),
         }
     }
 
     /// Replaces the file with `grants`, whole (written aside, then renamed).
-    pub fn write(path: &Path, grants: &[NetworkGrant]) -> Result<(), String> {
-        let text = serde_json::to_vec_pretty(grants).map_err(|error| error.to_string())?;
+    pub fn write(path: &Path, grants: &[NetworkGrant]) -> crate::Result<()> {
+        let text = serde_json::to_vec_pretty(grants)?;
         let aside = path.with_extension("json.new");
-        std::fs::write(&aside, text).map_err(|error| format!("{}: {error}", aside.display()))?;
-        std::fs::rename(&aside, path).map_err(|error| format!("{}: {error}", path.display()))
+        std::fs::write(&aside, text).map_err(|source| crate::Error::Path { action: "write", path: aside.clone(), source })?;
+        std::fs::rename(&aside, path).map_err(|source| crate::Error::Path { action: "replace", path: path.to_path_buf(), source })
     }
 }
 
@@ -475,7 +487,7 @@ mod tests {
         let name = new_id(ask(&mut requests, "grant.test", "r3", 9));
         let refused =
             requests.answer(&name, NetworkDecision::AllowEveryPort, GrantScope::Session, DecisionSource::rpc("cli"), "g3".into(), 10);
-        assert!(refused.expect_err("a name has no ports").contains("grant.test"));
+        assert_eq!(refused, Err(AnswerRefusal::EveryPortOfAName { destination: "grant.test".into() }));
         assert_eq!(requests.pending().len(), 1, "the name still waits");
         assert_eq!(requests.revoke("g1").map(|grant| grant_entry(&grant)), Some("10.9.0.7/32 tcp/8081".to_owned()));
     }
@@ -517,7 +529,8 @@ mod tests {
 
     #[test]
     fn scopes_are_checked_and_profile_grants_survive_a_file() {
-        assert!(check_scope(GrantScope::Minutes { minutes: 0 }).unwrap_err().contains("minutes 0"));
+        assert_eq!(check_scope(GrantScope::Minutes { minutes: 0 }), Err(AnswerRefusal::MinutesOutOfRange { minutes: 0 }));
+        assert!(AnswerRefusal::MinutesOutOfRange { minutes: 0 }.to_string().contains("minutes 0"));
         assert!(check_scope(GrantScope::Minutes { minutes: MAX_GRANT_MINUTES + 1 }).is_err());
         assert_eq!(check_scope(GrantScope::Minutes { minutes: 30 }), Ok(GrantScope::Minutes { minutes: 30 }));
         let mut requests = NetworkRequests::default();
@@ -527,11 +540,11 @@ mod tests {
         requests.answer(&id, NetworkDecision::Allow, GrantScope::Session, DecisionSource::rpc("cli"), "g2".into(), 1).expect("answerable");
         let dir = tempfile::tempdir().expect("tempdir");
         let path = profile_file::path(dir.path());
-        assert_eq!(profile_file::read(&path), Ok(vec![]));
+        assert_eq!(profile_file::read(&path).expect("no file is no grants"), vec![]);
         profile_file::write(&path, &requests.profile_grants()).expect("write");
         let again = NetworkRequests::with_profile_grants(profile_file::read(&path).expect("read"));
         assert_eq!(again.grants(), requests.profile_grants());
         std::fs::write(&path, "not json").expect("write");
-        assert!(profile_file::read(&path).unwrap_err().contains("network-grants.json"));
+        assert!(profile_file::read(&path).expect_err("not json").chained().contains("network-grants.json"));
     }
 }

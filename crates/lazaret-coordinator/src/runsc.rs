@@ -142,7 +142,7 @@ impl Remembered {
             .and_then(|()| std::fs::rename(&partial, file));
         if let Err(error) = written {
             tracing::debug!(%error, file = %file.display(), "cannot remember the runsc probes");
-            let _ = std::fs::remove_file(&partial);
+            crate::cleanup::remove_file(&partial);
         }
     }
 }

@@ -34,11 +34,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lazaret_core::config::{KubernetesBackend, KubernetesEgress, ResolvedProfile};
+use lazaret_core::egress::EgressRule;
 use lazaret_kube::cluster::Cluster;
 use lazaret_kube::objects::{self, OperatingMode, SandboxPlan};
 use lazaret_protocol::ContainerState;
 
-use super::EscalationFiles;
+use super::{EgressError, EscalationFiles};
 use crate::coordinator::api::Domain;
 use crate::error::{Context, Result};
 use crate::sandbox_exec::PodHandle;
@@ -196,8 +197,8 @@ impl ClusterBackend {
         &self,
         resolved: &ResolvedProfile,
         request: &lazaret_protocol::sidecar::SidecarRequest,
-    ) -> std::result::Result<lazaret_protocol::NetworkPolicy, super::EgressRefused> {
-        change_egress(&self.egress, &self.config, resolved, self.pod.get(), request).await.map_err(super::EgressRefused)
+    ) -> std::result::Result<lazaret_protocol::NetworkPolicy, EgressError> {
+        change_egress(&self.egress, &self.config, resolved, self.pod.get(), request).await
     }
 
     /// Teardown's part: the tasks end, and the domain's `Sandbox` (when this
@@ -592,7 +593,7 @@ pub async fn remove(resolved: &ResolvedProfile, backend: &KubernetesBackend) -> 
         cluster.delete_sandbox_of(hash, &uid, DELETE).await?;
     }
     cluster.delete_domain(hash, DELETE).await?;
-    let _ = std::fs::remove_file(&record);
+    crate::cleanup::remove_file(&record);
     remove_holder_token(&resolved.domain.domain_dir)?;
     state_anchor::pod::remove_records(&resolved.domain.domain_dir, &resolved.persistent_dirs)?;
     Ok(objects)
@@ -601,7 +602,7 @@ pub async fn remove(resolved: &ResolvedProfile, backend: &KubernetesBackend) -> 
 /// A cluster domain's egress as `net allow/deny/reload` change it: the
 /// allowlist the domain's policy object is made from.
 struct ClusterEgress {
-    allow: Vec<lazaret_core::egress::EgressRule>,
+    allow: Vec<EgressRule>,
 }
 
 impl ClusterEgress {
@@ -614,22 +615,19 @@ impl ClusterEgress {
     /// (or revoke) removes an allow entry exactly as written, and is an
     /// error naming the entry otherwise; timed entries, holds and the
     /// sidecar's protections are the local sidecar's.
-    fn after(
-        &self,
-        request: &lazaret_protocol::sidecar::SidecarRequest,
-    ) -> std::result::Result<Vec<lazaret_core::egress::EgressRule>, String> {
+    fn after(&self, request: &lazaret_protocol::sidecar::SidecarRequest) -> std::result::Result<Vec<EgressRule>, EgressError> {
         use lazaret_protocol::sidecar::SidecarRequest;
-        let parse = |entries: &[String]| -> std::result::Result<Vec<lazaret_core::egress::EgressRule>, String> {
-            entries.iter().map(|entry| entry.parse::<lazaret_core::egress::EgressRule>()).collect()
+        let parse = |entries: &[String]| -> std::result::Result<Vec<EgressRule>, EgressError> {
+            entries
+                .iter()
+                .map(|entry| entry.parse::<EgressRule>().map_err(|reason| EgressError::BadEntry { entry: entry.clone(), reason }))
+                .collect()
         };
         let mut allow = self.allow.clone();
-        let remove = |allow: &mut Vec<lazaret_core::egress::EgressRule>, entries: &[String]| -> std::result::Result<(), String> {
+        let remove = |allow: &mut Vec<EgressRule>, entries: &[String]| -> std::result::Result<(), EgressError> {
             for entry in parse(entries)? {
                 let Some(index) = allow.iter().position(|known| *known == entry) else {
-                    return Err(format!(
-                        "`{entry}` is not an allow entry: on a cluster the policy object cannot carve it out of a wider one, so a deny \
-                         removes an allow entry exactly as written"
-                    ));
+                    return Err(EgressError::NotAnAllowEntry { entry: entry.to_string() });
                 };
                 allow.remove(index);
             }
@@ -638,7 +636,7 @@ impl ClusterEgress {
         match request {
             SidecarRequest::Show {} => {}
             SidecarRequest::Allow { for_ms: Some(_), .. } | SidecarRequest::Deny { for_ms: Some(_), .. } => {
-                return Err("timed entries (--for) are not supported on a cluster: the policy object has no expiry".to_owned())
+                return Err(EgressError::TimedOnCluster)
             }
             SidecarRequest::Allow { entries, .. } => {
                 for entry in parse(entries)? {
@@ -652,7 +650,7 @@ impl ClusterEgress {
                 allow = parse(entries)?;
                 remove(&mut allow, deny)?;
             }
-            _ => return Err("the cluster's policy object has no such setting (it is the local Network Sidecar's)".to_owned()),
+            _ => return Err(EgressError::NotOnCluster),
         }
         Ok(allow)
     }
@@ -683,22 +681,19 @@ async fn change_egress(
     resolved: &ResolvedProfile,
     pod: Option<&PodHandle>,
     request: &lazaret_protocol::sidecar::SidecarRequest,
-) -> std::result::Result<lazaret_protocol::NetworkPolicy, String> {
+) -> std::result::Result<lazaret_protocol::NetworkPolicy, EgressError> {
     let mut egress = egress.lock().await;
     let allow = egress.after(request)?;
     if allow != egress.allow {
         if backend.egress == KubernetesEgress::None && !allow.is_empty() {
-            return Err(format!(
-                "profile `{}` has no egress on its cluster (egress = \"none\"): nothing can be allowed; Lazaret never opens it silently",
-                resolved.profile
-            ));
+            return Err(EgressError::NoClusterEgress { profile: resolved.profile.clone() });
         }
-        let pod = pod.ok_or_else(|| "the domain's pod is not running yet; change the policy once it is".to_owned())?;
+        let pod = pod.ok_or(EgressError::PodNotRunning)?;
         let hash = &resolved.domain.domain_hash;
         pod.cluster
             .apply_cilium_policy(&lazaret_kube::egress::cilium_policy(hash, &backend.namespace, &allow))
             .await
-            .map_err(|error| format!("the cluster refused the new policy: {error}"))?;
+            .map_err(EgressError::ClusterRefused)?;
         egress.allow = allow;
     }
     Ok(egress.policy())
@@ -713,7 +708,7 @@ mod tests {
         ClusterEgress { allow: entries.iter().map(|entry| entry.parse().expect("rule")).collect() }
     }
 
-    fn words(rules: &[lazaret_core::egress::EgressRule]) -> Vec<String> {
+    fn words(rules: &[EgressRule]) -> Vec<String> {
         rules.iter().map(ToString::to_string).collect()
     }
 
@@ -728,7 +723,7 @@ mod tests {
         );
         assert_eq!(words(&start.after(&deny(&["github.com"])).expect("deny")), ["10.0.0.0/8"]);
         let carved = start.after(&deny(&["10.1.0.0/16"])).expect_err("a hole in a wider allow");
-        assert!(carved.contains("10.1.0.0/16"), "{carved}");
+        assert!(carved.to_string().contains("10.1.0.0/16"), "{carved}");
         let timed = SidecarRequest::Allow { entries: vec!["example.org".into()], for_ms: Some(1000) };
         assert!(start.after(&timed).is_err());
         assert!(start.after(&allow(&["not a rule!"])).is_err());

@@ -23,7 +23,8 @@ use lazaret_core::domain::DomainResources;
 use lazaret_protocol::sidecar::{CredentialEndpoint, SidecarRequest};
 use lazaret_protocol::{ContainerState, NetworkPolicy};
 
-use super::{EgressRefused, EscalationFiles};
+use super::{EgressError, EscalationFiles};
+use crate::cleanup::LogFailure;
 use crate::coordinator::api::Domain;
 use crate::coordinator::sandbox;
 use crate::error::{Context, Result};
@@ -138,10 +139,14 @@ impl LocalBackend {
         }
         let Some(started) = self.start_sidecar(domain).await? else { return Ok(()) };
         let resources = &domain.resolved.domain;
+        // Set once per domain: a second start of the same domain value
+        // never happens (the start-up pipeline runs once).
         let _ = self.sidecar.set(started.socket.clone());
         if let Err(error) = domain.start_network_requests().await {
-            let _ = sandbox::remove(&self.podman, &resources.sidecar_name).await;
-            return Err(crate::Error::Message(format!("network requests: {error}")));
+            sandbox::remove(&self.podman, &resources.sidecar_name)
+                .await
+                .log_failure(format_args!("removing the sidecar container {} after a failed start", resources.sidecar_name));
+            return Err(error).context("network requests");
         }
         {
             let mut launch = lock(&self.launch);
@@ -209,7 +214,10 @@ impl LocalBackend {
         .await
         .context("sidecar task failed")?;
         if started.is_err() {
-            let _ = sandbox::remove(&self.podman, &domain.resolved.domain.sidecar_name).await;
+            let name = &domain.resolved.domain.sidecar_name;
+            sandbox::remove(&self.podman, name)
+                .await
+                .log_failure(format_args!("removing the sidecar container {name} after a failed start"));
         }
         started.map(Some)
     }
@@ -311,32 +319,26 @@ impl LocalBackend {
 
     /// Sends one request to the Network Sidecar (on the blocking pool) and
     /// keeps the policy it answers with.
-    pub async fn egress(
-        &self,
-        network_error: Option<String>,
-        request: SidecarRequest,
-    ) -> std::result::Result<NetworkPolicy, EgressRefused> {
-        let socket = self.sidecar.get().cloned().ok_or_else(|| {
-            EgressRefused(
-                "this domain has no Network Sidecar: its allowlist was empty when it started, so the sandbox has no network at all"
-                    .to_owned(),
-            )
-        })?;
-        if let Some(error) = network_error {
-            return Err(EgressRefused(format!("the sandbox has no working network: {error}")));
+    pub async fn egress(&self, network_error: Option<String>, request: SidecarRequest) -> std::result::Result<NetworkPolicy, EgressError> {
+        let socket = self.sidecar.get().cloned().ok_or(EgressError::NoSidecar)?;
+        if let Some(reason) = network_error {
+            return Err(EgressError::NoNetwork { reason });
         }
         let policy = tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
-            .await
-            .map_err(|error| EgressRefused(error.to_string()))?
-            .map_err(|error| EgressRefused(error.chained()))?;
+            .await?
+            .map_err(|error| EgressError::Sidecar(Box::new(error)))?;
         *lock(&self.policy) = Some(policy.clone());
         Ok(policy)
     }
 
     /// Gives a restarted sidecar back the domain's policy (the last one it
     /// answered with), what it protects and its credential endpoints.
-    async fn restore_sidecar(&self, protection: SidecarRequest, credentials: &[CredentialEndpoint]) -> std::result::Result<(), String> {
-        let socket = self.sidecar.get().cloned().ok_or("no sidecar")?;
+    async fn restore_sidecar(
+        &self,
+        protection: SidecarRequest,
+        credentials: &[CredentialEndpoint],
+    ) -> std::result::Result<(), EgressError> {
+        let socket = self.sidecar.get().cloned().ok_or(EgressError::NoSidecar)?;
         let policy = lock(&self.policy).clone();
         let mut requests = vec![protection];
         if let Some(policy) = policy {
@@ -355,9 +357,8 @@ impl LocalBackend {
         for request in requests {
             let socket = socket.clone();
             tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
-                .await
-                .map_err(|error| error.to_string())?
-                .map_err(|error| error.chained())?;
+                .await?
+                .map_err(|error| EgressError::Sidecar(Box::new(error)))?;
         }
         Ok(())
     }
@@ -382,8 +383,8 @@ impl LocalBackend {
         if self.sidecar.get().is_some() {
             tasks.iter().for_each(tokio::task::JoinHandle::abort);
             remove_container(&self.podman, &resources.sidecar_name, "the Network Sidecar").await;
-            let _ = std::fs::remove_dir_all(resources.socket_dir.join("sidecar"));
-            let _ = std::fs::remove_dir_all(resources.socket_dir.join("sandbox"));
+            crate::cleanup::remove_dir_all(&resources.socket_dir.join("sidecar"));
+            crate::cleanup::remove_dir_all(&resources.socket_dir.join("sandbox"));
         }
         let anchor = lock(&self.state_anchor).take();
         if let Some(anchor) = anchor {
@@ -496,14 +497,14 @@ async fn watch_sidecar(domain: Arc<Domain>, started: crate::network::StartedSide
         };
         let protection = crate::network::protection_now(&started.fixed).unwrap_or_else(|| started.protection.clone());
         let restored = match local_of(&domain) {
-            Some(local) => local.restore_sidecar(protection.request(), &started.credentials).await,
-            None => Err("no sidecar".to_owned()),
+            Some(local) => local.restore_sidecar(protection.request(), &started.credentials).await.map_err(crate::Error::from),
+            None => Err(EgressError::NoSidecar.into()),
         };
         if let Err(error) = match restored {
             Ok(()) => domain.network_restored().await,
             Err(error) => Err(error),
         } {
-            return domain.network_failed(format!("the Network Sidecar came back but refused the domain's policy: {error}"));
+            return domain.network_failed(format!("the Network Sidecar came back but refused the domain's policy: {}", error.chained()));
         }
     }
 }

@@ -255,10 +255,13 @@ impl Domain {
     /// Sends one request to the domain's egress control (the Network
     /// Sidecar, or the policy object on the cluster).
     async fn sidecar(&self, request: SidecarRequest) -> RpcResult<NetworkPolicy> {
-        self.backend
-            .egress(&self.resolved, self.network_error(), request)
-            .await
-            .map_err(|refused| rpc_error(error_code::NETWORK_FAILED, refused.0))
+        self.egress(request).await.map_err(|error| rpc_error(error_code::NETWORK_FAILED, crate::error::chained(&error)))
+    }
+
+    /// Sends one request to the domain's egress control (the Network
+    /// Sidecar, or the cluster's policy object), typed.
+    async fn egress(&self, request: SidecarRequest) -> std::result::Result<NetworkPolicy, crate::backend::EgressError> {
+        self.backend.egress(&self.resolved, self.network_error(), request).await
     }
 
     /// Why the sandbox has no working network now, if it has none.
@@ -289,7 +292,7 @@ impl Domain {
 
     /// The sidecar was started again and has the domain's policy back: the
     /// grants go in force again, and every client hears the network is back.
-    pub async fn network_restored(&self) -> Result<(), String> {
+    pub async fn network_restored(&self) -> crate::Result<()> {
         *self.network_error.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
         self.put_grants_in_force().await?;
         let message = "the Network Sidecar was started again with the domain's policy (learned addresses start afresh)".to_owned();
@@ -748,7 +751,10 @@ impl LazaretApiServer for Api {
         let mut answer = answer?;
         // The grants of network requests outlive a reload.
         if let Err(error) = self.0.put_grants_in_force().await {
-            return Err(rpc_error(error_code::NETWORK_FAILED, format!("reloaded, but the network grants did not come back: {error}")));
+            return Err(rpc_error(
+                error_code::NETWORK_FAILED,
+                format!("reloaded, but the network grants did not come back: {}", error.chained()),
+            ));
         }
         if let Ok(policy) = self.0.sidecar(SidecarRequest::Show {}).await {
             answer = policy;
@@ -836,8 +842,9 @@ impl LazaretApiServer for Api {
         let branch = layout.branch.clone();
         let mut diff = tokio::task::spawn_blocking(move || match head {
             Some(head) => {
-                let head =
-                    host.commit(&head).map_err(|message| rpc_error(error_code::INVALID_VALUE, format!("the head commit: {message}")))?;
+                let head = host.commit(&head).map_err(|refusal| {
+                    rpc_error(error_code::INVALID_VALUE, format!("the head commit: {}", crate::error::chained(&refusal)))
+                })?;
                 git_sentry::diff::committed_at(&host, &branch, head, with_patch).map_err(git_failed)
             }
             None => git_sentry::diff::committed(&host, &branch, with_patch).map_err(git_failed),
@@ -857,13 +864,15 @@ impl LazaretApiServer for Api {
         head_commit: Option<String>,
     ) -> RpcResult<FileContents> {
         let layout = self.0.agent_branch_layout()?;
-        git_sentry::contents::check_path(&path).map_err(|message| rpc_error(error_code::INVALID_VALUE, message))?;
+        git_sentry::contents::check_path(&path).map_err(|refusal| rpc_error(error_code::INVALID_VALUE, refusal.to_string()))?;
         let host = layout.host.clone();
         let branch = layout.branch.clone();
         let committed_path = path.clone();
         let mut contents = tokio::task::spawn_blocking(move || {
             let pinned = |side: &str, id: &str| {
-                host.commit(id).map_err(|message| rpc_error(error_code::INVALID_VALUE, format!("the {side} commit: {message}")))
+                host.commit(id).map_err(|refusal| {
+                    rpc_error(error_code::INVALID_VALUE, format!("the {side} commit: {}", crate::error::chained(&refusal)))
+                })
             };
             match (base_commit, head_commit) {
                 (None, None) => git_sentry::contents::committed(&host, &branch, &committed_path).map_err(git_failed),

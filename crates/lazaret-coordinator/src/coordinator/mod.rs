@@ -107,7 +107,7 @@ async fn start_up(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api:
     // A coordinator killed with SIGKILL leaves its socket file and maybe its
     // container behind; the CLI that started us found the socket dead. The
     // container is replaced by `podman run --replace`.
-    let _ = std::fs::remove_file(&resources.control_socket);
+    crate::cleanup::remove_file(&resources.control_socket);
 
     let escalation = stage("escalation", async {
         if domain.resolved.escalation_enabled {
@@ -229,7 +229,7 @@ async fn tear_down(running: Running, reason: &'static str) -> Option<DomainLock>
     domain.begin_shutdown();
     domain.emit(Event::ShuttingDown { reason: reason.to_owned() });
     let lock = lock_for_teardown(&resources.lockfile).await;
-    let _ = std::fs::remove_file(&resources.control_socket);
+    crate::cleanup::remove_file(&resources.control_socket);
     start_task.abort();
     // The agent's last commits reach the host before the sandbox goes.
     domain.export_agent_branch().await;
@@ -240,9 +240,9 @@ async fn tear_down(running: Running, reason: &'static str) -> Option<DomainLock>
         server.write_remaining_refusals(&*domain).await;
         task.abort();
     }
-    let _ = std::fs::remove_file(&resources.escalation_socket);
-    let _ = std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(&resources.socket_dir));
-    let _ = std::fs::remove_dir(&resources.socket_dir);
+    crate::cleanup::remove_file(&resources.escalation_socket);
+    crate::cleanup::remove_dir_all(&crate::escalation::trust_anchor::credentials_directory(&resources.socket_dir));
+    crate::cleanup::remove_dir(&resources.socket_dir);
     server_task.abort();
     tracing::info!("teardown complete");
     lock
@@ -274,12 +274,12 @@ impl Drop for StartupCleanup {
         if let Some(domain) = self.domain.take() {
             domain.backend.abort_start();
         }
-        let _ = std::fs::remove_file(&resources.escalation_socket);
-        let _ = std::fs::remove_file(&resources.control_socket);
-        let _ = std::fs::remove_dir_all(resources.socket_dir.join("sidecar"));
-        let _ = std::fs::remove_dir_all(resources.socket_dir.join("sandbox"));
-        let _ = std::fs::remove_dir_all(crate::escalation::trust_anchor::credentials_directory(&resources.socket_dir));
-        let _ = std::fs::remove_dir(&resources.socket_dir);
+        crate::cleanup::remove_file(&resources.escalation_socket);
+        crate::cleanup::remove_file(&resources.control_socket);
+        crate::cleanup::remove_dir_all(&resources.socket_dir.join("sidecar"));
+        crate::cleanup::remove_dir_all(&resources.socket_dir.join("sandbox"));
+        crate::cleanup::remove_dir_all(&crate::escalation::trust_anchor::credentials_directory(&resources.socket_dir));
+        crate::cleanup::remove_dir(&resources.socket_dir);
     }
 }
 
@@ -305,7 +305,7 @@ fn prepare_escalation(resolved: &ResolvedProfile) -> Result<PreparedEscalation> 
     let credentials = anchor.client_credentials(&identity)?;
     let tls_dir = trust_anchor::credentials_directory(&domain.socket_dir);
     trust_anchor::write_credentials(&tls_dir, anchor.ca_pem(), &credentials)?;
-    let _ = std::fs::remove_file(&domain.escalation_socket);
+    crate::cleanup::remove_file(&domain.escalation_socket);
     let listener = bind_private(&domain.escalation_socket)?;
     let server = crate::escalation::server::EscalationServer::new(
         tokio_rustls::TlsAcceptor::from(anchor.server_config()?),

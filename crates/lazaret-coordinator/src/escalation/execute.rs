@@ -12,6 +12,7 @@ use base64::Engine;
 use lazaret_protocol::escalation::ServerFrame;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::cleanup::LogFailure;
 use crate::error::Result;
 
 /// Bytes of stdout and of stderr forwarded per command; the rest is dropped
@@ -96,9 +97,10 @@ where
     let Some(status) = status else {
         if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
             // The whole process group, so helpers the command started go too.
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
+                .log_failure(format_args!("killing the process group {pid} of a command past its time limit"));
         }
-        let _ = child.wait().await;
+        child.wait().await.log_failure("reaping a command killed past its time limit");
         return Ok(Finished { exit_status: None, timed_out: true });
     };
     let exit_status = status.code().or_else(|| std::os::unix::process::ExitStatusExt::signal(&status).map(|signal| 128 + signal));

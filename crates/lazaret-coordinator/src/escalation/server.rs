@@ -114,8 +114,22 @@ pub async fn serve<D: EscalationDomain>(listener: UnixListener, server: Arc<Esca
 /// correlation value: an agent that reused a pending request's id ended
 /// both requests, and could have named the id of a request it wanted a
 /// link in an editor to answer.
-fn mint_request_id() -> Result<String, String> {
-    lazaret_core::ids::random_hex(16).map_err(|error| format!("the coordinator could not make a request id: {error}"))
+fn mint_request_id() -> Result<String, Unreadable> {
+    lazaret_core::ids::random_hex(16).map_err(Unreadable::NoRequestId)
+}
+
+/// Why no request could be taken from a connection: its `Display` is the
+/// reason the audit trail and the client get.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error("reading the request: {0}")]
+    Read(std::io::Error),
+    #[error("request frame too large")]
+    TooLarge,
+    #[error("malformed request: {0}")]
+    Malformed(serde_json::Error),
+    #[error("the coordinator could not make a request id: {0}")]
+    NoRequestId(std::io::Error),
 }
 
 /// A record of a connection that never made a request (`-` for both ids).
@@ -189,7 +203,8 @@ async fn handle<D: EscalationDomain>(stream: UnixStream, server: &EscalationServ
     }
     let signed = match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_request(&mut tls)).await {
         Ok(Ok(signed)) => signed,
-        Ok(Err(reason)) => {
+        Ok(Err(unreadable)) => {
+            let reason = unreadable.to_string();
             server.refuse_unauthenticated(domain, "unreadable request", reason.clone(), received_at_ms).await;
             send(&mut tls, &ServerFrame::Refused { reason }).await;
             return;
@@ -201,7 +216,8 @@ async fn handle<D: EscalationDomain>(stream: UnixStream, server: &EscalationServ
     };
     let request_id = match mint_request_id() {
         Ok(request_id) => request_id,
-        Err(reason) => {
+        Err(unreadable) => {
+            let reason = unreadable.to_string();
             server.refuse_unauthenticated(domain, "no request id", reason.clone(), received_at_ms).await;
             send(&mut tls, &ServerFrame::Refused { reason }).await;
             return;
@@ -213,7 +229,8 @@ async fn handle<D: EscalationDomain>(stream: UnixStream, server: &EscalationServ
     };
     let payload = match verified {
         Ok(payload) => payload,
-        Err(reason) => {
+        Err(refusal) => {
+            let reason = refusal.to_string();
             let (session_id, client_request_id) = verify::claimed_session(&signed);
             let mut record = request_record(&request_id, &client_request_id, &session_id, received_at_ms);
             record.reason = Some(reason.clone());
@@ -253,13 +270,13 @@ struct Request {
     payload: RequestPayload,
 }
 
-async fn read_request(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Result<SignedRequest, String> {
+async fn read_request(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Result<SignedRequest, Unreadable> {
     let mut prefix = [0u8; 4];
-    stream.read_exact(&mut prefix).await.map_err(|error| format!("reading the request: {error}"))?;
-    let length = frame_length(prefix).ok_or("request frame too large")?;
+    stream.read_exact(&mut prefix).await.map_err(Unreadable::Read)?;
+    let length = frame_length(prefix).ok_or(Unreadable::TooLarge)?;
     let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).await.map_err(|error| format!("reading the request: {error}"))?;
-    serde_json::from_slice(&body).map_err(|error| format!("malformed request: {error}"))
+    stream.read_exact(&mut body).await.map_err(Unreadable::Read)?;
+    serde_json::from_slice(&body).map_err(Unreadable::Malformed)
 }
 
 /// What a request was decided to do: run `argv`, or end with `frame`.

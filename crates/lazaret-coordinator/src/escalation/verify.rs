@@ -10,6 +10,43 @@ use base64::Engine;
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use lazaret_protocol::escalation::{Delegation, RequestPayload, SignedRequest, REQUEST_WINDOW_MS};
 
+/// Why a signed request was refused: its `Display` is the reason the audit
+/// trail and the client get.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("malformed payload: {0}")]
+    MalformedPayload(String),
+    #[error("malformed delegation: {0}")]
+    MalformedDelegation(String),
+    #[error("session {session_id} is not a live session of this domain")]
+    UnknownSession { session_id: String },
+    #[error("the delegation belongs to another session")]
+    ForeignDelegation,
+    #[error("malformed delegation signature")]
+    MalformedDelegationSignature,
+    #[error("the delegation is not signed by the session's key")]
+    DelegationNotSigned,
+    #[error(
+        "the session credential has expired (credentials last {} days): start a new `lazaret run` session",
+        lazaret_protocol::escalation::CREDENTIAL_LIFETIME_MS / (24 * 60 * 60 * 1000)
+    )]
+    CredentialExpired,
+    #[error("malformed delegated key")]
+    MalformedDelegatedKey,
+    #[error("malformed request signature")]
+    MalformedSignature,
+    #[error("the request signature does not verify")]
+    BadSignature,
+    #[error("the request is outside the {} s freshness window", REQUEST_WINDOW_MS / 1000)]
+    Stale,
+    #[error("replayed request (nonce already used)")]
+    Replayed,
+    #[error("empty command")]
+    EmptyCommand,
+    #[error("a NUL byte in the command")]
+    NulInCommand,
+}
+
 /// Nonces seen per session within the freshness window.
 #[derive(Default)]
 pub struct ReplayGuard {
@@ -55,39 +92,35 @@ pub fn verify(
     session_key: impl Fn(&str) -> Option<VerifyingKey>,
     now_ms: u64,
     guard: &mut ReplayGuard,
-) -> Result<RequestPayload, String> {
-    let payload: RequestPayload = serde_json::from_str(&signed.payload).map_err(|error| format!("malformed payload: {error}"))?;
-    let delegation: Delegation = serde_json::from_str(&signed.delegation).map_err(|error| format!("malformed delegation: {error}"))?;
+) -> Result<RequestPayload, Refusal> {
+    let payload: RequestPayload = serde_json::from_str(&signed.payload).map_err(|error| Refusal::MalformedPayload(error.to_string()))?;
+    let delegation: Delegation =
+        serde_json::from_str(&signed.delegation).map_err(|error| Refusal::MalformedDelegation(error.to_string()))?;
     let Some(session_key) = session_key(&payload.session_id) else {
-        return Err(format!("session {} is not a live session of this domain", payload.session_id));
+        return Err(Refusal::UnknownSession { session_id: payload.session_id });
     };
     if delegation.session_id != payload.session_id {
-        return Err("the delegation belongs to another session".to_owned());
+        return Err(Refusal::ForeignDelegation);
     }
-    let delegation_signature = decode_signature(&signed.delegation_signature).ok_or("malformed delegation signature")?;
-    session_key
-        .verify(signed.delegation.as_bytes(), &delegation_signature)
-        .map_err(|_| "the delegation is not signed by the session's key".to_owned())?;
+    let delegation_signature = decode_signature(&signed.delegation_signature).ok_or(Refusal::MalformedDelegationSignature)?;
+    session_key.verify(signed.delegation.as_bytes(), &delegation_signature).map_err(|_| Refusal::DelegationNotSigned)?;
     if delegation.expires_at_ms < now_ms {
-        return Err(format!(
-            "the session credential has expired (credentials last {} days): start a new `lazaret run` session",
-            lazaret_protocol::escalation::CREDENTIAL_LIFETIME_MS / (24 * 60 * 60 * 1000)
-        ));
+        return Err(Refusal::CredentialExpired);
     }
-    let delegated_key = decode_public_key(&delegation.delegated_public_key).ok_or("malformed delegated key")?;
-    let signature = decode_signature(&signed.signature).ok_or("malformed request signature")?;
-    delegated_key.verify(signed.payload.as_bytes(), &signature).map_err(|_| "the request signature does not verify".to_owned())?;
+    let delegated_key = decode_public_key(&delegation.delegated_public_key).ok_or(Refusal::MalformedDelegatedKey)?;
+    let signature = decode_signature(&signed.signature).ok_or(Refusal::MalformedSignature)?;
+    delegated_key.verify(signed.payload.as_bytes(), &signature).map_err(|_| Refusal::BadSignature)?;
     if payload.timestamp_ms.abs_diff(now_ms) > REQUEST_WINDOW_MS {
-        return Err(format!("the request is outside the {} s freshness window", REQUEST_WINDOW_MS / 1000));
+        return Err(Refusal::Stale);
     }
     if payload.nonce.len() < 16 || !guard.admit(&payload.session_id, &payload.nonce, now_ms) {
-        return Err("replayed request (nonce already used)".to_owned());
+        return Err(Refusal::Replayed);
     }
     if payload.argv.is_empty() || payload.argv[0].is_empty() {
-        return Err("empty command".to_owned());
+        return Err(Refusal::EmptyCommand);
     }
     if payload.argv.iter().any(|word| word.contains('\0')) {
-        return Err("a NUL byte in the command".to_owned());
+        return Err(Refusal::NulInCommand);
     }
     Ok(payload)
 }
@@ -151,24 +184,25 @@ mod tests {
         let good = signed(&session, [9; 32], &payload("0123456789abcdef", now), now + 10_000);
         assert!(verify(&good, lookup, now, &mut guard).is_ok());
         let replay = verify(&good, lookup, now, &mut guard).expect_err("replay");
-        assert!(replay.contains("replayed"), "{replay}");
+        assert_eq!(replay, Refusal::Replayed);
+        assert!(replay.to_string().contains("replayed"), "{replay}");
 
         let mut tampered = signed(&session, [9; 32], &payload("1123456789abcdef", now), now + 10_000);
         tampered.payload = tampered.payload.replace("\"true\"", "\"rm\"");
-        assert!(verify(&tampered, lookup, now, &mut guard).expect_err("tampered").contains("signature"));
+        assert!(verify(&tampered, lookup, now, &mut guard).expect_err("tampered").to_string().contains("signature"));
 
         let foreign = signed(&other, [9; 32], &payload("2123456789abcdef", now), now + 10_000);
-        assert!(verify(&foreign, lookup, now, &mut guard).expect_err("foreign").contains("session's key"));
+        assert_eq!(verify(&foreign, lookup, now, &mut guard).expect_err("foreign"), Refusal::DelegationNotSigned);
 
         let expired = signed(&session, [9; 32], &payload("3123456789abcdef", now), now - 1);
-        assert!(verify(&expired, lookup, now, &mut guard).expect_err("expired").contains("expired"));
+        assert_eq!(verify(&expired, lookup, now, &mut guard).expect_err("expired"), Refusal::CredentialExpired);
 
         let stale = signed(&session, [9; 32], &payload("4123456789abcdef", now - 2 * REQUEST_WINDOW_MS), now + 10_000);
-        assert!(verify(&stale, lookup, now, &mut guard).expect_err("stale").contains("window"));
+        assert_eq!(verify(&stale, lookup, now, &mut guard).expect_err("stale"), Refusal::Stale);
 
         let mut unknown = payload("5123456789abcdef", now);
         unknown.session_id = "s2".into();
         let unknown = signed(&session, [9; 32], &unknown, now + 10_000);
-        assert!(verify(&unknown, lookup, now, &mut guard).expect_err("unknown").contains("not a live session"));
+        assert!(verify(&unknown, lookup, now, &mut guard).expect_err("unknown").to_string().contains("not a live session"));
     }
 }

@@ -10,33 +10,52 @@ use std::process::Stdio;
 use lazaret_protocol::{FileContents, FileVersion, MAX_FILE_TEXT};
 
 use super::HostRepository;
+use crate::cleanup::LogFailure;
 use crate::error::{Context, Result};
 
 /// Longest path accepted, in bytes.
 const MAX_PATH: usize = 4096;
 
+/// Why a client's `path` is not a plain path relative to the workspace;
+/// each message names the path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathRefusal {
+    #[error("`path` is empty: name a file relative to the workspace")]
+    Empty,
+    #[error("`path` is {length} bytes long; at most {MAX_PATH}")]
+    TooLong { length: usize },
+    #[error("path {0:?} contains control characters")]
+    ControlCharacters(String),
+    #[error("path {0:?} is absolute; name a file relative to the workspace")]
+    Absolute(String),
+    #[error("path {0:?} has an empty, `.` or `..` component")]
+    NotPlain(String),
+    #[error("path {0:?} is inside a .git directory")]
+    InsideGit(String),
+}
+
 /// Refuses what is not a plain path relative to the workspace: absolute
 /// paths, `.`/`..`/empty components, `.git` (in any case), control
-/// characters. The message names the path.
-pub fn check_path(path: &str) -> std::result::Result<(), String> {
+/// characters.
+pub fn check_path(path: &str) -> std::result::Result<(), PathRefusal> {
     if path.is_empty() {
-        return Err("`path` is empty: name a file relative to the workspace".to_owned());
+        return Err(PathRefusal::Empty);
     }
     if path.len() > MAX_PATH {
-        return Err(format!("`path` is {} bytes long; at most {MAX_PATH}", path.len()));
+        return Err(PathRefusal::TooLong { length: path.len() });
     }
     if path.chars().any(char::is_control) {
-        return Err(format!("path {path:?} contains control characters"));
+        return Err(PathRefusal::ControlCharacters(path.to_owned()));
     }
     if path.starts_with('/') {
-        return Err(format!("path {path:?} is absolute; name a file relative to the workspace"));
+        return Err(PathRefusal::Absolute(path.to_owned()));
     }
     for component in path.split('/') {
         if component.is_empty() || component == "." || component == ".." {
-            return Err(format!("path {path:?} has an empty, `.` or `..` component"));
+            return Err(PathRefusal::NotPlain(path.to_owned()));
         }
         if component.eq_ignore_ascii_case(".git") {
-            return Err(format!("path {path:?} is inside a .git directory"));
+            return Err(PathRefusal::InsideGit(path.to_owned()));
         }
     }
     Ok(())
@@ -89,8 +108,8 @@ fn committed_version(host: &HostRepository, commit: &str, path: &str) -> Result<
         stdout.take(MAX_FILE_TEXT as u64).read_to_end(&mut bytes).context("cannot read a blob from git")?;
     }
     // Whatever is left unread (past the cap) is not wanted.
-    let _ = reader.kill();
-    let _ = reader.wait();
+    reader.kill().log_failure("stopping git cat-file");
+    reader.wait().log_failure("reaping git cat-file");
     Ok(version_of(&bytes, size))
 }
 
@@ -164,7 +183,7 @@ mod tests {
             assert_eq!(check_path(good), Ok(()), "{good}");
         }
         for bad in ["", "/etc/passwd", "../x", "a/../b", "./a", "a//b", "a/", ".git/config", "x/.GIT/hooks/pre-commit", "a\nb", "a\0b"] {
-            let error = check_path(bad).expect_err(bad);
+            let error = check_path(bad).expect_err(bad).to_string();
             assert!(bad.is_empty() || bad.contains(['\n', '\0']) || error.contains(bad), "{error} names {bad:?}");
         }
         assert!(check_path(&"a/".repeat(3000)).is_err());

@@ -23,6 +23,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::time::Instant;
 
+use crate::cleanup::LogFailure;
 use crate::error::Result;
 use crate::exec_target::{ExecTarget, EXPORTER_LOOP, EXPORTER_ONCE};
 use crate::podman::Podman;
@@ -135,10 +136,10 @@ impl Exporter {
                 // Gone (killed inside, or podman failed): a fresh exec below.
                 Ok(None) => {
                     tracing::info!("the exporter inside the sandbox is gone; exporting through a fresh exec");
-                    let _ = process.child.start_kill();
+                    process.child.start_kill().log_failure("stopping the exec of a gone exporter");
                 }
                 Err(_) => {
-                    let _ = process.child.start_kill();
+                    process.child.start_kill().log_failure("stopping the exec of an exporter past its time limit");
                     crate::bail!("the export of the agent branch did not finish within {} s inside the sandbox; stopped", limit.as_secs());
                 }
             }

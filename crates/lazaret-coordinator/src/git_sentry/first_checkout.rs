@@ -31,6 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::{GitLayout, SeedTips};
 use crate::bail;
+use crate::cleanup::LogFailure;
 use crate::error::{Context, Result};
 
 /// Beside the agent's directories in the Domain Root; never mounted.
@@ -80,7 +81,7 @@ pub fn prepare(layout: &GitLayout, tips: &SeedTips) -> Result<Option<Skip>> {
     let started = Instant::now();
     let built = build(layout, tips, &config, &git_dir, &work_tree).and_then(|()| move_into_place(layout, &git_dir, &work_tree));
     if let Err(error) = built {
-        let _ = remove_leftovers(&git_dir, &work_tree);
+        remove_leftovers(&git_dir, &work_tree).log_failure("removing a first checkout that failed half-way");
         return Err(error);
     }
     tracing::info!(milliseconds = started.elapsed().as_millis() as u64, "first checkout prepared on the host");

@@ -154,15 +154,15 @@ impl HostRepository {
     /// Nothing shorter is taken: a client pins what it showed (DECISIONS
     /// D16), and an agent can make a commit that shares a short prefix.
     /// The message names the value.
-    pub fn commit(&self, id: &str) -> std::result::Result<String, String> {
+    pub fn commit(&self, id: &str) -> std::result::Result<String, CommitRefusal> {
         if !matches!(id.len(), 40 | 64) || !id.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-            return Err(format!("{id:?} is not a full commit id (40 or 64 hex digits)"));
+            return Err(CommitRefusal::NotAFullId(id.to_owned()));
         }
         let id = id.to_ascii_lowercase();
         match self.resolve_all(&[id.as_str()]) {
             Ok(found) if found.first().cloned().flatten().as_deref() == Some(id.as_str()) => Ok(id),
-            Ok(_) => Err(format!("commit {id} is not in the repository {}", self.workdir.display())),
-            Err(error) => Err(format!("cannot look up commit {id}: {error}")),
+            Ok(_) => Err(CommitRefusal::NotInRepository { id, repository: self.workdir.clone() }),
+            Err(error) => Err(CommitRefusal::Lookup { id, source: Box::new(error) }),
         }
     }
 
@@ -203,4 +203,19 @@ fn host_git_command_with(workdir: &Path, hardening: &[&str]) -> Command {
         command.arg("-c").arg(setting);
     }
     command
+}
+
+/// Why a commit id a client named is not taken ([`HostRepository::commit`]).
+#[derive(Debug, thiserror::Error)]
+pub enum CommitRefusal {
+    #[error("{0:?} is not a full commit id (40 or 64 hex digits)")]
+    NotAFullId(String),
+    #[error("commit {id} is not in the repository {}", repository.display())]
+    NotInRepository { id: String, repository: std::path::PathBuf },
+    #[error("cannot look up commit {id}")]
+    Lookup {
+        id: String,
+        #[source]
+        source: Box<crate::Error>,
+    },
 }

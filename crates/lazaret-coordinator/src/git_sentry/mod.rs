@@ -415,7 +415,7 @@ done
         let copied = std::io::copy(&mut file.take(MAX_BUNDLE_BYTES + 1), &mut output)?;
         if copied > MAX_BUNDLE_BYTES {
             drop(output);
-            let _ = std::fs::remove_file(&target);
+            crate::cleanup::remove_file(&target);
             bail!("the agent's bundle {} grew past {MAX_BUNDLE_BYTES} bytes while it was copied; nothing was imported", source.display());
         }
         Ok(target)

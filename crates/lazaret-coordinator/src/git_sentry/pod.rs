@@ -119,7 +119,7 @@ pub async fn export(cluster: &Cluster, pod: &str, layout: &GitLayout) -> Result<
         Ok(Ok(status)) => status,
         failed => {
             drop(writer);
-            let _ = std::fs::remove_file(&target);
+            crate::cleanup::remove_file(&target);
             return match failed {
                 Ok(Err(error)) => Err(crate::Error::from(error)).context("the agent's bundle was not imported"),
                 _ => Err(crate::Error::TimedOut {
@@ -133,15 +133,15 @@ pub async fn export(cluster: &Cluster, pod: &str, layout: &GitLayout) -> Result<
     match status.code {
         Some(0) => {}
         Some(NO_BRANCH) => {
-            let _ = std::fs::remove_file(&target);
+            crate::cleanup::remove_file(&target);
             return Ok(Export::NoBranch);
         }
         Some(UNCHANGED) => {
-            let _ = std::fs::remove_file(&target);
+            crate::cleanup::remove_file(&target);
             return Ok(Export::Unchanged);
         }
         code => {
-            let _ = std::fs::remove_file(&target);
+            crate::cleanup::remove_file(&target);
             bail!(
                 "exporting the agent branch from Pod {pod} failed ({}): {}",
                 exit_text(code),
@@ -153,7 +153,7 @@ pub async fn export(cluster: &Cluster, pod: &str, layout: &GitLayout) -> Result<
     tokio::task::spawn_blocking(move || {
         let file = std::fs::File::open(&target).with_context(|| format!("cannot open {}", target.display()))?;
         if !super::starts_as_bundle(&file) {
-            let _ = std::fs::remove_file(&target);
+            crate::cleanup::remove_file(&target);
             bail!("what the pod sent as the agent's bundle is not a git bundle; nothing was imported");
         }
         import_taken_bundle(&layout, &target, previous)

@@ -200,7 +200,7 @@ impl Quarantine {
 
 impl Drop for Quarantine {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
+        crate::cleanup::remove_dir_all(&self.root);
     }
 }
 
@@ -214,7 +214,7 @@ fn remove_stale_quarantines(objects: &Path) {
             .and_then(|metadata| metadata.modified())
             .is_ok_and(|modified| SystemTime::now().duration_since(modified).unwrap_or_default() > STALE_AFTER);
         if is_quarantine && old {
-            let _ = std::fs::remove_dir_all(entry.path());
+            crate::cleanup::remove_dir_all(&entry.path());
         }
     }
 }

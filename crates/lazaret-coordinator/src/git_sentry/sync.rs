@@ -142,7 +142,7 @@ fn import_bundle(layout: &GitLayout, previous: Option<String>) -> Result<Export>
 /// object passes the quarantine.
 pub(crate) fn import_taken_bundle(layout: &GitLayout, bundle: &std::path::Path, previous: Option<String>) -> Result<Export> {
     let imported = super::quarantine::import(&layout.host, bundle, &layout.branch_ref(), previous.as_deref());
-    let _ = std::fs::remove_file(bundle);
+    crate::cleanup::remove_file(bundle);
     match imported? {
         super::quarantine::Imported::Unchanged => Ok(Export::Unchanged),
         super::quarantine::Imported::Moved { commit } => {

@@ -340,7 +340,7 @@ impl StateAnchor {
                     .create(&mount.changes)
                     .with_context(|| format!("cannot create {}", mount.changes.display()))?;
                 if let Err(error) = self.adopt_lower_attributes(&mount.changes, lower) {
-                    let _ = std::fs::remove_dir(&mount.changes);
+                    crate::cleanup::remove_dir(&mount.changes);
                     return Err(error);
                 }
             }

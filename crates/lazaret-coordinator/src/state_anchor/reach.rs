@@ -17,6 +17,7 @@ use super::listing::{fingerprint_of, has_opaque_xattr, list_tree_in_process, onl
 use super::mounts::{parse_mountinfo, unmount_path, MountPoint};
 use super::names::check_mountable;
 use super::{ImageMount, FIND_ARGUMENT_BYTES, FIND_FORMAT, KERNEL_OPAQUE_USER_XATTR, KERNEL_OPAQUE_XATTR};
+use crate::cleanup::LogFailure;
 use crate::error::{Context, Result};
 use crate::podman::Podman;
 use lazaret_core::bounds;
@@ -79,7 +80,7 @@ impl Reach {
         let root = String::from_utf8_lossy(&run(mount, bounds::MOUNT_COMMAND, || format!("podman image mount {image}"))?).trim().to_owned();
         let image_mount = ImageMount { id, root: PathBuf::from(root) };
         if let Err(error) = check_mountable(&image_mount.root, "the image root") {
-            let _ = self.unmount_image(&image_mount.id);
+            self.unmount_image(&image_mount.id).log_failure(format_args!("unmounting image {} after a failed check", image_mount.id));
             return Err(error);
         }
         Ok(image_mount)

@@ -16,6 +16,7 @@ use lazaret_protocol::{
 use lazaret_protocol::sidecar::Service;
 
 use super::{network_audit_record, rpc_error, Domain, RpcResult};
+use crate::error::Context;
 use crate::network_requests::{self, profile_file, Asked, NetworkRequests};
 
 /// The prefix of the ids `rules/list` gives auto-approve rules.
@@ -41,27 +42,24 @@ impl Domain {
 
     /// At start, once the sidecar runs: the grants kept for the profile
     /// (Domain Root) and, with `ask`, the hold of questions for a grant.
-    pub async fn start_network_requests(&self) -> Result<(), String> {
+    pub async fn start_network_requests(&self) -> crate::Result<()> {
         let path = self.grants_file();
-        let kept =
-            tokio::task::spawn_blocking(move || profile_file::read(&path)).await.map_err(|error| error.to_string())?.map_err(|error| {
-                format!("cannot read the network grants kept for the profile: {error} (remove the file to start without them)")
-            })?;
+        let kept = tokio::task::spawn_blocking(move || profile_file::read(&path))
+            .await?
+            .context("cannot read the network grants kept for the profile (remove the file to start without them)")?;
         *self.network_requests() = NetworkRequests::with_profile_grants(kept);
         if self.resolved.ask {
-            self.sidecar(SidecarRequest::Hold { ms: self.resolved.ask_hold_seconds * 1000 })
-                .await
-                .map_err(|error| error.message().to_owned())?;
+            self.egress(SidecarRequest::Hold { ms: self.resolved.ask_hold_seconds * 1000 }).await?;
         }
         self.put_grants_in_force().await
     }
 
     /// Puts every grant in force on the sidecar (at start, after a reload of
     /// the configuration or a restart of the sidecar).
-    pub async fn put_grants_in_force(&self) -> Result<(), String> {
+    pub async fn put_grants_in_force(&self) -> crate::Result<()> {
         let requests = self.network_requests().sidecar_requests(now_ms());
         for request in requests {
-            self.sidecar(request).await.map_err(|error| error.message().to_owned())?;
+            self.egress(request).await?;
         }
         Ok(())
     }
@@ -225,7 +223,7 @@ impl Domain {
         scope: GrantScope,
         client: Option<String>,
     ) -> RpcResult<bool> {
-        let scope = network_requests::check_scope(scope).map_err(|message| rpc_error(error_code::INVALID_VALUE, message))?;
+        let scope = network_requests::check_scope(scope).map_err(|refusal| rpc_error(error_code::INVALID_VALUE, refusal.to_string()))?;
         let decided_by = DecisionSource::Rpc { client };
         let grant_id = lazaret_core::ids::random_hex(6)
             .map(|hex| format!("grant-{hex}"))
@@ -234,7 +232,7 @@ impl Domain {
         let answered = self
             .network_requests()
             .answer(request_id, decision, scope, decided_by.clone(), grant_id, now)
-            .map_err(|message| rpc_error(error_code::INVALID_VALUE, message))?;
+            .map_err(|refusal| rpc_error(error_code::INVALID_VALUE, refusal.to_string()))?;
         let Some((request, grant)) = answered else {
             return Err(rpc_error(
                 error_code::NETWORK_REQUEST_NOT_PENDING,
@@ -242,19 +240,31 @@ impl Domain {
             ));
         };
         let put = match network_requests::sidecar_request(&grant, now) {
-            Some(sidecar_request) => self.sidecar(sidecar_request).await.map(|_| ()),
+            Some(sidecar_request) => self.egress(sidecar_request).await.map(|_| ()).map_err(crate::Error::from),
             None => Ok(()),
         };
         let kept = match (&put, scope) {
             (Ok(()), GrantScope::Profile) => self.keep_profile_grants().await,
             _ => Ok(()),
         };
-        if let Err(error) = put.as_ref().map_err(|error| error.message().to_owned()).and(kept) {
+        if let Err(error) = put.and(kept) {
             self.network_requests().undo(request, &grant);
             if grant.scope == GrantScope::Profile {
-                let _ = self.sidecar(SidecarRequest::Revoke { entries: vec![network_requests::grant_entry(&grant)] }).await;
+                // Rollback: the entry may be in force on the sidecar while
+                // the grant is not kept.
+                let entry = network_requests::grant_entry(&grant);
+                if let Err(revoke) = self.egress(SidecarRequest::Revoke { entries: vec![entry.clone()] }).await {
+                    tracing::error!(
+                        %entry,
+                        error = %crate::error::chained(&revoke),
+                        "rollback of an answer that did not take: the entry could not be revoked on the sidecar"
+                    );
+                }
             }
-            return Err(rpc_error(error_code::NETWORK_FAILED, format!("the answer did not take, the request still waits: {error}")));
+            return Err(rpc_error(
+                error_code::NETWORK_FAILED,
+                format!("the answer did not take, the request still waits: {}", error.chained()),
+            ));
         }
         let outcome = match decision {
             NetworkDecision::Allow | NetworkDecision::AllowEveryPort => Outcome::NetworkGranted,
@@ -276,10 +286,10 @@ impl Domain {
     }
 
     /// Writes the grants kept for the profile to the Domain Root.
-    async fn keep_profile_grants(&self) -> Result<(), String> {
+    async fn keep_profile_grants(&self) -> crate::Result<()> {
         let grants = self.network_requests().profile_grants();
         let path = self.grants_file();
-        tokio::task::spawn_blocking(move || profile_file::write(&path, &grants)).await.map_err(|error| error.to_string())?
+        tokio::task::spawn_blocking(move || profile_file::write(&path, &grants)).await?
     }
 
     /// Every rule and grant, with the ids `rules/revoke` takes.
@@ -320,14 +330,14 @@ impl Domain {
             return Ok(true);
         }
         let grant = self.network_requests().revoke(id).ok_or_else(|| unknown_rule(id))?;
-        let revoked = self.sidecar(SidecarRequest::Revoke { entries: vec![network_requests::grant_entry(&grant)] }).await;
+        let revoked = self.egress(SidecarRequest::Revoke { entries: vec![network_requests::grant_entry(&grant)] }).await;
         let kept = match (&revoked, grant.scope) {
             (Ok(_), GrantScope::Profile) => self.keep_profile_grants().await,
             _ => Ok(()),
         };
-        if let Err(error) = revoked.as_ref().map(|_| ()).map_err(|error| error.message().to_owned()).and(kept) {
+        if let Err(error) = revoked.map(|_| ()).map_err(crate::Error::from).and(kept) {
             self.network_requests().restore(grant);
-            return Err(rpc_error(error_code::NETWORK_FAILED, format!("the revocation did not take: {error}")));
+            return Err(rpc_error(error_code::NETWORK_FAILED, format!("the revocation did not take: {}", error.chained())));
         }
         tracing::info!(destination = %grant.destination, grant = %grant.id, "network grant revoked");
         let reason = format!("{} for {} revoked", verdict_word(grant.verdict), grant.scope);
