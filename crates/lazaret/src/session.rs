@@ -632,7 +632,9 @@ fn signal_inside(inside: &Inside, script: &str) {
             (command, format!("an exec in Pod {}/{}", pod.namespace, pod.pod))
         }
     };
-    if let Err(error) = lazaret_coordinator::podman::output_bounded_blocking(command, lazaret_core::bounds::IN_SANDBOX_SIGNAL, &what) {
+    if let Err(error) =
+        lazaret_coordinator::bounded_process::output_bounded_blocking(command, lazaret_core::bounds::IN_SANDBOX_SIGNAL, &what)
+    {
         tracing::debug!(error = %error.chained(), "signal or terminal size inside the sandbox");
     }
 }
