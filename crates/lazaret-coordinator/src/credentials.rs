@@ -85,7 +85,7 @@ fn run_command(argv: &[String]) -> Result<String> {
     let host_path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned());
     let mut command = std::process::Command::new(program);
     command.args(arguments).env_clear().envs(crate::escalation::execute::fixed_environment(&host_path));
-    let output = crate::podman::output_bounded_blocking(command, bounds::CREDENTIAL_COMMAND, &format!("{program:?}"))?;
+    let output = crate::bounded_process::output_bounded_blocking(command, bounds::CREDENTIAL_COMMAND, &format!("{program:?}"))?;
     if !output.status.success() {
         let said = String::from_utf8_lossy(&output.stderr);
         let first = said.lines().next().unwrap_or("").chars().take(200).collect::<String>();

@@ -7,17 +7,20 @@
 //!   API, the sandbox container.
 //! - `escalation`: Host Escalation, coordinator side.
 //! - `git_sentry`: the agent's repository and branch.
-//! - `network`: the Network Sidecar, coordinator side; `credentials`: the
-//!   keys its credential endpoints add.
+//! - `sidecar_container`: the Network Sidecar, coordinator side (its image,
+//!   container, control socket and events); `credentials`: the keys its
+//!   credential endpoints add.
 //! - `state_anchor`: persistent directories on fuse-overlayfs.
-//! - `podman`, `runsc`, `helper_binaries`: the programs it starts.
-//! - `limits`: how the profile's resource limits are enforced here.
+//! - `podman`, `runsc`, `helper_binaries`: the programs it starts;
+//!   `bounded_process`: each host-side process run with a bound.
+//! - `resource_limits`: how the profile's resource limits are enforced here.
 //! - `domain_lock`, `private_dirs`: the lockfile and private directories.
 //! - `memory`: free memory handed back at the coordinator's quiet points.
 //!
 //! It installs no tracing subscriber and knows nothing of the command line.
 
 pub mod backend;
+pub mod bounded_process;
 pub mod cleanup;
 pub mod coordinator;
 pub mod credentials;
@@ -28,14 +31,14 @@ pub mod escalation;
 pub mod exec_target;
 pub mod git_sentry;
 pub mod helper_binaries;
-pub mod limits;
 pub mod memory;
-pub mod network;
 pub mod network_requests;
 pub mod podman;
 pub mod private_dirs;
+pub mod resource_limits;
 pub mod runsc;
 pub mod sandbox_exec;
+pub mod sidecar_container;
 pub mod state_anchor;
 
 pub use coordinator::api::EgressReloader;

@@ -295,7 +295,7 @@ fn run_runsc(runsc: &std::path::Path, argument: &str) -> Option<String> {
     let mut command = Command::new(runsc);
     command.arg(argument);
     let what = format!("{} {argument}", runsc.display());
-    let output = match crate::podman::output_bounded_blocking(command, lazaret_core::bounds::RUNSC_PROBE, &what) {
+    let output = match crate::bounded_process::output_bounded_blocking(command, lazaret_core::bounds::RUNSC_PROBE, &what) {
         Ok(output) => output,
         Err(error) => {
             tracing::debug!(error = %error.chained(), "runsc probe failed");

@@ -45,11 +45,11 @@ impl Inside<'_> {
                 command.args(["exec", container, "sh", "-c", script, name]).args(arguments);
                 match max_stdout {
                     None => {
-                        let output = crate::podman::output_within(command, bound, what).await?;
+                        let output = crate::bounded_process::output_within(command, bound, what).await?;
                         Ok(Ran { success: Some(output.status.success()), stdout: output.stdout, stderr: output.stderr })
                     }
                     Some(max) => {
-                        let output = crate::podman::output_capped(command, bound, max, what).await?;
+                        let output = crate::bounded_process::output_capped(command, bound, max, what).await?;
                         Ok(Ran { success: output.status.map(|status| status.success()), stdout: output.stdout, stderr: Vec::new() })
                     }
                 }

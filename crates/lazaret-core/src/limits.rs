@@ -2,7 +2,7 @@
 //! of `[limits]` and `[profiles.<name>.limits]` (`memory`, `processes`,
 //! `cpus`), their defaults and their syntax. How each one is enforced
 //! depends on the mode (rootful or rootless) and the runtime, and is decided
-//! by `lazaret_coordinator::limits`.
+//! by `lazaret_coordinator::resource_limits`.
 
 /// Tasks (processes and threads) in the sandbox when nothing is configured
 /// (gVisor counts them per user; no task in the sandbox can change its user,

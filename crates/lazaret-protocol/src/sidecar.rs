@@ -25,10 +25,23 @@
 //!
 //! A request that cannot be carried out is answered `{"type":"error","message":…}`
 //! and leaves the policy as it was.
+//!
+//! The credential endpoints' types and checks are in `credentials`, a
+//! service entry's protocol and port in `service`; both are re-exported
+//! here, so that every type of the protocol is `sidecar::*`.
+
+mod credentials;
+mod service;
 
 use serde::{Deserialize, Serialize};
 
 use crate::NetworkPolicy;
+
+pub use credentials::{
+    check_credential_value, credential_header, CredentialEndpoint, Origin, Secret, CA_BUNDLE_IN_SIDECAR, MAX_CREDENTIALS,
+    MAX_CREDENTIAL_LENGTH, RESERVED_HEADERS,
+};
+pub use service::{service_entry, Service};
 
 /// Longest request line the sidecar accepts, newline included.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -139,175 +152,6 @@ pub enum SidecarRequest {
     /// Answered [`SidecarReply::Watching`], then [`SidecarEvent`]s, one per
     /// line, until the client goes.
     Watch {},
-}
-
-/// Where the coordinator mounts the host's CA bundle (PEM) into the
-/// sidecar, read-only: credential origins are checked against it.
-pub const CA_BUNDLE_IN_SIDECAR: &str = "/etc/lazaret/ca-bundle.pem";
-
-/// Most credential endpoints of one sidecar.
-pub const MAX_CREDENTIALS: usize = 16;
-
-/// One origin whose credential the sidecar adds ([`SidecarRequest::Credentials`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CredentialEndpoint {
-    /// `https://host` or `https://host:port`: no path, query or user.
-    pub origin: String,
-    /// The loopback port the sandbox reaches it on.
-    pub port: u16,
-    /// The header to set, e.g. `x-api-key` or `authorization`.
-    pub header: String,
-    /// The header's whole value (`Bearer ` included where the scheme wants it).
-    pub value: Secret,
-}
-
-/// A credential endpoint's origin, checked: `https://` and a host (a DNS
-/// name, an IPv4 address or a bracketed IPv6 address) with an optional port;
-/// no user, path, query or fragment (one trailing `/` is taken).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
-    /// Lower case; an IPv6 address without its brackets.
-    pub host: String,
-    pub port: u16,
-}
-
-impl Origin {
-    /// The origin in `text`, or why it is not one (naming it).
-    pub fn parse(text: &str) -> Result<Origin, String> {
-        let bad = |why: &str| format!("{text:?} is not an https origin: {why}");
-        let rest = text.strip_prefix("https://").ok_or_else(|| bad("it must start with https://"))?;
-        let rest = rest.strip_suffix('/').unwrap_or(rest);
-        if rest.contains(['/', '?', '#']) {
-            return Err(bad("no path, query or fragment (the endpoint forwards every path of the origin)"));
-        }
-        if rest.contains('@') {
-            return Err(bad("no user name or password"));
-        }
-        let (host, port) = match rest.strip_prefix('[') {
-            Some(bracketed) => {
-                let (address, after) = bracketed.split_once(']').ok_or_else(|| bad("an unclosed ["))?;
-                address.parse::<std::net::Ipv6Addr>().map_err(|_| bad("not an IPv6 address in [ ]"))?;
-                (address.to_owned(), after.strip_prefix(':'))
-            }
-            None => match rest.rsplit_once(':') {
-                Some((host, port)) => (host.to_owned(), Some(port)),
-                None => (rest.to_owned(), None),
-            },
-        };
-        let port = match port {
-            None => 443,
-            Some(port) => port.parse::<u16>().ok().filter(|port| *port > 0).ok_or_else(|| bad("the port is not 1 to 65535"))?,
-        };
-        let host = host.to_ascii_lowercase();
-        let is_address = host.parse::<std::net::IpAddr>().is_ok();
-        let is_name = !host.is_empty()
-            && host.len() <= 253
-            && host.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                    && !label.starts_with('-')
-                    && !label.ends_with('-')
-            });
-        if !is_address && !is_name {
-            return Err(bad("the host is neither a DNS name nor an IP address"));
-        }
-        Ok(Origin { host, port })
-    }
-
-    /// `host` or `host:port` as `Host` and the origin are written
-    /// (443 left out, an IPv6 address in brackets).
-    pub fn authority(&self) -> String {
-        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
-        if self.port == 443 {
-            host
-        } else {
-            format!("{host}:{}", self.port)
-        }
-    }
-}
-
-impl std::fmt::Display for Origin {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(formatter, "https://{}", self.authority())
-    }
-}
-
-/// Headers a credential may not be put in: the ones that frame a request,
-/// route it or belong to one connection.
-pub const RESERVED_HEADERS: [&str; 12] = [
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "upgrade",
-    "te",
-    "trailer",
-    "expect",
-    "proxy-connection",
-    "proxy-authorization",
-    "proxy-authenticate",
-];
-
-/// A header name a credential can go in (an HTTP token that is not
-/// [`RESERVED_HEADERS`]), in lower case; else why not.
-pub fn credential_header(name: &str) -> Result<String, String> {
-    let is_token = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-    if !is_token {
-        return Err(format!("{name:?} is not an HTTP header name"));
-    }
-    let lower = name.to_ascii_lowercase();
-    if RESERVED_HEADERS.contains(&lower.as_str()) {
-        return Err(format!("{name:?} frames or routes the request; a credential cannot go in it"));
-    }
-    Ok(lower)
-}
-
-/// Longest credential header value.
-pub const MAX_CREDENTIAL_LENGTH: usize = 8192;
-
-/// Whether `value` can be sent as a header value: 1 to
-/// [`MAX_CREDENTIAL_LENGTH`] visible ASCII characters or spaces, not
-/// starting or ending with a space. Says why not without repeating the value.
-pub fn check_credential_value(value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        return Err("the credential is empty".into());
-    }
-    if value.len() > MAX_CREDENTIAL_LENGTH {
-        return Err(format!("the credential is {} bytes, more than {MAX_CREDENTIAL_LENGTH}", value.len()));
-    }
-    if let Some(position) = value.bytes().position(|b| !(b == b' ' || b.is_ascii_graphic())) {
-        return Err(format!("the credential has a control or non-ASCII character at byte {position} (a trailing newline from a file?)"));
-    }
-    if value.starts_with(' ') || value.ends_with(' ') {
-        return Err("the credential starts or ends with a space".into());
-    }
-    Ok(())
-}
-
-/// A credential on its way to the sidecar: written on the wire as the
-/// plain string, but never by `Debug`, so that no log line carries it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: String) -> Secret {
-        Secret(value)
-    }
-
-    /// The value itself: only for the header the sidecar writes.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(formatter, "Secret(<{} bytes>)", self.0.len())
-    }
 }
 
 /// The sidecar's answer to one request.
@@ -529,96 +373,6 @@ impl std::fmt::Display for WithheldPart {
     }
 }
 
-/// The transport of a direct connection, which an address grant is scoped
-/// to: a grant opens exactly the protocol and port the request showed, and
-/// "every port" is a separate, wider answer (docs/decisions.md D19).
-/// Written `tcp/8081`, `udp/53`, or an IP protocol number alone (`132`) for
-/// a protocol without ports; TCP and UDP always carry a port (1 to 65535),
-/// and are never written as numbers (`6`, `17`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Service {
-    protocol: u8,
-    port: Option<u16>,
-}
-
-impl Service {
-    /// IP protocol numbers of TCP and UDP.
-    pub const TCP: u8 = 6;
-    pub const UDP: u8 = 17;
-
-    /// TCP or UDP with `port` (1 to 65535), or another protocol without a
-    /// port; else why not.
-    pub fn new(protocol: u8, port: Option<u16>) -> Result<Service, String> {
-        let ported = matches!(protocol, Service::TCP | Service::UDP);
-        if protocol == 0 {
-            // A policy rule of protocol 0 matches every protocol.
-            return Err("IP protocol 0 is not one protocol".to_owned());
-        }
-        match port {
-            Some(0) => Err("port 0 is not a destination port".to_owned()),
-            Some(_) if !ported => Err(format!("IP protocol {protocol} has no ports")),
-            None if ported => Err(format!("{} needs a port", if protocol == Service::TCP { "tcp" } else { "udp" })),
-            port => Ok(Service { protocol, port }),
-        }
-    }
-
-    /// `tcp/PORT`, `udp/PORT` or a protocol number other than 6 and 17;
-    /// the error names the text.
-    pub fn parse(text: &str) -> Result<Service, String> {
-        let bad = |why: &str| format!("{text:?} is not a protocol and port (tcp/8080, udp/53 or an IP protocol number): {why}");
-        let digits = |part: &str| !part.is_empty() && part.len() <= 5 && part.bytes().all(|b| b.is_ascii_digit());
-        let (protocol, port) = match text.split_once('/') {
-            Some(("tcp", port)) if digits(port) => (Service::TCP, Some(port.parse::<u16>().map_err(|_| bad("the port is over 65535"))?)),
-            Some(("udp", port)) if digits(port) => (Service::UDP, Some(port.parse::<u16>().map_err(|_| bad("the port is over 65535"))?)),
-            Some(_) => return Err(bad("expected tcp/PORT or udp/PORT")),
-            None if digits(text) && text.len() <= 3 => {
-                let protocol = text.parse::<u8>().map_err(|_| bad("protocol numbers go to 255"))?;
-                if matches!(protocol, Service::TCP | Service::UDP) {
-                    return Err(bad("write tcp/PORT or udp/PORT"));
-                }
-                (protocol, None)
-            }
-            None => return Err(bad("expected tcp/PORT, udp/PORT or a number")),
-        };
-        Service::new(protocol, port).map_err(|why| bad(&why))
-    }
-
-    /// The IP protocol number.
-    pub fn protocol(&self) -> u8 {
-        self.protocol
-    }
-
-    /// The destination port (TCP and UDP).
-    pub fn port(&self) -> Option<u16> {
-        self.port
-    }
-}
-
-impl std::fmt::Display for Service {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self.protocol, self.port) {
-            (Service::TCP, Some(port)) => write!(formatter, "tcp/{port}"),
-            (Service::UDP, Some(port)) => write!(formatter, "udp/{port}"),
-            (protocol, _) => write!(formatter, "{protocol}"),
-        }
-    }
-}
-
-/// The sidecar entry of one service of an address's host network:
-/// `10.9.0.7/32 tcp/8081` (the network, one space, the service). Allowed,
-/// it opens that protocol and port of the address and nothing else; denied,
-/// it refuses exactly that. The sidecar takes it wherever an entry goes
-/// (`allow`, `deny`, `revoke`, `set`, with `forMs` too) and reports it back
-/// as this text (policy, `entriesExpired`); it refuses one whose network is
-/// not a host (/32, /128) or is IPv4-mapped, and IP protocol 0 (a policy
-/// rule cannot tell it from every protocol). Where it meets a CIDR entry,
-/// a deny wins: a service allow opens nothing while an explicit CIDR deny
-/// decides the address (or the address is protected), and a service deny
-/// closes its protocol and port under a CIDR allow.
-pub fn service_entry(network: &str, service: Service) -> String {
-    format!("{network} {service}")
-}
-
 /// How many names one [`SidecarEvent::DnsTally`] counts at most.
 pub const TALLY_NAMES: usize = 1024;
 
@@ -652,24 +406,6 @@ mod tests {
 
     fn request(line: &str) -> Result<SidecarRequest, serde_json::Error> {
         serde_json::from_str(line)
-    }
-
-    #[test]
-    fn services_are_written_one_way_and_read_strictly() {
-        for (text, protocol, port) in [("tcp/8081", 6, Some(8081)), ("udp/53", 17, Some(53)), ("132", 132, None), ("1", 1, None)] {
-            let service = Service::parse(text).expect(text);
-            assert_eq!((service.protocol(), service.port()), (protocol, port), "{text}");
-            assert_eq!(service.to_string(), text);
-        }
-        for bad in
-            ["", "tcp", "tcp/", "tcp/0", "tcp/65536", "tcp/+80", "tcp/80 ", "TCP/80", "6", "17", "256", "132/5", "sctp/5", "udp/-1", "1e3"]
-        {
-            assert!(Service::parse(bad).is_err(), "{bad:?}");
-        }
-        assert!(Service::new(Service::TCP, None).is_err());
-        assert!(Service::new(1, Some(7)).is_err());
-        let service = Service::parse("tcp/8081").expect("tcp");
-        assert_eq!(service_entry("10.9.0.7/32", service), "10.9.0.7/32 tcp/8081");
     }
 
     #[test]
@@ -739,45 +475,6 @@ mod tests {
         assert!(!debug.contains("sk-live-123") && debug.contains("18 bytes"), "{debug}");
         assert!(request(r#"{"type":"credentials","endpoints":[{"origin":"https://a.test","port":1,"header":"x","value":"v","extra":1}]}"#)
             .is_err());
-    }
-
-    #[test]
-    fn origins_headers_and_values_are_checked() {
-        let origin = Origin::parse("https://API.Anthropic.com").unwrap();
-        assert_eq!(origin, Origin { host: "api.anthropic.com".into(), port: 443 });
-        assert_eq!(origin.to_string(), "https://api.anthropic.com");
-        assert_eq!(Origin::parse("https://api.test:8443/").unwrap().authority(), "api.test:8443");
-        assert_eq!(Origin::parse("https://10.0.0.7").unwrap().host, "10.0.0.7");
-        let v6 = Origin::parse("https://[fd00::7]:9443").unwrap();
-        assert_eq!((v6.host.as_str(), v6.port, v6.authority()), ("fd00::7", 9443, "[fd00::7]:9443".to_owned()));
-        for bad in [
-            "http://api.test",
-            "api.test",
-            "https://api.test/v1",
-            "https://api.test?x=1",
-            "https://user@api.test",
-            "https://api.test:0",
-            "https://api.test:70000",
-            "https://",
-            "https://bad_name.test",
-            "https://-a.test",
-            "https://[fd00::7",
-            "https://[nope]",
-        ] {
-            let error = Origin::parse(bad).unwrap_err();
-            assert!(error.contains(bad), "{bad}: {error}");
-        }
-        assert_eq!(credential_header("X-Api-Key").unwrap(), "x-api-key");
-        assert_eq!(credential_header("Authorization").unwrap(), "authorization");
-        for bad in ["", "x api", "host", "Content-Length", "Proxy-Authorization", "x:y"] {
-            assert!(credential_header(bad).is_err(), "{bad}");
-        }
-        assert!(check_credential_value("Bearer sk-ant-123").is_ok());
-        for bad in ["", "sk\n", "sk\r\nx-evil: 1", " sk", "sk ", "s\u{e9}"] {
-            let error = check_credential_value(bad).unwrap_err();
-            assert!(!error.contains("sk-"), "{error}");
-        }
-        assert!(check_credential_value(&"k".repeat(MAX_CREDENTIAL_LENGTH + 1)).is_err());
     }
 
     #[test]

@@ -152,11 +152,14 @@ impl LocalBackend {
             let mut launch = lock(&self.launch);
             launch.sidecar_name = Some(resources.sidecar_name.clone());
             // The sandbox's only resolver is the sidecar's.
-            launch.arguments.push(crate::network::resolv_conf_argument(&resources.socket_dir.join("sandbox"))?);
+            launch.arguments.push(crate::sidecar_container::resolv_conf_argument(&resources.socket_dir.join("sandbox"))?);
         }
         // Addresses and networks the host gains later are protected too.
-        let refresh =
-            tokio::spawn(crate::network::refresh_protection(started.socket.clone(), started.fixed.clone(), started.protection.clone()));
+        let refresh = tokio::spawn(crate::sidecar_container::refresh_protection(
+            started.socket.clone(),
+            started.fixed.clone(),
+            started.protection.clone(),
+        ));
         let expiry = {
             let domain = domain.clone();
             tokio::spawn(async move { domain.expire_network_requests().await })
@@ -198,7 +201,7 @@ impl LocalBackend {
     /// The Network Sidecar, when anything may be reached at all; with an
     /// empty allowlist the sandbox simply has no network. A failed start
     /// removes what podman made.
-    async fn start_sidecar(&self, domain: &Arc<Domain>) -> Result<Option<crate::network::StartedSidecar>> {
+    async fn start_sidecar(&self, domain: &Arc<Domain>) -> Result<Option<crate::sidecar_container::StartedSidecar>> {
         if domain.resolved.allow_egress.is_empty() && !domain.resolved.ask {
             return Ok(None);
         }
@@ -208,8 +211,8 @@ impl LocalBackend {
         let started = tokio::task::spawn_blocking(move || {
             // The keys first: a missing one stops the start before any container is made.
             let credentials = crate::credentials::fetch(&resolved.credentials)?;
-            let image = crate::network::ensure_image(&podman)?;
-            crate::network::start(&podman, &resolved, &image, &control_dir, credentials)
+            let image = crate::sidecar_container::ensure_image(&podman)?;
+            crate::sidecar_container::start(&podman, &resolved, &image, &control_dir, credentials)
         })
         .await
         .context("sidecar task failed")?;
@@ -230,7 +233,7 @@ impl LocalBackend {
         let (Some(runsc), Some(caching)) = (launch.runsc, launch.caching) else {
             return domain.set_container_state(ContainerState::Failed, Some("the sandbox's runtime was not chosen".to_owned()));
         };
-        let limits = crate::limits::plan(&domain.resolved.limits, &crate::limits::Host::probe());
+        let limits = crate::resource_limits::plan(&domain.resolved.limits, &crate::resource_limits::Host::probe());
         tracing::info!(arguments = ?limits.arguments, "resource limits");
         let container_command = domain.git.as_ref().map(|layout| layout.container_command()).unwrap_or_default();
         let spec = sandbox::SandboxSpec {
@@ -324,7 +327,7 @@ impl LocalBackend {
         if let Some(reason) = network_error {
             return Err(EgressError::NoNetwork { reason });
         }
-        let policy = tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
+        let policy = tokio::task::spawn_blocking(move || crate::sidecar_container::control(&socket, &request))
             .await?
             .map_err(|error| EgressError::Sidecar(Box::new(error)))?;
         *lock(&self.policy) = Some(policy.clone());
@@ -356,7 +359,7 @@ impl LocalBackend {
         }
         for request in requests {
             let socket = socket.clone();
-            tokio::task::spawn_blocking(move || crate::network::control(&socket, &request))
+            tokio::task::spawn_blocking(move || crate::sidecar_container::control(&socket, &request))
                 .await?
                 .map_err(|error| EgressError::Sidecar(Box::new(error)))?;
         }
@@ -442,9 +445,9 @@ async fn remove_container(podman: &Podman, name: &str, what: &str) {
 /// (`networkRestored`). If the container itself is gone, so is the
 /// network namespace the sandbox shares: the failure stays until the domain
 /// starts anew. Aborted at teardown.
-async fn watch_sidecar(domain: Arc<Domain>, started: crate::network::StartedSidecar, podman: Podman) {
+async fn watch_sidecar(domain: Arc<Domain>, started: crate::sidecar_container::StartedSidecar, podman: Podman) {
     let sidecar = domain.resolved.domain.sidecar_name.clone();
-    let mut events = match crate::network::SidecarEvents::connect(&started.socket).await {
+    let mut events = match crate::sidecar_container::SidecarEvents::connect(&started.socket).await {
         Ok(events) => events,
         Err(error) => return domain.network_failed(format!("cannot watch the Network Sidecar: {}", error.chained())),
     };
@@ -483,7 +486,7 @@ async fn watch_sidecar(domain: Arc<Domain>, started: crate::network::StartedSide
         let deadline = std::time::Instant::now() + bounds::SIDECAR_RETURN;
         events = loop {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            match crate::network::SidecarEvents::connect(&started.socket).await {
+            match crate::sidecar_container::SidecarEvents::connect(&started.socket).await {
                 Ok(events) => break events,
                 Err(_) if std::time::Instant::now() < deadline => continue,
                 Err(error) => {
@@ -495,7 +498,7 @@ async fn watch_sidecar(domain: Arc<Domain>, started: crate::network::StartedSide
                 }
             }
         };
-        let protection = crate::network::protection_now(&started.fixed).unwrap_or_else(|| started.protection.clone());
+        let protection = crate::sidecar_container::protection_now(&started.fixed).unwrap_or_else(|| started.protection.clone());
         let restored = match local_of(&domain) {
             Some(local) => local.restore_sidecar(protection.request(), &started.credentials).await.map_err(crate::Error::from),
             None => Err(EgressError::NoSidecar.into()),

@@ -356,7 +356,7 @@ pub struct Preflight {
 pub fn preflight(resolved: &ResolvedProfile, mount_workspace: bool) -> Result<Preflight> {
     match &resolved.backend {
         Backend::Podman => {
-            let limits = crate::limits::plan(&resolved.limits, &crate::limits::Host::probe());
+            let limits = crate::resource_limits::plan(&resolved.limits, &crate::resource_limits::Host::probe());
             Ok(Preflight { local_image: Some(resolved.image.clone()), warnings: limits.warnings() })
         }
         Backend::Kubernetes(_) => {

@@ -1,3 +1,4 @@
+// size: split pending (issue 46)
 //! The coordinator's in-memory state and its implementation of the
 //! `LazaretApi` JSON-RPC trait. Sessions are keyed by id and owned by the
 //! control connection that registered them, so a vanished client (even one

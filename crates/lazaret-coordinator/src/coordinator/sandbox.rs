@@ -93,8 +93,8 @@ pub struct SandboxSpec<'a> {
     pub command: &'a [String],
     /// The Network Sidecar's container, whose network the sandbox joins.
     pub sidecar: Option<&'a str>,
-    /// How the profile's resource limits are enforced (`crate::limits::plan`).
-    pub limits: &'a crate::limits::Plan,
+    /// How the profile's resource limits are enforced (`crate::resource_limits::plan`).
+    pub limits: &'a crate::resource_limits::Plan,
     /// Which mounts gVisor may cache.
     pub caching: &'a Caching,
 }
@@ -154,7 +154,7 @@ pub fn run_arguments(resolved: &ResolvedProfile, spec: &SandboxSpec<'_>) -> Resu
 /// these machines need, podman's init (catatonit) as PID 1, no privilege
 /// gain, and the resource limits. `lazaret doctor` starts its probe sandbox
 /// with exactly these.
-pub fn runtime_arguments(runsc: &std::path::Path, sidecar: Option<&str>, limits: &crate::limits::Plan) -> Vec<String> {
+pub fn runtime_arguments(runsc: &std::path::Path, sidecar: Option<&str>, limits: &crate::resource_limits::Plan) -> Vec<String> {
     let mut arguments = crate::podman::runsc_arguments(runsc, sidecar, limits);
     arguments.push("--init".into());
     arguments.push("--security-opt=no-new-privileges".into());
@@ -271,7 +271,7 @@ pub async fn start(podman: &Podman, resolved: &ResolvedProfile, spec: &SandboxSp
     let mut command = tokio::process::Command::from(podman.command());
     command.args(&invocation.arguments).envs(invocation.environment);
     let what = format!("podman run of the sandbox {}", resolved.domain.container_name);
-    let output = crate::podman::output_bounded(command, bounds::PODMAN_RUN, &what).await?;
+    let output = crate::bounded_process::output_bounded(command, bounds::PODMAN_RUN, &what).await?;
     if !output.status.success() {
         bail!("podman could not start the sandbox: {}", crate::podman::explain(&output.stderr));
     }
@@ -303,7 +303,7 @@ pub async fn remove_within(podman: &Podman, name: &str, bound: std::time::Durati
         }
         let mut command = tokio::process::Command::from(podman.command());
         command.args(["rm", "--force", "--time=0", "--ignore", name]);
-        let output = crate::podman::output_bounded(command, bound, &format!("podman rm {name}")).await?;
+        let output = crate::bounded_process::output_bounded(command, bound, &format!("podman rm {name}")).await?;
         if output.status.success() {
             return Ok(());
         }
@@ -320,7 +320,8 @@ pub async fn default_command(podman: &Podman, image: &str) -> Vec<String> {
     let shell = || vec!["/bin/sh".to_owned()];
     let mut command = tokio::process::Command::from(podman.command());
     command.args(["image", "inspect", "--format", "{{json .Config.Cmd}}", image]);
-    let output = match crate::podman::output_bounded(command, bounds::PODMAN_QUERY, &format!("podman image inspect {image}")).await {
+    let output = match crate::bounded_process::output_bounded(command, bounds::PODMAN_QUERY, &format!("podman image inspect {image}")).await
+    {
         Ok(output) if output.status.success() => output,
         Ok(output) => {
             let reason = crate::podman::explain(&output.stderr);

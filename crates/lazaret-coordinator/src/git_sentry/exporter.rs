@@ -146,7 +146,7 @@ impl Exporter {
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
         let command = self.exec(&["sh", "-c", one_shot], false, EXPORTER_ONCE)?;
-        let output = crate::podman::output_within(command, remaining, "the export of the agent branch").await?;
+        let output = crate::bounded_process::output_within(command, remaining, "the export of the agent branch").await?;
         self.start(loop_script);
         Ok(if output.status.success() { Outcome::Written } else { Outcome::Failed })
     }

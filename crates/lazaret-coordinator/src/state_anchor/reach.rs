@@ -116,8 +116,11 @@ impl Reach {
         }
         // Bounded: a fuse-overlayfs or podman that hangs must not hold the
         // start. On time-out the mount table below says what got mounted.
-        let output = match crate::podman::output_bounded_blocking(command, bounds::MOUNT_COMMAND, "the State Anchor's overlay mount script")
-        {
+        let output = match crate::bounded_process::output_bounded_blocking(
+            command,
+            bounds::MOUNT_COMMAND,
+            "the State Anchor's overlay mount script",
+        ) {
             Ok(output) => output,
             Err(error @ crate::Error::TimedOut { .. }) => return self.after_failed_mount(overlays, mounted, 0, error),
             Err(error) => {
@@ -289,7 +292,7 @@ impl Reach {
                 }
                 let mut command = self.command("find");
                 command.args(roots).args(["-mindepth", "1", "-printf", FIND_FORMAT]);
-                let output = crate::podman::output_bounded_blocking(command, bounds::STATE_WALK, "podman unshare find")?;
+                let output = crate::bounded_process::output_bounded_blocking(command, bounds::STATE_WALK, "podman unshare find")?;
                 if !output.status.success() {
                     crate::bail!("podman unshare find {roots:?}: {}", String::from_utf8_lossy(&output.stderr).trim());
                 }
@@ -358,7 +361,7 @@ impl Reach {
                 for chunk in argument_chunks(paths) {
                     let mut command = self.command("find");
                     command.args(chunk).args(["-maxdepth", "0", "-printf", FIND_FORMAT]);
-                    let output = crate::podman::output_bounded_blocking(command, bounds::STATE_WALK, "podman unshare find")?;
+                    let output = crate::bounded_process::output_bounded_blocking(command, bounds::STATE_WALK, "podman unshare find")?;
                     let stderr = String::from_utf8_lossy(&output.stderr);
                     let acceptable = output.status.success() || (output.status.code() == Some(1) && only_missing_paths(&stderr));
                     if !acceptable {
@@ -525,7 +528,7 @@ impl Overlay {
 /// and its stderr (or the bound).
 pub(super) fn run(command: Command, bound: std::time::Duration, what: impl FnOnce() -> String) -> Result<Vec<u8>> {
     let what = what();
-    let output = crate::podman::output_bounded_blocking(command, bound, &what)?;
+    let output = crate::bounded_process::output_bounded_blocking(command, bound, &what)?;
     if !output.status.success() {
         crate::bail!("{what} failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
     }

@@ -1,3 +1,4 @@
+// size: a data table: the built-in rules, each with the examples that check it.
 //! The built-in knowledge of the escalation policy: which programs can never
 //! be auto-approved, which commands run project code, and which options make
 //! a program run another command. Every rule carries examples that

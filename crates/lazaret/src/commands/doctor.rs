@@ -84,13 +84,14 @@ fn all_checks(config_path: Option<&Path>) -> Vec<Check> {
     if let Err(error) = &config {
         checks.push(Check::fail("configuration", format!("{error:#}"), "lazaret config check"));
     }
-    let host = lazaret_coordinator::limits::Host::probe();
+    let host = lazaret_coordinator::resource_limits::Host::probe();
     let global_limits = config.as_ref().map(|config| config.limits).unwrap_or_default();
-    let plan = lazaret_coordinator::limits::plan(&global_limits, &host);
+    let plan = lazaret_coordinator::resource_limits::plan(&global_limits, &host);
     checks.extend(limits(&plan, None));
     if let Ok(config) = &config {
         for profile in config.profiles.values().filter(|profile| profile.limits != Default::default()) {
-            checks.extend(limits(&lazaret_coordinator::limits::plan(&profile.limits.or(config.limits), &host), Some(&profile.name)));
+            checks
+                .extend(limits(&lazaret_coordinator::resource_limits::plan(&profile.limits.or(config.limits), &host), Some(&profile.name)));
         }
     }
     if let Ok(config) = &config {
@@ -106,11 +107,11 @@ fn all_checks(config_path: Option<&Path>) -> Vec<Check> {
 /// their origins against exists and holds certificates.
 fn credential_ca_bundle(configured: Option<&Path>) -> Check {
     let fix = "set [network] ca_bundle to the system's CA certificates (PEM), e.g. /etc/ssl/certs/ca-certificates.crt";
-    let path = match lazaret_coordinator::network::ca_bundle_from(configured) {
+    let path = match lazaret_coordinator::sidecar_container::ca_bundle_from(configured) {
         Ok(path) => path,
         Err(error) => return Check::fail("credential CA bundle", error.to_string(), fix),
     };
-    match lazaret_coordinator::network::certificates_in(&path) {
+    match lazaret_coordinator::sidecar_container::certificates_in(&path) {
         Ok(0) => Check::fail("credential CA bundle", format!("{} holds no PEM certificate", path.display()), fix),
         Ok(count) => Check::pass("credential CA bundle", format!("{count} certificates in {}", path.display())),
         Err(error) => Check::fail("credential CA bundle", error.to_string(), fix),
@@ -119,8 +120,8 @@ fn credential_ca_bundle(configured: Option<&Path>) -> Check {
 
 /// One check per resource limit (`[limits]`, or a profile's own): its value
 /// and whether this host enforces it, and how or why not.
-fn limits(plan: &lazaret_coordinator::limits::Plan, profile: Option<&str>) -> Vec<Check> {
-    use lazaret_coordinator::limits::Enforcement;
+fn limits(plan: &lazaret_coordinator::resource_limits::Plan, profile: Option<&str>) -> Vec<Check> {
+    use lazaret_coordinator::resource_limits::Enforcement;
     let scope = profile.map_or_else(String::new, |profile| format!("profile `{profile}`: "));
     plan.reports()
         .into_iter()
@@ -215,13 +216,13 @@ fn yes_no(value: bool) -> &'static str {
 fn probes(
     config: Option<&lazaret_core::config::Config>,
     runsc: Option<&lazaret_coordinator::runsc::Selected>,
-    limits: &lazaret_coordinator::limits::Plan,
+    limits: &lazaret_coordinator::resource_limits::Plan,
 ) -> Vec<Check> {
     let Some(runsc) = runsc else {
         return vec![Check::fail("sandbox start", "no usable runsc to start a sandbox with", "apt-get install runsc")];
     };
     let podman = Podman::default();
-    let image = match lazaret_coordinator::network::ensure_image(&podman) {
+    let image = match lazaret_coordinator::sidecar_container::ensure_image(&podman) {
         Ok(image) => image,
         Err(error) => {
             let message = error.chained();
@@ -241,7 +242,7 @@ fn probes(
     });
     match egress_network {
         Some(network) => {
-            let arguments = lazaret_coordinator::network::container_arguments(&network);
+            let arguments = lazaret_coordinator::sidecar_container::container_arguments(&network);
             checks.push(probe(
                 &podman,
                 "sidecar start",
@@ -263,7 +264,7 @@ fn probes(
 /// exactly (only such an entry opens it).
 fn rootless_namespace(config: &lazaret_core::config::Config, podman: &Podman, network: &str) -> Check {
     const NAME: &str = "rootless network namespace";
-    let protection = match lazaret_coordinator::network::rootless_namespace_on(podman, network) {
+    let protection = match lazaret_coordinator::sidecar_container::rootless_namespace_on(podman, network) {
         Ok(protection) => protection,
         Err(error) => return Check::fail(NAME, error.chained(), "podman unshare --rootless-netns ip address show"),
     };

@@ -22,8 +22,9 @@ use lazaret_protocol::NetworkPolicy;
 use sha2::{Digest, Sha256};
 
 use crate::bail;
+use crate::bounded_process::output_bounded_blocking as bounded;
 use crate::error::{Context, Result};
-use crate::podman::{output_bounded_blocking as bounded, Podman};
+use crate::podman::Podman;
 use lazaret_core::bounds;
 
 /// Inside the sidecar: where its control socket lives.
