@@ -83,12 +83,22 @@ impl Join {
         }
     }
 
-    /// Where the session's helper commands (an interrupt, a window size) run.
-    fn inside(&self) -> Inside {
+    /// `sh -c script` in the sandbox this session joins, for its helper
+    /// commands (an interrupt, a window size), and what to call it in a log
+    /// line; `None` when this program cannot be found to run `pod-exec`.
+    fn helper_command(&self, script: &str) -> Option<(std::process::Command, String)> {
         match self {
-            Join::Runsc(recorded) => Inside::Container(recorded.container_name.clone()),
-            Join::Podman(container) => Inside::Container(container.clone()),
-            Join::Pod(pod, _) => Inside::Pod(pod.clone()),
+            Join::Runsc(ExecTarget { container_name: container, .. }) | Join::Podman(container) => {
+                let mut command = Podman::default().command();
+                command.args(["exec", container, "sh", "-c", script]);
+                Some((command, format!("podman exec in {container}")))
+            }
+            Join::Pod(pod, _) => {
+                let program = std::env::current_exe().ok()?;
+                let mut command = std::process::Command::new(program);
+                command.args(pod.arguments(&[], &["sh".to_owned(), "-c".to_owned(), script.to_owned()]));
+                Some((command, format!("an exec in Pod {}/{}", pod.namespace, pod.pod)))
+            }
         }
     }
 
@@ -113,13 +123,6 @@ pub struct SessionCommand {
     /// The delegated Session Anchor credential (base64), for `lazaret-escalate`.
     pub credential: String,
     pub argv: Vec<String>,
-}
-
-/// Where a session's helper commands (an interrupt, a window size) run.
-#[derive(Clone)]
-enum Inside {
-    Container(String),
-    Pod(PodTarget),
 }
 
 /// A process to start on the host for a session, and the process spec that
@@ -339,7 +342,7 @@ async fn run_piped(session: &SessionCommand) -> Result<i32> {
         _ = interrupt.recv() => {
             // Deliver the interrupt inside the sandbox as well: podman exec
             // without a terminal does not forward signals.
-            signal_inside(&session.join.inside(), &format!("kill -INT \"$(cat {state})\""));
+            signal_inside(&session.join, &format!("kill -INT \"$(cat {state})\""));
             let _ = child.kill().await;
             return Ok(128 + 2);
         }
@@ -436,7 +439,7 @@ fn run_interactive(session: &SessionCommand, ui: SharedUi, actions: ActionSender
     });
     // Where the sandbox's terminal does not signal (old runsc builds,
     // podman exec), a typed ^C is delivered by the CLI.
-    let stand_in = (!session.join.terminal_signals()).then(|| (session.join.inside(), state_file(&session.session_id)));
+    let stand_in = (!session.join.terminal_signals()).then(|| (session.join.clone(), state_file(&session.session_id)));
     // The input thread blocks on our stdin; it ends with the process.
     let input_ui = ui.clone();
     std::thread::spawn(move || {
@@ -481,7 +484,7 @@ fn run_interactive(session: &SessionCommand, ui: SharedUi, actions: ActionSender
         }
     });
     let resize_master = pair.master;
-    let resize_inside = session.join.inside();
+    let resize_inside = session.join.clone();
     let resize_state = state_file(&session.session_id);
     let resizer = std::thread::spawn(move || watch_window_size(&*resize_master, &resize_inside, &resize_state, &ui));
 
@@ -516,20 +519,8 @@ fn interrupt_script(state: &str) -> String {
 /// [`lazaret_core::bounds::IN_SANDBOX_SIGNAL`]: the sandbox's `sh`, `ps`
 /// and `stty` are the agent's to replace, and a hung one must not hold the
 /// session's terminal.
-fn signal_inside(inside: &Inside, script: &str) {
-    let (command, what) = match inside {
-        Inside::Container(container) => {
-            let mut command = Podman::default().command();
-            command.args(["exec", container, "sh", "-c", script]);
-            (command, format!("podman exec in {container}"))
-        }
-        Inside::Pod(pod) => {
-            let Ok(program) = std::env::current_exe() else { return };
-            let mut command = std::process::Command::new(program);
-            command.args(pod.arguments(&[], &["sh".to_owned(), "-c".to_owned(), script.to_owned()]));
-            (command, format!("an exec in Pod {}/{}", pod.namespace, pod.pod))
-        }
-    };
+fn signal_inside(join: &Join, script: &str) {
+    let Some((command, what)) = join.helper_command(script) else { return };
     if let Err(error) =
         lazaret_coordinator::bounded_process::output_bounded_blocking(command, lazaret_core::bounds::IN_SANDBOX_SIGNAL, &what)
     {
@@ -540,7 +531,7 @@ fn signal_inside(inside: &Inside, script: &str) {
 /// Polls the terminal size (SIGWINCH cannot be waited for from a plain
 /// thread without a signal crate) and applies changes to both terminals;
 /// on the same beat, draws the prompt again once it arms.
-fn watch_window_size(master: &dyn portable_pty::MasterPty, inside: &Inside, state: &str, ui: &SharedUi) {
+fn watch_window_size(master: &dyn portable_pty::MasterPty, inside: &Join, state: &str, ui: &SharedUi) {
     let mut last = terminal_size();
     loop {
         std::thread::sleep(std::time::Duration::from_millis(250));
