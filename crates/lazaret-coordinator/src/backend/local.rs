@@ -292,7 +292,9 @@ impl LocalBackend {
         }
     }
 
-    /// Exports the agent branch if it changed since the last export.
+    /// Exports the agent branch if it changed since the last export; after
+    /// an export (not after a look that found nothing changed) the
+    /// allocator's free pages go back (`memory`).
     pub async fn export_branch(&self, layout: &GitLayout, running: bool) -> Option<Result<Export>> {
         if !running {
             return None;
@@ -304,6 +306,8 @@ impl LocalBackend {
         }
         let result = git_sentry::sync::export_once(layout, &mut export.1).await;
         export.0 = Some(fingerprint);
+        drop(export);
+        crate::memory::release_free_memory();
         Some(result)
     }
 
@@ -416,7 +420,6 @@ async fn export_loop(domain: Arc<impl BackendDomain>, layout: GitLayout) {
     let mut watch = git_sentry::ref_watch::RefWatch::new(&layout);
     loop {
         domain.export_agent_branch().await;
-        crate::memory::release_free_memory();
         watch.changed().await;
     }
 }
