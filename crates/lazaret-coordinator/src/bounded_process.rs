@@ -280,7 +280,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let podman = hanging_podman(dir.path());
         let started = Instant::now();
-        let error = crate::coordinator::sandbox::remove_within(&podman, "lazaret-abc", Duration::from_secs(1)).await.expect_err("hangs");
+        let error = crate::backend::sandbox::remove_within(&podman, "lazaret-abc", Duration::from_secs(1)).await.expect_err("hangs");
         assert!(started.elapsed() < Duration::from_secs(5), "one attempt, stopped at the bound");
         let message = error.chained();
         assert!(message.contains("podman rm lazaret-abc") && message.contains("within 1 s"), "{message}");

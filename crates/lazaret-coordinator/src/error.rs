@@ -67,7 +67,7 @@ pub enum Error {
     /// The domain's egress control (the Network Sidecar or the cluster's
     /// policy object) refused or failed a change.
     #[error(transparent)]
-    Egress(#[from] crate::backend::EgressError),
+    Egress(#[from] EgressError),
     /// A blocking task that panicked or was cancelled.
     #[error(transparent)]
     Task(#[from] tokio::task::JoinError),
@@ -78,6 +78,59 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+}
+
+/// Why the egress control refused or failed a request: its `Display`,
+/// with its causes (`Error::chained`), is what a client is told.
+#[derive(Debug, thiserror::Error)]
+pub enum EgressError {
+    /// The domain started with an empty allowlist: no sidecar, no network.
+    #[error("this domain has no Network Sidecar: its allowlist was empty when it started, so the sandbox has no network at all")]
+    NoSidecar,
+    /// The sidecar stopped; `reason` is what `domain/status` says of it.
+    #[error("the sandbox has no working network: {reason}")]
+    NoNetwork { reason: String },
+    /// The sidecar's control socket failed or refused the request.
+    #[error(transparent)]
+    Sidecar(Box<Error>),
+    /// The blocking task that called the control socket did not finish.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    /// An entry that does not parse as an allow or deny entry.
+    #[error("`{entry}`: {reason}")]
+    BadEntry { entry: String, reason: String },
+    /// A cluster's policy object cannot carve a name out of a wider allow.
+    #[error(
+        "`{entry}` is not an allow entry: on a cluster the policy object cannot carve it out of a wider one, so a deny removes \
+         an allow entry exactly as written"
+    )]
+    NotAnAllowEntry { entry: String },
+    /// A cluster's policy object has no expiry.
+    #[error("timed entries (--for) are not supported on a cluster: the policy object has no expiry")]
+    TimedOnCluster,
+    /// A setting only the local Network Sidecar has (holds, protections,
+    /// credential endpoints).
+    #[error("the cluster's policy object has no such setting (it is the local Network Sidecar's)")]
+    NotOnCluster,
+    /// The profile's cluster egress is `none`.
+    #[error(
+        "profile `{profile}` has no egress on its cluster (egress = \"none\"): nothing can be allowed; Lazaret never opens it silently"
+    )]
+    NoClusterEgress { profile: String },
+    /// The pod does not run yet.
+    #[error("the domain's pod is not running yet; change the policy once it is")]
+    PodNotRunning,
+    /// The API server refused the new policy object (a refusal for safety
+    /// stays one: [`EgressError::is_security_refusal`]).
+    #[error("the cluster refused the new policy")]
+    ClusterRefused(#[source] lazaret_kube::Error),
+}
+
+impl EgressError {
+    /// The cluster refused for safety (`lazaret_core::exit_status::SECURITY_ABORT`).
+    pub fn is_security_refusal(&self) -> bool {
+        matches!(self, EgressError::ClusterRefused(error) if error.is_security_refusal())
+    }
 }
 
 /// A result of the coordinator library.
@@ -183,7 +236,6 @@ mod tests {
 
     #[test]
     fn a_cluster_refusal_for_safety_stays_one_through_the_egress_control() {
-        use crate::backend::EgressError;
         let refused = EgressError::ClusterRefused(lazaret_kube::Error::NoRuntimeClass("gvisor".into()));
         assert!(refused.is_security_refusal());
         let error = Err::<(), _>(refused).context("net allow").expect_err("error");

@@ -4,7 +4,10 @@
 //! `lazaret state` reads the State Anchor, `lazaret diff` the agent branch).
 //!
 //! - `coordinator`: the main loop, the in-memory domain and its JSON-RPC
-//!   API, the sandbox container.
+//!   API; the top level, which no other module imports.
+//! - `backend`: the sandbox, a local container (`podman run` in
+//!   `backend::sandbox`) or a pod, seeing its domain only through
+//!   `backend::BackendDomain`.
 //! - `escalation`: Host Escalation, coordinator side.
 //! - `git_sentry`: the agent's repository and branch.
 //! - `sidecar_container`: the Network Sidecar, coordinator side (its image,
@@ -41,6 +44,7 @@ pub mod sandbox_exec;
 pub mod sidecar_container;
 pub mod state_anchor;
 
+pub use backend::WorkspaceMode;
 pub use coordinator::api::EgressReloader;
-pub use coordinator::{run, WorkspaceMode, LOG_FILE, STORE_FILE};
+pub use coordinator::{run, LOG_FILE, STORE_FILE};
 pub use error::{Context, Error, Result};

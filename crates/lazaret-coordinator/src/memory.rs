@@ -8,8 +8,12 @@
 //! In an idle coordinator that was 1.7 MiB of its 3.3 MiB of anonymous
 //! memory (docs/performance.md). `malloc_trim` hands every free
 //! page of every arena back; it is called after the sandbox is up, after an
-//! export of the agent branch and when a connection closes (a session's or
-//! an editor's), never on a timer (an idle coordinator stays asleep).
+//! export of the agent branch (its ref files changed; the export loop's
+//! look every 500 ms that finds them unchanged trims nothing) and
+//! when a connection closes (a session's or an editor's), never on a timer:
+//! an idle coordinator makes no `malloc_trim` call (it made two a second,
+//! each some `madvise` calls, while the export loop trimmed after every
+//! look; docs/performance.md, "Idle coordinators and busy domains").
 
 /// Returns the free pages of every allocator arena to the system (glibc's
 /// `malloc_trim(0)`); a no-op where the C library has none.

@@ -282,7 +282,7 @@ impl Features {
 
     /// Whether the sandbox's bind mounts can be cached one by one: the global
     /// `--file-access-mounts=exclusive` with a `share=shared` mount hint on
-    /// each mount the host changes (see `coordinator::sandbox`). Debian 12's
+    /// each mount the host changes (see `backend::sandbox`). Debian 12's
     /// runsc (20221219) and the current one both can.
     pub fn per_mount_file_access(&self) -> bool {
         self.file_access_mounts

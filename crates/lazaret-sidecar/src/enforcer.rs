@@ -27,7 +27,6 @@
 //! force in the kernel: the rules read back after every change, the
 //! netfilter backstop replaced with them.
 
-mod learned;
 mod state;
 
 use std::io;
@@ -41,8 +40,8 @@ use crate::control::Entry;
 use crate::nft::Nft;
 use crate::policy::{allowed_ranges, diff, guard_rules, service_verdicts, sort_rules, unlisted_rules, Cidr, RuleSpec, Service, Verdict};
 use crate::rtnl::Rtnl;
-pub use learned::{Learned, Learning, NotOpened, MAX_LEARNED, MAX_ROUTE_SECONDS, MIN_ROUTE_SECONDS};
 use state::is_protected;
+pub use state::learned::{Learned, Learning, NotOpened, MAX_LEARNED, MAX_ROUTE_SECONDS, MIN_ROUTE_SECONDS};
 pub use state::{not_an_entry, Expired, State, Timer};
 
 /// The host's addresses and the upstream resolvers: only the sidecar's marked

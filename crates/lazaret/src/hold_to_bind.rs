@@ -32,7 +32,7 @@ pub struct Joined {
 pub struct CoordinatorLaunch<'a> {
     pub config_path: Option<&'a Path>,
     pub resolved: &'a ResolvedProfile,
-    pub mode: lazaret_coordinator::coordinator::WorkspaceMode,
+    pub mode: lazaret_coordinator::WorkspaceMode,
     /// Run before a coordinator is started, never when joining a running
     /// one (the image check, notes about the host's working tree): a second
     /// session pays only for the join.
@@ -135,7 +135,7 @@ fn spawn_coordinator(launch: &CoordinatorLaunch<'_>) -> Result<Child> {
         .arg(&launch.resolved.profile)
         .arg("--workspace")
         .arg(&launch.resolved.workspace)
-        .args(if launch.mode == lazaret_coordinator::coordinator::WorkspaceMode::Direct { &["--mount-workspace"][..] } else { &[][..] })
+        .args(if launch.mode == lazaret_coordinator::WorkspaceMode::Direct { &["--mount-workspace"][..] } else { &[][..] })
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);

@@ -39,8 +39,7 @@ use lazaret_kube::cluster::Cluster;
 use lazaret_kube::objects::{self, OperatingMode, SandboxPlan};
 use lazaret_protocol::ContainerState;
 
-use super::{EgressError, EscalationFiles};
-use crate::coordinator::api::Domain;
+use super::{BackendDomain, EgressError, EscalationFiles};
 use crate::error::{Context, Result};
 use crate::sandbox_exec::PodHandle;
 use crate::state_anchor;
@@ -163,7 +162,7 @@ impl ClusterBackend {
     }
 
     /// Starts the domain's pod and lets sessions in; or records why it failed.
-    pub async fn start(&self, domain: &Arc<Domain>, escalation: Option<EscalationFiles>) {
+    pub async fn start(&self, domain: &Arc<impl BackendDomain>, escalation: Option<EscalationFiles>) {
         match start(domain, self, escalation).await {
             Ok(()) => {
                 tracing::info!("sandbox running (pod)");
@@ -204,12 +203,11 @@ impl ClusterBackend {
     /// Teardown's part: the tasks end, and the domain's `Sandbox` (when this
     /// coordinator holds it) is suspended: the pod goes, the claim with the
     /// State Anchor stays, for the next start to resume.
-    pub async fn tear_down(&self, domain: &Domain) {
+    pub async fn tear_down(&self, resolved: &ResolvedProfile) {
         for task in self.started.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
             task.abort();
         }
         let Some(uid) = self.started.held() else { return };
-        let resolved = &domain.resolved;
         let hash = &resolved.domain.domain_hash;
         // What the persistent directories hold now, for `state diff` while the
         // domain is down.
@@ -260,22 +258,21 @@ impl Started {
     }
 }
 
-async fn start(domain: &Arc<Domain>, this: &ClusterBackend, escalation: Option<EscalationFiles>) -> Result<()> {
+async fn start(domain: &Arc<impl BackendDomain>, this: &ClusterBackend, escalation: Option<EscalationFiles>) -> Result<()> {
     let (backend, started) = (&this.config, &this.started);
-    let resolved = &domain.resolved;
+    let resolved = domain.resolved();
     let hash = &resolved.domain.domain_hash;
     let cluster = connect(backend).await?;
     cluster.check_runtime_class(&backend.runtime_class).await?;
     // The lock first, then the policy: no pod of the domain runs without
     // it, and another coordinator's policy is never overwritten.
-    let uid = create(&cluster, domain, backend, started).await?;
+    let uid = create(&cluster, resolved, backend, started).await?;
     apply_policy(&cluster, resolved, backend).await?;
     cluster.set_operating_mode_of(hash, &uid, OperatingMode::Running).await?;
     // The pod's image's own command, when this machine has the image (as
     // the test cluster's loaded images are); a shell otherwise.
     let image = backend.image.clone().unwrap_or_else(|| resolved.image.clone());
-    let default_command =
-        tokio::spawn(async move { crate::coordinator::sandbox::default_command(&crate::podman::Podman::default(), &image).await });
+    let default_command = tokio::spawn(async move { super::sandbox::default_command(&crate::podman::Podman::default(), &image).await });
     let pod = cluster.wait_ready(hash, POD_READY).await?;
     tracing::info!(pod, namespace = %backend.namespace, "pod ready");
     // The static client (the escalation client, and the persistent
@@ -312,7 +309,7 @@ async fn start(domain: &Arc<Domain>, this: &ClusterBackend, escalation: Option<E
         Ok::<(), crate::Error>(())
     };
     let seeded = async {
-        if let Some(layout) = &domain.git {
+        if let Some(layout) = domain.git() {
             crate::git_sentry::pod::seed(&cluster, &pod, layout).await.context("cannot set up the agent's repository in the pod")?;
         }
         Ok::<(), crate::Error>(())
@@ -323,7 +320,7 @@ async fn start(domain: &Arc<Domain>, this: &ClusterBackend, escalation: Option<E
     }
     domain.set_default_command(default_command.await.unwrap_or_else(|_| vec!["/bin/sh".to_owned()]));
     let _ = this.pod.set(PodHandle { cluster: cluster.clone(), pod: pod.clone() });
-    if domain.git.is_some() {
+    if domain.git().is_some() {
         started.keep(tokio::spawn(branch_watch_loop(domain.clone(), cluster, pod)));
     }
     Ok(())
@@ -366,9 +363,9 @@ fn watch_script(branch_ref: &str) -> String {
 /// pod cannot make the host export faster than that. A watcher that ends
 /// (killed inside, a lost connection) or says nothing for three
 /// heartbeats is followed by one export and, after a pause, a new watcher.
-async fn branch_watch_loop(domain: Arc<Domain>, cluster: Cluster, pod: String) {
+async fn branch_watch_loop(domain: Arc<impl BackendDomain>, cluster: Cluster, pod: String) {
     use tokio::io::AsyncReadExt;
-    let Some(layout) = domain.git.clone() else { return };
+    let Some(layout) = domain.git().cloned() else { return };
     let script = watch_script(&layout.branch_ref());
     loop {
         match cluster.exec_attached(&pod, &["sh", "-c", &script]).await {
@@ -425,8 +422,7 @@ async fn apply_policy(cluster: &Cluster, resolved: &ResolvedProfile, backend: &K
 /// that is this machine's, suspended by the last teardown or left running
 /// by a killed coordinator. It is suspended with the profile's current pod
 /// template (its claim, the State Anchor, stays) and resumed by the start.
-async fn create(cluster: &Cluster, domain: &Domain, backend: &KubernetesBackend, started: &Started) -> Result<String> {
-    let resolved = &domain.resolved;
+async fn create(cluster: &Cluster, resolved: &ResolvedProfile, backend: &KubernetesBackend, started: &Started) -> Result<String> {
     let hash = &resolved.domain.domain_hash;
     let domain_dir = &resolved.domain.domain_dir;
     let mut plan = plan(resolved, backend);
@@ -521,7 +517,7 @@ async fn install(cluster: &Cluster, pod: &str, script: &str, file: &Path) -> Res
 /// Keeps `lazaret-escalate --relay` running in the pod and its streams
 /// connected to the Escalation Socket, starting it again when it ends
 /// (a lost connection, a killed relay) while the domain runs.
-async fn relay_loop(domain: Arc<Domain>, cluster: Cluster, pod: String, socket: PathBuf) {
+async fn relay_loop(domain: Arc<impl BackendDomain>, cluster: Cluster, pod: String, socket: PathBuf) {
     loop {
         match cluster.exec_attached(&pod, &["/run/lazaret/bin/lazaret-escalate", "--relay"]).await {
             Ok(attached) => {

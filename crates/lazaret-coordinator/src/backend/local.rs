@@ -23,10 +23,8 @@ use lazaret_core::domain::DomainResources;
 use lazaret_protocol::sidecar::{CredentialEndpoint, SidecarRequest};
 use lazaret_protocol::{ContainerState, NetworkPolicy};
 
-use super::{EgressError, EscalationFiles};
+use super::{sandbox, BackendDomain, EgressError, EscalationFiles};
 use crate::cleanup::LogFailure;
-use crate::coordinator::api::Domain;
-use crate::coordinator::sandbox;
 use crate::error::{Context, Result};
 use crate::exec_target::ExecTarget;
 use crate::git_sentry::sync::{BranchFingerprint, Export};
@@ -128,7 +126,7 @@ impl LocalBackend {
     /// Before the domain serves: the State Anchor's overlays, the
     /// Escalation Socket's mounts, and the Network Sidecar (with the
     /// network requests' state and loops).
-    pub async fn provision(&self, domain: &Arc<Domain>, escalation: Option<&EscalationFiles>) -> Result<()> {
+    pub async fn provision(&self, domain: &Arc<impl BackendDomain>, escalation: Option<&EscalationFiles>) -> Result<()> {
         if let Some(anchor) = self.mount_state_anchor(domain).await? {
             lock(&self.launch).arguments.extend(anchor.podman_arguments());
             // Until the domain serves, a failure unmounts it (finding 10).
@@ -138,7 +136,7 @@ impl LocalBackend {
             lock(&self.launch).arguments.extend(escalation_mounts(files));
         }
         let Some(started) = self.start_sidecar(domain).await? else { return Ok(()) };
-        let resources = &domain.resolved.domain;
+        let resources = &domain.resolved().domain;
         // Set once per domain: a second start of the same domain value
         // never happens (the start-up pipeline runs once).
         let _ = self.sidecar.set(started.socket.clone());
@@ -182,16 +180,16 @@ impl LocalBackend {
     /// The State Anchor: overlays for the persistent directories, mounted
     /// before the sandbox starts. A leftover container of a killed
     /// coordinator must go first: its runsc gofer still serves the old overlays.
-    async fn mount_state_anchor(&self, domain: &Arc<Domain>) -> Result<Option<Arc<StateAnchor>>> {
-        if domain.resolved.persistent_dirs.is_empty() {
+    async fn mount_state_anchor(&self, domain: &Arc<impl BackendDomain>) -> Result<Option<Arc<StateAnchor>>> {
+        if domain.resolved().persistent_dirs.is_empty() {
             return Ok(None);
         }
-        let resources = &domain.resolved.domain;
+        let resources = &domain.resolved().domain;
         if let Err(error) = sandbox::remove(&self.podman, &resources.container_name).await {
             tracing::warn!(error = %error.chained(), "could not remove a leftover container");
         }
         let (domain_dir, image, dirs) =
-            (resources.domain_dir.clone(), domain.resolved.image.clone(), domain.resolved.persistent_dirs.clone());
+            (resources.domain_dir.clone(), domain.resolved().image.clone(), domain.resolved().persistent_dirs.clone());
         let anchor = tokio::task::spawn_blocking(move || StateAnchor::mount(&domain_dir, &image, &dirs))
             .await
             .context("state anchor task failed")??;
@@ -201,11 +199,11 @@ impl LocalBackend {
     /// The Network Sidecar, when anything may be reached at all; with an
     /// empty allowlist the sandbox simply has no network. A failed start
     /// removes what podman made.
-    async fn start_sidecar(&self, domain: &Arc<Domain>) -> Result<Option<crate::sidecar_container::StartedSidecar>> {
-        if domain.resolved.allow_egress.is_empty() && !domain.resolved.ask {
+    async fn start_sidecar(&self, domain: &Arc<impl BackendDomain>) -> Result<Option<crate::sidecar_container::StartedSidecar>> {
+        if domain.resolved().allow_egress.is_empty() && !domain.resolved().ask {
             return Ok(None);
         }
-        let resolved = domain.resolved.clone();
+        let resolved = domain.resolved().clone();
         let podman = self.podman.clone();
         let control_dir = resolved.domain.socket_dir.join("sidecar");
         let started = tokio::task::spawn_blocking(move || {
@@ -217,7 +215,7 @@ impl LocalBackend {
         .await
         .context("sidecar task failed")?;
         if started.is_err() {
-            let name = &domain.resolved.domain.sidecar_name;
+            let name = &domain.resolved().domain.sidecar_name;
             sandbox::remove(&self.podman, name)
                 .await
                 .log_failure(format_args!("removing the sidecar container {name} after a failed start"));
@@ -228,14 +226,14 @@ impl LocalBackend {
     /// Starts the sandbox (and reads the image's default command
     /// meanwhile), waits for the agent's repository to be seeded, and then
     /// lets sessions in; or records why the sandbox failed.
-    pub async fn start(&self, domain: &Arc<Domain>) {
+    pub async fn start(&self, domain: &Arc<impl BackendDomain>) {
         let launch = std::mem::take(&mut *lock(&self.launch));
         let (Some(runsc), Some(caching)) = (launch.runsc, launch.caching) else {
             return domain.set_container_state(ContainerState::Failed, Some("the sandbox's runtime was not chosen".to_owned()));
         };
-        let limits = crate::resource_limits::plan(&domain.resolved.limits, &crate::resource_limits::Host::probe());
+        let limits = crate::resource_limits::plan(&domain.resolved().limits, &crate::resource_limits::Host::probe());
         tracing::info!(arguments = ?limits.arguments, "resource limits");
-        let container_command = domain.git.as_ref().map(|layout| layout.container_command()).unwrap_or_default();
+        let container_command = domain.git().map(|layout| layout.container_command()).unwrap_or_default();
         let spec = sandbox::SandboxSpec {
             runsc: &runsc.path,
             workspace_mounts: &launch.arguments,
@@ -245,12 +243,12 @@ impl LocalBackend {
             caching: &caching,
         };
         let (default_command, started) = tokio::join!(
-            sandbox::default_command(&self.podman, &domain.resolved.image),
-            sandbox::start(&self.podman, &domain.resolved, &spec)
+            sandbox::default_command(&self.podman, &domain.resolved().image),
+            sandbox::start(&self.podman, domain.resolved(), &spec)
         );
         domain.set_default_command(default_command);
-        let container = domain.resolved.domain.container_name.clone();
-        let seeded = match (&started, &domain.git) {
+        let container = domain.resolved().domain.container_name.clone();
+        let seeded = match (&started, domain.git()) {
             (Ok(_), Some(layout)) => sandbox::wait_for_seed(&self.podman, &container, layout)
                 .await
                 .context("cannot set up the agent's repository inside the sandbox"),
@@ -268,21 +266,21 @@ impl LocalBackend {
     /// The sandbox runs: record how sessions start (`runsc exec` where
     /// runsc's state is found, else `podman exec`; see `exec_target`), let
     /// them in, and start the agent branch's loops.
-    async fn running(&self, domain: &Arc<Domain>, runsc: &crate::runsc::Selected, id: &str, container: &str) {
+    async fn running(&self, domain: &Arc<impl BackendDomain>, runsc: &crate::runsc::Selected, id: &str, container: &str) {
         let target = ExecTarget::locate(&runsc.path, id, container)
             .map(|target| ExecTarget { terminal_signals: runsc.terminal_signals(), ..target });
         match &target {
             Some(target) => {
-                if let Err(error) = target.write(&domain.resolved.domain.domain_dir) {
+                if let Err(error) = target.write(&domain.resolved().domain.domain_dir) {
                     tracing::warn!(error = %error.chained(), "sessions use podman exec");
                 }
             }
             None => tracing::info!(id, "runsc's state of the sandbox not found; sessions use podman exec"),
         }
         tracing::info!("sandbox running");
-        self.mark_branch_seeded(domain, target).await;
+        self.mark_branch_seeded(domain.as_ref(), target).await;
         domain.set_container_state(ContainerState::Running, None);
-        if let Some(layout) = domain.git.clone() {
+        if let Some(layout) = domain.git().cloned() {
             tokio::spawn(git_sentry::sync::mirror_config_loop(layout.clone()));
             tokio::spawn(export_loop(domain.clone(), layout));
         }
@@ -293,19 +291,21 @@ impl LocalBackend {
     /// branch is not exported) and how the exporter inside the sandbox is
     /// run: with `runsc exec` of `target` it starts at the first export,
     /// with `podman exec` now.
-    async fn mark_branch_seeded(&self, domain: &Domain, target: Option<ExecTarget>) {
-        let Some(layout) = &domain.git else { return };
+    async fn mark_branch_seeded(&self, domain: &impl BackendDomain, target: Option<ExecTarget>) {
+        let Some(layout) = domain.git() else { return };
         let mut export = self.export.lock().await;
         export.0 = Some(git_sentry::sync::branch_fingerprint(layout));
         if let Some(target) = target {
-            export.1.use_runsc(target, domain.resolved.domain.domain_dir.clone());
+            export.1.use_runsc(target, domain.resolved().domain.domain_dir.clone());
         }
         if !export.1.starts_cheaply() {
             export.1.start(&layout.export_loop_script());
         }
     }
 
-    /// Exports the agent branch if it changed since the last export.
+    /// Exports the agent branch if it changed since the last export; after
+    /// an export (not after a look that found nothing changed) the
+    /// allocator's free pages go back (`memory`).
     pub async fn export_branch(&self, layout: &GitLayout, running: bool) -> Option<Result<Export>> {
         if !running {
             return None;
@@ -317,6 +317,8 @@ impl LocalBackend {
         }
         let result = git_sentry::sync::export_once(layout, &mut export.1).await;
         export.0 = Some(fingerprint);
+        drop(export);
+        crate::memory::release_free_memory();
         Some(result)
     }
 
@@ -418,11 +420,10 @@ fn escalation_mounts(files: &EscalationFiles) -> Vec<String> {
 
 /// Exports the agent branch whenever its ref files change: woken by inotify
 /// on their directories, or by the slow poll behind it (`ref_watch`).
-async fn export_loop(domain: Arc<Domain>, layout: GitLayout) {
+async fn export_loop(domain: Arc<impl BackendDomain>, layout: GitLayout) {
     let mut watch = git_sentry::ref_watch::RefWatch::new(&layout);
     loop {
         domain.export_agent_branch().await;
-        crate::memory::release_free_memory();
         watch.changed().await;
     }
 }
@@ -445,8 +446,8 @@ async fn remove_container(podman: &Podman, name: &str, what: &str) {
 /// (`networkRestored`). If the container itself is gone, so is the
 /// network namespace the sandbox shares: the failure stays until the domain
 /// starts anew. Aborted at teardown.
-async fn watch_sidecar(domain: Arc<Domain>, started: crate::sidecar_container::StartedSidecar, podman: Podman) {
-    let sidecar = domain.resolved.domain.sidecar_name.clone();
+async fn watch_sidecar(domain: Arc<impl BackendDomain>, started: crate::sidecar_container::StartedSidecar, podman: Podman) {
+    let sidecar = domain.resolved().domain.sidecar_name.clone();
     let mut events = match crate::sidecar_container::SidecarEvents::connect(&started.socket).await {
         Ok(events) => events,
         Err(error) => return domain.network_failed(format!("cannot watch the Network Sidecar: {}", error.chained())),
@@ -499,7 +500,7 @@ async fn watch_sidecar(domain: Arc<Domain>, started: crate::sidecar_container::S
             }
         };
         let protection = crate::sidecar_container::protection_now(&started.fixed).unwrap_or_else(|| started.protection.clone());
-        let restored = match local_of(&domain) {
+        let restored = match local_of(domain.as_ref()) {
             Some(local) => local.restore_sidecar(protection.request(), &started.credentials).await.map_err(crate::Error::from),
             None => Err(EgressError::NoSidecar.into()),
         };
@@ -513,8 +514,8 @@ async fn watch_sidecar(domain: Arc<Domain>, started: crate::sidecar_container::S
 }
 
 /// The domain's local backend (the sidecar's loops run only for one).
-fn local_of(domain: &Domain) -> Option<&LocalBackend> {
-    match &domain.backend {
+fn local_of(domain: &impl BackendDomain) -> Option<&LocalBackend> {
+    match domain.backend() {
         super::SandboxBackend::Local(local) => Some(local),
         super::SandboxBackend::Cluster(_) => None,
     }

@@ -11,7 +11,8 @@
 //! (a `dyn` trait would box each future), and each variant keeps state of
 //! its own type. youki's `AnyCgroupManager` is the model.
 //!
-//! What lives here: the start and teardown of the sandbox, running a
+//! What lives here: the start and teardown of the sandbox (the local
+//! container's `podman run` arguments in [`sandbox`]), running a
 //! script inside it ([`SandboxBackend::inside`]), its egress control (the
 //! Network Sidecar's control socket, or the policy object), the State
 //! Anchor's listing ([`SandboxBackend::state_diff`]), the export of the
@@ -21,25 +22,71 @@
 //! the free functions at the end: one implementation each, whatever the
 //! backend.
 //!
-//! Invariant: outside this module (and the configuration), nothing in the
-//! coordinator or the CLI matches on the profile's backend.
+//! Invariants: outside this module (and the configuration), nothing in the
+//! coordinator or the CLI matches on the profile's backend; this module
+//! sees its domain only through [`BackendDomain`] and never imports the
+//! coordinator (`crates/lazaret-core/tests/module_circles.rs`).
 
 pub mod cluster;
 pub mod local;
+pub mod sandbox;
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use lazaret_core::config::{Backend, ResolvedProfile};
 use lazaret_core::domain::DomainResources;
-use lazaret_protocol::sidecar::SidecarRequest;
-use lazaret_protocol::{NetworkPolicy, SessionTarget};
+use lazaret_protocol::sidecar::{SidecarEvent, SidecarRequest};
+use lazaret_protocol::{ContainerState, NetworkPolicy, SessionTarget};
 
-use crate::coordinator::api::Domain;
 use crate::error::Result;
 use crate::git_sentry::sync::Export;
 use crate::git_sentry::GitLayout;
 use crate::sandbox_exec::Inside;
+
+/// What the sandbox sees at `/workspace`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceMode {
+    /// The agent's own checkout of `lazaret/agent-<profile>` (git_sentry).
+    AgentBranch,
+    /// The workspace itself, read-write: only for directories that are not
+    /// git repositories, on the user's explicit request.
+    Direct,
+}
+
+/// What a backend needs of the domain it runs the sandbox of, and no more:
+/// the coordinator's `Domain` implements it (as it does `EscalationDomain`),
+/// so this module never imports the coordinator that holds it.
+pub trait BackendDomain: Send + Sync + 'static {
+    /// The domain's resolved profile.
+    fn resolved(&self) -> &ResolvedProfile;
+    /// The agent branch's layout; `None` for a directly mounted workspace.
+    fn git(&self) -> Option<&GitLayout>;
+    /// The domain's backend (the one calling).
+    fn backend(&self) -> &SandboxBackend;
+    /// Whether teardown has begun.
+    fn is_shutting_down(&self) -> bool;
+    /// Records (and announces) the sandbox's state.
+    fn set_container_state(&self, state: ContainerState, message: Option<String>);
+    /// The image's default command, once read.
+    fn set_default_command(&self, command: Vec<String>);
+    /// Exports the agent branch if it changed, and announces the outcome.
+    fn export_agent_branch(&self) -> impl Future<Output = ()> + Send;
+    /// Loads the network requests' grants kept for the profile and puts
+    /// them in force (a domain with a Network Sidecar).
+    fn start_network_requests(&self) -> impl Future<Output = Result<()>> + Send;
+    /// Ends timed network requests as they run out; never returns.
+    fn expire_network_requests(&self) -> impl Future<Output = ()> + Send;
+    /// One event of the Network Sidecar.
+    fn sidecar_event(&self, event: SidecarEvent) -> impl Future<Output = ()> + Send;
+    /// The sidecar stopped for good: the sandbox has no network.
+    fn network_failed(&self, message: String);
+    /// The sidecar stopped and is being started again.
+    fn network_restarting(&self, message: String);
+    /// The sidecar answers again: the domain's grants are put back.
+    fn network_restored(&self) -> impl Future<Output = Result<()>> + Send;
+}
 
 /// The Escalation Socket's side of the sandbox: what goes into it (the
 /// static client and its TLS bundle) and the socket it reaches here.
@@ -63,58 +110,7 @@ pub enum SandboxBackend {
     Cluster(cluster::ClusterBackend),
 }
 
-/// Why the egress control refused or failed a request: its `Display`,
-/// with its causes (`Error::chained`), is what a client is told.
-#[derive(Debug, thiserror::Error)]
-pub enum EgressError {
-    /// The domain started with an empty allowlist: no sidecar, no network.
-    #[error("this domain has no Network Sidecar: its allowlist was empty when it started, so the sandbox has no network at all")]
-    NoSidecar,
-    /// The sidecar stopped; `reason` is what `domain/status` says of it.
-    #[error("the sandbox has no working network: {reason}")]
-    NoNetwork { reason: String },
-    /// The sidecar's control socket failed or refused the request.
-    #[error(transparent)]
-    Sidecar(Box<crate::Error>),
-    /// The blocking task that called the control socket did not finish.
-    #[error(transparent)]
-    Task(#[from] tokio::task::JoinError),
-    /// An entry that does not parse as an allow or deny entry.
-    #[error("`{entry}`: {reason}")]
-    BadEntry { entry: String, reason: String },
-    /// A cluster's policy object cannot carve a name out of a wider allow.
-    #[error(
-        "`{entry}` is not an allow entry: on a cluster the policy object cannot carve it out of a wider one, so a deny removes \
-         an allow entry exactly as written"
-    )]
-    NotAnAllowEntry { entry: String },
-    /// A cluster's policy object has no expiry.
-    #[error("timed entries (--for) are not supported on a cluster: the policy object has no expiry")]
-    TimedOnCluster,
-    /// A setting only the local Network Sidecar has (holds, protections,
-    /// credential endpoints).
-    #[error("the cluster's policy object has no such setting (it is the local Network Sidecar's)")]
-    NotOnCluster,
-    /// The profile's cluster egress is `none`.
-    #[error(
-        "profile `{profile}` has no egress on its cluster (egress = \"none\"): nothing can be allowed; Lazaret never opens it silently"
-    )]
-    NoClusterEgress { profile: String },
-    /// The pod does not run yet.
-    #[error("the domain's pod is not running yet; change the policy once it is")]
-    PodNotRunning,
-    /// The API server refused the new policy object (a refusal for safety
-    /// stays one: [`EgressError::is_security_refusal`]).
-    #[error("the cluster refused the new policy")]
-    ClusterRefused(#[source] lazaret_kube::Error),
-}
-
-impl EgressError {
-    /// The cluster refused for safety (`lazaret_core::exit_status::SECURITY_ABORT`).
-    pub fn is_security_refusal(&self) -> bool {
-        matches!(self, EgressError::ClusterRefused(error) if error.is_security_refusal())
-    }
-}
+pub use crate::error::EgressError;
 
 /// Why `state diff` failed, by what failed (each has its own error code).
 #[derive(Debug)]
@@ -130,11 +126,11 @@ pub enum StateDiffFailure {
 impl SandboxBackend {
     /// The backend of `resolved`'s domain with `/workspace` as `mode` says;
     /// a cluster refuses a directly mounted workspace, naming the key.
-    pub fn new(resolved: &ResolvedProfile, mode: crate::coordinator::WorkspaceMode) -> Result<SandboxBackend> {
+    pub fn new(resolved: &ResolvedProfile, mode: WorkspaceMode) -> Result<SandboxBackend> {
         Ok(match &resolved.backend {
             Backend::Podman => SandboxBackend::Local(local::LocalBackend::new(resolved)),
             Backend::Kubernetes(config) => {
-                if mode == crate::coordinator::WorkspaceMode::Direct {
+                if mode == WorkspaceMode::Direct {
                     return Err(lazaret_core::Error::invalid(
                         format!("profiles.{}.backend", resolved.profile),
                         "a workspace cannot be mounted into a pod on a cluster (--mount-workspace): run in a git repository, whose \
@@ -181,7 +177,7 @@ impl SandboxBackend {
     /// Before the domain serves: what must exist before its sandbox starts
     /// (a local State Anchor and Network Sidecar; nothing for a pod, whose
     /// cluster holds both).
-    pub async fn provision(&self, domain: &Arc<Domain>, escalation: Option<&EscalationFiles>) -> Result<()> {
+    pub async fn provision(&self, domain: &Arc<impl BackendDomain>, escalation: Option<&EscalationFiles>) -> Result<()> {
         match self {
             SandboxBackend::Local(backend) => backend.provision(domain, escalation).await,
             SandboxBackend::Cluster(_) => Ok(()),
@@ -200,7 +196,7 @@ impl SandboxBackend {
     /// In the background once the domain serves: starts the sandbox and
     /// lets sessions in (the domain's state says `running`), or records
     /// why it failed.
-    pub async fn start(&self, domain: &Arc<Domain>, escalation: Option<EscalationFiles>) {
+    pub async fn start(&self, domain: &Arc<impl BackendDomain>, escalation: Option<EscalationFiles>) {
         match self {
             SandboxBackend::Local(backend) => backend.start(domain).await,
             SandboxBackend::Cluster(backend) => backend.start(domain, escalation).await,
@@ -220,10 +216,10 @@ impl SandboxBackend {
     /// Teardown's part, once the agent branch is exported: the sandbox
     /// goes (a local container, sidecar and State Anchor; a pod, whose
     /// `Sandbox` is suspended and keeps its claim).
-    pub async fn tear_down(&self, domain: &Domain) {
+    pub async fn tear_down(&self, resolved: &ResolvedProfile) {
         match self {
-            SandboxBackend::Local(backend) => backend.tear_down(&domain.resolved.domain).await,
-            SandboxBackend::Cluster(backend) => backend.tear_down(domain).await,
+            SandboxBackend::Local(backend) => backend.tear_down(&resolved.domain).await,
+            SandboxBackend::Cluster(backend) => backend.tear_down(resolved).await,
         }
     }
 

@@ -5,7 +5,6 @@
 //! count reaches zero or on SIGINT/SIGTERM/SIGHUP (NFR-2).
 
 pub mod api;
-pub mod sandbox;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -21,7 +20,7 @@ use lazaret_rpc::server::{self, ConnectionEvent};
 use lazaret_store::Store;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::backend::{EscalationFiles, SandboxBackend};
+use crate::backend::{BackendDomain, EscalationFiles, SandboxBackend, WorkspaceMode};
 use crate::domain_lock::DomainLock;
 use crate::error::{Context, Result};
 use crate::git_sentry::{GitLayout, HostRepository};
@@ -33,16 +32,6 @@ pub const STORE_FILE: &str = "state.redb";
 pub use crate::backend::local::RUNSC_PROBES_FILE;
 /// File name of the coordinator's log inside the Domain Root.
 pub const LOG_FILE: &str = "coordinator.log";
-
-/// What the sandbox sees at `/workspace`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkspaceMode {
-    /// The agent's own checkout of `lazaret/agent-<profile>` (git_sentry).
-    AgentBranch,
-    /// The workspace itself, read-write: only for directories that are not
-    /// git repositories, on the user's explicit request.
-    Direct,
-}
 
 /// Runs the coordinator of `resolved` until teardown. Blocking.
 pub fn run(resolved: ResolvedProfile, mode: WorkspaceMode, reloader: api::EgressReloader) -> Result<u8> {
@@ -234,7 +223,7 @@ async fn tear_down(running: Running, reason: &'static str) -> Option<DomainLock>
     // The agent's last commits reach the host before the sandbox goes.
     domain.export_agent_branch().await;
     domain.set_container_state(ContainerState::Stopping, None);
-    domain.backend.tear_down(&domain).await;
+    domain.backend.tear_down(&domain.resolved).await;
     if let Some((server, task)) = escalation {
         // Refusals counted in the last, unfinished window are recorded too.
         server.write_remaining_refusals(&*domain).await;
@@ -355,6 +344,51 @@ fn bind_private(path: &Path) -> Result<tokio::net::UnixListener> {
     let listener = tokio::net::UnixListener::bind(path).with_context(|| format!("cannot bind the socket {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
+}
+
+/// The backend sees its domain through [`BackendDomain`] only, as the
+/// Escalation Socket does through `EscalationDomain`: neither imports the
+/// coordinator.
+impl BackendDomain for Domain {
+    fn resolved(&self) -> &ResolvedProfile {
+        &self.resolved
+    }
+    fn git(&self) -> Option<&GitLayout> {
+        self.git.as_ref()
+    }
+    fn backend(&self) -> &SandboxBackend {
+        &self.backend
+    }
+    fn is_shutting_down(&self) -> bool {
+        Domain::is_shutting_down(self)
+    }
+    fn set_container_state(&self, state: ContainerState, message: Option<String>) {
+        Domain::set_container_state(self, state, message);
+    }
+    fn set_default_command(&self, command: Vec<String>) {
+        Domain::set_default_command(self, command);
+    }
+    async fn export_agent_branch(&self) {
+        Domain::export_agent_branch(self).await;
+    }
+    async fn start_network_requests(&self) -> Result<()> {
+        Domain::start_network_requests(self).await
+    }
+    async fn expire_network_requests(&self) {
+        Domain::expire_network_requests(self).await;
+    }
+    async fn sidecar_event(&self, event: lazaret_protocol::sidecar::SidecarEvent) {
+        Domain::sidecar_event(self, event).await;
+    }
+    fn network_failed(&self, message: String) {
+        Domain::network_failed(self, message);
+    }
+    fn network_restarting(&self, message: String) {
+        Domain::network_restarting(self, message);
+    }
+    async fn network_restored(&self) -> Result<()> {
+        Domain::network_restored(self).await
+    }
 }
 
 #[cfg(test)]

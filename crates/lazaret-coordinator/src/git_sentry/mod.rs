@@ -248,7 +248,7 @@ impl GitLayout {
     /// runs: the checkout and the agent's git directory (D1; the host writes
     /// them in [`GitLayout::prepare`], before the start, and only reads the
     /// branch's ref files afterwards). gVisor may cache them
-    /// (`coordinator::sandbox`).
+    /// (`backend::sandbox`).
     pub fn sandbox_only_sources(&self) -> Vec<PathBuf> {
         vec![self.checkout.clone(), self.agent_git_dir.clone()]
     }

@@ -76,7 +76,7 @@
 //! gVisor revalidates its dentry cache against the host on each access (in
 //! git mode the sandbox runs with `--file-access-mounts=exclusive` for the
 //! agent's checkout, and each of these mounts gets a `share=shared` mount
-//! hint, see `coordinator::sandbox`). Nothing writes to a merged directory
+//! hint, see `backend::sandbox`). Nothing writes to a merged directory
 //! from the host while the sandbox runs, so `exclusive` would be correct for
 //! the overlays, but measured here it did not make unpacking 10,000 files
 //! into an overlaid `/usr` measurably faster. The cost was fuse-overlayfs' own:

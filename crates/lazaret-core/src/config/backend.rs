@@ -11,14 +11,10 @@
 //! what only this machine can do (host volumes, the sidecar's API keys and
 //! questions) is refused for a cluster profile instead of being dropped.
 
-use std::fmt;
-
-use serde::de::{self, Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
 use toml::Spanned;
 
 use super::check::Checker;
-use super::raw::RawProfile;
+use super::raw::{RawBackend, RawProfile};
 use crate::image_reference;
 
 /// Where a profile's sandbox runs.
@@ -90,52 +86,6 @@ pub enum KubernetesEgress {
 /// The defaults of a kubernetes table.
 pub const DEFAULT_NAMESPACE: &str = "default";
 pub const DEFAULT_RUNTIME_CLASS: &str = "gvisor";
-
-/// `backend` as written: a name or a table.
-#[derive(Debug)]
-pub(super) enum RawBackend {
-    Name(String),
-    Table(Box<RawBackendTable>),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawBackendTable {
-    kubernetes: Option<RawKubernetes>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawKubernetes {
-    kubeconfig: Option<Spanned<String>>,
-    context: Option<Spanned<String>>,
-    namespace: Option<Spanned<String>>,
-    runtime_class: Option<Spanned<String>>,
-    storage_class: Option<Spanned<String>>,
-    image: Option<Spanned<String>>,
-    egress: Option<Spanned<String>>,
-}
-
-/// A string or a table, each with serde's own messages (an untagged enum
-/// would only say that nothing matched).
-impl<'de> Deserialize<'de> for RawBackend {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<RawBackend, D::Error> {
-        struct BackendVisitor;
-        impl<'de> Visitor<'de> for BackendVisitor {
-            type Value = RawBackend;
-            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-                formatter.write_str("\"podman\" or a table { kubernetes = { ... } }")
-            }
-            fn visit_str<E: de::Error>(self, value: &str) -> Result<RawBackend, E> {
-                Ok(RawBackend::Name(value.to_owned()))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawBackend, A::Error> {
-                RawBackendTable::deserialize(de::value::MapAccessDeserializer::new(map)).map(|table| RawBackend::Table(Box::new(table)))
-            }
-        }
-        deserializer.deserialize_any(BackendVisitor)
-    }
-}
 
 impl Checker<'_> {
     /// `profiles.<name>.backend`, and what the profile may not ask of a

@@ -7,7 +7,9 @@
 //! checks are in the `check`, `tables` and `profile` modules.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -88,7 +90,7 @@ pub(super) struct RawProfile {
     #[serde(default)]
     pub(super) credentials: Vec<Spanned<RawCredential>>,
     /// Default: `"podman"`.
-    pub(super) backend: Option<Spanned<super::backend::RawBackend>>,
+    pub(super) backend: Option<Spanned<RawBackend>>,
 }
 
 /// One `credentials` entry of a profile.
@@ -110,4 +112,50 @@ pub(super) struct RawVolume {
     pub(super) host: Spanned<String>,
     pub(super) container: Spanned<String>,
     pub(super) mode: Option<Spanned<String>>,
+}
+
+/// `backend` as written: a name or a table.
+#[derive(Debug)]
+pub(super) enum RawBackend {
+    Name(String),
+    Table(Box<RawBackendTable>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackendTable {
+    pub(super) kubernetes: Option<RawKubernetes>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKubernetes {
+    pub(super) kubeconfig: Option<Spanned<String>>,
+    pub(super) context: Option<Spanned<String>>,
+    pub(super) namespace: Option<Spanned<String>>,
+    pub(super) runtime_class: Option<Spanned<String>>,
+    pub(super) storage_class: Option<Spanned<String>>,
+    pub(super) image: Option<Spanned<String>>,
+    pub(super) egress: Option<Spanned<String>>,
+}
+
+/// A string or a table, each with serde's own messages (an untagged enum
+/// would only say that nothing matched).
+impl<'de> Deserialize<'de> for RawBackend {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<RawBackend, D::Error> {
+        struct BackendVisitor;
+        impl<'de> Visitor<'de> for BackendVisitor {
+            type Value = RawBackend;
+            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+                formatter.write_str("\"podman\" or a table { kubernetes = { ... } }")
+            }
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<RawBackend, E> {
+                Ok(RawBackend::Name(value.to_owned()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawBackend, A::Error> {
+                RawBackendTable::deserialize(de::value::MapAccessDeserializer::new(map)).map(|table| RawBackend::Table(Box::new(table)))
+            }
+        }
+        deserializer.deserialize_any(BackendVisitor)
+    }
 }

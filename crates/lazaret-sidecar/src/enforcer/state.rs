@@ -6,6 +6,8 @@
 //! exactly) and the policy the control protocol reports. Pure: no kernel,
 //! no clock but the `now` it is given.
 
+pub(super) mod learned;
+
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -14,9 +16,9 @@ use lazaret_dns::NamePolicy;
 use lazaret_protocol::sidecar::PrivateAnswers;
 use lazaret_protocol::{EntryVerdict, ExpiringEntry, LearnedAddress, NetworkPolicy};
 
-use super::learned::Learned;
 use crate::control::Entry;
 use crate::policy::{sort_rules, Cidr, Policy, RuleSpec, Service, Verdict, DNS_MARK, UPSTREAM_PRIORITY};
+use learned::Learned;
 
 /// A timed entry: at `expires` it is removed, as a revoke removes it.
 #[derive(Clone, Debug, PartialEq, Eq)]

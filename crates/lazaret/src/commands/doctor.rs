@@ -233,8 +233,8 @@ fn probes(
             return vec![Check::fail("sandbox start", format!("cannot build the probe image: {message}"), fix)];
         }
     };
-    let mut sandbox = lazaret_coordinator::coordinator::sandbox::runtime_arguments(&runsc.path, None, limits);
-    sandbox.push(lazaret_coordinator::coordinator::sandbox::HOST_UDS_ARGUMENT.to_owned());
+    let mut sandbox = lazaret_coordinator::backend::sandbox::runtime_arguments(&runsc.path, None, limits);
+    sandbox.push(lazaret_coordinator::backend::sandbox::HOST_UDS_ARGUMENT.to_owned());
     let mut checks = vec![probe(&podman, "sandbox start", "a gVisor sandbox (runsc, --init, limits, no network)", &sandbox, &image)];
     let egress_network = config.and_then(|config| {
         let any_egress = !config.allow_egress.is_empty() || config.profiles.values().any(|profile| !profile.allow_egress.is_empty());

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use lazaret_coordinator::coordinator::WorkspaceMode;
 use lazaret_coordinator::git_sentry::{agent_branch, HostRepository};
 use lazaret_coordinator::podman::Podman;
+use lazaret_coordinator::WorkspaceMode;
 use lazaret_core::bounds;
 use lazaret_core::config::DEFAULT_IMAGE;
 use lazaret_protocol::{Decision, Event, LazaretApiClient, PendingItem, SequencedEvent};

@@ -67,13 +67,6 @@ local function is_open()
 end
 M.is_open = is_open
 
-local function list(value)
-  if type(value) ~= 'table' then
-    return {}
-  end
-  return value
-end
-
 --- The queue key of the request under the cursor, or nil (a header, a
 --- blank line, a closed window): never a fallback to some other request.
 --- @return string? key
@@ -428,7 +421,7 @@ function M.edit()
   if item.kind == 'network' then
     return refuse('a network request has no command to edit')
   end
-  local default = shell.quote(list(item.escalation.argv))
+  local default = shell.quote(lines.list(item.escalation.argv))
   vim.ui.input({ prompt = 'Run on the host instead: ', default = default }, function(line)
     if line == nil then
       return
@@ -635,6 +628,7 @@ function M.open()
   M.render()
 end
 
+domains.open_pending = M.open
 domains.on_change(function()
   if is_open() then
     M.render()

@@ -31,6 +31,11 @@ M.current = nil
 M.seen_at = {}
 --- Counters (resyncs, events) for tests and :Lazaret.
 M.stats = { resyncs = 0, events = 0, lagged = 0 }
+--- Opens the pending window when a request arrives (`auto_open`): set by
+--- lazaret.approvals when it loads, and by lazaret's start() before that.
+--- A hook, not a require: lazaret.approvals requires this module.
+--- @type fun()?
+M.open_pending = nil
 
 local timer = nil
 local discovering = false
@@ -86,9 +91,12 @@ local function label(item)
 end
 
 local function open_pending_when_idle()
+  if not M.open_pending then
+    return
+  end
   local mode = vim.api.nvim_get_mode().mode
   if mode:sub(1, 1) == 'n' and not mode:find('o') then
-    require('lazaret.approvals').open()
+    M.open_pending()
     return
   end
   if deferred_open then
@@ -101,7 +109,7 @@ local function open_pending_when_idle()
     callback = function()
       deferred_open = false
       if M.queue:count() > 0 then
-        vim.schedule(require('lazaret.approvals').open)
+        vim.schedule(M.open_pending)
       end
     end,
   })

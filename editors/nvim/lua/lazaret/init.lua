@@ -13,9 +13,16 @@ function M.setup(opts)
   end
 end
 
---- Starts watching the coordinators (idempotent; commands do it too).
+--- Starts watching the coordinators (idempotent; commands do it too),
+--- the pending window ready to open by itself (`auto_open`):
+--- lazaret.domains opens it through a hook, as lazaret.approvals requires
+--- lazaret.domains.
 function M.start()
-  require('lazaret.domains').start()
+  local domains = require('lazaret.domains')
+  domains.open_pending = domains.open_pending or function()
+    require('lazaret.approvals').open()
+  end
+  domains.start()
 end
 
 --- Stops watching and closes every connection.
@@ -60,6 +67,7 @@ function M.open_pending()
 end
 
 function M.open_rules()
+  M.start()
   require('lazaret.rules').open()
 end
 
@@ -81,16 +89,19 @@ function M.network_requests()
 end
 
 function M.open_status()
+  M.start()
   require('lazaret.status').open()
 end
 
 --- @param domain string? hash prefix, profile or workspace
 function M.diff(domain)
+  M.start()
   require('lazaret.diff').open(domain)
 end
 
 --- @param domain string?
 function M.merge(domain)
+  M.start()
   require('lazaret.diff').merge(domain)
 end
 

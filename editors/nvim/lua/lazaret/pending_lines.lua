@@ -18,12 +18,17 @@ local text = require('lazaret.text')
 
 local M = {}
 
+--- A request's list field as a table: `{}` when the coordinator sent none
+--- (or something else).
+--- @param value any
+--- @return table
 local function list(value)
   if type(value) ~= 'table' then
     return {}
   end
   return value
 end
+M.list = list
 
 --- The room of a value after its label (`    reasons  ` is 13 cells): a
 --- longer value is cut with its note inside that room, so the note shows.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use lazaret_protocol::sidecar::{AnswerRefusal, PrivateAnswers};
 
-use super::state::State;
+use super::State;
 use crate::addresses::{classify, Class};
 use crate::policy::Cidr;
 
