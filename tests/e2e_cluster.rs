@@ -469,8 +469,17 @@ async fn net_allow_and_deny_change_the_domains_policy_object_on_the_cluster() {
     assert_eq!(shown["allow"], serde_json::json!(["*.example.org"]));
     // Audited as locally.
     let audit = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(&workspace));
-    let audit = stdout(&audit);
-    assert!(audit.contains("*.example.org") && audit.contains("github.com"), "{audit}");
+    let records: Vec<serde_json::Value> = serde_json::from_slice(&audit.stdout).expect("audit json");
+    let changes: Vec<serde_json::Value> = records
+        .iter()
+        .filter(|record| record["type"] == "policyChanged")
+        .map(|record| serde_json::json!([record["outcome"], record["action"], record["entries"]]))
+        .collect();
+    for change in
+        [serde_json::json!(["networkAllowed", "allow", ["*.example.org"]]), serde_json::json!(["networkDenied", "deny", ["github.com"]])]
+    {
+        assert!(changes.contains(&change), "{change} in {changes:?}");
+    }
 
     let _ = session.kill();
     let _ = session.wait();

@@ -54,8 +54,11 @@ fn an_auto_approved_command_runs_on_the_host_and_its_output_and_status_come_back
     assert!(stderr(&output).contains("no-such-file"), "stderr comes back: {}", stderr(&output));
     let records = audit(&env, &repository);
     assert_eq!(records.len(), 3, "{records:?}");
-    assert!(records.iter().all(|r| r["outcome"] == "auto" && r["decidedBy"] == "policy" && r["verified"] == true));
+    assert!(records
+        .iter()
+        .all(|r| r["type"] == "escalation" && r["outcome"] == "auto" && r["decidedBy"] == "policy" && r["verified"] == true));
     assert_eq!(records[0]["executedArgv"][0], "/usr/bin/touch", "resolved on the host's PATH");
+    assert_eq!(records[0]["requestedArgv"], serde_json::json!(["touch", "made-on-host"]));
 }
 
 /// Attack review finding 7: the command timeout applied only while output
@@ -97,6 +100,7 @@ fn a_host_command_that_closes_its_output_is_still_killed_at_the_deadline() {
         assert!(!alive, "process {pid} of the command's group is gone");
     }
     let records = audit(&env, &repository);
+    assert_eq!(records[0]["type"], "escalation", "{records:?}");
     assert_eq!(records[0]["reason"], "killed after 2 s", "{records:?}");
 }
 
@@ -139,6 +143,7 @@ fn a_request_whose_client_went_away_leaves_the_pending_queue() {
     let domain = domain_json(&env, "default", &repository);
     assert!(wait_until(Duration::from_secs(10), || domain_is_torn_down(&domain, &repository)));
     let records = audit(&env, &repository);
+    assert_eq!(records[0]["type"], "escalation", "{records:?}");
     assert_eq!(records[0]["outcome"], "denied", "{records:?}");
     assert_eq!(records[0]["decidedBy"], "client", "{records:?}");
 }
@@ -186,6 +191,7 @@ fn oversized_requests_and_a_flood_of_pending_requests_are_refused() {
     let records = audit(&env, &repository);
     let big =
         records.iter().find(|record| record["reason"].as_str().is_some_and(|reason| reason.contains("justification is"))).expect("audited");
+    assert_eq!(big["type"], "escalation", "{big}");
     let kept = big["justification"].as_str().expect("justification");
     assert!(kept.len() < 1200 && kept.contains("[truncated: 100000 bytes, sha256 "), "bounded in the store: {} bytes", kept.len());
     assert!(
@@ -324,11 +330,16 @@ fn a_flood_of_unauthenticated_connections_is_capped_and_summarised() {
     assert!(output.status.success(), "{}", stderr(&output));
     let records: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).expect("audit json");
     assert!(records.len() < 40, "refusals are summarised, not recorded one by one: {} records", records.len());
-    let summarised: u64 = records
+    // A refused connection is its own kind, with no request or session id
+    // made up for it; a summary counts its connections in a field.
+    let refusals: Vec<&serde_json::Value> = records.iter().filter(|record| record["type"] == "connectionRefused").collect();
+    assert!(refusals
         .iter()
-        .filter_map(|record| record["reason"].as_str())
-        .filter_map(|reason| reason.split(" more connections refused").next().filter(|_| reason.contains("more connections refused")))
-        .filter_map(|count| count.parse::<u64>().ok())
+        .all(|record| record["outcome"] == "rejected" && record.get("requestId").is_none() && record.get("sessionId").is_none()));
+    let summarised: u64 = refusals
+        .iter()
+        .filter(|record| record["reason"].as_str().is_some_and(|reason| reason.contains("more connections refused")))
+        .filter_map(|record| record["connections"].as_u64())
         .sum();
     assert!(summarised >= 2000, "the summaries count the refused connections ({summarised}): {records:?}");
 }
@@ -388,6 +399,7 @@ fn auto_approve_rules_are_exact_and_extra_paths_out_of_the_project_go_to_a_human
     let records = audit(&env, &repository);
     let outcomes: Vec<&str> = records.iter().filter_map(|record| record["outcome"].as_str()).collect();
     assert_eq!(outcomes, ["auto", "timedOut", "timedOut", "auto", "timedOut", "timedOut", "timedOut"], "{records:?}");
+    assert!(records.iter().all(|record| record["type"] == "escalation"), "{records:?}");
 }
 
 /// Issue 29: an auto-approve rule revoked with `lazaret rules revoke` stops
@@ -446,7 +458,10 @@ fn a_revoked_auto_approve_rule_stops_approving_at_once() {
     let revoked = outcomes.iter().position(|outcome| *outcome == "networkRevoked").expect("the revoke is audited");
     assert!(revoked > 0 && outcomes[..revoked].iter().all(|outcome| *outcome == "auto"), "{outcomes:?}");
     assert_eq!(outcomes[revoked + 1..], ["denied"], "{outcomes:?}");
-    assert_eq!(records[revoked]["requestedArgv"], serde_json::json!(["auto_approve", "touch *"]), "{:?}", records[revoked]);
+    assert_eq!(records[revoked]["type"], "autoApproveRevoked", "{:?}", records[revoked]);
+    assert_eq!(records[revoked]["entry"], "touch *", "{:?}", records[revoked]);
+    assert_eq!(records[revoked]["ruleId"], "auto-1", "{:?}", records[revoked]);
+    assert!(records[revoked].get("requestedArgv").is_none() && records[revoked].get("sessionId").is_none(), "{:?}", records[revoked]);
     assert_eq!(records[revoked]["decidedBy"], "rpc:cli", "{:?}", records[revoked]);
 }
 
@@ -494,7 +509,8 @@ fn a_request_that_needs_a_human_waits_and_is_approved_denied_or_edited_over_json
     assert!(repository.join("approved-marker").exists());
     assert!(!repository.join("denied-marker").exists());
     assert!(repository.join("edited-marker").exists() && !repository.join("requested-marker").exists(), "the edited argv is what runs");
-    let outcomes: Vec<(String, String)> = audit(&env, &repository)
+    let records = audit(&env, &repository);
+    let outcomes: Vec<(String, String)> = records
         .iter()
         .map(|r| (r["outcome"].as_str().unwrap_or("").to_owned(), r["decidedBy"].as_str().unwrap_or("").to_owned()))
         .collect();
@@ -506,6 +522,9 @@ fn a_request_that_needs_a_human_waits_and_is_approved_denied_or_edited_over_json
             ("edited".to_owned(), "rpc:test".to_owned())
         ]
     );
+    assert!(records.iter().all(|record| record["type"] == "escalation"), "{records:?}");
+    assert_eq!(records[2]["requestedArgv"], serde_json::json!(["touch", "requested-marker"]), "the audit keeps both argvs");
+    assert_eq!(records[2]["executedArgv"][1], "edited-marker", "{:?}", records[2]);
 }
 
 #[test]
@@ -760,6 +779,15 @@ fn forged_replayed_and_unauthenticated_requests_are_refused_and_audited() {
     assert_eq!(rejected.len(), 5, "replay, tamper, stranger, no certificate, then the foreign CA counted: {rejected:#?}");
     assert_eq!(rejected.iter().filter(|reason| reason.starts_with("TLS handshake failed")).count(), 1, "{rejected:#?}");
     assert!(rejected.iter().any(|reason| reason.starts_with("1 more connections refused (TLS handshake failed)")), "{rejected:#?}");
+    // The requests that were read are escalations of the session they
+    // claimed, unverified; the connections refused before a request are
+    // their own kind, counted, with no ids made up for them.
+    let kinds: Vec<(&str, bool)> =
+        records.iter().filter(|r| r["outcome"] == "rejected").map(|r| (r["type"].as_str().unwrap_or(""), r["verified"] == true)).collect();
+    assert_eq!(kinds.iter().filter(|(kind, verified)| *kind == "escalation" && !verified).count(), 3, "{records:#?}");
+    let refused: Vec<&serde_json::Value> = records.iter().filter(|r| r["type"] == "connectionRefused").collect();
+    assert_eq!(refused.iter().map(|r| r["connections"].as_u64().unwrap_or(0)).collect::<Vec<_>>(), [1, 1], "{refused:#?}");
+    assert!(refused.iter().all(|r| r.get("requestId").is_none() && r.get("sessionId").is_none()), "{refused:#?}");
 }
 
 /// Attack review (issue 26, finding 7): the coordinator keyed a request by
@@ -820,6 +848,7 @@ fn request_ids_are_minted_by_the_coordinator_and_a_reused_client_id_ends_nothing
     let _ = child.wait();
     let records = audit(&env, &repository);
     let record = |id: &str| records.iter().find(|r| r["requestId"] == id).cloned().unwrap_or_default();
+    assert_eq!(record(&first)["type"], "escalation", "{records:#?}");
     assert_eq!(record(&first)["outcome"], "approved", "{records:#?}");
     assert_eq!(record(&second)["outcome"], "denied", "{records:#?}");
     for id in [&first, &second] {
@@ -844,13 +873,13 @@ fn editing_or_truncating_the_stored_audit_trail_is_detected() {
     let intact = verify();
     assert!(intact.status.success() && stdout(&intact).contains("3 records"), "{}", stdout(&intact));
     // Change the store as someone with write access to the file would:
-    // layout v4 keeps `<hash>\n<json>` per record.
+    // layout v5 keeps `<hash>\n<json>` per record.
     let store_path = Path::new(domain["domain_dir"].as_str().expect("dir")).join("state.redb");
     type AuditTable<'t> = redb::Table<'t, u64, &'static [u8]>;
     let change = |edit: &dyn Fn(&mut AuditTable)| {
         let database = redb::Database::create(&store_path).expect("open");
         let write = database.begin_write().expect("write");
-        edit(&mut write.open_table(redb::TableDefinition::new("audit_v4")).expect("audit table"));
+        edit(&mut write.open_table(redb::TableDefinition::new("audit_v5")).expect("audit table"));
         write.commit().expect("commit");
     };
     let original = std::cell::RefCell::new(Vec::new());
@@ -859,6 +888,7 @@ fn editing_or_truncating_the_stored_audit_trail_is_detected() {
         let bytes = audit.get(2).expect("get").expect("record 2").value().to_vec();
         let newline = bytes.iter().position(|&byte| byte == b'\n').expect("hash line");
         let mut record: serde_json::Value = serde_json::from_slice(&bytes[newline + 1..]).expect("json");
+        assert_eq!(record["type"], "escalation", "{record}");
         record["requestedArgv"] = serde_json::json!(["touch", "innocent"]);
         let mut edited = bytes[..=newline].to_vec();
         edited.extend(serde_json::to_vec(&record).expect("json"));

@@ -341,6 +341,7 @@ fn the_terminal_prompt_shows_the_hostile_corpus_inert_and_still_answers() {
     assert!(!contains(&bytes, b"\x1b]8;"), "an OSC 8 link of the agent");
     let audit = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(&repository));
     let records: Vec<serde_json::Value> = serde_json::from_slice(&audit.stdout).expect("audit");
+    assert!(records.iter().all(|r| r["type"] == "escalation"), "{records:?}");
     let answered: Vec<(&str, &str)> =
         records.iter().map(|r| (r["outcome"].as_str().unwrap_or(""), r["decidedBy"].as_str().unwrap_or(""))).collect();
     let mut expected = vec![("denied", "rpc:terminal"); requests.len()];

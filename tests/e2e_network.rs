@@ -318,6 +318,14 @@ fn only_allowlisted_hosts_are_reachable_and_the_policy_changes_live() {
     let records: Vec<serde_json::Value> = serde_json::from_slice(&audit.stdout).expect("audit json");
     let outcomes: Vec<&str> = records.iter().filter_map(|record| record["outcome"].as_str()).collect();
     assert_eq!(outcomes, ["networkAllowed", "networkDenied"], "policy changes are audited: {records:?}");
+    let changes: Vec<(&str, &serde_json::Value)> =
+        records.iter().map(|record| (record["type"].as_str().unwrap_or(""), &record["action"])).collect();
+    assert_eq!(changes, [("policyChanged", &serde_json::json!("allow")), ("policyChanged", &serde_json::json!("deny"))], "{records:?}");
+    for record in &records {
+        assert_eq!(record["entries"], serde_json::json!([format!("{two}/32")]), "{record}");
+        assert_eq!(record["decidedBy"], "rpc", "{record}");
+        assert!(record.get("requestId").is_none() && record.get("sessionId").is_none(), "no made-up ids: {record}");
+    }
 }
 
 #[test]
@@ -460,15 +468,35 @@ fn allowlisted_names_resolve_and_connect_and_every_other_question_is_refused_uns
     }
     assert!(!questions.contains(&one), "sanity: the log holds questions only");
 
+    // Each refused question is a typed record: the name, the record type
+    // and the refusal are fields of their own (no argv, no session or
+    // request id made up for it).
     let records = audit_records(&env, &repository);
-    let refusals: Vec<String> = records
+    let refusals: Vec<(String, String, String)> = records
         .iter()
-        .filter(|record| record["outcome"] == "dnsRefused")
-        .map(|record| format!("{} {}", record["requestedArgv"][1].as_str().unwrap_or(""), record["reason"].as_str().unwrap_or("")))
+        .filter(|record| record["type"] == "dnsRefused")
+        .map(|record| {
+            let field = |name: &str| record[name].as_str().unwrap_or("").to_owned();
+            (field("name"), field("recordType"), field("refusal"))
+        })
         .collect();
-    assert!(refusals.iter().any(|r| r.starts_with("other.test notAllowlisted")), "{refusals:?}");
-    assert!(refusals.iter().any(|r| r.starts_with("allowed.test recordType")), "{refusals:?}");
-    assert!(refusals.iter().any(|r| r.starts_with(&format!("{long_label}.wild.test longLabel"))), "{refusals:?}");
+    let refused =
+        |name: &str, record_type: &str, refusal: &str| refusals.contains(&(name.to_owned(), record_type.to_owned(), refusal.to_owned()));
+    assert!(refused("other.test", "A", "notAllowlisted") && refused("other.test", "AAAA", "notAllowlisted"), "{refusals:?}");
+    assert!(refused("allowed.test", "TXT", "recordType"), "{refusals:?}");
+    assert!(refused(&format!("{long_label}.wild.test"), "A", "longLabel"), "{refusals:?}");
+    let txt = records.iter().find(|record| record["type"] == "dnsRefused" && record["recordType"] == "TXT").expect("the TXT refusal");
+    assert_eq!(txt["name"], "allowed.test", "{txt}");
+    assert_eq!(txt["outcome"], "dnsRefused", "{txt}");
+    assert_eq!(txt["decidedBy"], "networkSidecar", "{txt}");
+    assert_eq!(txt["reason"], "record type TXT is not served (only A and AAAA)", "{txt}");
+    for made_up in ["requestedArgv", "requestId", "sessionId"] {
+        assert!(txt.get(made_up).is_none(), "{made_up} in {txt}");
+    }
+    // And as a person reads it.
+    let shown = run(env.lazaret().args(["audit", "--workspace"]).arg(&repository));
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    assert!(stdout(&shown).contains("dns refused  allowed.test (TXT)  recordType"), "{}", stdout(&shown));
     let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&repository));
     assert!(verify.status.success(), "the audit chain holds: {}", stdout(&verify));
 }
@@ -546,11 +574,25 @@ fn names_change_live_and_the_policy_reloads_from_the_configuration() {
     configure_private_answers(&env, &network, &[format!("{}/32", network.host(12))]);
 
     live.end(&repository);
-    let outcomes: Vec<String> =
-        audit_records(&env, &repository).iter().filter_map(|record| record["outcome"].as_str().map(str::to_owned)).collect();
+    let records = audit_records(&env, &repository);
+    let outcomes: Vec<String> = records.iter().filter_map(|record| record["outcome"].as_str().map(str::to_owned)).collect();
     for expected in ["networkAllowed", "networkDenied", "networkReloaded"] {
         assert!(outcomes.iter().any(|outcome| outcome == expected), "{expected} audited: {outcomes:?}");
     }
+    let changes: Vec<serde_json::Value> = records
+        .iter()
+        .filter(|record| record["type"] == "policyChanged" && record["outcome"] != "rejected")
+        .map(|record| serde_json::json!([record["action"], record["entries"], record["privateAnswers"]]))
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            serde_json::json!(["allow", ["later.test"], null]),
+            serde_json::json!(["deny", ["later.test"], null]),
+            serde_json::json!(["reload", [format!("{}/32", network.host(12))], "allow"]),
+        ],
+        "{records:?}"
+    );
 }
 
 #[test]
@@ -1069,20 +1111,29 @@ fn a_names_answer_never_opens_a_private_address_by_default() {
     assert_eq!(inside(&private), "name=0\naddress=0\n", "private_answers = \"allow\" opens the name's private address");
     live.end(&repository);
 
-    let refusals: Vec<(String, String)> = audit_records(&env, &repository)
+    let records = audit_records(&env, &repository);
+    let refusals: Vec<(String, String)> = records
         .iter()
         .filter(|record| record["outcome"] == "dnsAnswerRefused")
         .map(|record| {
-            let name = record["requestedArgv"][1].as_str().unwrap_or("").to_owned();
-            (name, record["reason"].as_str().unwrap_or("").to_owned())
+            assert_eq!(
+                (&record["type"], &record["refusal"]),
+                (&serde_json::json!("dnsAnswerRefused"), &serde_json::json!("privateAddress"))
+            );
+            (record["name"].as_str().unwrap_or("").to_owned(), record["reason"].as_str().unwrap_or("").to_owned())
         })
         .collect();
     for (name, address) in [("private.test", &two), ("alias.test", &three), ("rebind.test", &four)] {
-        let (start, end) = (format!("privateAddress: the answer for {name}"), format!("pointed at private address {address} "));
+        let (start, end) = (format!("the answer for {name}"), format!("pointed at private address {address} "));
         assert!(
             refusals.iter().any(|(n, reason)| n == name && reason.starts_with(&start) && reason.contains(&end)),
             "{start} ... {end}: {refusals:?}"
         );
+        let left_out = records
+            .iter()
+            .filter(|record| record["type"] == "dnsAnswerRefused" && record["name"] == name)
+            .any(|record| record["addresses"].as_array().is_some_and(|addresses| addresses.contains(&serde_json::json!(address))));
+        assert!(left_out, "{name}'s address {address} is a field of its record: {records:?}");
     }
     assert!(refusals.iter().any(|(_, reason)| reason.contains("alias.test (an alias of internal.test)")), "{refusals:?}");
 }
@@ -1272,14 +1323,32 @@ fn a_held_name_approved_for_a_minute_opens_until_the_minute_ends() {
     let find = |outcome: &str| records.iter().find(|record| record["outcome"] == outcome).cloned();
     let asked = find("networkAsked").expect("the request is audited");
     // nc asks A and AAAA at once: whichever question came first made the request.
-    let first_type = asked["requestedArgv"][2].as_str().unwrap_or("");
+    let first_type = asked["recordType"].as_str().unwrap_or("");
     assert!(matches!(first_type, "A" | "AAAA"), "{asked}");
-    assert_eq!(asked["requestedArgv"], serde_json::json!(["network", "grant.test", first_type]), "{asked}");
+    assert_eq!(
+        (&asked["type"], &asked["requestId"], &asked["destination"], &asked["service"]),
+        (&serde_json::json!("networkAsked"), &serde_json::json!(request_id), &serde_json::json!("grant.test"), &serde_json::Value::Null),
+        "{asked}"
+    );
     let granted = find("networkGranted").expect("the answer is audited");
     assert_eq!(granted["decidedBy"], "rpc:cli");
+    assert_eq!(granted["type"], "networkAnswered", "{granted}");
     assert_eq!(granted["requestId"], request_id.as_str());
-    assert_eq!(granted["requestedArgv"], serde_json::json!(["network", "grant.test", "allow", "1 min"]));
-    assert!(find("networkExpired").is_some());
+    let grant = &granted["grant"];
+    assert_eq!(
+        (&grant["destination"], &grant["service"], &grant["everyPort"], &grant["verdict"], &grant["scope"]),
+        (
+            &serde_json::json!("grant.test"),
+            &serde_json::Value::Null,
+            &serde_json::json!(false),
+            &serde_json::json!("allow"),
+            &serde_json::json!({"type": "minutes", "minutes": 1})
+        ),
+        "{granted}"
+    );
+    assert!(grant["id"].as_str().is_some_and(|id| id.starts_with("grant-")), "the grant's id, as rules/list gave it: {granted}");
+    let expired = find("networkExpired").expect("the expiry is audited");
+    assert_eq!((&expired["type"], &expired["grant"]), (&serde_json::json!("grantExpired"), grant), "the same grant ended: {expired}");
     let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&workspace));
     assert!(verify.status.success(), "the audit chain holds: {}", stdout(&verify));
 }
@@ -1346,8 +1415,17 @@ fn a_direct_connection_to_an_unlisted_address_becomes_a_request_for_it() {
     live.end(&workspace);
     let records = audit_records(&env, &workspace);
     let asked = records.iter().find(|record| record["outcome"] == "networkAsked").expect("the request is audited");
-    assert_eq!(asked["requestedArgv"], serde_json::json!(["network", destination, "tcp/8081"]), "{asked}");
-    assert!(records.iter().any(|record| record["outcome"] == "networkGranted" && record["requestId"] == request_id.as_str()));
+    assert_eq!(
+        (&asked["type"], &asked["destination"], &asked["service"], &asked["recordType"]),
+        (&serde_json::json!("networkAsked"), &serde_json::json!(destination), &serde_json::json!("tcp/8081"), &serde_json::Value::Null),
+        "{asked}"
+    );
+    assert_eq!(asked["requestId"], request_id.as_str(), "{asked}");
+    assert!(records.iter().any(|record| record["outcome"] == "networkGranted"
+        && record["type"] == "networkAnswered"
+        && record["requestId"] == request_id.as_str()
+        && record["grant"]["destination"] == destination.as_str()
+        && record["grant"]["service"] == "tcp/8081"));
 }
 
 /// Issue 45, finding 4 (D19): a request for a direct connection showed one
@@ -1465,16 +1543,25 @@ fn an_address_grant_opens_the_protocol_and_port_shown_and_every_port_is_its_own_
 
     live.end(&workspace);
     let records = audit_records(&env, &workspace);
-    let granted: Vec<&serde_json::Value> =
-        records.iter().filter(|record| record["outcome"] == "networkGranted").map(|record| &record["requestedArgv"]).collect();
+    let granted: Vec<serde_json::Value> = records
+        .iter()
+        .filter(|record| record["outcome"] == "networkGranted" && record["type"] == "networkAnswered")
+        .map(|record| {
+            let grant = &record["grant"];
+            serde_json::json!([grant["destination"], grant["service"], grant["everyPort"], grant["verdict"], grant["scope"]])
+        })
+        .collect();
     assert_eq!(
         granted,
         [
-            &serde_json::json!(["network", format!("{destination} tcp/8081"), "allow", "this session"]),
-            &serde_json::json!(["network", destination, "allow", "this session", "every port"]),
+            serde_json::json!([destination, "tcp/8081", false, "allow", {"type": "session"}]),
+            serde_json::json!([destination, null, true, "allow", {"type": "session"}]),
         ],
         "{records:?}"
     );
+    let revoked: Vec<&serde_json::Value> =
+        records.iter().filter(|record| record["type"] == "grantRevoked").map(|record| &record["grant"]["id"]).collect();
+    assert_eq!(revoked, [&wide["id"], &service_grant["id"]], "each revocation names the grant rules/list listed: {records:?}");
 }
 
 /// Issue 45 finding 2 and 5 (D19): a DNS question whose name no allow
@@ -1624,9 +1711,25 @@ fn a_refusal_is_remembered_and_grants_are_listed_kept_and_revoked() {
         assert!(outcomes.iter().any(|outcome| outcome == expected), "{expected} audited: {outcomes:?}");
     }
     let by_terminal = records.iter().any(|record| {
-        record["outcome"] == "networkRevoked" && record["decidedBy"] == "rpc:cli" && record["requestedArgv"][1] == "grant.test"
+        record["outcome"] == "networkRevoked"
+            && record["type"] == "grantRevoked"
+            && record["decidedBy"] == "rpc:cli"
+            && record["grant"]["destination"] == "grant.test"
+            && record["grant"]["scope"] == serde_json::json!({"type": "profile"})
+            && record["grant"]["id"] == grant["id"]
     });
     assert!(by_terminal, "the grant's revocation is audited with its client: {records:?}");
+    let refused = records.iter().find(|record| record["outcome"] == "networkRefused").expect("the deny is audited");
+    assert_eq!(
+        (&refused["type"], &refused["requestId"], &refused["grant"]["destination"], &refused["grant"]["verdict"]),
+        (
+            &serde_json::json!("networkAnswered"),
+            &serde_json::json!(request_id),
+            &serde_json::json!("deny.test"),
+            &serde_json::json!("deny")
+        ),
+        "{refused}"
+    );
 }
 
 /// Issue 29: 1,000 distinct refused names in a burst make at most the cap
@@ -1660,7 +1763,10 @@ fn a_burst_of_a_thousand_names_fills_the_queue_to_its_cap_and_nothing_goes_upstr
     let pending = pending_network(&env);
     assert!(!pending.is_empty() && pending.len() <= 32, "at most the cap: {}", pending.len());
     let records = audit_records(&env, &workspace);
-    assert!(records.iter().any(|record| record["outcome"] == "networkQueueFull"), "the overflow is audited");
+    let full = records.iter().find(|record| record["outcome"] == "networkQueueFull").expect("the overflow is audited");
+    assert_eq!(full["type"], "networkQueueFull", "{full}");
+    assert!(full["destination"].as_str().is_some_and(|name| name.starts_with("burst")), "the first name refused without asking: {full}");
+    assert!(matches!(full["recordType"].as_str(), Some("A" | "AAAA")) && full["moreRefused"].is_null(), "{full}");
     assert!(records.iter().filter(|record| record["outcome"] == "networkAsked").count() <= 32);
     assert!(!network.dns_log().contains("burst"), "nothing reached the upstream resolver: {}", network.dns_log());
     live.end(&workspace);
@@ -1888,15 +1994,33 @@ fn an_api_key_is_added_by_the_sidecar_for_its_origin_only_and_never_enters_the_s
     live.end(&workspace);
     let records = audit_records(&env, &workspace);
     let rejected = records.iter().find(|record| record["outcome"] == "credentialRejected").expect("the 401 is audited");
-    assert_eq!(rejected["requestedArgv"], serde_json::json!(["credential", "https://other.keys.test", "401"]), "{rejected}");
+    assert_eq!(
+        (&rejected["type"], &rejected["origin"], &rejected["status"]),
+        (&serde_json::json!("credentialRejected"), &serde_json::json!("https://other.keys.test"), &serde_json::json!(401)),
+        "{rejected}"
+    );
     let used = records.iter().find(|record| record["outcome"] == "credentialUse").expect("the session's use is audited");
-    let argv: Vec<&str> = used["requestedArgv"].as_array().expect("argv").iter().filter_map(|value| value.as_str()).collect();
-    let api = argv.iter().position(|part| *part == "https://api.keys.test").expect("the origin is listed");
+    assert_eq!(used["type"], "credentialUse", "{used}");
+    assert!(
+        used["sessionId"].as_str().is_some_and(|id| id.len() >= 16 && id.bytes().all(|b| b.is_ascii_hexdigit())),
+        "the ended session: {used}"
+    );
+    let endpoint = |origin: &str| {
+        used["endpoints"].as_array().and_then(|endpoints| endpoints.iter().find(|endpoint| endpoint["origin"] == origin)).cloned()
+    };
+    let counts = |endpoint: &serde_json::Value| -> Vec<u64> {
+        ["status1xx", "status2xx", "status3xx", "status4xx", "status5xx", "rejected", "failed", "bytesSent"]
+            .iter()
+            .map(|name| endpoint[name].as_u64().unwrap_or(u64::MAX))
+            .collect()
+    };
     // Four answered (three messages, the stream); the absolute URL and the
     // oversized body were refused by the sidecar itself.
-    assert!(argv[api + 1].starts_with("1xx=0 2xx=4 3xx=0 4xx=0 5xx=0 rejected=0 failed=2 sent=0B received="), "{argv:?}");
-    let other = argv.iter().position(|part| *part == "https://other.keys.test").expect("the other origin is listed");
-    assert!(argv[other + 1].starts_with("1xx=0 2xx=0 3xx=0 4xx=1 5xx=0 rejected=1 failed=0"), "{argv:?}");
+    let api = endpoint("https://api.keys.test").expect("the origin is listed");
+    assert_eq!(counts(&api), [0, 4, 0, 0, 0, 0, 2, 0], "{used}");
+    assert!(api["bytesReceived"].as_u64().is_some_and(|bytes| bytes > 0), "{used}");
+    let other = endpoint("https://other.keys.test").expect("the other origin is listed");
+    assert_eq!(counts(&other)[..7], [0, 0, 0, 1, 0, 1, 0], "{used}");
     let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&workspace));
     assert!(verify.status.success(), "the audit chain holds: {}", stdout(&verify));
 
@@ -2222,25 +2346,25 @@ fn the_credential_endpoint_refuses_trace_and_ends_a_response_that_carries_the_ke
 
     live.end(&workspace);
     let records = audit_records(&env, &workspace);
-    let withheld: Vec<Vec<&str>> = records
+    let withheld: Vec<serde_json::Value> = records
         .iter()
         .filter(|record| record["outcome"] == "credentialWithheld")
-        .map(|record| record["requestedArgv"].as_array().expect("argv").iter().filter_map(|part| part.as_str()).collect())
+        .map(|record| serde_json::json!([record["type"], record["origin"], record["method"], record["status"], record["part"]]))
         .collect();
     let expected = [
-        ["credential", api, "GET", "200", "body"],
-        ["credential", api, "GET", "200", "body"],
-        ["credential", "https://bearer.keys.test", "GET", "200", "body"],
-        ["credential", api, "GET", "200", "head"],
+        serde_json::json!(["credentialWithheld", api, "GET", 200, "body"]),
+        serde_json::json!(["credentialWithheld", api, "GET", 200, "body"]),
+        serde_json::json!(["credentialWithheld", "https://bearer.keys.test", "GET", 200, "body"]),
+        serde_json::json!(["credentialWithheld", api, "GET", 200, "head"]),
     ];
     assert_eq!(withheld.len(), expected.len(), "{withheld:?}");
     for one in expected {
-        assert!(withheld.contains(&one.to_vec()), "{one:?} in {withheld:?}");
+        assert!(withheld.contains(&one), "{one} in {withheld:?}");
     }
     let used = records.iter().find(|record| record["outcome"] == "credentialUse").expect("the session's use is audited");
-    let argv: Vec<&str> = used["requestedArgv"].as_array().expect("argv").iter().filter_map(|value| value.as_str()).collect();
-    let at = argv.iter().position(|part| *part == api).expect("the origin is listed");
-    assert!(argv[at + 1].ends_with(" withheld=3"), "{argv:?}");
+    assert_eq!(used["type"], "credentialUse", "{used}");
+    let at = used["endpoints"].as_array().and_then(|endpoints| endpoints.iter().find(|endpoint| endpoint["origin"] == api)).cloned();
+    assert_eq!(at.expect("the origin is listed")["withheld"], 3, "{used}");
     let verify = run(env.lazaret().args(["audit", "verify", "--workspace"]).arg(&workspace));
     assert!(verify.status.success(), "the audit chain holds: {}", stdout(&verify));
     for secret in [&key, &token] {

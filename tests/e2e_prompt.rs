@@ -186,7 +186,10 @@ fn abort_ends_the_cli_and_tears_the_domain_down() {
     assert!(!repository.join("aborted").exists());
     let audit = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(&repository));
     let records: Vec<serde_json::Value> = serde_json::from_slice(&audit.stdout).expect("audit");
-    assert_eq!(records.last().map(|r| (r["outcome"].clone(), r["decidedBy"].clone())), Some(("aborted".into(), "rpc:terminal".into())));
+    assert_eq!(
+        records.last().map(|r| (r["type"].clone(), r["outcome"].clone(), r["decidedBy"].clone())),
+        Some(("escalation".into(), "aborted".into(), "rpc:terminal".into()))
+    );
 }
 
 /// An editor (a JSON-RPC client speaking the documented framing) answers
@@ -212,6 +215,7 @@ fn an_answer_from_json_rpc_removes_the_terminal_prompt() {
     let audit = run(env.lazaret().args(["audit", "--json", "--workspace"]).arg(&repository));
     let records: Vec<serde_json::Value> = serde_json::from_slice(&audit.stdout).expect("audit");
     assert_eq!(records.len(), 1, "the command ran once: {records:?}");
+    assert_eq!(records[0]["type"], "escalation", "{records:?}");
     assert_eq!(records[0]["decidedBy"], "rpc:vscode");
 }
 

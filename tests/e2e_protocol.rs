@@ -143,7 +143,24 @@ fn methods_for_editors_serve_file_contents_state_changes_and_take_empty_params()
     assert!(sequences(&rpc.result("audit/list", json!({"before": 1}))).is_empty());
     let output = run(env.lazaret().args(["audit", "--json", "--limit", "3", "--profile", "keep", "--workspace"]).arg(&repository));
     assert!(output.status.success(), "{}", stderr(&output));
-    assert_eq!(sequences(&serde_json::from_slice(&output.stdout).expect("json")), [1, 2, 3]);
+    let printed: Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(sequences(&printed), [1, 2, 3]);
+    assert_eq!(
+        printed,
+        rpc.result("audit/list", json!({"limit": 3})),
+        "`lazaret audit --json` prints the typed records as audit/list answers them"
+    );
+    let kinds: Vec<(&str, &Value)> = printed
+        .as_array()
+        .expect("records")
+        .iter()
+        .map(|record| (record["type"].as_str().unwrap_or(""), &record["requestedArgv"]))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("escalation", &json!(["echo", "one"])), ("escalation", &json!(["echo", "two"])), ("escalation", &json!(["echo", "three"]))],
+        "{printed}"
+    );
 
     // state/diff is what `lazaret state diff --json` prints.
     let over_rpc = rpc.result("state/diff", json!({}));

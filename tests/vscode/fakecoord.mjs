@@ -13,13 +13,15 @@ import * as path from "node:path";
 const HERE = path.dirname(new URL(import.meta.url).pathname);
 const require = createRequire(path.resolve(HERE, "../../vscode-extension/package.json"));
 const rpc = require("vscode-jsonrpc/node");
+/** The API version the extension speaks (its generated protocol.ts): a fake coordinator speaks it unless told otherwise. */
+const EXTENSION_API = Number(fs.readFileSync(path.resolve(HERE, "../../vscode-extension/src/protocol.ts"), "utf8").match(/export const API_VERSION = (\d+);/)[1]);
 
 export class FakeCoordinator {
   /**
    * mode: "silent" (accepts, never answers), "list-error" (pending/list
    * fails), "ok" (answers like a coordinator with `pending` waiting).
    */
-  constructor(socketRoot, hash, { mode = "ok", pending = [], workspace = "/nonexistent/fake-workspace", profile = "fake", apiVersion = 1 } = {}) {
+  constructor(socketRoot, hash, { mode = "ok", pending = [], workspace = "/nonexistent/fake-workspace", profile = "fake", apiVersion = EXTENSION_API } = {}) {
     this.socket = path.join(socketRoot, hash, "control.sock");
     this.hash = hash;
     this.mode = mode;

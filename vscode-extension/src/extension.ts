@@ -6,13 +6,14 @@
 import * as vscode from "vscode";
 import * as approvals from "./approvals";
 import { requestKey } from "./arming";
+import { auditDocumentWhat, auditExit, auditJustification } from "./audit";
 import { Ctx } from "./context";
 import { opensText } from "./grants";
 import * as netapprovals from "./netapprovals";
 import { requestOf, networkRequestOf } from "./nodes";
 import { METHODS, NetworkPolicy } from "./protocol";
 import { ContentProvider, mergeBranch, openBranchDiff, pickDomain, SCHEME, WarningDecorations } from "./review";
-import { quoteArgv, requestDisplay } from "./shell";
+import { requestDisplay } from "./shell";
 import { clip, clipDisplay, clipName, inert, noLinks, notice } from "./text";
 import { domainLabel, LazaretTree } from "./tree";
 
@@ -304,12 +305,14 @@ async function auditText(ctx: Ctx, uri: vscode.Uri): Promise<string> {
     `Hash chain: ${verify.intact ? "intact" : `BROKEN at ${inert(String(verify.problemAt))}: ${clip(verify.problem, 500)}`} (${verify.records} records)`,
     "",
   ];
+  // Each kind of record with its own fields (./audit), one line each.
   for (const a of records) {
     const when = new Date(a.decidedAtMs ?? a.receivedAtMs).toISOString();
-    const ran = a.executedArgv && JSON.stringify(a.executedArgv) !== JSON.stringify(a.requestedArgv) ? ` -> ${clipDisplay(quoteArgv(a.executedArgv), 2000)}` : "";
+    const exit = auditExit(a);
+    const why = auditJustification(a);
     lines.push(
-      `#${a.sequence} ${when} ${inert(a.outcome).padEnd(9)} by ${inert(a.decidedBy ?? "-")}: ${clipDisplay(quoteArgv(a.requestedArgv ?? []), 2000)}${ran}` +
-        `${a.exitStatus != null ? ` (exit ${a.exitStatus})` : ""}${a.reason ? ` reason: ${clip(a.reason, 2000)}` : ""}${a.justification ? ` why: ${clip(a.justification, 2000)}` : ""}`,
+      `#${a.sequence} ${when} ${inert(a.outcome).padEnd(9)} by ${inert(a.decidedBy ?? "-")}: ${auditDocumentWhat(a, 2000)}` +
+        `${exit ? ` (${exit})` : ""}${a.reason ? ` reason: ${clip(a.reason, 2000)}` : ""}${why ? ` why: ${clip(why, 2000)}` : ""}`,
     );
   }
   return lines.join("\n") + "\n";

@@ -3,7 +3,7 @@
 /* eslint-disable */
 
 /** The API version these types describe (`domain/status`.apiVersion). */
-export const API_VERSION = 1;
+export const API_VERSION = 2;
 
 /** The coordinator's application error codes (`error.code`; docs/rpc.md). */
 export const ERROR_CODE = {
@@ -34,33 +34,176 @@ export const ERROR_CODE = {
 /** Why addresses in an allowed name's answer were not opened. */
 export type AnswerRefusal = "specialAddress" | "privateAddress" | "hostNetwork" | "deniedAddress" | "hostAddress";
 
-/** One record of the audit trail (hash-chained). The state store keeps each record as the bytes it was written as, and the chain hashes those bytes (see `lazaret-store`). */
-export interface AuditRecord {
-  /** The id the requesting client chose: a correlation value only, written by the agent. */
-  clientRequestId?: string | null;
+/** A network grant or remembered refusal as an audit record names it. */
+export interface AuditGrant {
+  /** The name, or the address's host network (`10.9.0.7/32`). */
+  destination: string;
+  /** For an address: every protocol and port of it. */
+  everyPort: boolean;
+  /** The id `rules/list` shows and `rules/revoke` takes; `None` in records migrated from layout v4, which did not keep it. */
+  id?: string | null;
+  /** How long it holds (`minutes`: its duration). */
+  scope: GrantScope;
+  /** For an address: the one protocol and port it covers (`tcp/8081`). */
+  service?: string | null;
+  verdict: EntryVerdict;
+}
+
+/** One record of the audit trail (hash-chained): the envelope every kind shares (its place in the chain, what became of it, who decided, why, when) and the event itself, whose `type` names its kind and whose fields are that kind's. The state store keeps each record as the bytes it was written as, and the chain hashes those bytes (see `lazaret-store`). */
+export type AuditRecord = {
   decidedAtMs?: number | null;
   decidedBy?: DecisionSource | null;
-  /** What ran (differs from the request when edited). */
-  executedArgv?: string[] | null;
-  exitStatus?: number | null;
   finishedAtMs?: number | null;
   /** SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty. */
   hash: string;
-  justification?: string | null;
   outcome: Outcome;
   /** `hash` of the record before (64 zeros for the first). */
   previousHash: string;
-  /** Why (a refusal's reason, a denial's reason). */
+  /** Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds. */
   reason?: string | null;
   receivedAtMs: number;
-  /** Minted by the coordinator for each request (D16). */
-  requestId: string;
-  requestedArgv: string[];
   /** Position in the chain, from 1. */
   sequence: number;
-  /** The session the request claimed; `verified` says whether its signature checked out (`-` for network changes). */
+} & AuditEvent;
+
+/** Every kind of audit record. */
+export type AuditEvent =
+  | EscalationAuditEvent
+  | ConnectionRefusedAuditEvent
+  | DnsRefusedAuditEvent
+  | DnsAnswerRefusedAuditEvent
+  | PolicyChangedAuditEvent
+  | NetworkAskedAuditEvent
+  | NetworkAnsweredAuditEvent
+  | NetworkRequestExpiredAuditEvent
+  | NetworkQueueFullAuditEvent
+  | GrantExpiredAuditEvent
+  | GrantRevokedAuditEvent
+  | AutoApproveRevokedAuditEvent
+  | CredentialRejectedAuditEvent
+  | CredentialWithheldAuditEvent
+  | CredentialUseAuditEvent
+  | LegacyAuditEvent;
+
+/** A host command requested from inside the sandbox (`lazaret-escalate`): refused, run without asking, or decided by a human. */
+export interface EscalationAuditEvent extends EscalationAudit {
+  type: "escalation";
+}
+
+/** Connections to the Escalation Socket refused before they made a request (no TLS identity, nothing readable in time): `connections` of them, one, or a window's count past the first of its kind. */
+export interface ConnectionRefusedAuditEvent {
+  connections: number;
+  type: "connectionRefused";
+}
+
+/** The Network Sidecar refused a DNS question (`recordType` as asked: `A`, `TXT`, ...; the name as asked, agent text). `suppressed`: refusals before this one that the sidecar's rate limit left out. */
+export interface DnsRefusedAuditEvent {
+  name: string;
+  recordType: string;
+  refusal: DnsRefusal;
+  suppressed?: number | null;
+  type: "dnsRefused";
+}
+
+/** An allowlisted name's answer pointed at `addresses` the Network Sidecar did not open (left out of the reply); `refusal` is the first address's reason, `reason` names each. */
+export interface DnsAnswerRefusedAuditEvent {
+  addresses: string[];
+  name: string;
+  recordType: string;
+  refusal: AnswerRefusal;
+  suppressed?: number | null;
+  type: "dnsAnswerRefused";
+}
+
+/** The egress policy was changed over the control socket (`net allow`, `net deny`: one entry; `net reload`: the configuration's allowlist and `privateAnswers`). Outcome `rejected` when it did not take. */
+export interface PolicyChangedAuditEvent {
+  action: PolicyAction;
+  entries: string[];
+  privateAnswers?: PrivateAnswers | null;
+  type: "policyChanged";
+}
+
+/** A destination on no allow entry became a network request (`[network] ask`): a name (with the record type first asked) or an address's host network (with the `service` the connection tried). */
+export interface NetworkAskedAuditEvent {
+  destination: string;
+  recordType?: string | null;
+  requestId: string;
+  service?: string | null;
+  type: "networkAsked";
+}
+
+/** A network request was answered; the answer made `grant` (an allow, or a remembered refusal). */
+export interface NetworkAnsweredAuditEvent {
+  grant: AuditGrant;
+  requestId: string;
+  type: "networkAnswered";
+}
+
+/** A network request went away unanswered. */
+export interface NetworkRequestExpiredAuditEvent {
+  destination: string;
+  recordTypes: string[];
+  requestId: string;
+  service?: string | null;
+  type: "networkRequestExpired";
+}
+
+/** A question was refused without asking: as many network requests wait as a domain takes. The first refusal names its destination; once the queue has room, one more record counts the refusals since (`moreRefused`). */
+export interface NetworkQueueFullAuditEvent {
+  destination?: string | null;
+  moreRefused?: number | null;
+  recordType?: string | null;
+  service?: string | null;
+  type: "networkQueueFull";
+}
+
+/** A grant (or remembered refusal) for some minutes ran out. */
+export interface GrantExpiredAuditEvent {
+  grant: AuditGrant;
+  type: "grantExpired";
+}
+
+/** A grant (or remembered refusal) was revoked (`rules/revoke`). */
+export interface GrantRevokedAuditEvent {
+  grant: AuditGrant;
+  type: "grantRevoked";
+}
+
+/** An auto-approve rule was revoked for the rest of this run (`rules/revoke`; the configuration file is unchanged). */
+export interface AutoApproveRevokedAuditEvent {
+  entry: string;
+  ruleId?: string | null;
+  type: "autoApproveRevoked";
+}
+
+/** A credential endpoint's origin answered 401 or 403 to a request that carried the key. */
+export interface CredentialRejectedAuditEvent {
+  origin: string;
+  status: number;
+  suppressed?: number | null;
+  type: "credentialRejected";
+}
+
+/** A credential endpoint's origin answered `method` with the key in the `part` of its answer: the head withheld (the sandbox got a 502) or the body cut before the key. `status`: the origin's, when readable. */
+export interface CredentialWithheldAuditEvent {
+  method: string;
+  origin: string;
+  part: WithheldPart;
+  status?: number | null;
+  suppressed?: number | null;
+  type: "credentialWithheld";
+}
+
+/** What went through the credential endpoints since the last such record, per origin, written when `sessionId` ended. */
+export interface CredentialUseAuditEvent {
+  endpoints: CredentialUse[];
   sessionId: string;
-  verified: boolean;
+  type: "credentialUse";
+}
+
+/** A record of layout v4 (an argv-shaped record of every kind) that the migration to typed records could not read as any kind: every field kept as it was. */
+export interface LegacyAuditEvent extends LegacyAudit {
+  type: "legacy";
 }
 
 /** The result of `audit/verify`: what it proves is in docs/security.md ("The audit trail"). */
@@ -139,6 +282,21 @@ export interface CredentialEndpointStatus {
   withheld?: number;
 }
 
+/** What went through one credential endpoint between two `credentialUse` records: requests by the origin's status class, keys refused (401, 403), requests the sidecar failed itself, bytes, answers withheld. */
+export interface CredentialUse {
+  bytesReceived: number;
+  bytesSent: number;
+  failed: number;
+  origin: string;
+  rejected: number;
+  status1xx: number;
+  status2xx: number;
+  status3xx: number;
+  status4xx: number;
+  status5xx: number;
+  withheld: number;
+}
+
 /** An answer to a pending escalation. */
 export type Decision = "approve" | "deny" | "edit" | "abort";
 
@@ -194,6 +352,23 @@ export interface EditorInfo {
 
 /** Whether an entry allows or denies. */
 export type EntryVerdict = "allow" | "deny";
+
+/** An escalation: the host command a session asked for, and what ran. */
+export interface EscalationAudit {
+  /** The id the requesting client chose: a correlation value only, written by the agent. */
+  clientRequestId?: string | null;
+  /** What ran (differs from the request when edited). */
+  executedArgv?: string[] | null;
+  exitStatus?: number | null;
+  /** The agent's words: untrusted. */
+  justification?: string | null;
+  /** Minted by the coordinator for each request (D16). */
+  requestId: string;
+  requestedArgv: string[];
+  /** The session the request claimed; `verified` says whether its signature checked out. */
+  sessionId: string;
+  verified: boolean;
+}
 
 /** An allow or deny entry that ends on its own. */
 export interface ExpiringEntry {
@@ -276,6 +451,18 @@ export interface LearnedAddress {
   address: string;
   expiresInSeconds: number;
   names: string[];
+}
+
+/** The fields of a layout v4 record, as they were (the `legacy` kind). */
+export interface LegacyAudit {
+  clientRequestId?: string | null;
+  executedArgv?: string[] | null;
+  exitStatus?: number | null;
+  justification?: string | null;
+  requestId: string;
+  requestedArgv: string[];
+  sessionId: string;
+  verified: boolean;
 }
 
 /** A session that is live now. */
@@ -400,6 +587,9 @@ export interface PendingNetworkRequest {
   /** The sessions live when it was first asked. The sandbox's network is shared by all its sessions, so which one asked cannot be told. */
   sessionIds: string[];
 }
+
+/** A change of the egress policy over the control socket. */
+export type PolicyAction = "allow" | "deny" | "reload";
 
 /** Whether an allowlisted DNS name's answer may open internal addresses (private, CGNAT, ULA and other special-purpose ranges, the host's own networks) that no CIDR entry allows: `[network] private_answers`. Refused by default: an allowed name stands for hosts out on the network, not for whatever its DNS says. */
 export type PrivateAnswers = "refuse" | "allow";
@@ -657,6 +847,9 @@ export interface UncommittedChanges {
   patch: string;
 }
 
+/** Where an origin's answer carried the credential of its endpoint. */
+export type WithheldPart = "head" | "body";
+
 /** Parameters of `session/register`. */
 export interface SessionRegisterParams {
   client?: string;
@@ -799,7 +992,7 @@ export interface Methods {
   "rules/list": { params: RulesListParams; result: Rules };
   /** Revokes a network grant (what it opened closes at once, established flows included), a remembered refusal, or an auto-approve rule (for this run of the domain: the configuration file is not changed). Fails with code 1011 for an unknown id. */
   "rules/revoke": { params: RulesRevokeParams; result: boolean };
-  /** A page of the escalation audit trail, oldest first: the `limit` most recent records (100 by default, at most 1000), or with `before` the most recent ones whose `sequence` is below it (to page back, pass the first `sequence` of the page you have). */
+  /** A page of the audit trail (typed records: escalations, network events, credential use), oldest first: the `limit` most recent records (100 by default, at most 1000), or with `before` the most recent ones whose `sequence` is below it (to page back, pass the first `sequence` of the page you have). */
   "audit/list": { params: AuditListParams; result: AuditRecord[] };
   /** Verifies the audit hash chain. */
   "audit/verify": { params: AuditVerifyParams; result: AuditVerification };

@@ -10,6 +10,7 @@
 // tree created.
 import * as path from "node:path";
 import * as vscode from "vscode";
+import { auditExit, auditWhat } from "./audit";
 import type { DomainManager, DomainState } from "./domains";
 import { grantRow, requestRow, ruleRows } from "./grants";
 import { Node, NodeRegistry, nodeKey } from "./nodes";
@@ -243,19 +244,30 @@ export class LazaretTree implements vscode.TreeDataProvider<Node> {
       case "dnsGroup":
         return d.dnsRefusals.map((r, i) => this.intern(leaf({ id: `${s}/dns/${i}/${r.atMs}`, label: `${clipName(r.name)} ${clip(r.recordType, 20)}`, tooltip: `${clipName(r.name, NAME_LONG)} ${clip(r.recordType, 20)}: ${clip(r.reason, DETAIL_MAX)}`, description: `${clip(r.reason, DETAIL_MAX)} · ${new Date(r.atMs).toLocaleTimeString()}`, icon: new vscode.ThemeIcon("circle-slash") })));
       case "audit":
-        return [...(d.audit ?? [])].reverse().map((a) =>
-          this.intern(
+        // Each kind with its own fields (./audit); the tooltip lists them all.
+        return [...(d.audit ?? [])].reverse().map((a) => {
+          const exit = auditExit(a);
+          return this.intern(
             leaf({
               id: `${s}/audit/${a.sequence}`,
-              label: `${inert(a.outcome)}  ${clipDisplay(quoteArgv(a.executedArgv ?? a.requestedArgv ?? []), LABEL_MAX)}`,
-              description: `${inert(a.decidedBy ?? "")}${a.exitStatus != null ? ` · exit ${a.exitStatus}` : ""}${a.reason ? ` · ${clip(a.reason, DESCRIPTION_MAX)}` : ""}`,
+              label: `${inert(a.outcome)}  ${auditWhat(a, LABEL_MAX)}`,
+              description: `${inert(a.decidedBy ?? "")}${exit ? ` · ${exit}` : ""}${a.reason ? ` · ${clip(a.reason, DESCRIPTION_MAX)}` : ""}`,
               tooltip: Object.entries(a)
-                .map(([k, v]) => `${k}: ${typeof v === "string" ? clip(v, DETAIL_MAX) : Array.isArray(v) ? clipDisplay(quoteArgv(v.map(String)), DETAIL_MAX) : clip(JSON.stringify(v), DETAIL_MAX)}`)
+                .map(
+                  ([k, v]) =>
+                    `${inert(k)}: ${
+                      typeof v === "string"
+                        ? clip(v, DETAIL_MAX)
+                        : Array.isArray(v) && v.every((w) => typeof w === "string")
+                          ? clipDisplay(quoteArgv(v), DETAIL_MAX)
+                          : clip(JSON.stringify(v), DETAIL_MAX)
+                    }`,
+                )
                 .join("\n"),
               icon: new vscode.ThemeIcon("history"),
             }),
-          ),
-        );
+          );
+        });
       default:
         return [];
     }

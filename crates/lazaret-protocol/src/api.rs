@@ -116,10 +116,11 @@ pub trait LazaretApi {
     #[method(name = "rules/revoke", param_kind = map)]
     async fn rules_revoke(&self, id: String, client: Option<String>) -> RpcResult<bool>;
 
-    /// A page of the escalation audit trail, oldest first: the `limit` most
-    /// recent records (100 by default, at most 1000), or with `before` the
-    /// most recent ones whose `sequence` is below it (to page back, pass
-    /// the first `sequence` of the page you have).
+    /// A page of the audit trail (typed records: escalations, network
+    /// events, credential use), oldest first: the `limit` most recent
+    /// records (100 by default, at most 1000), or with `before` the most
+    /// recent ones whose `sequence` is below it (to page back, pass the
+    /// first `sequence` of the page you have).
     #[method(name = "audit/list", param_kind = map)]
     async fn audit_list(&self, limit: Option<usize>, before: Option<u64>) -> RpcResult<Vec<AuditRecord>>;
 

@@ -33,7 +33,7 @@ pub use api::*;
 pub use types::*;
 
 /// Version of this API; bumped on incompatible changes.
-pub const API_VERSION: u32 = 1;
+pub const API_VERSION: u32 = 2;
 
 /// Application error codes (JSON-RPC reserves -32768..-32000).
 pub mod error_code {

@@ -205,6 +205,22 @@ impl DnsRefusal {
             DnsRefusal::TooManyLabels => "tooManyLabels",
         }
     }
+
+    /// The refusal whose wire word is `text`, if any.
+    pub fn parse(text: &str) -> Option<DnsRefusal> {
+        [
+            DnsRefusal::Malformed,
+            DnsRefusal::RecordType,
+            DnsRefusal::BadCharacters,
+            DnsRefusal::NotAName,
+            DnsRefusal::NotAllowlisted,
+            DnsRefusal::Denied,
+            DnsRefusal::LongLabel,
+            DnsRefusal::TooManyLabels,
+        ]
+        .into_iter()
+        .find(|refusal| refusal.as_str() == text)
+    }
 }
 
 impl std::fmt::Display for DnsRefusal {
@@ -242,6 +258,19 @@ impl AnswerRefusal {
             AnswerRefusal::DeniedAddress => "deniedAddress",
             AnswerRefusal::HostAddress => "hostAddress",
         }
+    }
+
+    /// The refusal whose wire word is `text`, if any.
+    pub fn parse(text: &str) -> Option<AnswerRefusal> {
+        [
+            AnswerRefusal::SpecialAddress,
+            AnswerRefusal::PrivateAddress,
+            AnswerRefusal::HostNetwork,
+            AnswerRefusal::DeniedAddress,
+            AnswerRefusal::HostAddress,
+        ]
+        .into_iter()
+        .find(|refusal| refusal.as_str() == text)
     }
 }
 
@@ -349,6 +378,7 @@ pub enum SidecarEvent {
 
 /// Where an origin's answer carried the credential of its endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum WithheldPart {
     /// The status line or a header (of the answer or of an interim 1xx).
@@ -364,6 +394,11 @@ impl WithheldPart {
             WithheldPart::Head => "head",
             WithheldPart::Body => "body",
         }
+    }
+
+    /// The part whose wire word is `text`, if any.
+    pub fn parse(text: &str) -> Option<WithheldPart> {
+        [WithheldPart::Head, WithheldPart::Body].into_iter().find(|part| part.as_str() == text)
     }
 }
 

@@ -288,9 +288,12 @@ impl schemars::JsonSchema for DecisionSource {
     }
 }
 
-/// One record of the audit trail (hash-chained). The state store keeps
-/// each record as the bytes it was written as, and the chain hashes those
-/// bytes (see `lazaret-store`).
+/// One record of the audit trail (hash-chained): the envelope every kind
+/// shares (its place in the chain, what became of it, who decided, why,
+/// when) and the event itself, whose `type` names its kind and whose
+/// fields are that kind's. The state store keeps each record as the bytes
+/// it was written as, and the chain hashes those bytes (see
+/// `lazaret-store`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
@@ -302,6 +305,136 @@ pub struct AuditRecord {
     /// SHA-256 (hex) of the record's stored bytes: this record as written,
     /// with `hash` empty.
     pub hash: String,
+    /// What happened: the kind (`type`) and its fields.
+    #[serde(flatten)]
+    pub event: AuditEvent,
+    pub outcome: Outcome,
+    /// Why, in words (a refusal's reason, a denial's reason, the Network
+    /// Sidecar's message); agent text for some kinds.
+    pub reason: Option<String>,
+    pub decided_by: Option<DecisionSource>,
+    pub received_at_ms: u64,
+    pub decided_at_ms: Option<u64>,
+    pub finished_at_ms: Option<u64>,
+}
+
+impl AuditRecord {
+    /// A record of `event` happening now: received, decided and finished at
+    /// `at_ms` (the chain fields are filled in by the store).
+    pub fn at(at_ms: u64, event: AuditEvent, outcome: Outcome, decided_by: DecisionSource, reason: Option<String>) -> AuditRecord {
+        AuditRecord {
+            sequence: 0,
+            previous_hash: String::new(),
+            hash: String::new(),
+            event,
+            outcome,
+            reason,
+            decided_by: Some(decided_by),
+            received_at_ms: at_ms,
+            decided_at_ms: Some(at_ms),
+            finished_at_ms: Some(at_ms),
+        }
+    }
+}
+
+/// What an audit record is about: one variant per kind, tagged by `type`.
+/// A kind added later (a checkpoint of the trail, say) is a new variant:
+/// clients show a `type` they do not know by its envelope alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum AuditEvent {
+    /// A host command requested from inside the sandbox (`lazaret-escalate`):
+    /// refused, run without asking, or decided by a human.
+    Escalation(EscalationAudit),
+    /// Connections to the Escalation Socket refused before they made a
+    /// request (no TLS identity, nothing readable in time): `connections`
+    /// of them, one, or a window's count past the first of its kind.
+    ConnectionRefused { connections: u64 },
+    /// The Network Sidecar refused a DNS question (`recordType` as asked:
+    /// `A`, `TXT`, ...; the name as asked, agent text). `suppressed`:
+    /// refusals before this one that the sidecar's rate limit left out.
+    DnsRefused { name: String, record_type: String, refusal: crate::sidecar::DnsRefusal, suppressed: Option<u64> },
+    /// An allowlisted name's answer pointed at `addresses` the Network
+    /// Sidecar did not open (left out of the reply); `refusal` is the first
+    /// address's reason, `reason` names each.
+    DnsAnswerRefused {
+        name: String,
+        record_type: String,
+        addresses: Vec<String>,
+        refusal: crate::sidecar::AnswerRefusal,
+        suppressed: Option<u64>,
+    },
+    /// The egress policy was changed over the control socket (`net allow`,
+    /// `net deny`: one entry; `net reload`: the configuration's allowlist
+    /// and `privateAnswers`). Outcome `rejected` when it did not take.
+    PolicyChanged { action: PolicyAction, entries: Vec<String>, private_answers: Option<crate::sidecar::PrivateAnswers> },
+    /// A destination on no allow entry became a network request (`[network]
+    /// ask`): a name (with the record type first asked) or an address's
+    /// host network (with the `service` the connection tried).
+    NetworkAsked { request_id: String, destination: String, record_type: Option<String>, service: Option<String> },
+    /// A network request was answered; the answer made `grant` (an allow,
+    /// or a remembered refusal).
+    NetworkAnswered { request_id: String, grant: AuditGrant },
+    /// A network request went away unanswered.
+    NetworkRequestExpired { request_id: String, destination: String, record_types: Vec<String>, service: Option<String> },
+    /// A question was refused without asking: as many network requests
+    /// wait as a domain takes. The first refusal names its destination;
+    /// once the queue has room, one more record counts the refusals since
+    /// (`moreRefused`).
+    NetworkQueueFull { destination: Option<String>, record_type: Option<String>, service: Option<String>, more_refused: Option<u64> },
+    /// A grant (or remembered refusal) for some minutes ran out.
+    GrantExpired { grant: AuditGrant },
+    /// A grant (or remembered refusal) was revoked (`rules/revoke`).
+    GrantRevoked { grant: AuditGrant },
+    /// An auto-approve rule was revoked for the rest of this run
+    /// (`rules/revoke`; the configuration file is unchanged).
+    AutoApproveRevoked { rule_id: Option<String>, entry: String },
+    /// A credential endpoint's origin answered 401 or 403 to a request that
+    /// carried the key.
+    CredentialRejected { origin: String, status: u16, suppressed: Option<u64> },
+    /// A credential endpoint's origin answered `method` with the key in the
+    /// `part` of its answer: the head withheld (the sandbox got a 502) or
+    /// the body cut before the key. `status`: the origin's, when readable.
+    CredentialWithheld { origin: String, method: String, status: Option<u16>, part: crate::sidecar::WithheldPart, suppressed: Option<u64> },
+    /// What went through the credential endpoints since the last such
+    /// record, per origin, written when `sessionId` ended.
+    CredentialUse { session_id: String, endpoints: Vec<CredentialUse> },
+    /// A record of layout v4 (an argv-shaped record of every kind) that the
+    /// migration to typed records could not read as any kind: every field
+    /// kept as it was.
+    Legacy(LegacyAudit),
+}
+
+impl AuditEvent {
+    /// The wire word of its kind (its `type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AuditEvent::Escalation(_) => "escalation",
+            AuditEvent::ConnectionRefused { .. } => "connectionRefused",
+            AuditEvent::DnsRefused { .. } => "dnsRefused",
+            AuditEvent::DnsAnswerRefused { .. } => "dnsAnswerRefused",
+            AuditEvent::PolicyChanged { .. } => "policyChanged",
+            AuditEvent::NetworkAsked { .. } => "networkAsked",
+            AuditEvent::NetworkAnswered { .. } => "networkAnswered",
+            AuditEvent::NetworkRequestExpired { .. } => "networkRequestExpired",
+            AuditEvent::NetworkQueueFull { .. } => "networkQueueFull",
+            AuditEvent::GrantExpired { .. } => "grantExpired",
+            AuditEvent::GrantRevoked { .. } => "grantRevoked",
+            AuditEvent::AutoApproveRevoked { .. } => "autoApproveRevoked",
+            AuditEvent::CredentialRejected { .. } => "credentialRejected",
+            AuditEvent::CredentialWithheld { .. } => "credentialWithheld",
+            AuditEvent::CredentialUse { .. } => "credentialUse",
+            AuditEvent::Legacy(_) => "legacy",
+        }
+    }
+}
+
+/// An escalation: the host command a session asked for, and what ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct EscalationAudit {
     /// Minted by the coordinator for each request (D16).
     pub request_id: String,
     /// The id the requesting client chose: a correlation value only,
@@ -309,21 +442,116 @@ pub struct AuditRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_id: Option<String>,
     /// The session the request claimed; `verified` says whether its
-    /// signature checked out (`-` for network changes).
+    /// signature checked out.
     pub session_id: String,
     pub verified: bool,
-    pub outcome: Outcome,
-    /// Why (a refusal's reason, a denial's reason).
-    pub reason: Option<String>,
-    pub decided_by: Option<DecisionSource>,
+    /// The agent's words: untrusted.
     pub justification: Option<String>,
     pub requested_argv: Vec<String>,
     /// What ran (differs from the request when edited).
     pub executed_argv: Option<Vec<String>>,
     pub exit_status: Option<i32>,
-    pub received_at_ms: u64,
-    pub decided_at_ms: Option<u64>,
-    pub finished_at_ms: Option<u64>,
+}
+
+impl EscalationAudit {
+    /// A request as received: nothing decided, nothing run.
+    pub fn request(request_id: &str, session_id: &str) -> EscalationAudit {
+        EscalationAudit {
+            request_id: request_id.to_owned(),
+            client_request_id: None,
+            session_id: session_id.to_owned(),
+            verified: false,
+            justification: None,
+            requested_argv: Vec::new(),
+            executed_argv: None,
+            exit_status: None,
+        }
+    }
+}
+
+/// The fields of a layout v4 record, as they were (the `legacy` kind).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct LegacyAudit {
+    pub request_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
+    pub session_id: String,
+    pub verified: bool,
+    pub justification: Option<String>,
+    pub requested_argv: Vec<String>,
+    pub executed_argv: Option<Vec<String>>,
+    pub exit_status: Option<i32>,
+}
+
+/// A change of the egress policy over the control socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum PolicyAction {
+    /// `network/allow`.
+    Allow,
+    /// `network/deny`.
+    Deny,
+    /// `network/reload`: the configuration's allowlist replaced the policy.
+    Reload,
+}
+
+impl PolicyAction {
+    /// The wire word (`allow`, `deny`, `reload`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyAction::Allow => "allow",
+            PolicyAction::Deny => "deny",
+            PolicyAction::Reload => "reload",
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyAction {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// A network grant or remembered refusal as an audit record names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AuditGrant {
+    /// The id `rules/list` shows and `rules/revoke` takes; `None` in
+    /// records migrated from layout v4, which did not keep it.
+    pub id: Option<String>,
+    /// The name, or the address's host network (`10.9.0.7/32`).
+    pub destination: String,
+    /// For an address: the one protocol and port it covers (`tcp/8081`).
+    pub service: Option<String>,
+    /// For an address: every protocol and port of it.
+    pub every_port: bool,
+    pub verdict: EntryVerdict,
+    /// How long it holds (`minutes`: its duration).
+    pub scope: GrantScope,
+}
+
+/// What went through one credential endpoint between two `credentialUse`
+/// records: requests by the origin's status class, keys refused (401, 403),
+/// requests the sidecar failed itself, bytes, answers withheld.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialUse {
+    pub origin: String,
+    pub status_1xx: u64,
+    pub status_2xx: u64,
+    pub status_3xx: u64,
+    pub status_4xx: u64,
+    pub status_5xx: u64,
+    pub rejected: u64,
+    pub failed: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub withheld: u64,
 }
 
 /// The result of `audit/verify`: what it proves is in docs/security.md
@@ -997,6 +1225,195 @@ mod tests {
         let lagged = serde_json::to_value(SequencedEvent { seq: 3, event: Event::EventsLagged { dropped: 9 } }).expect("json");
         assert_eq!(lagged, serde_json::json!({"seq": 3, "kind": "eventsLagged", "dropped": 9}));
         assert_eq!(serde_json::to_value(NetworkDecision::AllowEveryPort).expect("json"), "allowEveryPort");
+    }
+
+    /// One record of every kind, each field set to something of its own.
+    fn one_of_each_kind() -> Vec<AuditRecord> {
+        use crate::sidecar::{AnswerRefusal, DnsRefusal, PrivateAnswers, WithheldPart};
+        let grant = AuditGrant {
+            id: Some("grant-3f9a1e2f44d0".into()),
+            destination: "10.9.0.7/32".into(),
+            service: Some("tcp/8081".into()),
+            every_port: false,
+            verdict: EntryVerdict::Allow,
+            scope: GrantScope::Minutes { minutes: 15 },
+        };
+        let events = [
+            (
+                AuditEvent::Escalation(EscalationAudit {
+                    request_id: "66e906c6a5b5279dde4e04b4437dfa8f".into(),
+                    client_request_id: Some("agent-1".into()),
+                    session_id: "a98dc688481839dc94ec367c41b22429".into(),
+                    verified: true,
+                    justification: Some("the tests need it".into()),
+                    requested_argv: vec!["echo".into(), "ok".into()],
+                    executed_argv: Some(vec!["/usr/bin/echo".into(), "ok".into()]),
+                    exit_status: Some(0),
+                }),
+                Outcome::Auto,
+            ),
+            (AuditEvent::ConnectionRefused { connections: 7 }, Outcome::Rejected),
+            (
+                AuditEvent::DnsRefused {
+                    name: "evil.example".into(),
+                    record_type: "TXT".into(),
+                    refusal: DnsRefusal::RecordType,
+                    suppressed: Some(3),
+                },
+                Outcome::DnsRefused,
+            ),
+            (
+                AuditEvent::DnsAnswerRefused {
+                    name: "rebind.example".into(),
+                    record_type: "A".into(),
+                    addresses: vec!["10.0.0.1".into(), "127.0.0.1".into()],
+                    refusal: AnswerRefusal::PrivateAddress,
+                    suppressed: None,
+                },
+                Outcome::DnsAnswerRefused,
+            ),
+            (
+                AuditEvent::PolicyChanged {
+                    action: PolicyAction::Reload,
+                    entries: vec!["github.com".into(), "10.0.0.0/8".into()],
+                    private_answers: Some(PrivateAnswers::Allow),
+                },
+                Outcome::NetworkReloaded,
+            ),
+            (
+                AuditEvent::NetworkAsked {
+                    request_id: "net-5d0c8b3f9a1e2f44".into(),
+                    destination: "10.9.0.7/32".into(),
+                    record_type: None,
+                    service: Some("udp/53".into()),
+                },
+                Outcome::NetworkAsked,
+            ),
+            (AuditEvent::NetworkAnswered { request_id: "net-5d0c8b3f9a1e2f44".into(), grant: grant.clone() }, Outcome::NetworkGranted),
+            (
+                AuditEvent::NetworkRequestExpired {
+                    request_id: "net-0000000000000001".into(),
+                    destination: "grant.test".into(),
+                    record_types: vec!["A".into(), "AAAA".into()],
+                    service: None,
+                },
+                Outcome::NetworkExpired,
+            ),
+            (
+                AuditEvent::NetworkQueueFull { destination: None, record_type: None, service: None, more_refused: Some(968) },
+                Outcome::NetworkQueueFull,
+            ),
+            (AuditEvent::GrantExpired { grant: grant.clone() }, Outcome::NetworkExpired),
+            (
+                AuditEvent::GrantRevoked { grant: AuditGrant { id: None, every_port: true, service: None, ..grant } },
+                Outcome::NetworkRevoked,
+            ),
+            (AuditEvent::AutoApproveRevoked { rule_id: Some("auto-2".into()), entry: "cargo check *".into() }, Outcome::NetworkRevoked),
+            (
+                AuditEvent::CredentialRejected { origin: "https://api.example".into(), status: 401, suppressed: None },
+                Outcome::CredentialRejected,
+            ),
+            (
+                AuditEvent::CredentialWithheld {
+                    origin: "https://api.example".into(),
+                    method: "POST".into(),
+                    status: None,
+                    part: WithheldPart::Body,
+                    suppressed: Some(1),
+                },
+                Outcome::CredentialWithheld,
+            ),
+            (
+                AuditEvent::CredentialUse {
+                    session_id: "f742a361d8ba74a012b08f5c71c0ced8".into(),
+                    endpoints: vec![CredentialUse {
+                        origin: "https://api.example".into(),
+                        status_2xx: 3,
+                        bytes_sent: 10,
+                        withheld: 1,
+                        ..Default::default()
+                    }],
+                },
+                Outcome::CredentialUse,
+            ),
+            (
+                AuditEvent::Legacy(LegacyAudit {
+                    request_id: "network-1796692719170-5".into(),
+                    client_request_id: None,
+                    session_id: "-".into(),
+                    verified: true,
+                    justification: None,
+                    requested_argv: vec!["net".into(), "sideways".into()],
+                    executed_argv: None,
+                    exit_status: None,
+                }),
+                Outcome::NetworkAllowed,
+            ),
+        ];
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(index, (event, outcome))| {
+                let mut record =
+                    AuditRecord::at(1_000 + index as u64, event, outcome, DecisionSource::rpc("vscode"), Some(format!("reason {index}")));
+                record.sequence = index as u64 + 1;
+                record.previous_hash = format!("{index:064}");
+                record
+            })
+            .collect()
+    }
+
+    /// Every kind reads back as written, and no kind has a field of the
+    /// envelope's name (the flattened event would lose it).
+    #[test]
+    fn every_audit_kind_round_trips_with_its_envelope() {
+        let records = one_of_each_kind();
+        let mut kinds = std::collections::BTreeSet::new();
+        for record in &records {
+            let json = serde_json::to_value(record).expect("json");
+            let kind = json["type"].as_str().expect("a type").to_owned();
+            assert_eq!(record.event.kind(), kind);
+            assert!(kinds.insert(kind.clone()), "{kind} twice");
+            assert_eq!(json["outcome"], record.outcome.as_str(), "{json}");
+            assert_eq!(json["decidedBy"], "rpc:vscode", "{json}");
+            assert_eq!(json["receivedAtMs"], record.received_at_ms, "{json}");
+            let back: AuditRecord = serde_json::from_value(json.clone()).expect("reads back");
+            assert_eq!(&back, record, "{json}");
+        }
+        assert_eq!(kinds.len(), 16, "{kinds:?}");
+        let dns = serde_json::to_value(&records[2]).expect("json");
+        assert_eq!(
+            dns,
+            serde_json::json!({
+                "sequence": 3, "previousHash": format!("{:064}", 2), "hash": "",
+                "type": "dnsRefused", "name": "evil.example", "recordType": "TXT", "refusal": "recordType", "suppressed": 3,
+                "outcome": "dnsRefused", "reason": "reason 2", "decidedBy": "rpc:vscode",
+                "receivedAtMs": 1002, "decidedAtMs": 1002, "finishedAtMs": 1002
+            })
+        );
+        let answered = serde_json::to_value(&records[6]).expect("json");
+        assert_eq!(
+            answered["grant"],
+            serde_json::json!({"id": "grant-3f9a1e2f44d0", "destination": "10.9.0.7/32", "service": "tcp/8081", "everyPort": false, "verdict": "allow", "scope": {"type": "minutes", "minutes": 15}})
+        );
+        let unknown = serde_json::json!({"sequence": 1, "previousHash": "", "hash": "", "type": "checkpoint", "outcome": "auto", "reason": null, "decidedBy": null, "receivedAtMs": 1, "decidedAtMs": null, "finishedAtMs": null});
+        assert!(serde_json::from_value::<AuditRecord>(unknown).is_err(), "a kind this build does not know is not read as another");
+    }
+
+    #[test]
+    fn the_sidecars_words_parse_back() {
+        use crate::sidecar::{AnswerRefusal, DnsRefusal, WithheldPart};
+        for word in ["malformed", "recordType", "badCharacters", "notAName", "notAllowlisted", "denied", "longLabel", "tooManyLabels"] {
+            let refusal = DnsRefusal::parse(word).expect(word);
+            assert_eq!(serde_json::to_value(refusal).expect("json"), word);
+        }
+        for word in ["specialAddress", "privateAddress", "hostNetwork", "deniedAddress", "hostAddress"] {
+            let refusal = AnswerRefusal::parse(word).expect(word);
+            assert_eq!(serde_json::to_value(refusal).expect("json"), word);
+        }
+        assert_eq!(WithheldPart::parse("head"), Some(WithheldPart::Head));
+        assert_eq!(WithheldPart::parse("body"), Some(WithheldPart::Body));
+        assert_eq!((DnsRefusal::parse("Denied"), AnswerRefusal::parse(""), WithheldPart::parse("tail")), (None, None, None));
     }
 
     /// A grant kept in a Domain Root before grants had a service (D19) still

@@ -264,12 +264,21 @@ fn camel(text: &str) -> String {
     characters.next().map(|first| first.to_lowercase().chain(characters).collect()).unwrap_or_default()
 }
 
+/// The structs that flatten a tagged enum into their own fields, the name of
+/// that enum (schemars inlines it, so the schema does not say), and the
+/// comment above its union.
+const FLATTENED: [(&str, &str, &str); 2] =
+    [("SequencedEvent", "Event", "Every event kind."), ("AuditRecord", "AuditEvent", "Every kind of audit record.")];
+
 /// A tagged union (`#[serde(tag = ...)]`): its variants, each named by its
-/// tag's value. Events (`kind`, flattened into `SequencedEvent`) are named
-/// `<Kind>Event` and their union `Event`; every other union `name` has
-/// variants `<name><Value>`.
+/// tag's value. A union `name` has variants `<name><Value>`; an enum
+/// flattened into a struct (events, `kind`, into `SequencedEvent`; audit
+/// events, `type`, into `AuditRecord`) is named as in Rust (`Event`,
+/// `AuditEvent`) and has variants `<Value><Enum>` (`SessionEndedEvent`,
+/// `DnsRefusedAuditEvent`).
 struct Tagged<'a> {
     union: String,
+    doc: &'static str,
     variants: Vec<(String, &'a Value)>,
 }
 
@@ -277,16 +286,24 @@ fn tagged<'a>(name: &str, schema: &'a Value) -> Option<Tagged<'a>> {
     let variants = schema["oneOf"].as_array()?;
     let tag = ["kind", "type"].into_iter().find(|tag| variants.iter().all(|variant| variant["properties"][tag]["const"].is_string()))?;
     let flattened = schema["properties"].as_object().is_some_and(|properties| !properties.is_empty());
-    let union = if flattened { "Event".to_owned() } else { name.to_owned() };
+    let (union, doc) = if flattened {
+        let (_, union, doc) = FLATTENED
+            .iter()
+            .find(|(outer, _, _)| *outer == name)
+            .unwrap_or_else(|| panic!("{name} flattens a tagged enum: name it in FLATTENED"));
+        ((*union).to_owned(), *doc)
+    } else {
+        (name.to_owned(), "")
+    };
     let variants = variants
         .iter()
         .map(|variant| {
             let value = pascal(variant["properties"][tag]["const"].as_str().unwrap_or_default());
-            let variant_name = if flattened { format!("{value}Event") } else { format!("{name}{value}") };
+            let variant_name = if flattened { format!("{value}{union}") } else { format!("{name}{value}") };
             (variant_name, variant)
         })
         .collect();
-    Some(Tagged { union, variants })
+    Some(Tagged { union, doc, variants })
 }
 
 /// The type a variant extends (`$ref`: a newtype variant's struct).
@@ -403,13 +420,14 @@ fn typescript(methods: &[Method], definitions: &Map<String, Value>, codes: &[Err
     out.push_str("} as const;\n\n");
     for (name, schema) in definitions {
         ts_comment(&mut out, "", schema["description"].as_str());
-        if let Some(Tagged { union, variants }) = tagged(name, schema) {
-            // A tagged enum (for events flattened into `name`): one interface per variant.
+        if let Some(Tagged { union, doc, variants }) = tagged(name, schema) {
+            // A tagged enum (flattened into `name`, for events and audit
+            // records): one interface per variant.
             if union != *name {
                 out.push_str(&format!("export type {name} = {{\n"));
                 ts_fields(&mut out, schema);
                 out.push_str(&format!("}} & {union};\n\n"));
-                out.push_str("/** Every event kind. */\n");
+                ts_comment(&mut out, "", Some(doc));
             }
             let names: Vec<&str> = variants.iter().map(|(variant_name, _)| variant_name.as_str()).collect();
             out.push_str(&format!("export type {union} =\n  | {};\n\n", names.join("\n  | ")));
@@ -513,7 +531,7 @@ fn lua(methods: &[Method], definitions: &Map<String, Value>, codes: &[ErrorCode]
          --- The control protocol's method names and API version, and LuaLS annotations of its wire types.\n\n",
     );
     for (name, schema) in definitions {
-        if let Some(Tagged { union, variants }) = tagged(name, schema) {
+        if let Some(Tagged { union, variants, .. }) = tagged(name, schema) {
             out.push_str(&format!(
                 "---@alias lazaret.{union} {}\n\n",
                 variants.iter().map(|(variant_name, _)| format!("lazaret.{variant_name}")).collect::<Vec<_>>().join("|")

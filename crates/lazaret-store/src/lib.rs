@@ -18,7 +18,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 pub use audit::GENESIS_HASH;
 
 /// The layout this build writes.
-pub const SCHEMA_VERSION: u64 = 4;
+pub const SCHEMA_VERSION: u64 = 5;
 
 /// `meta`: "schema_version" -> version number.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");

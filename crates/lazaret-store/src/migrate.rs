@@ -11,12 +11,19 @@
 //!   bytes as stored; `audit_notes`; the head beside the store (see
 //!   `audit.rs`); `sessions_v2` values become `lazaret_protocol::CompletedSession`
 //!   (camelCase), the one definition of a completed session.
+//! - v5: `audit_v5`: the same chain of typed records (`lazaret_protocol::AuditRecord`:
+//!   the envelope and an event tagged by `type`); v4's argv-shaped records
+//!   are read into their kinds ([`v4`]), re-chained, with a note in
+//!   `audit_notes` (`migration-v4`).
 
-use lazaret_protocol::{AuditRecord, CompletedSession};
+mod v4;
+
+use lazaret_protocol::CompletedSession;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
-use crate::audit::{Migration, AUDIT_NOTES, AUDIT_V4, GENESIS_HASH, MIGRATION_KEY};
+use crate::audit::{Migration, AUDIT_NOTES, AUDIT_V5, GENESIS_HASH};
 use crate::{Result, Store, StoreError, META, SCHEMA_VERSION, SCHEMA_VERSION_KEY, SESSIONS_V2};
+use v4::{V4Record, AUDIT_V4};
 
 pub(crate) const SESSIONS_V1: TableDefinition<&str, &str> = TableDefinition::new("sessions_v1");
 /// The v3 audit table (migration only).
@@ -41,8 +48,12 @@ pub(crate) fn to_current(store: &Store) -> Result<()> {
     }
     if version == 3 {
         v3_to_v4(store)?;
+        version = 4;
     }
-    Ok(())
+    if version == 4 {
+        v4_to_v5(store)?;
+    }
+    finish_v5_head(store)
 }
 
 fn has_v1_sessions(store: &Store) -> Result<bool> {
@@ -86,7 +97,7 @@ fn v3_hash(previous_hash: &str, stored: &[u8]) -> Option<String> {
 }
 
 /// Checks one v3 record against the v3 chain: `None` when it fits.
-fn v3_problem(key: u64, position: u64, expected_previous: &str, record: &AuditRecord, stored: &[u8]) -> Option<String> {
+fn v3_problem(key: u64, position: u64, expected_previous: &str, record: &V4Record, stored: &[u8]) -> Option<String> {
     if record.sequence != key || key != position {
         Some(format!("record {key} is out of sequence (expected {position})"))
     } else if record.previous_hash != expected_previous {
@@ -110,7 +121,7 @@ fn v3_to_v4(store: &Store) -> Result<()> {
         message: format!("cannot migrate it to layout v4: {message}"),
     };
     let write = store.database().begin_write().map_err(|e| store.error(e))?;
-    let mut migration = Migration { from_version: 3, records: 0, old_head: GENESIS_HASH.to_owned(), old_problem: None };
+    let mut migration = Migration { from_version: 3, records: 0, old_head: GENESIS_HASH.to_owned(), old_problem: None, kept_as_legacy: 0 };
     let mut head = GENESIS_HASH.to_owned();
     {
         let old = write.open_table(AUDIT_V3).map_err(|e| store.error(e))?;
@@ -118,20 +129,20 @@ fn v3_to_v4(store: &Store) -> Result<()> {
         for entry in old.iter().map_err(|e| store.error(e))? {
             let (key, value) = entry.map_err(|e| store.error(e))?;
             let key = key.value();
-            // v3's fields are today's, its outcomes and sources the words of
+            // v3's fields are v4's, its outcomes and sources the words of
             // today's enums: the record reads as it is.
-            let mut record: AuditRecord = serde_json::from_slice(value.value()).map_err(|error| corrupt(key, error.to_string()))?;
+            let mut record: V4Record = serde_json::from_slice(value.value()).map_err(|error| corrupt(key, error.to_string()))?;
             migration.records += 1;
             if migration.old_problem.is_none() {
                 match v3_problem(key, migration.records, &migration.old_head, &record, value.value()) {
-                    Some(problem) => migration.old_problem = Some((key, problem)),
+                    Some(problem) => migration.old_problem = Some((Some(key), problem)),
                     None => migration.old_head = record.hash.clone(),
                 }
             }
             record.hash = String::new();
             record.sequence = migration.records;
             record.previous_hash = head;
-            let (hash, stored) = crate::audit::encode(&record).map_err(|e| store.error(e))?;
+            let (hash, stored) = crate::audit::encode_json(&record).map_err(|e| store.error(e))?;
             new.insert(migration.records, stored.as_slice()).map_err(|e| store.error(e))?;
             head = hash;
         }
@@ -140,7 +151,8 @@ fn v3_to_v4(store: &Store) -> Result<()> {
     write.delete_table(AUDIT_V3).map_err(|e| store.error(e))?;
     if migration.records > 0 {
         let bytes = serde_json::to_vec(&migration).map_err(|e| store.error(e))?;
-        write.open_table(AUDIT_NOTES).map_err(|e| store.error(e))?.insert(MIGRATION_KEY, bytes.as_slice()).map_err(|e| store.error(e))?;
+        let key = crate::audit::migration_key(3);
+        write.open_table(AUDIT_NOTES).map_err(|e| store.error(e))?.insert(key.as_str(), bytes.as_slice()).map_err(|e| store.error(e))?;
     }
     write.open_table(META).map_err(|e| store.error(e))?.insert(SCHEMA_VERSION_KEY, 4).map_err(|e| store.error(e))?;
     write.commit().map_err(|e| store.error(e))?;
@@ -148,6 +160,92 @@ fn v3_to_v4(store: &Store) -> Result<()> {
         store.write_head(migration.records, &head)?;
     }
     Ok(())
+}
+
+/// v5 stores typed records: each v4 record is read into its kind (or kept
+/// as `legacy`), re-chained, in one transaction. The v4 chain and the head
+/// beside the store are verified on the way, as `audit verify` did; the
+/// verdict is kept in `audit_notes` and reported by every `audit verify`.
+/// Then the head is moved to the new chain.
+fn v4_to_v5(store: &Store) -> Result<()> {
+    let corrupt = |key: u64, message: String| StoreError::CorruptRecord {
+        path: store.path().to_path_buf(),
+        key: format!("audit {key}"),
+        message: format!("cannot migrate it to layout v5: {message}"),
+    };
+    let old_head = store.read_head();
+    let write = store.database().begin_write().map_err(|e| store.error(e))?;
+    let mut migration = Migration { from_version: 4, records: 0, old_head: GENESIS_HASH.to_owned(), old_problem: None, kept_as_legacy: 0 };
+    let mut head = GENESIS_HASH.to_owned();
+    {
+        let old = write.open_table(AUDIT_V4).map_err(|e| store.error(e))?;
+        let head_records = old_head.as_ref().ok().and_then(|head| head.as_ref().map(|head| head.records));
+        let walked = crate::audit::walk(&old, head_records, v4::readable).map_err(|e| store.error(e))?;
+        migration.old_head = walked.last_hash.clone();
+        migration.old_problem = match walked.problem.clone() {
+            Some((at, problem)) => Some((Some(at), problem)),
+            None => crate::audit::judge_head(&old_head, &walked, &store.audit_head_path()).err(),
+        };
+        let mut new = write.open_table(AUDIT_V5).map_err(|e| store.error(e))?;
+        for entry in old.iter().map_err(|e| store.error(e))? {
+            let (key, value) = entry.map_err(|e| store.error(e))?;
+            let key = key.value();
+            let (_, json) = crate::audit::split(value.value()).map_err(|message| corrupt(key, message))?;
+            let old_record: V4Record = serde_json::from_slice(json).map_err(|error| corrupt(key, error.to_string()))?;
+            let (mut record, legacy) = v4::to_v5(old_record);
+            migration.records += 1;
+            migration.kept_as_legacy += u64::from(legacy);
+            record.sequence = migration.records;
+            record.previous_hash = head;
+            let (hash, stored) = crate::audit::encode(&record).map_err(|e| store.error(e))?;
+            new.insert(migration.records, stored.as_slice()).map_err(|e| store.error(e))?;
+            head = hash;
+        }
+    }
+    write.delete_table(AUDIT_V4).map_err(|e| store.error(e))?;
+    if migration.records > 0 {
+        let bytes = serde_json::to_vec(&migration).map_err(|e| store.error(e))?;
+        let key = crate::audit::migration_key(4);
+        write.open_table(AUDIT_NOTES).map_err(|e| store.error(e))?.insert(key.as_str(), bytes.as_slice()).map_err(|e| store.error(e))?;
+    }
+    write.open_table(META).map_err(|e| store.error(e))?.insert(SCHEMA_VERSION_KEY, 5).map_err(|e| store.error(e))?;
+    write.commit().map_err(|e| store.error(e))?;
+    if migration.records > 0 {
+        store.write_head(migration.records, &head)?;
+    }
+    Ok(())
+}
+
+/// A crash between the v4 to v5 commit and the head's move leaves the v4
+/// head beside the v5 store: the migration's note names that head (its
+/// record count and last hash, which no v5 record hashes to), so the move
+/// is made now. Any other head is left as it is.
+fn finish_v5_head(store: &Store) -> Result<()> {
+    let read = store.database().begin_read().map_err(|e| store.error(e))?;
+    let Some(migration) = store.migrations(&read)?.into_iter().find(|migration| migration.from_version == 4 && migration.records > 0)
+    else {
+        return Ok(());
+    };
+    let left = matches!(store.read_head(), Ok(Some(head)) if head.records == migration.records && head.hash == migration.old_head);
+    if !left {
+        return Ok(());
+    }
+    let table = read.open_table(AUDIT_V5).map_err(|e| store.error(e))?;
+    let Some(stored) = table.get(migration.records).map_err(|e| store.error(e))? else {
+        return Ok(());
+    };
+    let hash = crate::audit::split(stored.value())
+        .map_err(|message| StoreError::CorruptRecord {
+            path: store.path().to_path_buf(),
+            key: format!("audit {}", migration.records),
+            message,
+        })?
+        .0
+        .to_owned();
+    drop(stored);
+    drop(table);
+    drop(read);
+    store.write_head(migration.records, &hash)
 }
 
 /// Rewrites every `sessions_v2` value in the protocol's form (camelCase
@@ -193,7 +291,7 @@ fn initialize(store: &Store) -> Result<u64> {
     let write = store.database().begin_write().map_err(|e| store.error(e))?;
     {
         write.open_table(SESSIONS_V2).map_err(|e| store.error(e))?;
-        write.open_table(AUDIT_V4).map_err(|e| store.error(e))?;
+        write.open_table(AUDIT_V5).map_err(|e| store.error(e))?;
         let mut meta = write.open_table(META).map_err(|e| store.error(e))?;
         meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION).map_err(|e| store.error(e))?;
     }
@@ -253,144 +351,4 @@ fn v1_to_v2(store: &Store) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use lazaret_protocol::{DecisionSource, Outcome};
-    use redb::ReadableTableMetadata;
-
-    /// Writes a store exactly as the v1 layout did (no `meta` table).
-    fn write_v1_store(path: &std::path::Path) {
-        let database = redb::Database::create(path).expect("create");
-        let write = database.begin_write().expect("write");
-        {
-            let mut table = write.open_table(SESSIONS_V1).expect("table");
-            table.insert("second", "12|2000|2500|").expect("insert");
-            table.insert("first", "11|1000|1500|3").expect("insert");
-        }
-        write.commit().expect("commit");
-    }
-
-    #[test]
-    fn migrates_a_store_written_by_the_previous_layout() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("state.redb");
-        write_v1_store(&path);
-        let store = Store::open(&path).expect("open migrates");
-        assert_eq!(store.schema_version().expect("version"), crate::SCHEMA_VERSION);
-        let sessions = store.sessions(10).expect("sessions");
-        assert_eq!(sessions.len(), 2);
-        assert_eq!(sessions[0].session_id, "first");
-        assert_eq!(sessions[0].exit_status, Some(3));
-        assert_eq!(sessions[0].end_reason, "exited");
-        assert_eq!(sessions[1].session_id, "second");
-        assert_eq!(sessions[1].exit_status, None);
-        assert_eq!(sessions[1].end_reason, "disconnected");
-        // The old table is gone, and new records continue the sequence.
-        let read = store.database().begin_read().expect("read");
-        assert!(matches!(read.open_table(SESSIONS_V1), Err(redb::TableError::TableDoesNotExist(_))));
-        drop(read);
-        store.record_session(&sessions[0]).expect("append");
-        assert_eq!(store.sessions(10).expect("sessions").len(), 3);
-    }
-
-    #[test]
-    fn a_bad_v1_row_aborts_the_whole_migration() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("state.redb");
-        write_v1_store(&path);
-        {
-            let database = redb::Database::create(&path).expect("open");
-            let write = database.begin_write().expect("write");
-            write.open_table(SESSIONS_V1).expect("table").insert("bad", "not-a-record").expect("insert");
-            write.commit().expect("commit");
-        }
-        let error = Store::open(&path).expect_err("corrupt row");
-        assert!(error.to_string().contains("not-a-record"), "{error}");
-        // Nothing was half-migrated: the v1 table is intact.
-        let database = redb::Database::create(&path).expect("open");
-        let read = database.begin_read().expect("read");
-        assert_eq!(read.open_table(SESSIONS_V1).expect("v1 intact").len().expect("len"), 3);
-        assert!(matches!(read.open_table(SESSIONS_V2), Err(redb::TableError::TableDoesNotExist(_))));
-    }
-
-    /// A real store written by the v3 layout (a domain of the end-to-end
-    /// suite at commit 0374937: three auto-approved escalations).
-    const V3_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v3-written-by-0374937.redb");
-
-    fn v3_copy() -> (tempfile::TempDir, std::path::PathBuf) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("state.redb");
-        std::fs::copy(V3_FIXTURE, &path).expect("copy the fixture");
-        (dir, path)
-    }
-
-    #[test]
-    fn a_v3_store_written_by_the_previous_build_verifies_after_the_migration() {
-        let (_dir, path) = v3_copy();
-        {
-            let database = redb::Database::open(&path).expect("open v3");
-            let read = database.begin_read().expect("read");
-            assert_eq!(read.open_table(META).expect("meta").get(SCHEMA_VERSION_KEY).expect("get").map(|v| v.value()), Some(3));
-            assert_eq!(read.open_table(AUDIT_V3).expect("v3 audit").len().expect("len"), 3);
-        }
-        let store = Store::open(&path).expect("open migrates");
-        assert_eq!(store.schema_version().expect("version"), 4);
-        let verification = store.verify_audit().expect("verify");
-        assert!(verification.intact, "{verification:?}");
-        assert_eq!(verification.records, 3);
-        assert!(
-            verification.notes.iter().any(|note| note.contains("migrated from layout v3") && note.contains("7769e83a")),
-            "{verification:?}"
-        );
-        let records = store.audit_records(10).expect("records");
-        let argv: Vec<_> = records.iter().map(|record| record.requested_argv.join(" ")).collect();
-        assert_eq!(argv, ["echo one", "echo two", "echo three"]);
-        assert!(records.iter().all(|record| record.outcome == Outcome::Auto && record.decided_by == Some(DecisionSource::Policy)));
-        assert!(records.iter().all(|record| record.client_request_id.is_some()));
-        // Its sessions, stored in snake_case by v2 and v3, read in the protocol's form.
-        let sessions = store.sessions(10).expect("sessions");
-        let ends: Vec<(&str, Option<i32>)> = sessions.iter().map(|session| (session.end_reason.as_str(), session.exit_status)).collect();
-        assert_eq!(ends, [("exited", Some(0)), ("disconnected", None)], "{sessions:?}");
-        assert!(sessions[0].command.join(" ").contains("lazaret-escalate -- echo three"), "{sessions:?}");
-        // The trail goes on from there, and removing its end is reported.
-        let mut next = records[2].clone();
-        next.request_id = "after-migration".into();
-        store.append_audit(next).expect("append");
-        assert!(store.verify_audit().expect("verify").intact);
-        let write = store.database().begin_write().expect("write");
-        write.open_table(AUDIT_V4).expect("table").remove(4).expect("remove");
-        write.commit().expect("commit");
-        assert!(!store.verify_audit().expect("verify").intact);
-    }
-
-    #[test]
-    fn a_v3_chain_broken_before_the_migration_stays_reported() {
-        let (_dir, path) = v3_copy();
-        {
-            let database = redb::Database::open(&path).expect("open v3");
-            let write = database.begin_write().expect("write");
-            {
-                let mut table = write.open_table(AUDIT_V3).expect("v3 audit");
-                let bytes = table.get(2).expect("get").expect("present").value().to_vec();
-                let edited = String::from_utf8(bytes).expect("utf-8").replace("\"echo\",\"two\"", "\"echo\",\"2\"");
-                table.insert(2, edited.as_bytes()).expect("insert");
-            }
-            write.commit().expect("commit");
-        }
-        let store = Store::open(&path).expect("open migrates");
-        let verification = store.verify_audit().expect("verify");
-        assert!(!verification.intact, "{verification:?}");
-        assert_eq!(verification.problem_at, Some(2));
-        assert!(verification.problem.as_deref().unwrap_or_default().contains("before the migration"), "{verification:?}");
-        // Nothing was dropped: the edited record is there as found.
-        assert_eq!(store.audit_records(10).expect("records")[1].requested_argv, ["echo", "2"]);
-    }
-
-    #[test]
-    fn v1_values_parse() {
-        assert_eq!(parse_v1("s", "1|2|3|").map(|r| r.exit_status), Some(None));
-        assert_eq!(parse_v1("s", "1|2|3|-1").map(|r| r.exit_status), Some(Some(-1)));
-        assert!(parse_v1("s", "1|2").is_none());
-        assert!(parse_v1("s", "x|2|3|").is_none());
-    }
-}
+mod tests;

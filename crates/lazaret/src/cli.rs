@@ -151,9 +151,11 @@ pub enum Command {
         #[arg(long, short)]
         yes: bool,
     },
-    /// Show the domain's escalation audit trail (every request from the
-    /// sandbox, verified or refused, its decision and what ran), or verify
-    /// its hash chain.
+    /// Show the domain's audit trail (every host command requested from the
+    /// sandbox, verified or refused, its decision and what ran; network
+    /// changes, requests, grants and refusals; the credential endpoints),
+    /// one record a line, or verify its hash chain. --json prints the
+    /// typed records, each naming its kind in `type`.
     Audit {
         #[command(subcommand)]
         action: Option<AuditCommand>,

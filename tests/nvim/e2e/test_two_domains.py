@@ -39,7 +39,7 @@ end
 _G.fake = Fake.new(socket, {
   ['pending/list'] = function() return pending end,
   ['domain/status'] = function()
-    return { apiVersion = 1, domainHash = '""" + FAKE_HASH + """', profile = 'fake', workspace = '/fake/workspace',
+    return { apiVersion = require('lazaret.protocol').API_VERSION, domainHash = '""" + FAKE_HASH + """', profile = 'fake', workspace = '/fake/workspace',
       containerName = 'fake', containerState = 'failed', containerError = table.concat(hostile, ' | '),
       sessions = { { client = hostile[1], pid = 7, sessionId = 's', startedAtMs = 1, command = hostile } },
       agentBranch = 'lazaret/agent-fake', coordinatorPid = 1, image = 'x', startedAtMs = 1 }

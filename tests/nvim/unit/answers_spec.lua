@@ -75,7 +75,7 @@ local fake = Fake.new(path, {
     return pending
   end,
   ['domain/status'] = function()
-    return { apiVersion = 1, domainHash = 'abc123', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
+    return { apiVersion = require('lazaret.protocol').API_VERSION, domainHash = 'abc123', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
   end,
   ['network/show'] = function()
     return policy
@@ -92,7 +92,7 @@ local fake = Fake.new(path, {
     return rules_state
   end,
 })
-domains.info = { socketRoot = root, apiVersion = 1 }
+domains.info = { socketRoot = root, apiVersion = require('lazaret.protocol').API_VERSION }
 
 local function window_lines()
   return approvals.is_open() and vim.api.nvim_buf_get_lines(approvals.buf, 0, -1, false) or {}

@@ -21,7 +21,7 @@ local pending = {}
 local function esc(id, at)
   return { requestId = id, argv = { 'touch', id }, display = 'touch ' .. id, profile = 'default', receivedAtMs = at, reasons = {}, riskNotes = {} }
 end
-local status = { apiVersion = 1, domainHash = 'abc123', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
+local status = { apiVersion = require('lazaret.protocol').API_VERSION, domainHash = 'abc123', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
 local methods = {
   ['pending/list'] = function()
     return vim.tbl_map(function(e)
@@ -45,7 +45,7 @@ local methods = {
   end,
 }
 local fake = Fake.new(path, methods)
-domains.info = { socketRoot = root, apiVersion = 1 }
+domains.info = { socketRoot = root, apiVersion = require('lazaret.protocol').API_VERSION }
 
 local function ids()
   return vim.tbl_map(function(item)

@@ -68,7 +68,7 @@ local fake = Fake.new(path, {
     return pending
   end,
   ['domain/status'] = function()
-    return { apiVersion = 1, domainHash = 'abc123', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
+    return { apiVersion = require('lazaret.protocol').API_VERSION, domainHash = 'abc123', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
   end,
   ['network/show'] = function()
     return { allow = {}, deny = {}, learned = {}, upstreams = {}, rules = 0, privateAnswers = 'refuse', holdMs = 1000 }
@@ -98,7 +98,7 @@ local fake = Fake.new(path, {
     return true
   end,
 })
-domains.info = { socketRoot = root, apiVersion = 1 }
+domains.info = { socketRoot = root, apiVersion = require('lazaret.protocol').API_VERSION }
 
 local function window_lines()
   return vim.api.nvim_buf_get_lines(approvals.buf, 0, -1, false)

@@ -53,7 +53,7 @@ local function escalation(id, argv, at)
 end
 local function status_of(hash, workspace)
   return function()
-    return { apiVersion = 1, domainHash = hash, profile = 'default', workspace = workspace, containerState = 'running', sessions = {} }
+    return { apiVersion = require('lazaret.protocol').API_VERSION, domainHash = hash, profile = 'default', workspace = workspace, containerState = 'running', sessions = {} }
   end
 end
 local no_sidecar = function()
@@ -86,7 +86,7 @@ local b = Fake.new(b_path, {
   ['network/show'] = no_sidecar,
   ['escalation/respond'] = responder('b'),
 })
-domains.info = { socketRoot = root, apiVersion = 1 }
+domains.info = { socketRoot = root, apiVersion = require('lazaret.protocol').API_VERSION }
 
 T.test('the same request id from two domains: two requests, each under its own domain', function()
   domains.tick()

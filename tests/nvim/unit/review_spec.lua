@@ -26,7 +26,7 @@ local fake = Fake.new(path, {
     return {}
   end,
   ['domain/status'] = function()
-    return { apiVersion = 1, domainHash = 'feed01', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
+    return { apiVersion = require('lazaret.protocol').API_VERSION, domainHash = 'feed01', profile = 'default', workspace = '/w', containerState = 'running', sessions = {} }
   end,
   ['network/show'] = function()
     return nil, { code = require('lazaret.protocol').error_code.NETWORK_FAILED, message = 'no sidecar' }
@@ -49,7 +49,7 @@ local fake = Fake.new(path, {
 local function calls(method)
   return fake:calls(method)
 end
-domains.info = { socketRoot = root, apiVersion = 1 }
+domains.info = { socketRoot = root, apiVersion = require('lazaret.protocol').API_VERSION }
 domains.tick()
 T.test('setup: the plugin connects to the fake coordinator', function()
   T.wait(function()

@@ -47,6 +47,10 @@ test("connects, checks the API version, subscribes before listing, and queues wh
   const d = manager.connected()[0];
   await until("details", () => d.audit !== undefined && d.networkError !== undefined);
   assert.equal(d.audit![0].decidedBy, "rpc:cli");
+  // Typed records as the coordinator sends them: each kind with its own fields.
+  assert.deepEqual(d.audit!.map((a) => a.type), ["escalation", "dnsRefused"]);
+  const dns = d.audit![1];
+  assert.ok(dns.type === "dnsRefused" && dns.name === "evil.example" && dns.recordType === "TXT", JSON.stringify(dns));
   assert.match(d.networkError!, /no network/);
 });
 
@@ -253,7 +257,7 @@ test("a coordinator of another API version is listed with the problem and what t
     assert.equal(m.connected().length, 0);
     // An older one: the fix names the lazaret that started it.
     newer.apiVersion = API_VERSION - 1;
-    await until("the older problem", () => /speaks API 0/.test(m.problems()[0]?.message ?? ""), 5000);
+    await until("the older problem", () => new RegExp(`speaks API ${API_VERSION - 1},`).test(m.problems()[0]?.message ?? ""), 5000);
     assert.match(m.problems()[0].fix, /older lazaret started this coordinator/);
     // Updated to ours (a new build on the same socket): asked as usual, the problem goes.
     newer.apiVersion = API_VERSION;

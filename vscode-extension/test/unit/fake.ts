@@ -5,7 +5,7 @@ import * as net from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { createMessageConnection, MessageConnection, ResponseError, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
-import { API_VERSION, DomainStatus, ERROR_CODE, METHODS, PendingEscalation, PendingItem, PendingNetworkRequest, Rules, SUBSCRIPTION } from "../../src/protocol";
+import { API_VERSION, AuditRecord, DomainStatus, ERROR_CODE, METHODS, PendingEscalation, PendingItem, PendingNetworkRequest, Rules, SUBSCRIPTION } from "../../src/protocol";
 
 export function tempDir(): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), "lzvs-"));
@@ -71,7 +71,10 @@ export class FakeCoordinator {
       handle(METHODS.domainStatus, () => this.status());
       handle(METHODS.networkShow, () => new ResponseError(ERROR_CODE.NETWORK_FAILED, "no sidecar"));
       handle(METHODS.branchDiff, () => ({ branch: "lazaret/agent-default", base: null, head: null, files: [], patch: "", uncommitted: null, warnings: [] }));
-      handle(METHODS.auditList, () => [{ sequence: 1, previousHash: "", hash: "h", requestId: "r", sessionId: "s", verified: true, outcome: "approved", decidedBy: "rpc:cli", requestedArgv: ["true"], receivedAtMs: 1 }]);
+      handle(METHODS.auditList, (): AuditRecord[] => [
+        { sequence: 1, previousHash: "", hash: "h", type: "escalation", requestId: "r", sessionId: "s", verified: true, outcome: "approved", decidedBy: "rpc:cli", requestedArgv: ["true"], receivedAtMs: 1 },
+        { sequence: 2, previousHash: "h", hash: "i", type: "dnsRefused", name: "evil.example", recordType: "TXT", refusal: "recordType", outcome: "dnsRefused", decidedBy: "networkSidecar", receivedAtMs: 2 },
+      ]);
       handle(METHODS.escalationRespond, (p: any) => {
         this.responses.push(p);
         // As the coordinator: an edit to an empty command is refused, and the request stays pending.

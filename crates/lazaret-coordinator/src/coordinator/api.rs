@@ -14,9 +14,9 @@ use lazaret_core::config::ResolvedProfile;
 use lazaret_core::time::now_ms;
 use lazaret_protocol::sidecar::{NameCount, SidecarEvent, SidecarRequest, WithheldPart};
 use lazaret_protocol::{
-    error_code, AuditRecord, AuditVerification, BranchDiff, CompletedSession, ContainerState, Decision, DecisionSource, DomainStatus,
-    Event, FileContents, GrantScope, LazaretApiServer, LiveSession, NetworkDecision, NetworkPolicy, Outcome, PendingEscalation,
-    PendingItem, RegisterResult, Rules, SequencedEvent, SessionTarget, StateChange, API_VERSION,
+    error_code, AuditEvent, AuditRecord, AuditVerification, BranchDiff, CompletedSession, ContainerState, CredentialUse, Decision,
+    DecisionSource, DomainStatus, Event, FileContents, GrantScope, LazaretApiServer, LiveSession, NetworkDecision, NetworkPolicy, Outcome,
+    PendingEscalation, PendingItem, PolicyAction, RegisterResult, Rules, SequencedEvent, SessionTarget, StateChange, API_VERSION,
 };
 use lazaret_store::Store;
 use tokio::sync::{broadcast, watch, Notify};
@@ -183,32 +183,30 @@ impl Domain {
     /// answers whose addresses were not opened go to subscribers and the
     /// audit store, answered ones to subscribers.
     pub async fn sidecar_event(&self, event: SidecarEvent) {
-        /// The audit record's argv: what was asked, and what the rate limit left out.
-        fn asked(name: &str, record_type: &str, addresses: &[String], suppressed: Option<u64>) -> Vec<String> {
-            let mut argv = vec!["dns".to_owned(), name.to_owned(), record_type.to_owned()];
-            argv.extend(addresses.iter().cloned());
-            if let Some(suppressed) = suppressed {
-                argv.push(format!("(+{suppressed} refusals not recorded: rate limit)"));
-            }
-            argv
-        }
+        let sidecar = DecisionSource::NetworkSidecar;
         match event {
             SidecarEvent::DnsRefused { name, record_type, reason, message, suppressed } => {
                 tracing::warn!(%name, %record_type, %reason, "DNS question refused");
                 if reason == lazaret_protocol::sidecar::DnsRefusal::Denied {
                     self.network_hits(&name, lazaret_protocol::EntryVerdict::Deny, 1);
                 }
-                let argv = asked(&name, &record_type, &[], suppressed);
-                let why = format!("{reason}: {message}");
+                let refused = AuditEvent::DnsRefused { name: name.clone(), record_type: record_type.clone(), refusal: reason, suppressed };
+                let record = network_record(refused, Outcome::DnsRefused, sidecar, Some(message.clone()));
                 self.emit(Event::NetworkDnsRefused { name, record_type, reason, message, suppressed });
-                self.audit(network_audit_record(Outcome::DnsRefused, Some(why), DecisionSource::NetworkSidecar, argv)).await;
+                self.audit(record).await;
             }
             SidecarEvent::DnsAnswerRefused { name, record_type, addresses, reason, message, suppressed } => {
                 tracing::warn!(%name, %record_type, %reason, ?addresses, "a DNS answer's addresses were not opened");
-                let argv = asked(&name, &record_type, &addresses, suppressed);
-                let why = format!("{reason}: {message}");
+                let refused = AuditEvent::DnsAnswerRefused {
+                    name: name.clone(),
+                    record_type: record_type.clone(),
+                    addresses: addresses.clone(),
+                    refusal: reason,
+                    suppressed,
+                };
+                let record = network_record(refused, Outcome::DnsAnswerRefused, sidecar, Some(message.clone()));
                 self.emit(Event::NetworkDnsAnswerRefused { name, record_type, addresses, reason, message, suppressed });
-                self.audit(network_audit_record(Outcome::DnsAnswerRefused, Some(why), DecisionSource::NetworkSidecar, argv)).await;
+                self.audit(record).await;
             }
             SidecarEvent::DnsResolved { name, record_type, addresses, suppressed: _ } => {
                 self.network_hits(&name, lazaret_protocol::EntryVerdict::Allow, 1);
@@ -229,26 +227,20 @@ impl Domain {
             }
             SidecarEvent::CredentialRejected { origin, status, suppressed } => {
                 tracing::warn!(%origin, status, "a credential endpoint's origin refused the key");
-                let mut argv = vec!["credential".to_owned(), origin.clone(), status.to_string()];
-                if let Some(suppressed) = suppressed {
-                    argv.push(format!("(+{suppressed} events not recorded: rate limit)"));
-                }
                 let why = format!("{origin} answered {status}: the key may be revoked or wrong");
-                self.audit(network_audit_record(Outcome::CredentialRejected, Some(why), DecisionSource::NetworkSidecar, argv)).await;
+                let rejected = AuditEvent::CredentialRejected { origin, status, suppressed };
+                self.audit(network_record(rejected, Outcome::CredentialRejected, sidecar, Some(why))).await;
             }
             SidecarEvent::CredentialWithheld { origin, method, status, part, suppressed } => {
                 tracing::warn!(%origin, %method, ?status, %part, "a credential endpoint's origin answered with the key: withheld");
-                let status = status.map_or_else(|| "-".to_owned(), |status| status.to_string());
-                let mut argv = vec!["credential".to_owned(), origin.clone(), method.clone(), status.clone(), part.to_string()];
-                if let Some(suppressed) = suppressed {
-                    argv.push(format!("(+{suppressed} events not recorded: rate limit)"));
-                }
                 let what = match part {
                     WithheldPart::Head => "its head was withheld (the sandbox got a 502)",
                     WithheldPart::Body => "its body was cut before the key (the connection closed)",
                 };
-                let why = format!("{origin}'s answer ({status}) to {method} carried the key in its {part}: {what}");
-                self.audit(network_audit_record(Outcome::CredentialWithheld, Some(why), DecisionSource::NetworkSidecar, argv)).await;
+                let shown = status.map_or_else(|| "-".to_owned(), |status| status.to_string());
+                let why = format!("{origin}'s answer ({shown}) to {method} carried the key in its {part}: {what}");
+                let withheld = AuditEvent::CredentialWithheld { origin, method, status, part, suppressed };
+                self.audit(network_record(withheld, Outcome::CredentialWithheld, sidecar, Some(why))).await;
             }
         }
     }
@@ -323,7 +315,7 @@ impl Domain {
         let store = self.store.clone();
         match tokio::task::spawn_blocking(move || store.append_audit(record)).await {
             Ok(Ok(record)) => {
-                tracing::info!(request = %record.request_id, outcome = %record.outcome, sequence = record.sequence, "audited")
+                tracing::info!(kind = record.event.kind(), outcome = %record.outcome, sequence = record.sequence, "audited")
             }
             Ok(Err(error)) => tracing::error!(%error, "cannot write the audit record"),
             Err(error) => tracing::error!(%error, "audit task failed"),
@@ -383,44 +375,36 @@ impl Domain {
                 return;
             }
         };
-        let argv = {
+        let endpoints = {
             let mut counted = self.credential_counted.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let mut argv = vec!["credential-use".to_owned()];
+            let mut endpoints = Vec::new();
             for status in &now {
                 let before = counted.iter().find(|old| old.origin == status.origin && old.port == status.port).cloned().unwrap_or_default();
                 let delta = |now: u64, then: u64| now.saturating_sub(then);
-                let requests = [
-                    delta(status.status_1xx, before.status_1xx),
-                    delta(status.status_2xx, before.status_2xx),
-                    delta(status.status_3xx, before.status_3xx),
-                    delta(status.status_4xx, before.status_4xx),
-                    delta(status.status_5xx, before.status_5xx),
-                ];
-                let failed = delta(status.failed, before.failed);
-                if requests.iter().sum::<u64>() + failed == 0 {
-                    continue;
+                let used = CredentialUse {
+                    origin: status.origin.clone(),
+                    status_1xx: delta(status.status_1xx, before.status_1xx),
+                    status_2xx: delta(status.status_2xx, before.status_2xx),
+                    status_3xx: delta(status.status_3xx, before.status_3xx),
+                    status_4xx: delta(status.status_4xx, before.status_4xx),
+                    status_5xx: delta(status.status_5xx, before.status_5xx),
+                    rejected: delta(status.rejected, before.rejected),
+                    failed: delta(status.failed, before.failed),
+                    bytes_sent: delta(status.bytes_sent, before.bytes_sent),
+                    bytes_received: delta(status.bytes_received, before.bytes_received),
+                    withheld: delta(status.withheld, before.withheld),
+                };
+                let requests = used.status_1xx + used.status_2xx + used.status_3xx + used.status_4xx + used.status_5xx;
+                if requests + used.failed > 0 {
+                    endpoints.push(used);
                 }
-                argv.push(status.origin.clone());
-                argv.push(format!(
-                    "1xx={} 2xx={} 3xx={} 4xx={} 5xx={} rejected={} failed={failed} sent={}B received={}B withheld={}",
-                    requests[0],
-                    requests[1],
-                    requests[2],
-                    requests[3],
-                    requests[4],
-                    delta(status.rejected, before.rejected),
-                    delta(status.bytes_sent, before.bytes_sent),
-                    delta(status.bytes_received, before.bytes_received),
-                    delta(status.withheld, before.withheld),
-                ));
             }
             *counted = now;
-            argv
+            endpoints
         };
-        if argv.len() > 1 {
-            let mut record = network_audit_record(Outcome::CredentialUse, None, DecisionSource::NetworkSidecar, argv);
-            record.session_id = session_id.to_owned();
-            self.audit(record).await;
+        if !endpoints.is_empty() {
+            let used = AuditEvent::CredentialUse { session_id: session_id.to_owned(), endpoints };
+            self.audit(network_record(used, Outcome::CredentialUse, DecisionSource::NetworkSidecar, None)).await;
         }
     }
 
@@ -480,30 +464,10 @@ impl crate::escalation::EscalationDomain for Domain {
 pub type EgressReloader =
     Arc<dyn Fn() -> crate::Result<(Vec<lazaret_core::egress::EgressRule>, lazaret_core::egress::PrivateAnswers)> + Send + Sync>;
 
-/// An audit record of a network event (policy change or refused question).
-fn network_audit_record(outcome: Outcome, reason: Option<String>, decided_by: DecisionSource, argv: Vec<String>) -> AuditRecord {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let now = now_ms();
-    let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    AuditRecord {
-        sequence: 0,
-        previous_hash: String::new(),
-        hash: String::new(),
-        request_id: format!("network-{now}-{number}"),
-        client_request_id: None,
-        session_id: "-".to_owned(),
-        verified: true,
-        outcome,
-        reason,
-        decided_by: Some(decided_by),
-        justification: None,
-        requested_argv: argv,
-        executed_argv: None,
-        exit_status: None,
-        received_at_ms: now,
-        decided_at_ms: Some(now),
-        finished_at_ms: Some(now),
-    }
+/// The audit record of a network event that happens now (received,
+/// decided and finished at once).
+fn network_record(event: AuditEvent, outcome: Outcome, decided_by: DecisionSource, reason: Option<String>) -> AuditRecord {
+    AuditRecord::at(now_ms(), event, outcome, decided_by, reason)
 }
 
 /// The RPC face of a [`Domain`].
@@ -518,11 +482,11 @@ enum NetworkChange {
 }
 
 impl NetworkChange {
-    /// The word in audit records, events and logs.
-    fn word(self) -> &'static str {
+    /// The policy action of audit records; its word is the one of events and logs.
+    fn action(self) -> PolicyAction {
         match self {
-            NetworkChange::Allow => "allow",
-            NetworkChange::Deny => "deny",
+            NetworkChange::Allow => PolicyAction::Allow,
+            NetworkChange::Deny => PolicyAction::Deny,
         }
     }
 
@@ -550,18 +514,12 @@ impl Api {
         // Policy changes are audited next to escalations, refused ones too.
         let outcome = if answer.is_ok() { change.outcome() } else { Outcome::Rejected };
         let reason = answer.as_ref().err().map(|error| error.message().to_owned());
-        let action = change.word();
-        self.0
-            .audit(network_audit_record(
-                outcome,
-                reason,
-                DecisionSource::Rpc { client: None },
-                vec!["net".to_owned(), action.to_owned(), parsed.to_string()],
-            ))
-            .await;
+        let action = change.action();
+        let changed = AuditEvent::PolicyChanged { action, entries: vec![parsed.to_string()], private_answers: None };
+        self.0.audit(network_record(changed, outcome, DecisionSource::Rpc { client: None }, reason)).await;
         let answer = answer?;
-        tracing::info!(action, rule = %parsed, "egress policy changed");
-        self.0.emit(Event::NetworkChanged { action: action.to_owned(), rule: parsed.to_string() });
+        tracing::info!(%action, rule = %parsed, "egress policy changed");
+        self.0.emit(Event::NetworkChanged { action: action.to_string(), rule: parsed.to_string() });
         Ok(answer)
     }
 }
@@ -745,10 +703,9 @@ impl LazaretApiServer for Api {
         let answer = self.0.sidecar(SidecarRequest::Set { allow: entries.clone(), deny: Vec::new(), private_answers }).await;
         let outcome = if answer.is_ok() { Outcome::NetworkReloaded } else { Outcome::Rejected };
         let reason = answer.as_ref().err().map(|error| error.message().to_owned());
-        let mut argv = vec!["net".to_owned(), "reload".to_owned()];
-        argv.extend(entries.iter().cloned());
-        argv.push(format!("private_answers={private_answers}"));
-        self.0.audit(network_audit_record(outcome, reason, DecisionSource::Rpc { client: None }, argv)).await;
+        let reloaded =
+            AuditEvent::PolicyChanged { action: PolicyAction::Reload, entries: entries.clone(), private_answers: Some(private_answers) };
+        self.0.audit(network_record(reloaded, outcome, DecisionSource::Rpc { client: None }, reason)).await;
         let mut answer = answer?;
         // The grants of network requests outlive a reload.
         if let Err(error) = self.0.put_grants_in_force().await {
@@ -761,7 +718,7 @@ impl LazaretApiServer for Api {
             answer = policy;
         }
         tracing::info!(allow = ?entries, %private_answers, "egress policy reloaded from the configuration");
-        self.0.emit(Event::NetworkChanged { action: "reload".to_owned(), rule: entries.join(" ") });
+        self.0.emit(Event::NetworkChanged { action: PolicyAction::Reload.to_string(), rule: entries.join(" ") });
         Ok(answer)
     }
 

@@ -116,9 +116,10 @@ pub fn bounded(text: &str) -> String {
     format!("{}… [truncated: {} bytes, sha256 {digest}]", &text[..end], text.len())
 }
 
-/// Bounds every agent-supplied value of an audit record, and the number of
-/// arguments kept.
+/// Bounds every agent-supplied value of an audit record (and every other
+/// text of it, whichever kind it is), and the number of arguments kept.
 pub fn bound_for_audit(record: &mut lazaret_protocol::AuditRecord) {
+    use lazaret_protocol::AuditEvent;
     let bound_argv = |argv: &mut Vec<String>| {
         if argv.len() > MAX_ARGUMENTS {
             let dropped = argv.len() - MAX_ARGUMENTS;
@@ -129,17 +130,89 @@ pub fn bound_for_audit(record: &mut lazaret_protocol::AuditRecord) {
             *argument = bounded(argument);
         }
     };
-    bound_argv(&mut record.requested_argv);
-    if let Some(argv) = record.executed_argv.as_mut() {
-        bound_argv(argv);
-    }
-    for value in [&mut record.justification, &mut record.reason, &mut record.client_request_id] {
-        if let Some(text) = value.as_mut() {
+    let bound = |text: &mut String| *text = bounded(text);
+    let bound_some = |text: &mut Option<String>| {
+        if let Some(text) = text.as_mut() {
             *text = bounded(text);
         }
+    };
+    bound_some(&mut record.reason);
+    match &mut record.event {
+        AuditEvent::Escalation(escalation) => {
+            bound(&mut escalation.request_id);
+            bound_some(&mut escalation.client_request_id);
+            bound(&mut escalation.session_id);
+            bound_some(&mut escalation.justification);
+            bound_argv(&mut escalation.requested_argv);
+            if let Some(argv) = escalation.executed_argv.as_mut() {
+                bound_argv(argv);
+            }
+        }
+        AuditEvent::Legacy(legacy) => {
+            bound(&mut legacy.request_id);
+            bound_some(&mut legacy.client_request_id);
+            bound(&mut legacy.session_id);
+            bound_some(&mut legacy.justification);
+            bound_argv(&mut legacy.requested_argv);
+            if let Some(argv) = legacy.executed_argv.as_mut() {
+                bound_argv(argv);
+            }
+        }
+        AuditEvent::ConnectionRefused { connections: _ } => {}
+        AuditEvent::DnsRefused { name, record_type, refusal: _, suppressed: _ } => {
+            bound(name);
+            bound(record_type);
+        }
+        AuditEvent::DnsAnswerRefused { name, record_type, addresses, refusal: _, suppressed: _ } => {
+            bound(name);
+            bound(record_type);
+            bound_argv(addresses);
+        }
+        AuditEvent::PolicyChanged { action: _, entries, private_answers: _ } => bound_argv(entries),
+        AuditEvent::NetworkAsked { request_id, destination, record_type, service } => {
+            bound(request_id);
+            bound(destination);
+            bound_some(record_type);
+            bound_some(service);
+        }
+        AuditEvent::NetworkRequestExpired { request_id, destination, record_types, service } => {
+            bound(request_id);
+            bound(destination);
+            bound_argv(record_types);
+            bound_some(service);
+        }
+        AuditEvent::NetworkQueueFull { destination, record_type, service, more_refused: _ } => {
+            bound_some(destination);
+            bound_some(record_type);
+            bound_some(service);
+        }
+        AuditEvent::NetworkAnswered { request_id, grant } => {
+            bound(request_id);
+            bound(&mut grant.destination);
+            bound_some(&mut grant.id);
+            bound_some(&mut grant.service);
+        }
+        AuditEvent::GrantExpired { grant } | AuditEvent::GrantRevoked { grant } => {
+            bound(&mut grant.destination);
+            bound_some(&mut grant.id);
+            bound_some(&mut grant.service);
+        }
+        AuditEvent::AutoApproveRevoked { rule_id, entry } => {
+            bound_some(rule_id);
+            bound(entry);
+        }
+        AuditEvent::CredentialRejected { origin, status: _, suppressed: _ } => bound(origin),
+        AuditEvent::CredentialWithheld { origin, method, status: _, part: _, suppressed: _ } => {
+            bound(origin);
+            bound(method);
+        }
+        AuditEvent::CredentialUse { session_id, endpoints } => {
+            bound(session_id);
+            for endpoint in endpoints.iter_mut() {
+                bound(&mut endpoint.origin);
+            }
+        }
     }
-    record.request_id = bounded(&record.request_id);
-    record.session_id = bounded(&record.session_id);
 }
 
 #[cfg(test)]
@@ -188,6 +261,44 @@ mod tests {
         assert_eq!(log.note("tls", later), (true, vec![("tls".to_owned(), 2999)]), "the window's count, then a new window");
         assert_eq!(log.flush(later), vec![], "the new window is not over");
         assert_eq!(log.flush(later + REFUSAL_WINDOW), vec![], "nothing was suppressed in it");
+    }
+
+    /// A DNS name, an argv, a justification: every text the sandbox can
+    /// make long is bounded in every kind of record that carries it.
+    #[test]
+    fn every_kind_of_record_is_bounded() {
+        use lazaret_protocol::{AuditEvent, AuditRecord, DecisionSource, EscalationAudit, Outcome};
+        let long = "x".repeat(MAX_AUDIT_VALUE_BYTES * 3);
+        let mut escalation = EscalationAudit::request(&long, &long);
+        escalation.justification = Some(long.clone());
+        escalation.requested_argv = vec![long.clone(); MAX_ARGUMENTS + 3];
+        let records = [
+            AuditEvent::Escalation(escalation),
+            AuditEvent::DnsRefused {
+                name: long.clone(),
+                record_type: long.clone(),
+                refusal: lazaret_protocol::sidecar::DnsRefusal::Malformed,
+                suppressed: None,
+            },
+            AuditEvent::NetworkQueueFull { destination: Some(long.clone()), record_type: None, service: None, more_refused: None },
+        ];
+        for event in records {
+            let mut record = AuditRecord::at(0, event, Outcome::Rejected, DecisionSource::Policy, Some(long.clone()));
+            bound_for_audit(&mut record);
+            let json = serde_json::to_value(&record).expect("json");
+            let mut texts = vec![json];
+            while let Some(value) = texts.pop() {
+                match value {
+                    serde_json::Value::String(text) => assert!(text.len() < MAX_AUDIT_VALUE_BYTES + 120, "{} bytes kept", text.len()),
+                    serde_json::Value::Array(items) => {
+                        assert!(items.len() <= MAX_ARGUMENTS + 1, "{} arguments kept", items.len());
+                        texts.extend(items);
+                    }
+                    serde_json::Value::Object(fields) => texts.extend(fields.into_values()),
+                    _ => {}
+                }
+            }
+        }
     }
 
     #[test]

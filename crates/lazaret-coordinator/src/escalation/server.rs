@@ -10,7 +10,7 @@ use std::time::Duration;
 use lazaret_core::policy::{self, Decision, EscalationRequest};
 use lazaret_core::time::now_ms;
 use lazaret_protocol::escalation::{encode_frame, frame_length, RequestPayload, ServerFrame, SignedRequest};
-use lazaret_protocol::{AuditRecord, DecisionSource, Event, Outcome, PendingEscalation};
+use lazaret_protocol::{AuditEvent, AuditRecord, DecisionSource, EscalationAudit, Event, Outcome, PendingEscalation};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_rustls::TlsAcceptor;
@@ -54,9 +54,7 @@ impl EscalationServer {
             self.refusals.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).note(kind, std::time::Instant::now());
         write_summaries(domain, summaries).await;
         if audit_now {
-            let mut record = blank_record("-", "-", received_at_ms);
-            record.reason = Some(detail);
-            domain.audit(record).await;
+            domain.audit(refused_connections(1, detail, received_at_ms)).await;
         }
     }
 }
@@ -71,12 +69,11 @@ impl EscalationServer {
 
 async fn write_summaries(domain: &impl EscalationDomain, summaries: Vec<(String, u64)>) {
     for (kind, count) in summaries {
-        let mut record = blank_record("-", "-", now_ms());
-        record.reason = Some(format!(
+        let reason = format!(
             "{count} more connections refused ({kind}) within {} s; counted, not recorded one by one",
             super::limits::REFUSAL_WINDOW.as_secs()
-        ));
-        domain.audit(record).await;
+        );
+        domain.audit(refused_connections(count, reason, now_ms())).await;
     }
 }
 
@@ -132,26 +129,49 @@ enum Unreadable {
     NoRequestId(std::io::Error),
 }
 
-/// A record of a connection that never made a request (`-` for both ids).
-fn blank_record(request_id: &str, session_id: &str, received_at_ms: u64) -> AuditRecord {
+/// The record of `connections` connections that never made a request.
+fn refused_connections(connections: u64, reason: String, received_at_ms: u64) -> AuditRecord {
     AuditRecord {
         sequence: 0,
         previous_hash: String::new(),
         hash: String::new(),
-        request_id: request_id.to_owned(),
-        client_request_id: None,
-        session_id: session_id.to_owned(),
-        verified: false,
+        event: AuditEvent::ConnectionRefused { connections },
         outcome: Outcome::Rejected,
-        reason: None,
+        reason: Some(reason),
         decided_by: None,
-        justification: None,
-        requested_argv: Vec::new(),
-        executed_argv: None,
-        exit_status: None,
         received_at_ms,
         decided_at_ms: None,
         finished_at_ms: None,
+    }
+}
+
+/// An escalation's audit record while it is decided and run: the request's
+/// own fields and the record's envelope, written as one [`AuditRecord`].
+struct Draft {
+    escalation: EscalationAudit,
+    outcome: Outcome,
+    reason: Option<String>,
+    decided_by: Option<DecisionSource>,
+    received_at_ms: u64,
+    decided_at_ms: Option<u64>,
+    finished_at_ms: Option<u64>,
+}
+
+impl Draft {
+    /// The record as it stands (its chain fields are the store's).
+    fn record(self) -> AuditRecord {
+        AuditRecord {
+            sequence: 0,
+            previous_hash: String::new(),
+            hash: String::new(),
+            event: AuditEvent::Escalation(self.escalation),
+            outcome: self.outcome,
+            reason: self.reason,
+            decided_by: self.decided_by,
+            received_at_ms: self.received_at_ms,
+            decided_at_ms: self.decided_at_ms,
+            finished_at_ms: self.finished_at_ms,
+        }
     }
 }
 
@@ -235,33 +255,42 @@ async fn handle<D: EscalationDomain>(stream: UnixStream, server: &EscalationServ
             let mut record = request_record(&request_id, &client_request_id, &session_id, received_at_ms);
             record.reason = Some(reason.clone());
             if let Ok(payload) = serde_json::from_str::<RequestPayload>(&signed.payload) {
-                record.requested_argv = payload.argv;
-                record.justification = payload.justification;
+                record.escalation.requested_argv = payload.argv;
+                record.escalation.justification = payload.justification;
             }
             tracing::warn!(%reason, "escalation request refused");
-            domain.audit(record).await;
+            domain.audit(record.record()).await;
             send(&mut tls, &ServerFrame::Refused { reason }).await;
             return;
         }
     };
     if let Some(reason) = super::limits::oversize(&payload) {
         let mut record = request_record(&request_id, &payload.request_id, &payload.session_id, received_at_ms);
-        record.verified = true;
-        record.requested_argv = payload.argv;
-        record.justification = payload.justification;
+        record.escalation.verified = true;
+        record.escalation.requested_argv = payload.argv;
+        record.escalation.justification = payload.justification;
         record.reason = Some(reason.clone());
-        domain.audit(record).await;
+        domain.audit(record.record()).await;
         send(&mut tls, &ServerFrame::Refused { reason }).await;
         return;
     }
     decide_and_run(&mut tls, server, domain, Request { id: request_id, payload }, received_at_ms).await;
 }
 
-/// The record of a request: its minted id and the one its client chose.
-fn request_record(request_id: &str, client_request_id: &str, session_id: &str, received_at_ms: u64) -> AuditRecord {
-    let mut record = blank_record(request_id, session_id, received_at_ms);
-    record.client_request_id = Some(client_request_id.to_owned());
-    record
+/// The record of a request: its minted id and the one its client chose;
+/// rejected, until decided otherwise.
+fn request_record(request_id: &str, client_request_id: &str, session_id: &str, received_at_ms: u64) -> Draft {
+    let mut escalation = EscalationAudit::request(request_id, session_id);
+    escalation.client_request_id = Some(client_request_id.to_owned());
+    Draft {
+        escalation,
+        outcome: Outcome::Rejected,
+        reason: None,
+        decided_by: None,
+        received_at_ms,
+        decided_at_ms: None,
+        finished_at_ms: None,
+    }
 }
 
 /// A verified request and the id the coordinator minted for it.
@@ -301,9 +330,9 @@ async fn decide_and_run<D: EscalationDomain>(
     received_at_ms: u64,
 ) {
     let mut record = request_record(&request.id, &request.payload.request_id, &request.payload.session_id, received_at_ms);
-    record.verified = true;
-    record.requested_argv = request.payload.argv.clone();
-    record.justification = request.payload.justification.clone();
+    record.escalation.verified = true;
+    record.escalation.requested_argv = request.payload.argv.clone();
+    record.escalation.justification = request.payload.justification.clone();
     let revoked = domain.revoked_auto_approve_rules();
     let rules: Vec<_> = server
         .settings
@@ -379,7 +408,7 @@ async fn ask_human<D: EscalationDomain>(
     domain: &D,
     request: &Request,
     reasons: Vec<String>,
-    record: &mut AuditRecord,
+    record: &mut Draft,
 ) -> Verdict {
     if let Some(reason) = queue_full(domain, &request.payload.session_id) {
         return Verdict::refused(reason);
@@ -428,7 +457,7 @@ async fn run<D: EscalationDomain>(
     tls: &mut (impl AsyncWrite + Unpin),
     server: &EscalationServer,
     domain: &D,
-    mut record: AuditRecord,
+    mut record: Draft,
     argv: Vec<String>,
 ) {
     let settings = &server.settings;
@@ -439,18 +468,19 @@ async fn run<D: EscalationDomain>(
         Err(error) => {
             record.reason = Some(error.to_string());
             record.finished_at_ms = Some(now_ms());
-            domain.audit(record).await;
+            domain.audit(record.record()).await;
             send(tls, &ServerFrame::Denied { reason: error.to_string() }).await;
             return;
         }
     };
     let mut executed = vec![program.display().to_string()];
     executed.extend(argv[1..].iter().cloned());
-    record.executed_argv = Some(executed);
+    record.escalation.executed_argv = Some(executed);
     // `Running` goes out with the command's first output or its end (an
     // auto-approved `true` answers in one write, not two); the client
     // reports only an edit from it, so an edit is sent at once.
-    let running_frame = ServerFrame::Running { request_id: record.request_id.clone(), argv: argv.clone(), decision: record.outcome };
+    let running_frame =
+        ServerFrame::Running { request_id: record.escalation.request_id.clone(), argv: argv.clone(), decision: record.outcome };
     let held = if record.outcome == Outcome::Edited {
         send(tls, &running_frame).await;
         None
@@ -464,10 +494,10 @@ async fn run<D: EscalationDomain>(
             "{} host commands of this sandbox are already running (at most that many at once)",
             super::limits::MAX_RUNNING_COMMANDS
         );
-        record.executed_argv = None;
+        record.escalation.executed_argv = None;
         record.reason = Some(reason.clone());
         record.finished_at_ms = Some(now_ms());
-        domain.audit(record).await;
+        domain.audit(record.record()).await;
         send(tls, &ServerFrame::Refused { reason }).await;
         return;
     };
@@ -490,19 +520,19 @@ async fn run<D: EscalationDomain>(
     record.finished_at_ms = Some(now_ms());
     let last = last_frame(finished, command_timeout, &mut record);
     send_after(tls, held, &last).await;
-    domain.emit(Event::EscalationFinished { request_id: record.request_id.clone(), exit_status: record.exit_status });
-    domain.audit(record).await;
+    domain.emit(Event::EscalationFinished { request_id: record.escalation.request_id.clone(), exit_status: record.escalation.exit_status });
+    domain.audit(record.record()).await;
 }
 
 /// The frame that ends a run, with the record completed to match.
-fn last_frame(finished: crate::Result<execute::Finished>, command_timeout: Duration, record: &mut AuditRecord) -> ServerFrame {
+fn last_frame(finished: crate::Result<execute::Finished>, command_timeout: Duration, record: &mut Draft) -> ServerFrame {
     match finished {
         Ok(finished) if finished.timed_out => {
             record.reason = Some(format!("killed after {} s", command_timeout.as_secs()));
             ServerFrame::TimedOut { reason: format!("the host command ran longer than {} s and was killed", command_timeout.as_secs()) }
         }
         Ok(finished) => {
-            record.exit_status = finished.exit_status;
+            record.escalation.exit_status = finished.exit_status;
             ServerFrame::Exit { status: finished.exit_status.unwrap_or(255) }
         }
         Err(error) => {
@@ -515,7 +545,7 @@ fn last_frame(finished: crate::Result<execute::Finished>, command_timeout: Durat
 async fn finish_without_running(
     tls: &mut (impl AsyncWrite + Unpin),
     domain: &impl EscalationDomain,
-    mut record: AuditRecord,
+    mut record: Draft,
     outcome: Outcome,
     decided_by: DecisionSource,
     frame: ServerFrame,
@@ -526,8 +556,8 @@ async fn finish_without_running(
         record.reason = Some(reason.clone());
     }
     record.finished_at_ms = Some(now_ms());
-    domain.emit(Event::EscalationResolved { request_id: record.request_id.clone(), outcome, decided_by, argv: None });
-    domain.audit(record).await;
+    domain.emit(Event::EscalationResolved { request_id: record.escalation.request_id.clone(), outcome, decided_by, argv: None });
+    domain.audit(record.record()).await;
     send(tls, &frame).await;
 }
 

@@ -1,28 +1,26 @@
 //! The chain, the head beside the store, and what verification reports.
 
-use lazaret_protocol::{DecisionSource, Outcome};
+use lazaret_protocol::{AuditEvent, DecisionSource, EscalationAudit, Outcome};
 
 use super::*;
 
 fn record(request: &str) -> AuditRecord {
-    AuditRecord {
-        sequence: 0,
-        previous_hash: String::new(),
-        hash: String::new(),
-        request_id: request.into(),
-        client_request_id: None,
-        session_id: "s".into(),
-        verified: true,
-        outcome: Outcome::Auto,
-        reason: None,
-        decided_by: Some(DecisionSource::Policy),
-        justification: None,
-        requested_argv: vec!["true".into()],
-        executed_argv: Some(vec!["/bin/true".into()]),
-        exit_status: Some(0),
-        received_at_ms: 1,
-        decided_at_ms: Some(2),
-        finished_at_ms: Some(3),
+    let mut escalation = EscalationAudit::request(request, "s");
+    escalation.verified = true;
+    escalation.requested_argv = vec!["true".into()];
+    escalation.executed_argv = Some(vec!["/bin/true".into()]);
+    escalation.exit_status = Some(0);
+    let mut record = AuditRecord::at(1, AuditEvent::Escalation(escalation), Outcome::Auto, DecisionSource::Policy, None);
+    record.decided_at_ms = Some(2);
+    record.finished_at_ms = Some(3);
+    record
+}
+
+/// The request id of an escalation record.
+fn request_id(record: &AuditRecord) -> &str {
+    match &record.event {
+        AuditEvent::Escalation(escalation) => &escalation.request_id,
+        other => panic!("not an escalation: {other:?}"),
     }
 }
 
@@ -40,7 +38,7 @@ fn store_with(requests: &[&str]) -> (tempfile::TempDir, Store) {
 fn rewrite(store: &Store, key: u64, change: impl FnOnce(Vec<u8>) -> Vec<u8>) {
     let write = store.database().begin_write().expect("write");
     {
-        let mut table = write.open_table(AUDIT_V4).expect("table");
+        let mut table = write.open_table(AUDIT_V5).expect("table");
         let bytes = table.get(key).expect("get").expect("present").value().to_vec();
         table.insert(key, change(bytes).as_slice()).expect("insert");
     }
@@ -49,7 +47,7 @@ fn rewrite(store: &Store, key: u64, change: impl FnOnce(Vec<u8>) -> Vec<u8>) {
 
 fn remove(store: &Store, key: u64) {
     let write = store.database().begin_write().expect("write");
-    write.open_table(AUDIT_V4).expect("table").remove(key).expect("remove");
+    write.open_table(AUDIT_V5).expect("table").remove(key).expect("remove");
     write.commit().expect("commit");
 }
 
@@ -78,7 +76,7 @@ fn records_read_back_as_written_and_the_chain_links_them() {
     let records = store.audit_records(10).expect("records");
     assert_eq!(records[0].previous_hash, GENESIS_HASH);
     assert_eq!(records[1].previous_hash, records[0].hash);
-    assert_eq!(records[1].request_id, "b");
+    assert_eq!(request_id(&records[1]), "b");
     assert_eq!(records[1].decided_by, Some(DecisionSource::Policy));
     let verification = store.verify_audit().expect("verify");
     assert!(verification.intact, "{verification:?}");
@@ -173,12 +171,12 @@ fn a_field_this_build_does_not_know_still_verifies() {
     stored.push(b'\n');
     stored.extend(json);
     let write = store.database().begin_write().expect("write");
-    write.open_table(AUDIT_V4).expect("table").insert(1, stored.as_slice()).expect("insert");
+    write.open_table(AUDIT_V5).expect("table").insert(1, stored.as_slice()).expect("insert");
     write.commit().expect("commit");
     store.write_head(1, &hash).expect("head");
     store.append_audit(record("b")).expect("append after it");
     let verification = store.verify_audit().expect("verify");
     assert!(verification.intact, "{verification:?}");
     assert_eq!(verification.records, 2);
-    assert_eq!(store.audit_records(10).expect("records")[0].request_id, "a");
+    assert_eq!(request_id(&store.audit_records(10).expect("records")[0]), "a");
 }

@@ -4,24 +4,250 @@
 
 ---@alias lazaret.AnswerRefusal 'specialAddress' | 'privateAddress' | 'hostNetwork' | 'deniedAddress' | 'hostAddress'
 
----@class lazaret.AuditRecord
----@field clientRequestId? string The id the requesting client chose: a correlation value only, written by the agent.
+---@class lazaret.AuditGrant
+---@field destination string The name, or the address's host network (`10.9.0.7/32`).
+---@field everyPort boolean For an address: every protocol and port of it.
+---@field id? string The id `rules/list` shows and `rules/revoke` takes; `None` in records migrated from layout v4, which did not keep it.
+---@field scope lazaret.GrantScope How long it holds (`minutes`: its duration).
+---@field service? string For an address: the one protocol and port it covers (`tcp/8081`).
+---@field verdict lazaret.EntryVerdict
+
+---@alias lazaret.AuditEvent lazaret.EscalationAuditEvent|lazaret.ConnectionRefusedAuditEvent|lazaret.DnsRefusedAuditEvent|lazaret.DnsAnswerRefusedAuditEvent|lazaret.PolicyChangedAuditEvent|lazaret.NetworkAskedAuditEvent|lazaret.NetworkAnsweredAuditEvent|lazaret.NetworkRequestExpiredAuditEvent|lazaret.NetworkQueueFullAuditEvent|lazaret.GrantExpiredAuditEvent|lazaret.GrantRevokedAuditEvent|lazaret.AutoApproveRevokedAuditEvent|lazaret.CredentialRejectedAuditEvent|lazaret.CredentialWithheldAuditEvent|lazaret.CredentialUseAuditEvent|lazaret.LegacyAuditEvent
+
+---@class lazaret.EscalationAuditEvent : lazaret.EscalationAudit
 ---@field decidedAtMs? integer
 ---@field decidedBy? lazaret.DecisionSource
----@field executedArgv? string[] What ran (differs from the request when edited).
----@field exitStatus? integer
 ---@field finishedAtMs? integer
 ---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
----@field justification? string
 ---@field outcome lazaret.Outcome
 ---@field previousHash string `hash` of the record before (64 zeros for the first).
----@field reason? string Why (a refusal's reason, a denial's reason).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
 ---@field receivedAtMs integer
----@field requestId string Minted by the coordinator for each request (D16).
----@field requestedArgv string[]
 ---@field sequence integer Position in the chain, from 1.
----@field sessionId string The session the request claimed; `verified` says whether its signature checked out (`-` for network changes).
----@field verified boolean
+---@field type 'escalation'
+
+---@class lazaret.ConnectionRefusedAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field connections integer
+---@field type 'connectionRefused'
+
+---@class lazaret.DnsRefusedAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field name string
+---@field recordType string
+---@field refusal lazaret.DnsRefusal
+---@field suppressed? integer
+---@field type 'dnsRefused'
+
+---@class lazaret.DnsAnswerRefusedAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field addresses string[]
+---@field name string
+---@field recordType string
+---@field refusal lazaret.AnswerRefusal
+---@field suppressed? integer
+---@field type 'dnsAnswerRefused'
+
+---@class lazaret.PolicyChangedAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field action lazaret.PolicyAction
+---@field entries string[]
+---@field privateAnswers? lazaret.PrivateAnswers
+---@field type 'policyChanged'
+
+---@class lazaret.NetworkAskedAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field destination string
+---@field recordType? string
+---@field requestId string
+---@field service? string
+---@field type 'networkAsked'
+
+---@class lazaret.NetworkAnsweredAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field grant lazaret.AuditGrant
+---@field requestId string
+---@field type 'networkAnswered'
+
+---@class lazaret.NetworkRequestExpiredAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field destination string
+---@field recordTypes string[]
+---@field requestId string
+---@field service? string
+---@field type 'networkRequestExpired'
+
+---@class lazaret.NetworkQueueFullAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field destination? string
+---@field moreRefused? integer
+---@field recordType? string
+---@field service? string
+---@field type 'networkQueueFull'
+
+---@class lazaret.GrantExpiredAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field grant lazaret.AuditGrant
+---@field type 'grantExpired'
+
+---@class lazaret.GrantRevokedAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field grant lazaret.AuditGrant
+---@field type 'grantRevoked'
+
+---@class lazaret.AutoApproveRevokedAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field entry string
+---@field ruleId? string
+---@field type 'autoApproveRevoked'
+
+---@class lazaret.CredentialRejectedAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field origin string
+---@field status integer
+---@field suppressed? integer
+---@field type 'credentialRejected'
+
+---@class lazaret.CredentialWithheldAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field method string
+---@field origin string
+---@field part lazaret.WithheldPart
+---@field status? integer
+---@field suppressed? integer
+---@field type 'credentialWithheld'
+
+---@class lazaret.CredentialUseAuditEvent
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field endpoints lazaret.CredentialUse[]
+---@field sessionId string
+---@field type 'credentialUse'
+
+---@class lazaret.LegacyAuditEvent : lazaret.LegacyAudit
+---@field decidedAtMs? integer
+---@field decidedBy? lazaret.DecisionSource
+---@field finishedAtMs? integer
+---@field hash string SHA-256 (hex) of the record's stored bytes: this record as written, with `hash` empty.
+---@field outcome lazaret.Outcome
+---@field previousHash string `hash` of the record before (64 zeros for the first).
+---@field reason? string Why, in words (a refusal's reason, a denial's reason, the Network Sidecar's message); agent text for some kinds.
+---@field receivedAtMs integer
+---@field sequence integer Position in the chain, from 1.
+---@field type 'legacy'
+
+---@alias lazaret.AuditRecord lazaret.AuditEvent
 
 ---@class lazaret.AuditVerification
 ---@field intact boolean
@@ -70,6 +296,19 @@
 ---@field status5xx integer
 ---@field withheld? integer Answers that carried the credential (counted in their status class too): a head withheld (the client got a 502) or a body cut before it.
 
+---@class lazaret.CredentialUse
+---@field bytesReceived integer
+---@field bytesSent integer
+---@field failed integer
+---@field origin string
+---@field rejected integer
+---@field status1xx integer
+---@field status2xx integer
+---@field status3xx integer
+---@field status4xx integer
+---@field status5xx integer
+---@field withheld integer
+
 ---@alias lazaret.Decision 'approve' | 'deny' | 'edit' | 'abort'
 
 ---@alias lazaret.DecisionSource string
@@ -104,6 +343,16 @@
 ---@field version string The `lazaret` version, e.g. `0.1.0`.
 
 ---@alias lazaret.EntryVerdict 'allow' | 'deny'
+
+---@class lazaret.EscalationAudit
+---@field clientRequestId? string The id the requesting client chose: a correlation value only, written by the agent.
+---@field executedArgv? string[] What ran (differs from the request when edited).
+---@field exitStatus? integer
+---@field justification? string The agent's words: untrusted.
+---@field requestId string Minted by the coordinator for each request (D16).
+---@field requestedArgv string[]
+---@field sessionId string The session the request claimed; `verified` says whether its signature checked out.
+---@field verified boolean
 
 ---@class lazaret.ExpiringEntry
 ---@field entry string
@@ -154,6 +403,16 @@
 ---@field address string
 ---@field expiresInSeconds integer
 ---@field names string[]
+
+---@class lazaret.LegacyAudit
+---@field clientRequestId? string
+---@field executedArgv? string[]
+---@field exitStatus? integer
+---@field justification? string
+---@field requestId string
+---@field requestedArgv string[]
+---@field sessionId string
+---@field verified boolean
 
 ---@class lazaret.LiveSession
 ---@field client string Self-declared by the client that registered it (`cli`, an editor name).
@@ -226,6 +485,8 @@
 ---@field requestId string Minted by the coordinator, random per request.
 ---@field service? string For an address: the protocol and port the connection tried (`tcp/8080`, `udp/53`, or an IP protocol number). `allow` opens exactly this service of the address; `allowEveryPort` is the wider answer; `deny` refuses this service. Each service of an address is a request of its own. `None` for a name.
 ---@field sessionIds string[] The sessions live when it was first asked. The sandbox's network is shared by all its sessions, so which one asked cannot be told.
+
+---@alias lazaret.PolicyAction 'allow' | 'deny' | 'reload'
 
 ---@alias lazaret.PrivateAnswers 'refuse' | 'allow'
 
@@ -413,10 +674,12 @@
 ---@field files lazaret.FileChange[]
 ---@field patch string
 
+---@alias lazaret.WithheldPart 'head' | 'body'
+
 local M = {}
 
 --- The API version these declarations describe.
-M.API_VERSION = 1
+M.API_VERSION = 2
 
 --- Method names by their Rust name.
 M.methods = {

@@ -9,13 +9,13 @@ use lazaret_core::egress::EgressRule;
 use lazaret_core::time::now_ms;
 use lazaret_protocol::sidecar::SidecarRequest;
 use lazaret_protocol::{
-    error_code, AutoApproveListing, DecisionSource, EntryVerdict, Event, GrantScope, NetworkDecision, NetworkGrant, Outcome, PendingItem,
-    PendingNetworkRequest, Rules,
+    error_code, AuditEvent, AuditGrant, AutoApproveListing, DecisionSource, EntryVerdict, Event, GrantScope, NetworkDecision, NetworkGrant,
+    Outcome, PendingItem, Rules,
 };
 
 use lazaret_protocol::sidecar::Service;
 
-use super::{network_audit_record, rpc_error, Domain, RpcResult};
+use super::{network_record, rpc_error, Domain, RpcResult};
 use crate::error::Context;
 use crate::network_requests::{self, profile_file, Asked, NetworkRequests};
 
@@ -84,28 +84,24 @@ impl Domain {
             Ok(hex) => format!("net-{hex}"),
             Err(error) => return tracing::error!(%error, "cannot mint a network request id"),
         };
-        let (name, record_type, asked) = match question {
+        // The destination, and the name's record type or the address's service.
+        let (destination, record_type, service, asked) = match question {
             Question::Name { name, record_type } => {
                 let asked = self.network_requests().asked(&name, &record_type, request_id, sessions, now_ms());
-                (name, record_type, asked)
+                (name, Some(record_type), None, asked)
             }
             Question::Connection { network, service } => {
                 let asked = self.network_requests().connection_asked(&network, service, request_id, sessions, now_ms());
-                (network, service.to_string(), asked)
+                (network, None, Some(service.to_string()), asked)
             }
         };
         match asked {
             Asked::New(mut request) => {
                 request.domain_hash = self.resolved.domain.domain_hash.clone();
                 request.profile = self.resolved.profile.clone();
-                tracing::info!(%name, %record_type, request = %request.request_id, "network request pending");
-                let mut record = network_audit_record(
-                    Outcome::NetworkAsked,
-                    Some(reason.to_owned()),
-                    DecisionSource::NetworkSidecar,
-                    vec!["network".to_owned(), name, record_type],
-                );
-                record.request_id = request.request_id.clone();
+                tracing::info!(%destination, ?record_type, ?service, request = %request.request_id, "network request pending");
+                let asked = AuditEvent::NetworkAsked { request_id: request.request_id.clone(), destination, record_type, service };
+                let record = network_record(asked, Outcome::NetworkAsked, DecisionSource::NetworkSidecar, Some(reason.to_owned()));
                 self.emit(Event::NetworkRequestPending { request });
                 self.audit(record).await;
             }
@@ -118,13 +114,13 @@ impl Domain {
             Asked::QueueFull { first } => {
                 if first {
                     let reason = format!(
-                        "{} network requests are pending, as many as a domain takes: {name} was refused without asking \
+                        "{} network requests are pending, as many as a domain takes: {destination} was refused without asking \
                          (later ones are counted in the next record)",
                         network_requests::MAX_PENDING
                     );
                     tracing::warn!(%reason);
-                    let argv = vec!["network".to_owned(), name, record_type];
-                    self.audit(network_audit_record(Outcome::NetworkQueueFull, Some(reason), DecisionSource::Policy, argv)).await;
+                    let full = AuditEvent::NetworkQueueFull { destination: Some(destination), record_type, service, more_refused: None };
+                    self.audit(network_record(full, Outcome::NetworkQueueFull, DecisionSource::Policy, Some(reason))).await;
                 }
             }
         }
@@ -151,9 +147,10 @@ impl Domain {
     async fn report_overflow(&self) {
         let overflow = self.network_requests().take_overflow();
         if overflow > 1 {
-            let reason = format!("{} more destinations were refused without asking while the queue was full", overflow - 1);
-            let argv = vec!["network".to_owned(), "queue".to_owned()];
-            self.audit(network_audit_record(Outcome::NetworkQueueFull, Some(reason), DecisionSource::Policy, argv)).await;
+            let more = overflow - 1;
+            let reason = format!("{more} more destinations were refused without asking while the queue was full");
+            let full = AuditEvent::NetworkQueueFull { destination: None, record_type: None, service: None, more_refused: Some(more) };
+            self.audit(network_record(full, Outcome::NetworkQueueFull, DecisionSource::Policy, Some(reason))).await;
         }
     }
 
@@ -169,7 +166,8 @@ impl Domain {
             let Some(grant) = grant else { continue };
             tracing::info!(destination = %grant.destination, grant = %grant.id, "network grant expired");
             let reason = format!("{} for {} ended", verdict_word(grant.verdict), grant.scope);
-            self.audit(network_audit_record(Outcome::NetworkExpired, Some(reason), DecisionSource::Timeout, grant_argv(&grant))).await;
+            let expired = AuditEvent::GrantExpired { grant: audit_grant(&grant) };
+            self.audit(network_record(expired, Outcome::NetworkExpired, DecisionSource::Timeout, Some(reason))).await;
             self.emit(Event::RulesChanged {});
         }
     }
@@ -186,9 +184,13 @@ impl Domain {
             let expired = self.network_requests().expire_requests(now_ms());
             for request in expired {
                 let reason = format!("nobody answered within {} minutes", network_requests::REQUEST_LIFETIME_MS / 60_000);
-                let mut record =
-                    network_audit_record(Outcome::NetworkExpired, Some(reason), DecisionSource::Timeout, request_argv(&request));
-                record.request_id = request.request_id.clone();
+                let expired = AuditEvent::NetworkRequestExpired {
+                    request_id: request.request_id.clone(),
+                    destination: request.destination.clone(),
+                    record_types: request.record_types.clone(),
+                    service: request.service.clone(),
+                };
+                let record = network_record(expired, Outcome::NetworkExpired, DecisionSource::Timeout, Some(reason));
                 self.emit(Event::NetworkRequestResolved {
                     request_id: request.request_id,
                     outcome: Outcome::NetworkExpired,
@@ -271,14 +273,9 @@ impl Domain {
             NetworkDecision::Deny => Outcome::NetworkRefused,
         };
         tracing::info!(destination = %grant.destination, %outcome, %decided_by, scope = %scope, "network request answered");
-        let mut record = network_audit_record(
-            outcome,
-            Some(format!("{} for {scope}", verdict_word(grant.verdict))),
-            decided_by.clone(),
-            grant_argv(&grant),
-        );
-        record.request_id = request.request_id.clone();
-        self.audit(record).await;
+        let answered = AuditEvent::NetworkAnswered { request_id: request.request_id.clone(), grant: audit_grant(&grant) };
+        let reason = format!("{} for {scope}", verdict_word(grant.verdict));
+        self.audit(network_record(answered, outcome, decided_by.clone(), Some(reason))).await;
         self.emit(Event::NetworkRequestResolved { request_id: request.request_id, outcome, decided_by, scope: Some(scope) });
         self.emit(Event::RulesChanged {});
         self.report_overflow().await;
@@ -323,9 +320,9 @@ impl Domain {
                 return Err(unknown_rule(id));
             }
             tracing::info!(%entry, "auto-approve rule revoked for this run");
-            let argv = vec!["auto_approve".to_owned(), entry];
+            let revoked = AuditEvent::AutoApproveRevoked { rule_id: Some(id.to_owned()), entry };
             let reason = Some("revoked for this run of the domain (the configuration file is unchanged)".to_owned());
-            self.audit(network_audit_record(Outcome::NetworkRevoked, reason, decided_by, argv)).await;
+            self.audit(network_record(revoked, Outcome::NetworkRevoked, decided_by, reason)).await;
             self.emit(Event::RulesChanged {});
             return Ok(true);
         }
@@ -341,7 +338,8 @@ impl Domain {
         }
         tracing::info!(destination = %grant.destination, grant = %grant.id, "network grant revoked");
         let reason = format!("{} for {} revoked", verdict_word(grant.verdict), grant.scope);
-        self.audit(network_audit_record(Outcome::NetworkRevoked, Some(reason), decided_by, grant_argv(&grant))).await;
+        let revoked = AuditEvent::GrantRevoked { grant: audit_grant(&grant) };
+        self.audit(network_record(revoked, Outcome::NetworkRevoked, decided_by, Some(reason))).await;
         self.emit(Event::RulesChanged {});
         Ok(true)
     }
@@ -358,24 +356,16 @@ fn verdict_word(verdict: EntryVerdict) -> &'static str {
     }
 }
 
-/// An audit record's argv for a request.
-fn request_argv(request: &PendingNetworkRequest) -> Vec<String> {
-    let mut argv = vec!["network".to_owned(), request.destination.clone()];
-    argv.extend(request.record_types.iter().cloned());
-    argv
-}
-
-/// An audit record's argv for a grant.
-fn grant_argv(grant: &NetworkGrant) -> Vec<String> {
-    let verdict = match grant.verdict {
-        EntryVerdict::Allow => "allow",
-        EntryVerdict::Deny => "deny",
-    };
-    let mut argv = vec!["network".to_owned(), network_requests::grant_entry(grant), verdict.to_owned(), grant.scope.to_string()];
-    if grant.every_port {
-        argv.push("every port".to_owned());
+/// A grant as its audit records name it.
+fn audit_grant(grant: &NetworkGrant) -> AuditGrant {
+    AuditGrant {
+        id: Some(grant.id.clone()),
+        destination: grant.destination.clone(),
+        service: grant.service.clone(),
+        every_port: grant.every_port,
+        verdict: grant.verdict,
+        scope: grant.scope,
     }
-    argv
 }
 
 /// What the sandbox asked for that no entry covers.
