@@ -15,12 +15,6 @@ const MARKER_WINDOW: usize = 20;
 /// The marker, followed by the reason.
 const MARKER: &str = "// size:";
 
-/// Files larger than [`MAX_LINES`] that this change could not mark, since
-/// another change edits them: each gets its marker (or is split) once the
-/// two changes are merged, and leaves this list.
-const PENDING: &[(&str, &str)] =
-    &[("crates/lazaret-protocol/src/types.rs", "wire types edited by the typed audit events change (issue 46)")];
-
 fn repository_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -69,8 +63,7 @@ fn source_files_are_under_the_size_limit_or_say_why() {
             let lines = text.lines().count();
             let relative = file.strip_prefix(&root).unwrap_or(&file).to_string_lossy().into_owned();
             let below_src = file.strip_prefix(src).unwrap_or(&file);
-            let pending = PENDING.iter().any(|(path, _)| relative == *path);
-            if lines > MAX_LINES && !is_tests(below_src) && marked_reason(&text).is_none() && !pending {
+            if lines > MAX_LINES && !is_tests(below_src) && marked_reason(&text).is_none() {
                 too_large.push(format!("{relative}: {lines} lines"));
             }
         }
@@ -82,13 +75,6 @@ fn source_files_are_under_the_size_limit_or_say_why() {
         "source files over {MAX_LINES} lines: split each along its seams, or give the reason in a `{MARKER} <reason>` \
          comment within its first {MARKER_WINDOW} lines: {too_large:#?}"
     );
-}
-
-#[test]
-fn pending_files_still_exist() {
-    for (path, _) in PENDING {
-        assert!(repository_root().join(path).is_file(), "{path} is gone: take it off PENDING");
-    }
 }
 
 #[test]
