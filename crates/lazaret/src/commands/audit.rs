@@ -107,7 +107,7 @@ fn line(record: &AuditRecord) -> String {
     let decided_by =
         record.decided_by.as_ref().map_or_else(|| "-".to_owned(), |source| terminal_text::name(&source.to_string()).into_owned());
     let reason = record.reason.as_deref().map(|reason| format!("  ({})", terminal_text::name(reason))).unwrap_or_default();
-    format!("#{:<4} {:<9} {:<14} {}{reason}", record.sequence, record.outcome.as_str(), decided_by, what(&record.event))
+    format!("#{:<4} {:<18} {:<14} {}{reason}", record.sequence, record.outcome.as_str(), decided_by, what(&record.event))
 }
 
 /// A record's own fields, in words.
@@ -254,7 +254,7 @@ mod tests {
         };
         assert_eq!(
             line(&record(refused, Outcome::DnsRefused, Some("record type TXT is not served (only A and AAAA)"))),
-            "#7    dnsRefused networkSidecar dns refused  evil.example (TXT)  recordType  (+2 not recorded: rate limit)  (record type TXT is not served (only A and AAAA))"
+            "#7    dnsRefused         networkSidecar dns refused  evil.example (TXT)  recordType  (+2 not recorded: rate limit)  (record type TXT is not served (only A and AAAA))"
         );
         let grant = AuditGrant {
             id: Some("grant-3f9a1e2f44d0".into()),
@@ -267,7 +267,7 @@ mod tests {
         let answered = AuditEvent::NetworkAnswered { request_id: "net-5d0c8b3f9a1e2f44".into(), grant };
         assert_eq!(
             line(&record(answered, Outcome::NetworkGranted, None)),
-            "#7    networkGranted networkSidecar network answered  allow 10.9.0.7/32 tcp/8081 for 15 min  grant grant-3f9a1e2f44d0  request net-5d0c8b3f9a1e2f44"
+            "#7    networkGranted     networkSidecar network answered  allow 10.9.0.7/32 tcp/8081 for 15 min  grant grant-3f9a1e2f44d0  request net-5d0c8b3f9a1e2f44"
         );
         let mut escalation = EscalationAudit::request("r", "s");
         escalation.requested_argv = vec!["touch".into(), "x\u{1b}[2J".into()];
