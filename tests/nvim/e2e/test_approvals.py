@@ -187,6 +187,8 @@ def test_checkhealth_reports_ok(domain, editor, tmp_path):
     text = out.read_text()
     assert "ERROR" not in text, text
     hash_ = env.domain(repo)["domain_hash"]
-    for expected in ["OK Neovim 0.11.4", f"OK binary: {env.binary}", "OK version: lazaret ", "OK API version 1 (the plugin expects 1)",
+    # The coordinator's version must be the one the plugin was generated for.
+    api = editor.lua("return require('lazaret.protocol').API_VERSION")
+    for expected in ["OK Neovim 0.11.4", f"OK binary: {env.binary}", "OK version: lazaret ", f"OK API version {api} (the plugin expects {api})",
                      f"OK socket directory: {env.socket_dir} (mode 0700)", f"OK domain default @ {repo} ({hash_}) reachable: container running"]:
         assert expected in text, f"{expected!r} in\n{text}"
