@@ -201,8 +201,8 @@ export interface CredentialUseAuditEvent {
   type: "credentialUse";
 }
 
-/** A record of layout v4 (an argv-shaped record of every kind) that the migration to typed records could not read as any kind: every field kept as it was. */
-export interface LegacyAuditEvent extends LegacyAudit {
+/** A record of layout v4 (an argv-shaped record of every kind) that the migration to typed records could not read as any kind: every field kept as it was (a v4 record had the fields of an escalation). */
+export interface LegacyAuditEvent extends EscalationAudit {
   type: "legacy";
 }
 
@@ -451,18 +451,6 @@ export interface LearnedAddress {
   address: string;
   expiresInSeconds: number;
   names: string[];
-}
-
-/** The fields of a layout v4 record, as they were (the `legacy` kind). */
-export interface LegacyAudit {
-  clientRequestId?: string | null;
-  executedArgv?: string[] | null;
-  exitStatus?: number | null;
-  justification?: string | null;
-  requestId: string;
-  requestedArgv: string[];
-  sessionId: string;
-  verified: boolean;
 }
 
 /** A session that is live now. */

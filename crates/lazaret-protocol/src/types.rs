@@ -566,7 +566,7 @@ mod tests {
                 Outcome::CredentialUse,
             ),
             (
-                AuditEvent::Legacy(LegacyAudit {
+                AuditEvent::Legacy(EscalationAudit {
                     request_id: "network-1796692719170-5".into(),
                     client_request_id: None,
                     session_id: "-".into(),

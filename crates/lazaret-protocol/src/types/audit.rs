@@ -300,8 +300,8 @@ pub enum AuditEvent {
     CredentialUse { session_id: String, endpoints: Vec<CredentialUse> },
     /// A record of layout v4 (an argv-shaped record of every kind) that the
     /// migration to typed records could not read as any kind: every field
-    /// kept as it was.
-    Legacy(LegacyAudit),
+    /// kept as it was (a v4 record had the fields of an escalation).
+    Legacy(EscalationAudit),
 }
 
 impl AuditEvent {
@@ -365,22 +365,6 @@ impl EscalationAudit {
             exit_status: None,
         }
     }
-}
-
-/// The fields of a layout v4 record, as they were (the `legacy` kind).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase")]
-pub struct LegacyAudit {
-    pub request_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_request_id: Option<String>,
-    pub session_id: String,
-    pub verified: bool,
-    pub justification: Option<String>,
-    pub requested_argv: Vec<String>,
-    pub executed_argv: Option<Vec<String>>,
-    pub exit_status: Option<i32>,
 }
 
 /// A change of the egress policy over the control socket.

@@ -3,8 +3,7 @@
 use super::*;
 use lazaret_protocol::sidecar::{AnswerRefusal, DnsRefusal, PrivateAnswers, WithheldPart};
 use lazaret_protocol::{
-    AuditEvent, AuditGrant, AuditRecord, CredentialUse, DecisionSource, EntryVerdict, EscalationAudit, GrantScope, LegacyAudit, Outcome,
-    PolicyAction,
+    AuditEvent, AuditGrant, AuditRecord, CredentialUse, DecisionSource, EntryVerdict, EscalationAudit, GrantScope, Outcome, PolicyAction,
 };
 use redb::ReadableTableMetadata;
 
@@ -654,7 +653,7 @@ fn every_kind_the_v4_coordinator_wrote_is_read_into_its_typed_record() {
     for (record, old) in records[23..].iter().zip(&written[23..]) {
         assert_eq!(
             record.event,
-            AuditEvent::Legacy(LegacyAudit {
+            AuditEvent::Legacy(EscalationAudit {
                 request_id: old.request_id.clone(),
                 client_request_id: None,
                 session_id: "-".into(),

@@ -12,8 +12,7 @@ use std::net::IpAddr;
 
 use lazaret_protocol::sidecar::{AnswerRefusal, DnsRefusal, PrivateAnswers, Service, WithheldPart};
 use lazaret_protocol::{
-    AuditEvent, AuditGrant, AuditRecord, CredentialUse, DecisionSource, EntryVerdict, EscalationAudit, GrantScope, LegacyAudit, Outcome,
-    PolicyAction,
+    AuditEvent, AuditGrant, AuditRecord, CredentialUse, DecisionSource, EntryVerdict, EscalationAudit, GrantScope, Outcome, PolicyAction,
 };
 use redb::TableDefinition;
 use serde::{Deserialize, Serialize};
@@ -58,7 +57,7 @@ pub(crate) fn to_v5(old: V4Record) -> (AuditRecord, bool) {
     let (event, reason, legacy) = match typed(&old) {
         Some((event, reason)) => (event, reason, false),
         None => {
-            let legacy = LegacyAudit {
+            let legacy = EscalationAudit {
                 request_id: old.request_id,
                 client_request_id: old.client_request_id,
                 session_id: old.session_id,

@@ -235,7 +235,7 @@
 ---@field sessionId string
 ---@field type 'credentialUse'
 
----@class lazaret.LegacyAuditEvent : lazaret.LegacyAudit
+---@class lazaret.LegacyAuditEvent : lazaret.EscalationAudit
 ---@field decidedAtMs? integer
 ---@field decidedBy? lazaret.DecisionSource
 ---@field finishedAtMs? integer
@@ -403,16 +403,6 @@
 ---@field address string
 ---@field expiresInSeconds integer
 ---@field names string[]
-
----@class lazaret.LegacyAudit
----@field clientRequestId? string
----@field executedArgv? string[]
----@field exitStatus? integer
----@field justification? string
----@field requestId string
----@field requestedArgv string[]
----@field sessionId string
----@field verified boolean
 
 ---@class lazaret.LiveSession
 ---@field client string Self-declared by the client that registered it (`cli`, an editor name).
